@@ -1,0 +1,52 @@
+# BAP runtime — the two commands a new user needs are `make run` and `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+GO ?= go
+BIN := bin/bap
+
+.PHONY: run build deps generate check-generated lint-spec vet test test-go bench clean
+
+## run: install what is missing, build, and serve (local profile, embedded PostgreSQL)
+run: deps build
+	$(BIN) serve
+
+## build: build the one binary
+build:
+	$(GO) build -o $(BIN) ./server/cmd/bap
+
+## deps: install missing Debian packages (postgresql, chromium, …)
+deps:
+	scripts/install-deps.sh
+
+## generate: rebuild every generated file from spec/
+generate:
+	$(GO) run ./codegen/cmd/bapgen
+	$(GO) tool oapi-codegen -config codegen/oapi-server.yaml server/internal/apigen/openapi.gen.json
+	$(GO) tool oapi-codegen -config codegen/oapi-sdk-go.yaml server/internal/apigen/openapi.gen.json
+
+## check-generated: fail when `make generate` would change the tree
+check-generated:
+	scripts/check-generated.sh
+
+## lint-spec: lint spec/openapi.yaml and spec/asyncapi.yaml with pinned tools
+lint-spec:
+	scripts/lint-spec.sh
+
+## vet: go vet and gofmt
+vet:
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './tools/*')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+## test: every test (installs what is missing; starts its own PostgreSQL)
+test: deps lint-spec check-generated vet test-go
+
+test-go:
+	$(GO) test -count=1 ./...
+
+## bench: benchmarks with a baseline in the same run (see docs/benchmarks.md)
+bench: deps build
+	scripts/bench.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,126 @@
+// Command bap is the BAP runtime: `bap serve` runs the server, `bap migrate` applies database
+// migrations, `bap version` prints the versions this build speaks. This file only turns flags and
+// the environment into a daemon.Config and runs it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/originweave/bap/server/internal/daemon"
+	"github.com/originweave/bap/server/internal/store"
+	"github.com/originweave/bap/server/internal/version"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: bap <command> [flags]
+
+commands:
+  serve     run the server (see bap serve -h)
+  migrate   apply database migrations and exit
+  version   print the BAP, MCP and schema versions
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, args[1:], logger, stderr)
+	case "migrate":
+		err = migrate(ctx, args[1:], logger, stderr)
+	case "version":
+		err = printVersion(stdout)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "bap: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		logger.Error(err.Error())
+		return 1
+	}
+	return 0
+}
+
+// baseFlags are the flags every database-using command shares.
+func baseFlags(fs *flag.FlagSet, cfg *daemon.Config) {
+	fs.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir(), "directory for the embedded database, socket and artifacts")
+	cfg.DatabaseURL = os.Getenv("BAP_DATABASE_URL")
+}
+
+func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Writer) error {
+	cfg := daemon.Config{Logger: logger, Chromium: os.Getenv("BAP_CHROMIUM")}
+	fs := flag.NewFlagSet("bap serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	baseFlags(fs, &cfg)
+	profile := fs.String("profile", "local", "local (Unix socket + loopback, local operator) or remote (OAuth bearer tokens)")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7777", "TCP address to serve")
+	fs.StringVar(&cfg.Socket, "socket", "", "Unix socket path (local profile; default <data-dir>/bap.sock)")
+	fs.StringVar(&cfg.Issuer, "issuer", "", "OAuth issuer URL (remote profile; default http(s)://<listen>)")
+	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL other nodes reach this one at (default: the listen URL)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (remote profile)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file (remote profile)")
+	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve the remote profile over plain HTTP (tests only)")
+	fs.DurationVar(&cfg.AccessTokenTTL, "access-token-ttl", 0, "access token lifetime (default 15m; at most 15m)")
+	fs.BoolVar(&cfg.MCPConformanceFixtures, "mcp-conformance-fixtures", false, "mount /mcp-conformance fixtures (local profile, tests)")
+	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-retention", 0, "how long completed Idempotency-Keys are kept (default 24h)")
+	fs.IntVar(&cfg.MaxActiveTasksPerTenant, "max-active-tasks", 0, "admitted tasks per tenant before new ones wait in created (0: no cap)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bap serve: unexpected argument %q", fs.Arg(0))
+	}
+	cfg.Profile = daemon.Profile(*profile)
+	return daemon.Run(ctx, cfg)
+}
+
+func migrate(ctx context.Context, args []string, logger *slog.Logger, stderr io.Writer) error {
+	cfg := daemon.Config{Logger: logger}
+	fs := flag.NewFlagSet("bap migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	baseFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	db, err := daemon.OpenDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close(context.WithoutCancel(ctx))
+	v, err := store.AppliedVersion(ctx, db.Pool)
+	if err != nil {
+		return err
+	}
+	logger.Info("database is migrated", "schema_version", v)
+	return nil
+}
+
+func printVersion(w io.Writer) error {
+	return json.NewEncoder(w).Encode(map[string]any{
+		"bap": version.BAP, "mcp": version.MCP, "schema": store.SchemaVersion(), "software": version.Software,
+	})
+}

@@ -1,0 +1,246 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/originweave/bap/server/internal/apigen"
+	"github.com/originweave/bap/server/internal/app"
+)
+
+// This file translates between the generated wire types and the app's types. It decides nothing.
+
+func ptr[T any](v T) *T { return &v }
+
+func toTask(t *app.Task) (apigen.Task, error) {
+	out := apigen.Task{
+		TaskId: t.ID, State: apigen.TaskState(t.State), Goal: t.Goal,
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Deadline: t.Deadline, ClosedAt: t.EndedAt,
+		Delegated: ptr(len(t.Plan) > 0),
+	}
+	if t.Verification != "" {
+		out.Verification = ptr(apigen.Verification(t.Verification))
+	}
+	pol := apigen.Policy{AllowedOrigins: t.Policy.AllowedOrigins}
+	if pol.AllowedOrigins == nil {
+		pol.AllowedOrigins = []string{}
+	}
+	if len(t.Policy.ApprovalRules) > 0 {
+		rules := make([]apigen.ApprovalRule, 0, len(t.Policy.ApprovalRules))
+		for _, r := range t.Policy.ApprovalRules {
+			ar := apigen.ApprovalRule{Effect: apigen.ApprovalEffect(r.Effect)}
+			if len(r.Origins) > 0 {
+				ar.Origins = ptr(r.Origins)
+			}
+			rules = append(rules, ar)
+		}
+		pol.ApprovalRules = &rules
+	}
+	out.Policy = &pol
+	if len(t.Postcondition) > 0 {
+		var pc apigen.Postcondition
+		if err := json.Unmarshal(t.Postcondition, &pc); err != nil {
+			return out, fmt.Errorf("decoding postcondition of %s: %w", t.ID, err)
+		}
+		out.Postcondition = &pc
+	}
+	return out, nil
+}
+
+func toReceipt(r *app.Receipt) apigen.Receipt {
+	out := apigen.Receipt{
+		ReceiptId: r.ID, CommandId: r.CommandID, TaskId: ptr(r.TaskID), Outcome: apigen.ReceiptOutcome(r.Outcome),
+		Operation: ptr(apigen.CommandOperation(r.Operation)), IssuedAt: ptr(r.IssuedAt),
+	}
+	if r.ProblemCode != "" {
+		out.ProblemCode = ptr(apigen.ProblemCode(r.ProblemCode))
+	}
+	if r.Detail != "" {
+		out.Detail = ptr(r.Detail)
+	}
+	return out
+}
+
+func toApproval(a *app.Approval) apigen.Approval {
+	out := apigen.Approval{
+		ApprovalId: a.ID, TaskId: ptr(a.TaskID), State: apigen.ApprovalState(a.State), Reason: ptr(a.Reason),
+		CommandId: ptr(a.CommandID), RequestedAt: ptr(a.RequestedAt), ResolvedAt: a.ClosedAt,
+	}
+	if a.Effect != "" {
+		out.Effect = ptr(apigen.ApprovalEffect(a.Effect))
+	}
+	if d := a.Decision; d != nil {
+		out.Decision = ptr(apigen.ApprovalDecision(d.Decision))
+		out.ResolvedBy = ptr(d.DecidedBy)
+		if d.Reason != "" {
+			out.ResolutionReason = ptr(d.Reason)
+		}
+	}
+	return out
+}
+
+// toActor turns a stored subject ("kind:id") into the wire actor.
+func toActor(subject string) *apigen.Actor {
+	kind, id, _ := strings.Cut(subject, ":")
+	a := &apigen.Actor{Kind: apigen.ActorKind(kind)}
+	if id != "" && kind != "system" {
+		a.Id = ptr(id)
+	}
+	return a
+}
+
+func toEvent(e *app.Event) apigen.Event {
+	out := apigen.Event{
+		EventId: e.ID, TaskId: e.TaskID, Seq: int(e.Seq), Type: apigen.EventType(e.Type), Time: e.Time,
+		Data: e.Data, Actor: toActor(e.Actor),
+	}
+	if e.CommandID != "" || e.Cause != "" {
+		c := &apigen.EventCause{}
+		if e.CommandID != "" {
+			c.CommandId = ptr(e.CommandID)
+		}
+		if e.Cause != "" {
+			c.Reason = ptr(e.Cause)
+		}
+		out.Cause = c
+	}
+	if out.Data == nil {
+		out.Data = map[string]any{}
+	}
+	return out
+}
+
+func fromCreateTask(in apigen.CreateTaskRequest) (app.CreateTaskInput, error) {
+	out := app.CreateTaskInput{Goal: in.Goal, Deadline: in.Deadline}
+	out.Policy.AllowedOrigins = in.Policy.AllowedOrigins
+	if in.Policy.ApprovalRules != nil {
+		for _, r := range *in.Policy.ApprovalRules {
+			spec := app.ApprovalRuleSpec{Effect: string(r.Effect)}
+			if r.Origins != nil {
+				spec.Origins = *r.Origins
+			}
+			out.Policy.ApprovalRules = append(out.Policy.ApprovalRules, spec)
+		}
+	}
+	if in.Postcondition != nil {
+		raw, err := json.Marshal(in.Postcondition)
+		if err != nil {
+			return out, err
+		}
+		out.Postcondition = raw
+	}
+	if in.Plan != nil {
+		for _, st := range *in.Plan {
+			ps := app.PlanStep{Op: string(st.Op)}
+			if st.Args != nil {
+				raw, err := json.Marshal(*st.Args)
+				if err != nil {
+					return out, err
+				}
+				ps.Args = raw
+			}
+			if st.MaxAttempts != nil {
+				ps.MaxAttempts = *st.MaxAttempts
+			}
+			out.Plan = append(out.Plan, ps)
+		}
+	}
+	return out, nil
+}
+
+// responder renders one operation's results for the app, which stores them with the command.
+type responder struct {
+	status int
+	render func(result any) (any, error)
+}
+
+func (r responder) Success(result any) (app.Response, error) {
+	v, err := r.render(result)
+	if err != nil {
+		return app.Response{}, err
+	}
+	body, err := json.Marshal(v)
+	if err != nil {
+		return app.Response{}, err
+	}
+	return app.Response{Status: r.status, Body: body}, nil
+}
+
+func (r responder) Failure(e *app.Error, rc *app.Receipt) (app.Response, error) {
+	status, p := newProblem(e)
+	if rc != nil {
+		p.Receipt = toReceipt(rc)
+	}
+	body, err := json.Marshal(p)
+	if err != nil {
+		return app.Response{}, err
+	}
+	return app.Response{Status: status, Body: body}, nil
+}
+
+func taskReceipt(result any) (apigen.Task, apigen.Receipt, error) {
+	res, ok := result.(*app.TaskResult)
+	if !ok {
+		return apigen.Task{}, apigen.Receipt{}, fmt.Errorf("unexpected result %T", result)
+	}
+	t, err := toTask(res.Task)
+	return t, toReceipt(res.Receipt), err
+}
+
+var createTaskResponder = responder{status: 201, render: func(result any) (any, error) {
+	t, rc, err := taskReceipt(result)
+	return apigen.CreateTaskResponse{Task: t, Receipt: rc}, err
+}}
+
+var cancelTaskResponder = responder{status: 200, render: func(result any) (any, error) {
+	t, rc, err := taskReceipt(result)
+	return apigen.CancelTaskResponse{Task: t, Receipt: rc}, err
+}}
+
+var closeTaskResponder = responder{status: 200, render: func(result any) (any, error) {
+	res, ok := result.(*app.CloseResult)
+	if !ok {
+		return nil, fmt.Errorf("unexpected result %T", result)
+	}
+	t, err := toTask(res.Task)
+	if err != nil {
+		return nil, err
+	}
+	unmet := make([]apigen.Clause, 0, len(res.Postcondition.Unmet))
+	for _, raw := range res.Postcondition.Unmet {
+		var c apigen.Clause
+		if err := c.UnmarshalJSON(raw); err != nil {
+			return nil, err
+		}
+		unmet = append(unmet, c)
+	}
+	return apigen.CloseTaskResponse{
+		Task: t, Receipt: toReceipt(res.Receipt), Evidence: []apigen.Artifact{},
+		Postcondition: apigen.PostconditionResult{Satisfied: res.Postcondition.Satisfied, Unmet: unmet},
+	}, nil
+}}
+
+var resumeTaskResponder = responder{status: 200, render: func(result any) (any, error) {
+	return nil, fmt.Errorf("resume_task has no result without the browser adapter (got %T)", result)
+}}
+
+var requestApprovalResponder = responder{status: 201, render: func(result any) (any, error) {
+	res, ok := result.(*app.ApprovalResult)
+	if !ok {
+		return nil, fmt.Errorf("unexpected result %T", result)
+	}
+	return apigen.RequestApprovalResponse{Approval: toApproval(res.Approval), Receipt: toReceipt(res.Receipt)}, nil
+}}
+
+var resolveApprovalResponder = responder{status: 200, render: func(result any) (any, error) {
+	res, ok := result.(*app.ApprovalResult)
+	if !ok {
+		return nil, fmt.Errorf("unexpected result %T", result)
+	}
+	out := apigen.ResolveApprovalResponse{Approval: toApproval(res.Approval), Receipt: toReceipt(res.Receipt)}
+	if res.ActionReceipt != nil {
+		out.ActionReceipt = ptr(toReceipt(res.ActionReceipt))
+	}
+	return out, nil
+}}

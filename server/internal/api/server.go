@@ -1,0 +1,354 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/originweave/bap/server/internal/apigen"
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/idempotency"
+	"github.com/originweave/bap/server/internal/version"
+)
+
+// Options configures the transport.
+type Options struct {
+	// Service runs the use-cases.
+	Service *app.Service
+	// Authenticator identifies callers of non-anonymous routes.
+	Authenticator Authenticator
+	// Logger receives one line per request (no bodies, no query strings).
+	Logger *slog.Logger
+	// Registry receives the transport's metrics and is served at /metrics (loopback callers only).
+	Registry *prometheus.Registry
+	// MaxBodyBytes bounds request bodies; larger → 413 payload_too_large (default 1 MiB).
+	MaxBodyBytes int64
+	// Ready reports whether the server may take requests (for /readyz).
+	Ready func(ctx context.Context) error
+	// Adapters lists the protocol adapters served, for GET /bap/v1.
+	Adapters []string
+}
+
+// server implements the generated apigen.ServerInterface: one method per route of the spec.
+type server struct {
+	svc     *app.Service
+	auth    Authenticator
+	log     *slog.Logger
+	maxBody int64
+	ready   func(ctx context.Context) error
+	spec    *specIndex
+	// opMux maps a request to the operation whose route it matches (before any handler runs).
+	opMux    *http.ServeMux
+	adapters []string
+}
+
+var _ apigen.ServerInterface = (*server)(nil)
+
+type principalKey struct{}
+type opCtxKey struct{}
+
+// New builds the HTTP handler of the BAP API.
+func New(o Options) (http.Handler, error) {
+	if o.Service == nil || o.Authenticator == nil {
+		return nil, errors.New("api: Service and Authenticator are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = 1 << 20
+	}
+	if o.Ready == nil {
+		o.Ready = func(context.Context) error { return nil }
+	}
+	if o.Adapters == nil {
+		o.Adapters = []string{"bap-http"}
+	}
+	idx, err := loadSpec(apigen.OpenAPI)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{svc: o.Service, auth: o.Authenticator, log: o.Logger, maxBody: o.MaxBodyBytes,
+		ready: o.Ready, spec: idx, opMux: http.NewServeMux(), adapters: o.Adapters}
+	for _, op := range idx.ops {
+		op := op
+		s.opMux.Handle(op.Method+" "+op.Path, opHandler{op})
+	}
+	m, err := newMetrics(o.Registry)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	apigen.HandlerWithOptions(s, apigen.StdHTTPServerOptions{BaseRouter: mux, ErrorHandlerFunc: s.bindError})
+	mux.HandleFunc("GET /bap/v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		setOpLabel(r.Context(), "openapi_document")
+		writeRaw(w, http.StatusOK, "application/json", apigen.OpenAPI)
+	})
+	mux.HandleFunc("GET /bap/v1/asyncapi.json", func(w http.ResponseWriter, r *http.Request) {
+		setOpLabel(r.Context(), "asyncapi_document")
+		writeRaw(w, http.StatusOK, "application/json", apigen.AsyncAPI)
+	})
+	metricsHandler := promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		setOpLabel(r.Context(), "metrics")
+		if !fromLoopback(r) {
+			writeProblem(w, &app.Error{Code: app.CodeNotFound, Detail: "no such route"})
+			return
+		}
+		metricsHandler.ServeHTTP(w, r)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, &app.Error{Code: app.CodeNotFound, Detail: "no such route"})
+	})
+	return observeRequests(s.authenticate(mux), o.Logger, m), nil
+}
+
+// opHandler marks a route of opMux with its operation.
+type opHandler struct{ op *operation }
+
+func (opHandler) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// fromLoopback reports whether the request came over loopback TCP or the Unix socket.
+func fromLoopback(r *http.Request) bool {
+	if r.RemoteAddr == "" || r.RemoteAddr == "@" {
+		return true // Unix socket
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// authenticate identifies the caller of every route that needs a capability and checks the
+// capability, before any parameter or body is looked at: 401 and 403 come before 400.
+func (s *server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, _ := s.opMux.Handler(r)
+		oh, ok := h.(opHandler)
+		if !ok || oh.op.Scope == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		setOpLabel(r.Context(), oh.op.ID)
+		p, err := s.auth.Authenticate(r)
+		if err != nil {
+			e := app.AsError(err)
+			if e == nil {
+				e = &app.Error{Code: app.CodeUnauthenticated, Detail: "the request could not be authenticated"}
+			}
+			writeProblem(w, e)
+			return
+		}
+		if !p.Scopes[oh.op.Scope] {
+			writeProblem(w, app.Errorf(app.CodeInsufficientScope, "this operation needs the %s capability", oh.op.Scope))
+			return
+		}
+		ctx := context.WithValue(r.Context(), principalKey{}, p)
+		ctx = context.WithValue(ctx, opCtxKey{}, oh.op)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// bindError answers a parameter the generated router could not bind.
+func (s *server) bindError(w http.ResponseWriter, r *http.Request, err error) {
+	var req *apigen.RequiredHeaderError
+	if errors.As(err, &req) && strings.EqualFold(req.ParamName, "Idempotency-Key") {
+		writeProblem(w, &app.Error{Code: app.CodeIdempotencyKeyRequired, Detail: "mutating operations need an Idempotency-Key header"})
+		return
+	}
+	name := "a parameter"
+	var inv *apigen.InvalidParamFormatError
+	if errors.As(err, &inv) {
+		name = "parameter " + strconv.Quote(inv.ParamName)
+	}
+	var tm *apigen.TooManyValuesForParamError
+	if errors.As(err, &tm) {
+		name = "parameter " + strconv.Quote(tm.ParamName)
+	}
+	writeProblem(w, app.Errorf(app.CodeInvalidRequest, "%s is missing or malformed", name))
+}
+
+// request is a validated request, ready for a use-case.
+type request struct {
+	op        *operation
+	principal Principal
+	body      []byte
+	call      app.Call
+}
+
+// begin validates what the generated router does not: path and query parameters against their
+// schemas, the body (size, media type, schema), and for mutating operations the Idempotency-Key.
+// It answers the problem itself and returns ok=false when the request is refused.
+func (s *server) begin(w http.ResponseWriter, r *http.Request, target ...string) (*request, bool) {
+	op, _ := r.Context().Value(opCtxKey{}).(*operation)
+	p, _ := r.Context().Value(principalKey{}).(Principal)
+	if op == nil {
+		writeProblem(w, &app.Error{Code: app.CodeInternal, Detail: "route without operation"})
+		return nil, false
+	}
+	req := &request{op: op, principal: p}
+	var violations []Violation
+	for name, prm := range op.params {
+		var raw string
+		var present bool
+		if prm.in == "path" {
+			raw = r.PathValue(name)
+			present = raw != ""
+		} else {
+			vals, ok := r.URL.Query()[name]
+			present = ok
+			if ok {
+				raw = vals[0]
+			}
+		}
+		if !present {
+			continue
+		}
+		var v any = raw
+		if prm.integer {
+			n, err := strconv.ParseInt(raw, 10, 64)
+			if err != nil {
+				violations = append(violations, Violation{Pointer: "/" + prm.in + "/" + name, Message: "must be an integer"})
+				continue
+			}
+			v = jsonNumber(n)
+		}
+		violations = append(violations, validateValue(prm.schema, v, "/"+prm.in+"/"+name)...)
+	}
+	if len(violations) > 0 {
+		writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request's parameters do not match the specification"}, violations...)
+		return nil, false
+	}
+	if op.body != nil {
+		body, ok := s.readBody(w, r)
+		if !ok {
+			return nil, false
+		}
+		v, err := decodeBody(body)
+		if err != nil {
+			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request body is not valid JSON"})
+			return nil, false
+		}
+		if vs := validateValue(op.body, v, ""); len(vs) > 0 {
+			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request body does not match the specification"}, vs...)
+			return nil, false
+		}
+		req.body = body
+	}
+	if op.Mutating {
+		raw := r.Header.Get("Idempotency-Key")
+		if raw == "" {
+			writeProblem(w, &app.Error{Code: app.CodeIdempotencyKeyRequired, Detail: "mutating operations need an Idempotency-Key header"})
+			return nil, false
+		}
+		key, err := idempotency.ParseKey(raw)
+		if err != nil {
+			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: err.Error()})
+			return nil, false
+		}
+		fp, err := idempotency.NewFingerprint(op.ID, target, req.body)
+		if err != nil {
+			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request body is not valid JSON"})
+			return nil, false
+		}
+		req.call = app.Call{Actor: p.Actor, Operation: op.ID, IdempotencyKey: key, Fingerprint: fp}
+	}
+	return req, true
+}
+
+// readBody reads at most maxBody bytes of a JSON body.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the body must be application/json"})
+			return nil, false
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeProblem(w, app.Errorf(app.CodePayloadTooLarge, "the body is larger than %d bytes", s.maxBody))
+			return nil, false
+		}
+		writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the body could not be read"})
+		return nil, false
+	}
+	return body, true
+}
+
+// reply writes the response of a mutating use-case, or its refusal.
+func (s *server) reply(w http.ResponseWriter, r *http.Request, resp app.Response, err error) {
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if resp.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	ct := "application/json"
+	if resp.Status >= 400 {
+		ct = "application/problem+json"
+	}
+	writeRaw(w, resp.Status, ct, resp.Body)
+}
+
+// fail answers an error of a use-case: its problem, or a 500 that hides the internal cause.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if e := app.AsError(err); e != nil {
+		writeProblem(w, e)
+		return
+	}
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return // the client went away; nothing to answer
+	}
+	s.log.Error("request failed", "operation", r.Context().Value(opCtxKey{}).(*operation).ID, "err", err)
+	writeProblem(w, &app.Error{Code: app.CodeInternal, Detail: "the server failed while handling this request"})
+}
+
+// decode unmarshals a validated body into v.
+func decode(body []byte, v any) error {
+	if len(body) == 0 {
+		return nil
+	}
+	return json.Unmarshal(body, v)
+}
+
+// GetServiceInfo implements apigen.ServerInterface.
+func (s *server) GetServiceInfo(w http.ResponseWriter, r *http.Request) {
+	setOpLabel(r.Context(), "get_service_info")
+	writeJSON(w, http.StatusOK, apigen.ServiceInfo{Protocol: "bap", Version: version.BAP, Adapters: s.adapters})
+}
+
+// GetHealthz implements apigen.ServerInterface.
+func (s *server) GetHealthz(w http.ResponseWriter, r *http.Request) {
+	setOpLabel(r.Context(), "healthz")
+	writeJSON(w, http.StatusOK, apigen.HealthStatus{Status: apigen.Ok})
+}
+
+// GetReadyz implements apigen.ServerInterface.
+func (s *server) GetReadyz(w http.ResponseWriter, r *http.Request) {
+	setOpLabel(r.Context(), "readyz")
+	if err := s.ready(r.Context()); err != nil {
+		detail := "not ready"
+		writeJSON(w, http.StatusServiceUnavailable, apigen.HealthStatus{Status: apigen.NotReady, Detail: &detail})
+		return
+	}
+	writeJSON(w, http.StatusOK, apigen.HealthStatus{Status: apigen.Ready})
+}

@@ -1,0 +1,10 @@
+// Package app holds BAP's use-cases: the commands and queries of the task runtime (create, read,
+// cancel, close, resume tasks; request and resolve approvals) and the background upkeep that keeps
+// them honest (deadline expiry, idempotency retention, recovery of interrupted commands).
+//
+// Each mutating use-case is one command: its idempotency claim, state change, history events,
+// receipt, outbox messages and stored first response are written in one database transaction.
+// The package declares the ports it needs (Store, Tx, Responder) and depends only on the pure core
+// packages (task, policy, ids, idempotency). It must not import pgx, net/http, chromedp, fosite or
+// any generated wire types: transports translate to and from it.
+package app

@@ -1,0 +1,110 @@
+package app
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// Actor is the authenticated caller a command or decision is bound to. Transports fill it from
+// verified credentials only, never from a request body.
+type Actor struct {
+	// Tenant owns every object the actor creates and bounds every object it may see.
+	Tenant string
+	// Subject identifies the caller within the tenant, e.g. "operator:local" or "client:<id>".
+	Subject string
+}
+
+// Task is a durable task as the runtime keeps it.
+type Task struct {
+	ID            string
+	Tenant        string
+	Goal          string
+	State         task.State
+	Verification  string // "", "verified", "unverified" or "unmet"
+	Policy        PolicySpec
+	Postcondition json.RawMessage // nil when none was declared; a JSON object {"all": [...]}
+	Deadline      *time.Time
+	Plan          []PlanStep
+	CreatedBy     string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	EndedAt       *time.Time
+	LastSeq       int64
+}
+
+// PolicySpec is a task's declared policy, as written by the client.
+type PolicySpec struct {
+	AllowedOrigins []string
+	ApprovalRules  []ApprovalRuleSpec
+}
+
+// ApprovalRuleSpec marks actions of an effect (optionally only on some origins) as needing approval.
+type ApprovalRuleSpec struct {
+	Effect  string
+	Origins []string
+}
+
+// PlanStep is one step of a delegated task's plan.
+type PlanStep struct {
+	Op          string
+	Args        json.RawMessage
+	MaxAttempts int // 0: the runtime's default
+}
+
+// Event is one entry of a task's append-only history.
+type Event struct {
+	ID        string
+	TaskID    string
+	Tenant    string
+	Seq       int64
+	Type      string
+	Time      time.Time
+	Actor     string
+	Cause     string
+	CommandID string
+	Data      map[string]any
+}
+
+// Receipt is the durable record that a command was accepted and what became of it. It is not task
+// success.
+type Receipt struct {
+	ID          string
+	CommandID   string
+	TaskID      string
+	Operation   string
+	Outcome     task.Outcome
+	ProblemCode Code // set when Outcome is rejected
+	Detail      string
+	IssuedAt    time.Time
+}
+
+// Approval is a request for a person to approve an action or a step of a task.
+type Approval struct {
+	ID          string
+	TaskID      string
+	Tenant      string
+	CommandID   string
+	State       task.ApprovalState
+	Reason      string
+	Effect      string
+	RequestedBy string
+	RequestedAt time.Time
+	ClosedAt    *time.Time
+	Decision    *Decision
+}
+
+// Decision is the recorded resolution of an approval, bound to the authenticated approver.
+type Decision struct {
+	Decision  string // "approve" or "deny"
+	DecidedBy string
+	Reason    string
+	DecidedAt time.Time
+}
+
+// PostconditionResult is the evaluation of a task's postcondition at close.
+type PostconditionResult struct {
+	Satisfied bool
+	Unmet     []json.RawMessage
+}

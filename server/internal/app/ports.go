@@ -1,0 +1,106 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/originweave/bap/server/internal/idempotency"
+)
+
+// Store is the durable state of the runtime. Implementations must make every Tx atomic and must
+// answer ErrNotFound for objects of another tenant exactly as for unknown ones. Safe for concurrent
+// use.
+type Store interface {
+	// InTx runs fn in one READ COMMITTED transaction, committing when fn returns nil and rolling
+	// back otherwise (including when ctx ends). fn may be retried by the store on a serialisation
+	// failure, so it must not have effects outside tx.
+	InTx(ctx context.Context, fn func(Tx) error) error
+	// GetTask reads one task of tenant.
+	GetTask(ctx context.Context, tenant, taskID string) (*Task, error)
+	// ListEvents reads up to limit events of a task with seq > after, in seq order.
+	ListEvents(ctx context.Context, tenant, taskID string, after int64, limit int) ([]Event, error)
+	// DueForExpiry lists up to limit non-terminal task ids (with their tenants) whose deadline is before now.
+	DueForExpiry(ctx context.Context, now time.Time, limit int) ([]TaskRef, error)
+	// PurgeIdempotency deletes completed idempotency records that expired before now.
+	PurgeIdempotency(ctx context.Context, now time.Time) (int64, error)
+	// RegisterNode records a running node (or refreshes its heartbeat).
+	RegisterNode(ctx context.Context, n NodeInfo) error
+	// StopNode marks a node stopped.
+	StopNode(ctx context.Context, nodeID string) error
+}
+
+// TaskRef names a task and its tenant.
+type TaskRef struct{ Tenant, TaskID string }
+
+// NodeInfo describes a running bap serve process.
+type NodeInfo struct {
+	ID              string
+	AdvertiseURL    string
+	SoftwareVersion string
+}
+
+// IdempotencyClaim is the record of an Idempotency-Key: claimed in the command's transaction and
+// completed with the first response.
+type IdempotencyClaim struct {
+	Tenant      string
+	Key         string
+	Operation   string
+	Fingerprint idempotency.Fingerprint
+	CommandID   string
+	NodeID      string
+	Completed   bool
+	Status      int
+	Body        []byte
+	ExpiresAt   time.Time
+}
+
+// Tx is one open command transaction. Writes may be buffered and sent at commit; reads see earlier
+// writes of the same Tx.
+type Tx interface {
+	// ClaimIdempotency records c as in flight. When the key is already recorded it returns that
+	// record and claimed=false, waiting first for any transaction that holds the key.
+	ClaimIdempotency(ctx context.Context, c IdempotencyClaim) (existing *IdempotencyClaim, claimed bool, err error)
+	// CompleteIdempotency stores the first response of a claimed key.
+	CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error
+
+	// InsertTask creates a task with its policy and plan.
+	InsertTask(ctx context.Context, t *Task) error
+	// LockTask reads a task of tenant and locks it until the end of the transaction.
+	LockTask(ctx context.Context, tenant, taskID string) (*Task, error)
+	// UpdateTask writes a task's state, verification, timestamps and last_seq.
+	UpdateTask(ctx context.Context, t *Task) error
+	// AppendEvent appends an event (seq already assigned) and its outbox message.
+	AppendEvent(ctx context.Context, e *Event) error
+	// RecordCommand records a command before anything it causes.
+	RecordCommand(ctx context.Context, c *Command) error
+	// IssueReceipt records a command's receipt.
+	IssueReceipt(ctx context.Context, r *Receipt) error
+	// OldestWaitingTask finds the oldest task of tenant still in `created` (awaiting admission),
+	// locking it and skipping tasks another transaction holds.
+	OldestWaitingTask(ctx context.Context, tenant string) (*Task, error)
+	// CountActiveTasks counts tenant's non-terminal tasks past admission.
+	CountActiveTasks(ctx context.Context, tenant string) (int, error)
+
+	// InsertApproval records a pending approval.
+	InsertApproval(ctx context.Context, a *Approval) error
+	// GetApproval reads an approval of tenant without locking it.
+	GetApproval(ctx context.Context, tenant, approvalID string) (*Approval, error)
+	// LockApproval reads an approval of tenant and locks it.
+	LockApproval(ctx context.Context, tenant, approvalID string) (*Approval, error)
+	// CloseApproval writes an approval's new state and, when present, its decision.
+	CloseApproval(ctx context.Context, a *Approval, commandID string) error
+	// PendingApprovals lists the pending approvals of a task, locked.
+	PendingApprovals(ctx context.Context, tenant, taskID string) ([]*Approval, error)
+}
+
+// Command is the record of one mutating request against a task.
+type Command struct {
+	ID            string
+	Tenant        string
+	TaskID        string
+	Operation     string
+	Actor         string
+	SideEffecting bool
+	NodeID        string
+	RecordedAt    time.Time
+}

@@ -1,0 +1,327 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/originweave/bap/server/internal/idempotency"
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// Config tunes the runtime's use-cases.
+type Config struct {
+	// NodeID identifies this process in claims and commands.
+	NodeID string
+	// IdempotencyTTL is how long a completed key keeps its first response (default 24 h).
+	IdempotencyTTL time.Duration
+	// MaxActiveTasksPerTenant caps admitted, non-terminal tasks per tenant; 0 means no cap. Tasks
+	// over the cap wait in `created` and are admitted, oldest first, when capacity frees.
+	MaxActiveTasksPerTenant int
+	// InFlightRetryAfter is the Retry-After given with idempotency_in_flight (default 1 s).
+	InFlightRetryAfter time.Duration
+	// Now is the clock (default time.Now); tests may fix it.
+	Now func() time.Time
+	// Logger receives operational logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.IdempotencyTTL <= 0 {
+		c.IdempotencyTTL = 24 * time.Hour
+	}
+	if c.InFlightRetryAfter <= 0 {
+		c.InFlightRetryAfter = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports a configuration the service cannot run with.
+func (c *Config) Validate() error {
+	if c.NodeID == "" {
+		return errors.New("app: Config.NodeID is required")
+	}
+	if c.MaxActiveTasksPerTenant < 0 {
+		return errors.New("app: Config.MaxActiveTasksPerTenant must not be negative")
+	}
+	return nil
+}
+
+// Service runs BAP's task commands and queries. Safe for concurrent use.
+type Service struct {
+	store Store
+	cfg   Config
+}
+
+// NewService builds a Service over store.
+func NewService(store Store, cfg Config) (*Service, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{store: store, cfg: cfg}, nil
+}
+
+// Call is one mutating request as a transport received it, after authentication and validation.
+type Call struct {
+	Actor          Actor
+	Operation      string
+	IdempotencyKey string
+	Fingerprint    idempotency.Fingerprint
+}
+
+// Response is the exact answer to a mutating request: what the first request got, stored with its
+// command and replayed for later requests with the same key.
+type Response struct {
+	Status   int
+	Body     []byte
+	Replayed bool
+}
+
+// Responder renders a command's outcome into the transport's response bytes. It is called inside
+// the command's transaction so that the stored first response and the command commit together;
+// it must be deterministic and free of side effects.
+type Responder interface {
+	// Success renders the result of an accepted command.
+	Success(result any) (Response, error)
+	// Failure renders a refusal that was recorded with the rejected receipt rc.
+	Failure(e *Error, rc *Receipt) (Response, error)
+}
+
+// rejection marks a command refused by the task's state or policy: it is recorded (rejected
+// receipt, stored response) rather than rolled back.
+type rejection struct {
+	err     *Error
+	receipt *Receipt
+}
+
+func (r *rejection) Error() string { return r.err.Error() }
+
+// runCommand executes one mutating request: claim the key, run exec, store the rendered response,
+// all in one transaction. exec records the command and its receipt. An *Error returned by exec
+// (or any other error) rolls everything back — the request was refused before it became a command
+// and is not recorded under its key.
+func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
+	exec func(ctx context.Context, tx Tx, cmd *Command) (any, error),
+) (Response, error) {
+	var resp Response
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		resp = Response{}
+		now := s.cfg.Now()
+		cmd := &Command{
+			ID: ids.New(ids.Command), Tenant: call.Actor.Tenant, Operation: call.Operation,
+			Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: now,
+		}
+		existing, claimed, err := tx.ClaimIdempotency(ctx, IdempotencyClaim{
+			Tenant: call.Actor.Tenant, Key: call.IdempotencyKey, Operation: call.Operation,
+			Fingerprint: call.Fingerprint, CommandID: cmd.ID, NodeID: s.cfg.NodeID,
+			ExpiresAt: now.Add(s.cfg.IdempotencyTTL),
+		})
+		if err != nil {
+			return fmt.Errorf("claiming idempotency key: %w", err)
+		}
+		if !claimed {
+			switch idempotency.Judge(existing.Operation, existing.Fingerprint, existing.Completed, call.Operation, call.Fingerprint) {
+			case idempotency.Replay:
+				resp = Response{Status: existing.Status, Body: existing.Body, Replayed: true}
+				return nil
+			case idempotency.InFlight:
+				return &Error{Code: CodeIdempotencyInFlight,
+					Detail: "a request with this Idempotency-Key is still executing; retry later", RetryAfter: s.cfg.InFlightRetryAfter}
+			default:
+				return &Error{Code: CodeIdempotencyKeyReused,
+					Detail: "this Idempotency-Key was used with another operation or body"}
+			}
+		}
+		result, err := exec(ctx, tx, cmd)
+		var rej *rejection
+		switch {
+		case errors.As(err, &rej):
+			resp, err = r.Failure(rej.err, rej.receipt)
+		case err != nil:
+			return err
+		default:
+			resp, err = r.Success(result)
+		}
+		if err != nil {
+			return fmt.Errorf("rendering response: %w", err)
+		}
+		return tx.CompleteIdempotency(ctx, call.Actor.Tenant, call.IdempotencyKey, resp.Status, resp.Body)
+	})
+	return resp, err
+}
+
+// commandCtx carries one command's task, transaction and actor through its steps.
+type commandCtx struct {
+	s   *Service
+	tx  Tx
+	cmd *Command
+	t   *Task
+	now time.Time
+}
+
+// emit appends an event to the task's history (and outbox), assigning the next seq.
+func (c *commandCtx) emit(ctx context.Context, t *Task, typ, cause string, data map[string]any) error {
+	t.LastSeq++
+	if data == nil {
+		data = map[string]any{}
+	}
+	e := &Event{
+		ID: ids.New(ids.Event), TaskID: t.ID, Tenant: t.Tenant, Seq: t.LastSeq, Type: typ, Time: c.now,
+		Actor: c.cmd.Actor, Cause: cause, CommandID: c.cmd.ID, Data: data,
+	}
+	if err := c.tx.AppendEvent(ctx, e); err != nil {
+		return fmt.Errorf("appending %s event to task %s: %w", typ, t.ID, err)
+	}
+	return nil
+}
+
+// transition moves t by trigger, recording a task.state_changed event; an impossible transition
+// is an *Error with code invalid_transition.
+func (c *commandCtx) transition(ctx context.Context, t *Task, trig task.Trigger, cause string) error {
+	next, err := task.Next(t.State, trig)
+	if err != nil {
+		return Errorf(CodeInvalidTransition, "task is %s; %s is not possible from that state", t.State, trig)
+	}
+	from := t.State
+	t.State = next
+	t.UpdatedAt = c.now
+	if next.Terminal() {
+		end := c.now
+		t.EndedAt = &end
+	}
+	return c.emit(ctx, t, "task.state_changed", cause, map[string]any{
+		"from": string(from), "to": string(next), "trigger": string(trig),
+	})
+}
+
+// record records the command against t (locked or just created) with a command.recorded event.
+func (c *commandCtx) record(ctx context.Context, t *Task, sideEffecting bool) error {
+	c.t = t
+	c.cmd.TaskID = t.ID
+	c.cmd.SideEffecting = sideEffecting
+	if err := c.tx.RecordCommand(ctx, c.cmd); err != nil {
+		return fmt.Errorf("recording command: %w", err)
+	}
+	return c.emit(ctx, t, "command.recorded", c.cmd.Operation, map[string]any{
+		"command_id": c.cmd.ID, "operation": c.cmd.Operation,
+	})
+}
+
+// receipt issues the command's receipt, records receipt.issued and writes the task row.
+func (c *commandCtx) receipt(ctx context.Context, outcome task.Outcome, code Code, detail string) (*Receipt, error) {
+	r := &Receipt{
+		ID: ids.New(ids.Receipt), CommandID: c.cmd.ID, TaskID: c.t.ID, Operation: c.cmd.Operation,
+		Outcome: outcome, ProblemCode: code, Detail: detail, IssuedAt: c.now,
+	}
+	if err := c.tx.IssueReceipt(ctx, r); err != nil {
+		return nil, fmt.Errorf("issuing receipt: %w", err)
+	}
+	data := map[string]any{"receipt_id": r.ID, "command_id": r.CommandID, "operation": r.Operation, "outcome": string(r.Outcome)}
+	if code != "" {
+		data["problem_code"] = string(code)
+	}
+	if err := c.emit(ctx, c.t, "receipt.issued", c.cmd.Operation, data); err != nil {
+		return nil, err
+	}
+	if err := c.tx.UpdateTask(ctx, c.t); err != nil {
+		return nil, fmt.Errorf("writing task %s: %w", c.t.ID, err)
+	}
+	return r, nil
+}
+
+// reject records the command as rejected with e and returns the rejection marker for runCommand.
+func (c *commandCtx) reject(ctx context.Context, e *Error) error {
+	rc, err := c.receipt(ctx, task.Rejected, e.Code, e.Detail)
+	if err != nil {
+		return err
+	}
+	return &rejection{err: e, receipt: rc}
+}
+
+// beginOnTask starts a command against an existing task: lock it, expire it if its deadline
+// passed, and record the command.
+func (s *Service) beginOnTask(ctx context.Context, tx Tx, cmd *Command, taskID string, sideEffecting bool) (*commandCtx, error) {
+	c := &commandCtx{s: s, tx: tx, cmd: cmd, now: s.cfg.Now()}
+	t, err := tx.LockTask(ctx, cmd.Tenant, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.record(ctx, t, sideEffecting); err != nil {
+		return nil, err
+	}
+	if err := c.expireIfDue(ctx, t); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// expireIfDue moves a task whose deadline passed to `expired`.
+func (c *commandCtx) expireIfDue(ctx context.Context, t *Task) error {
+	if t.Deadline == nil || t.State.Terminal() || c.now.Before(*t.Deadline) {
+		return nil
+	}
+	if err := c.transition(ctx, t, task.Expire, "deadline"); err != nil {
+		return err
+	}
+	if err := c.cancelPendingApprovals(ctx, t, task.ApprovalExpired); err != nil {
+		return err
+	}
+	return c.admitWaiting(ctx, t.Tenant)
+}
+
+// admitWaiting admits the oldest task waiting for capacity, if the tenant has room now.
+func (c *commandCtx) admitWaiting(ctx context.Context, tenant string) error {
+	max := c.s.cfg.MaxActiveTasksPerTenant
+	if max == 0 {
+		return nil
+	}
+	n, err := c.tx.CountActiveTasks(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if n >= max {
+		return nil
+	}
+	w, err := c.tx.OldestWaitingTask(ctx, tenant)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.transition(ctx, w, task.Admit, "capacity_freed"); err != nil {
+		return err
+	}
+	return c.tx.UpdateTask(ctx, w)
+}
+
+// cancelPendingApprovals closes every pending approval of t with state (cancelled or expired).
+func (c *commandCtx) cancelPendingApprovals(ctx context.Context, t *Task, state task.ApprovalState) error {
+	pending, err := c.tx.PendingApprovals(ctx, t.Tenant, t.ID)
+	if err != nil {
+		return err
+	}
+	for _, a := range pending {
+		a.State = state
+		closed := c.now
+		a.ClosedAt = &closed
+		if err := c.tx.CloseApproval(ctx, a, c.cmd.ID); err != nil {
+			return err
+		}
+		if err := c.emit(ctx, t, "approval.resolved", c.cmd.Operation, map[string]any{
+			"approval_id": a.ID, "state": string(a.State),
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

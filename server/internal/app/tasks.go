@@ -1,0 +1,279 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// CreateTaskInput is a validated create_task body.
+type CreateTaskInput struct {
+	Goal          string
+	Policy        PolicySpec
+	Postcondition json.RawMessage
+	Deadline      *time.Time
+	Plan          []PlanStep
+}
+
+// TaskResult is the result of create_task and cancel_task: the task after the command and the
+// command's receipt.
+type TaskResult struct {
+	Task    *Task
+	Receipt *Receipt
+}
+
+// CloseResult is the result of close_task.
+type CloseResult struct {
+	Task          *Task
+	Postcondition PostconditionResult
+	Receipt       *Receipt
+}
+
+// CreateTask records a new task and admits it when the tenant has capacity.
+func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput, r Responder) (Response, error) {
+	if err := validatePolicy(in.Policy); err != nil {
+		return Response{}, err
+	}
+	if err := validatePostcondition(in.Postcondition); err != nil {
+		return Response{}, err
+	}
+	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+		now := s.cfg.Now()
+		if in.Deadline != nil && !in.Deadline.After(now) {
+			return nil, Errorf(CodeInvalidRequest, "deadline must be in the future")
+		}
+		t := &Task{
+			ID: ids.New(ids.Task), Tenant: call.Actor.Tenant, Goal: in.Goal, State: task.Created,
+			Policy: in.Policy, Postcondition: in.Postcondition, Plan: in.Plan,
+			CreatedBy: call.Actor.Subject, CreatedAt: now, UpdatedAt: now,
+		}
+		if in.Deadline != nil {
+			d := in.Deadline.UTC()
+			t.Deadline = &d
+		}
+		if err := tx.InsertTask(ctx, t); err != nil {
+			return nil, fmt.Errorf("inserting task: %w", err)
+		}
+		c := &commandCtx{s: s, tx: tx, cmd: cmd, now: now, t: t}
+		if err := c.emit(ctx, t, "task.created", "create_task", map[string]any{
+			"state": string(t.State), "goal": t.Goal, "delegated": len(t.Plan) > 0,
+		}); err != nil {
+			return nil, err
+		}
+		if err := c.record(ctx, t, false); err != nil {
+			return nil, err
+		}
+		admit := true
+		if max := s.cfg.MaxActiveTasksPerTenant; max > 0 {
+			n, err := tx.CountActiveTasks(ctx, t.Tenant)
+			if err != nil {
+				return nil, err
+			}
+			admit = n < max
+		}
+		if admit {
+			if err := c.transition(ctx, t, task.Admit, "admission"); err != nil {
+				return nil, err
+			}
+		}
+		rc, err := c.receipt(ctx, task.Applied, "", "")
+		if err != nil {
+			return nil, err
+		}
+		return &TaskResult{Task: t, Receipt: rc}, nil
+	})
+}
+
+// GetTask reads a task of the actor's tenant. A task whose deadline passed is expired first, so a
+// reader never sees a live task past its deadline.
+func (s *Service) GetTask(ctx context.Context, actor Actor, taskID string) (*Task, error) {
+	t, err := s.store.GetTask(ctx, actor.Tenant, taskID)
+	if err != nil {
+		return nil, err
+	}
+	if t.Deadline == nil || t.State.Terminal() || s.cfg.Now().Before(*t.Deadline) {
+		return t, nil
+	}
+	if err := s.expireTask(ctx, TaskRef{Tenant: actor.Tenant, TaskID: taskID}); err != nil {
+		return nil, err
+	}
+	return s.store.GetTask(ctx, actor.Tenant, taskID)
+}
+
+// MaxEventPage is the largest page list_task_events returns.
+const MaxEventPage = 1000
+
+// ListTaskEvents reads a page of a task's history after seq `after`. next is the cursor of the
+// next page, or nil when this page reached the end of the history as it stands.
+func (s *Service) ListTaskEvents(ctx context.Context, actor Actor, taskID string, after int64, limit int) (events []Event, next *int64, err error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	if limit > MaxEventPage {
+		limit = MaxEventPage
+	}
+	if after < 0 {
+		return nil, nil, Errorf(CodeInvalidRequest, "after must not be negative")
+	}
+	if _, err := s.store.GetTask(ctx, actor.Tenant, taskID); err != nil {
+		return nil, nil, err
+	}
+	// One more than asked tells whether another page exists without a second query.
+	evs, err := s.store.ListEvents(ctx, actor.Tenant, taskID, after, limit+1)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(evs) > limit {
+		evs = evs[:limit]
+		n := evs[len(evs)-1].Seq
+		next = &n
+	}
+	return evs, next, nil
+}
+
+// CancelTask cancels a non-terminal task and closes its pending approvals.
+func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason string, r Responder) (Response, error) {
+	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
+		if err != nil {
+			return nil, err
+		}
+		cause := "cancel_task"
+		if reason != "" {
+			cause = "cancel_task: " + reason
+		}
+		if err := c.transition(ctx, c.t, task.Cancel, cause); err != nil {
+			return nil, c.reject(ctx, AsError(err))
+		}
+		if err := c.cancelPendingApprovals(ctx, c.t, task.ApprovalCancelled); err != nil {
+			return nil, err
+		}
+		if err := c.admitWaiting(ctx, c.t.Tenant); err != nil {
+			return nil, err
+		}
+		rc, err := c.receipt(ctx, task.Applied, "", "")
+		if err != nil {
+			return nil, err
+		}
+		return &TaskResult{Task: c.t, Receipt: rc}, nil
+	})
+}
+
+// CloseTask ends a task by its postcondition: succeeded when every clause holds, failed listing
+// the unmet clauses otherwise. Without a browser there is nothing to evaluate clauses against, so
+// a declared postcondition is unmet; a task without one closes succeeded, unverified.
+func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Responder) (Response, error) {
+	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
+		if err != nil {
+			return nil, err
+		}
+		res := PostconditionResult{Satisfied: true, Unmet: []json.RawMessage{}}
+		verification := "unverified"
+		trig := task.CloseSucceeded
+		if len(c.t.Postcondition) > 0 {
+			clauses, err := postconditionClauses(c.t.Postcondition)
+			if err != nil {
+				return nil, err
+			}
+			// No browsing context exists yet: no clause can be shown to hold.
+			res = PostconditionResult{Satisfied: false, Unmet: clauses}
+			verification = "unmet"
+			trig = task.CloseFailed
+		}
+		if _, err := task.Next(c.t.State, trig); err != nil {
+			return nil, c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; close_task is not possible from that state", c.t.State))
+		}
+		if err := c.emit(ctx, c.t, "postcondition.evaluated", "close_task", map[string]any{
+			"satisfied": res.Satisfied, "unmet_count": len(res.Unmet), "verification": verification,
+		}); err != nil {
+			return nil, err
+		}
+		c.t.Verification = verification
+		if err := c.transition(ctx, c.t, trig, "close_task"); err != nil {
+			return nil, err
+		}
+		if err := c.admitWaiting(ctx, c.t.Tenant); err != nil {
+			return nil, err
+		}
+		rc, err := c.receipt(ctx, task.Applied, "", "")
+		if err != nil {
+			return nil, err
+		}
+		return &CloseResult{Task: c.t, Postcondition: res, Receipt: rc}, nil
+	})
+}
+
+// ResumeTask resumes a checkpointed task from a checkpoint. Only a `checkpointed` task can be
+// resumed; restoring browser state needs the browser adapter.
+func (s *Service) ResumeTask(ctx context.Context, call Call, taskID, checkpointID string, r Responder) (Response, error) {
+	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := task.Next(c.t.State, task.Resume); err != nil {
+			return nil, c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; only a checkpointed task can be resumed", c.t.State))
+		}
+		return nil, &Error{Code: CodeBrowserUnavailable, Detail: "restoring a checkpoint needs the browser adapter, which this server does not run"}
+	})
+}
+
+func validatePolicy(p PolicySpec) error {
+	rules := make([]policy.ApprovalRule, 0, len(p.ApprovalRules))
+	for _, r := range p.ApprovalRules {
+		rules = append(rules, policy.ApprovalRule{Effect: policy.Effect(r.Effect), Origins: r.Origins})
+	}
+	if _, err := policy.ParsePolicy(p.AllowedOrigins, rules); err != nil {
+		return Errorf(CodeInvalidRequest, "policy: %v", err)
+	}
+	return nil
+}
+
+// postconditionClauses splits {"all": [clause, ...]} into its clauses.
+func postconditionClauses(raw json.RawMessage) ([]json.RawMessage, error) {
+	var pc struct {
+		All []json.RawMessage `json:"all"`
+	}
+	if err := json.Unmarshal(raw, &pc); err != nil {
+		return nil, fmt.Errorf("decoding stored postcondition: %w", err)
+	}
+	return pc.All, nil
+}
+
+// validatePostcondition checks what the schema cannot: that regular expressions compile (RE2).
+func validatePostcondition(raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	clauses, err := postconditionClauses(raw)
+	if err != nil {
+		return Errorf(CodeInvalidRequest, "postcondition must be {\"all\": [clause, ...]}")
+	}
+	for i, cl := range clauses {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(cl, &m); err != nil {
+			return Errorf(CodeInvalidRequest, "postcondition clause %d is not an object", i)
+		}
+		for _, key := range []string{"url_matches", "title_matches"} {
+			v, ok := m[key]
+			if !ok {
+				continue
+			}
+			var re string
+			if err := json.Unmarshal(v, &re); err != nil {
+				return Errorf(CodeInvalidRequest, "postcondition clause %d: %s must be a string", i, key)
+			}
+			if _, err := regexp.Compile(re); err != nil {
+				return Errorf(CodeInvalidRequest, "postcondition clause %d: %s is not a valid RE2 expression", i, key)
+			}
+		}
+	}
+	return nil
+}

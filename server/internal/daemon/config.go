@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Profile selects how callers are authenticated.
+type Profile string
+
+const (
+	// ProfileLocal serves the local operator of tenant `local` on a Unix socket and loopback TCP,
+	// without tokens.
+	ProfileLocal Profile = "local"
+	// ProfileRemote requires an OAuth bearer token on every non-anonymous request.
+	ProfileRemote Profile = "remote"
+)
+
+// Config is everything `bap serve` needs; main fills it from flags and the environment.
+type Config struct {
+	Profile      Profile
+	Listen       string // host:port for TCP
+	Socket       string // Unix socket path (local profile); default <DataDir>/bap.sock
+	DataDir      string
+	DatabaseURL  string // empty: the embedded cluster under DataDir
+	Issuer       string
+	AdvertiseURL string
+	TLSCert      string
+	TLSKey       string
+	InsecureHTTP bool
+	// AccessTokenTTL is the lifetime of issued access tokens (at most 15 minutes).
+	AccessTokenTTL time.Duration
+	// MCPConformanceFixtures mounts /mcp-conformance (local profile only, for tests).
+	MCPConformanceFixtures bool
+	// Chromium is the browser binary (BAP_CHROMIUM); empty: looked up on PATH.
+	Chromium string
+	// IdempotencyTTL is how long completed idempotency keys are kept (default 24 h).
+	IdempotencyTTL time.Duration
+	// MaxActiveTasksPerTenant caps admitted tasks per tenant (0: no cap).
+	MaxActiveTasksPerTenant int
+	// MaxBodyBytes bounds request bodies (default 1 MiB); larger → 413.
+	MaxBodyBytes int64
+	// UpkeepInterval is the period of deadline expiry, key purge and heartbeat (default 1 s).
+	UpkeepInterval time.Duration
+	// ShutdownTimeout bounds graceful shutdown (default 10 s).
+	ShutdownTimeout time.Duration
+	// DBMaxConns caps the connection pool (default 32).
+	DBMaxConns int32
+	Logger     *slog.Logger
+}
+
+// DefaultDataDir is /var/lib/bap for root, else $XDG_STATE_HOME/bap or ~/.local/state/bap.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/bap"
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "bap")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "bap")
+	}
+	return filepath.Join(home, ".local", "state", "bap")
+}
+
+func (c *Config) setDefaults() {
+	if c.Profile == "" {
+		c.Profile = ProfileLocal
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7777"
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir()
+	}
+	if c.Socket == "" && c.Profile == ProfileLocal {
+		c.Socket = filepath.Join(c.DataDir, "bap.sock")
+	}
+	if c.AccessTokenTTL == 0 {
+		c.AccessTokenTTL = 15 * time.Minute
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.UpkeepInterval == 0 {
+		c.UpkeepInterval = time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.DBMaxConns == 0 {
+		c.DBMaxConns = 32
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.AdvertiseURL == "" {
+		scheme := "http"
+		if c.TLSCert != "" {
+			scheme = "https"
+		}
+		c.AdvertiseURL = scheme + "://" + c.Listen
+	}
+}
+
+// Validate reports a configuration that must not start.
+func (c *Config) Validate() error {
+	switch c.Profile {
+	case ProfileLocal:
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen %q: %w", c.Listen, err)
+		}
+		ip := net.ParseIP(host)
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return fmt.Errorf("--listen %q: the local profile serves loopback addresses only (use --profile remote to serve a network)", c.Listen)
+		}
+		if c.TLSCert != "" || c.TLSKey != "" {
+			return errors.New("--tls-cert/--tls-key belong to the remote profile")
+		}
+	case ProfileRemote:
+		return errors.New("the remote profile needs the OAuth authorization server, which this build does not include yet; use --profile local")
+	default:
+		return fmt.Errorf("--profile %q: must be local or remote", c.Profile)
+	}
+	if c.MCPConformanceFixtures && c.Profile != ProfileLocal {
+		return errors.New("--mcp-conformance-fixtures is for the local profile only")
+	}
+	if c.AccessTokenTTL < 0 || c.AccessTokenTTL > 15*time.Minute {
+		return fmt.Errorf("--access-token-ttl %s: must be positive and at most 15m", c.AccessTokenTTL)
+	}
+	if c.IdempotencyTTL < 0 {
+		return errors.New("idempotency retention must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/originweave/bap/server/internal/api"
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/pgcluster"
+	"github.com/originweave/bap/server/internal/store"
+	"github.com/originweave/bap/server/internal/version"
+)
+
+// Database is an open, migrated database and whatever must be stopped after the pool closes.
+type Database struct {
+	Pool    *pgxpool.Pool
+	cluster *pgcluster.Cluster
+}
+
+// OpenDatabase connects to cfg.DatabaseURL, or starts (or adopts) the embedded cluster under
+// cfg.DataDir when it is empty, and applies pending migrations.
+func OpenDatabase(ctx context.Context, cfg Config) (*Database, error) {
+	cfg.setDefaults()
+	db := &Database{}
+	dsn := cfg.DatabaseURL
+	if dsn == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating data dir: %w", err)
+		}
+		c, err := pgcluster.Start(ctx, pgcluster.Config{DataDir: cfg.DataDir, Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("starting embedded PostgreSQL: %w", err)
+		}
+		db.cluster = c
+		dsn = c.ConnString("bap")
+	}
+	pool, err := store.Open(ctx, dsn, cfg.DBMaxConns)
+	if err != nil {
+		db.Close(ctx)
+		return nil, err
+	}
+	db.Pool = pool
+	applied, err := store.Migrate(ctx, pool)
+	if err != nil {
+		db.Close(ctx)
+		return nil, err
+	}
+	if len(applied) > 0 {
+		cfg.Logger.Info("migrations applied", "versions", applied)
+	}
+	return db, nil
+}
+
+// Close closes the pool and stops an embedded cluster.
+func (d *Database) Close(ctx context.Context) {
+	if d.Pool != nil {
+		d.Pool.Close()
+	}
+	if d.cluster != nil {
+		_ = d.cluster.Stop(ctx)
+	}
+}
+
+// Run starts the server and blocks until ctx ends, then shuts down gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	db, err := OpenDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer db.Close(context.WithoutCancel(ctx))
+
+	nodeID := newNodeID()
+	svc, err := app.NewService(store.New(db.Pool), app.Config{
+		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := svc.RegisterNode(ctx, cfg.AdvertiseURL, version.Software); err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	handler, err := api.New(api.Options{
+		Service: svc, Logger: log, Registry: reg, MaxBodyBytes: cfg.MaxBodyBytes,
+		Ready:         func(ctx context.Context) error { return checkReady(ctx, db.Pool) },
+		Authenticator: api.LocalOperator{},
+	})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+
+	var listeners []net.Listener
+	closeAll := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	tcp, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	listeners = append(listeners, tcp)
+	if cfg.Socket != "" {
+		ul, err := listenUnix(cfg.Socket)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		listeners = append(listeners, ul)
+	}
+
+	upkeepCtx, stopUpkeep := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		svc.Upkeep(upkeepCtx, cfg.UpkeepInterval, cfg.AdvertiseURL, version.Software)
+	}()
+
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func(l net.Listener) {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serving %s: %w", l.Addr(), err)
+			}
+		}(l)
+	}
+	log.Info("ready", "listen", tcp.Addr().String(), "socket", cfg.Socket, "profile", string(cfg.Profile),
+		"node_id", nodeID, "version", version.Software)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("graceful shutdown incomplete", "err", err)
+		_ = srv.Close()
+	}
+	stopUpkeep()
+	wg.Wait()
+	if err := svc.StopNode(sctx); err != nil {
+		log.Warn("marking node stopped", "err", err)
+	}
+	if cfg.Socket != "" {
+		_ = os.Remove(cfg.Socket)
+	}
+	log.Info("stopped")
+	return serveErr
+}
+
+// checkReady reports whether every migration this build knows is applied.
+func checkReady(ctx context.Context, pool *pgxpool.Pool) error {
+	v, err := store.AppliedVersion(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if want := store.SchemaVersion(); v < want {
+		return fmt.Errorf("schema version %d, want %d", v, want)
+	}
+	return nil
+}
+
+// listenUnix listens on a Unix socket with mode 0600, removing a stale socket file left by a dead
+// process but refusing to steal one a live server still answers on.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating socket dir: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("socket path %s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("socket %s: another server is listening on it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing stale socket %s: %w", path, err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("restricting socket %s: %w", path, err)
+	}
+	return l, nil
+}
+
+func newNodeID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "node_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,232 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// ClaimIdempotency implements app.Tx. The INSERT waits on the unique key while another
+// transaction holds it, so of many concurrent requests with one key exactly one claims it and the
+// others see its committed record.
+func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*app.IdempotencyClaim, bool, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		tag, err := q.Exec(ctx, `INSERT INTO idempotency_record (tenant_id, idempotency_key, operation, request_hash,
+			state, command_id, node_id, expires_at) VALUES ($1, $2, $3, $4, 'in_flight', $5, $6, $7)
+			ON CONFLICT (tenant_id, idempotency_key) DO NOTHING`,
+			c.Tenant, c.Key, c.Operation, c.Fingerprint[:], c.CommandID, nullIfEmpty(c.NodeID), c.ExpiresAt)
+		if err != nil {
+			return nil, false, fmt.Errorf("claiming key: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			return nil, true, nil
+		}
+		var ex app.IdempotencyClaim
+		var hash []byte
+		var state string
+		var status *int
+		var nodeID *string
+		err = q.QueryRow(ctx, `SELECT tenant_id, idempotency_key, operation, request_hash, state, command_id, node_id,
+			response_status, response_body, expires_at FROM idempotency_record
+			WHERE tenant_id = $1 AND idempotency_key = $2`, c.Tenant, c.Key).
+			Scan(&ex.Tenant, &ex.Key, &ex.Operation, &hash, &state, &ex.CommandID, &nodeID, &status, &ex.Body, &ex.ExpiresAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // purged between the two statements: claim again
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("reading claimed key: %w", err)
+		}
+		copy(ex.Fingerprint[:], hash)
+		ex.Completed = state == "completed"
+		if status != nil {
+			ex.Status = *status
+		}
+		if nodeID != nil {
+			ex.NodeID = *nodeID
+		}
+		return &ex, false, nil
+	}
+	return nil, false, errors.New("claiming key: record kept disappearing")
+}
+
+// CompleteIdempotency implements app.Tx.
+func (t *pgTx) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
+	t.queue(`UPDATE idempotency_record SET state = 'completed', response_status = $3, response_body = $4,
+		completed_at = now() WHERE tenant_id = $1 AND idempotency_key = $2`, tenant, key, status, body)
+	return nil
+}
+
+// PurgeIdempotency implements app.Store.
+func (s *Store) PurgeIdempotency(ctx context.Context, now time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM idempotency_record WHERE state = 'completed' AND expires_at <= $1`, now)
+	if err != nil {
+		return 0, fmt.Errorf("purging idempotency records: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// wireEvent is the outbox payload: the event exactly as subscribers receive it.
+type wireEvent struct {
+	EventID string         `json:"event_id"`
+	TaskID  string         `json:"task_id"`
+	Seq     int64          `json:"seq"`
+	Type    string         `json:"type"`
+	Time    string         `json:"time"`
+	Actor   string         `json:"actor,omitempty"`
+	Cause   string         `json:"cause,omitempty"`
+	Data    map[string]any `json:"data"`
+}
+
+// AppendEvent implements app.Tx: the history row and its outbox message, in the same transaction.
+func (t *pgTx) AppendEvent(ctx context.Context, e *app.Event) error {
+	data, err := json.Marshal(e.Data)
+	if err != nil {
+		return fmt.Errorf("encoding event data: %w", err)
+	}
+	payload, err := json.Marshal(wireEvent{
+		EventID: e.ID, TaskID: e.TaskID, Seq: e.Seq, Type: e.Type, Time: e.Time.UTC().Format(time.RFC3339Nano),
+		Actor: e.Actor, Cause: e.Cause, Data: e.Data,
+	})
+	if err != nil {
+		return fmt.Errorf("encoding event: %w", err)
+	}
+	meta, _ := json.Marshal(map[string]string{"tenant_id": e.Tenant, "task_id": e.TaskID})
+	t.queue(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)`,
+		e.Tenant, e.TaskID, e.Seq, e.ID, e.Type, e.Time, e.Actor, e.Cause, nullIfEmpty(e.CommandID), data)
+	t.queue(`INSERT INTO outbox_event (uuid, payload, metadata, tenant_id, task_id, seq) VALUES ($1, $2, $3::jsonb, $4, $5, $6)`,
+		e.ID, payload, meta, e.Tenant, e.TaskID, e.Seq)
+	return nil
+}
+
+// RecordCommand implements app.Tx.
+func (t *pgTx) RecordCommand(ctx context.Context, c *app.Command) error {
+	t.queue(`INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting, node_id, recorded_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		c.Tenant, c.ID, c.TaskID, c.Operation, c.Actor, c.SideEffecting, nullIfEmpty(c.NodeID), c.RecordedAt)
+	return nil
+}
+
+// IssueReceipt implements app.Tx.
+func (t *pgTx) IssueReceipt(ctx context.Context, r *app.Receipt) error {
+	t.queue(`INSERT INTO task_receipt (tenant_id, receipt_id, command_id, outcome, problem_code, detail, issued_at)
+		SELECT tenant_id, $1, $2, $3, $4, $5, $6 FROM task_command WHERE command_id = $2`,
+		r.ID, r.CommandID, string(r.Outcome), nullIfEmpty(string(r.ProblemCode)), r.Detail, r.IssuedAt)
+	return nil
+}
+
+const approvalColumns = `a.tenant_id, a.approval_id, a.task_id, a.command_id, a.state, a.reason, coalesce(a.effect, ''),
+	a.requested_by, a.requested_at, a.closed_at, d.decision, d.decided_by, d.reason, d.decided_at`
+
+const approvalFrom = ` FROM approval_request a LEFT JOIN approval_decision d ON d.approval_id = a.approval_id`
+
+func scanApproval(row pgx.Row) (*app.Approval, error) {
+	var a app.Approval
+	var state string
+	var decision, decidedBy, reason *string
+	var decidedAt *time.Time
+	if err := row.Scan(&a.Tenant, &a.ID, &a.TaskID, &a.CommandID, &state, &a.Reason, &a.Effect,
+		&a.RequestedBy, &a.RequestedAt, &a.ClosedAt, &decision, &decidedBy, &reason, &decidedAt); err != nil {
+		return nil, translate(err)
+	}
+	a.State = task.ApprovalState(state)
+	utc(&a.RequestedAt)
+	utcp(a.ClosedAt)
+	if decision != nil {
+		a.Decision = &app.Decision{Decision: *decision, DecidedBy: *decidedBy, Reason: *reason, DecidedAt: decidedAt.UTC()}
+	}
+	return &a, nil
+}
+
+// InsertApproval implements app.Tx.
+func (t *pgTx) InsertApproval(ctx context.Context, a *app.Approval) error {
+	t.queue(`INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, effect, requested_by, requested_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		a.Tenant, a.ID, a.TaskID, a.CommandID, string(a.State), a.Reason, nullIfEmpty(a.Effect), a.RequestedBy, a.RequestedAt)
+	return nil
+}
+
+// GetApproval implements app.Tx.
+func (t *pgTx) GetApproval(ctx context.Context, tenant, approvalID string) (*app.Approval, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return scanApproval(q.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+` WHERE a.tenant_id = $1 AND a.approval_id = $2`, tenant, approvalID))
+}
+
+// LockApproval implements app.Tx.
+func (t *pgTx) LockApproval(ctx context.Context, tenant, approvalID string) (*app.Approval, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return scanApproval(q.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+` WHERE a.tenant_id = $1 AND a.approval_id = $2
+		FOR UPDATE OF a`, tenant, approvalID))
+}
+
+// PendingApprovals implements app.Tx.
+func (t *pgTx) PendingApprovals(ctx context.Context, tenant, taskID string) ([]*app.Approval, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT `+approvalColumns+approvalFrom+`
+		WHERE a.tenant_id = $1 AND a.task_id = $2 AND a.state = 'pending' ORDER BY a.requested_at FOR UPDATE OF a`, tenant, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("reading pending approvals: %w", err)
+	}
+	defer rows.Close()
+	var out []*app.Approval
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading pending approvals: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// CloseApproval implements app.Tx.
+func (t *pgTx) CloseApproval(ctx context.Context, a *app.Approval, commandID string) error {
+	t.queue(`UPDATE approval_request SET state = $3, closed_at = $4 WHERE tenant_id = $1 AND approval_id = $2`,
+		a.Tenant, a.ID, string(a.State), a.ClosedAt)
+	if a.Decision != nil {
+		t.queue(`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, reason, command_id, decided_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			a.Tenant, a.ID, a.Decision.Decision, a.Decision.DecidedBy, a.Decision.Reason, commandID, a.Decision.DecidedAt)
+	}
+	return nil
+}
+
+// RegisterNode implements app.Store.
+func (s *Store) RegisterNode(ctx context.Context, n app.NodeInfo) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO runtime_node (node_id, advertise_url, software_version) VALUES ($1, $2, $3)
+		ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now(), advertise_url = EXCLUDED.advertise_url`,
+		n.ID, n.AdvertiseURL, n.SoftwareVersion)
+	if err != nil {
+		return fmt.Errorf("registering node: %w", err)
+	}
+	return nil
+}
+
+// StopNode implements app.Store.
+func (s *Store) StopNode(ctx context.Context, nodeID string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE runtime_node SET stopped_at = now() WHERE node_id = $1`, nodeID)
+	if err != nil {
+		return fmt.Errorf("marking node stopped: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,4 @@
+// Package store is the PostgreSQL adapter of the runtime (pgx v5): it implements app.Store, owns
+// the transaction of every command, applies the embedded migrations, and translates pgx errors to
+// the app's sentinels at its edge. It must not import net/http, chromedp or any transport package.
+package store

@@ -1,0 +1,247 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+const taskColumns = `tenant_id, task_id, goal, state, coalesce(verification, ''), postcondition, deadline,
+	created_by, created_at, updated_at, ended_at, last_seq`
+
+func scanTask(row pgx.Row) (*app.Task, error) {
+	var t app.Task
+	var state string
+	var pc []byte
+	if err := row.Scan(&t.Tenant, &t.ID, &t.Goal, &state, &t.Verification, &pc, &t.Deadline,
+		&t.CreatedBy, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq); err != nil {
+		return nil, translate(err)
+	}
+	t.State = task.State(state)
+	if len(pc) > 0 {
+		t.Postcondition = json.RawMessage(pc)
+	}
+	utc(&t.CreatedAt)
+	utc(&t.UpdatedAt)
+	utcp(t.Deadline)
+	utcp(t.EndedAt)
+	return &t, nil
+}
+
+func utc(t *time.Time) { *t = t.UTC() }
+func utcp(t *time.Time) {
+	if t != nil {
+		*t = t.UTC()
+	}
+}
+
+// loadTaskDetails fills a task's policy and plan.
+func loadTaskDetails(ctx context.Context, q Querier, t *app.Task) error {
+	rows, err := q.Query(ctx, `SELECT pattern FROM task_allowed_origin WHERE task_id = $1 ORDER BY position`, t.ID)
+	if err != nil {
+		return fmt.Errorf("reading allowed origins: %w", err)
+	}
+	origins, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("reading allowed origins: %w", err)
+	}
+	t.Policy.AllowedOrigins = origins
+	rows, err = q.Query(ctx, `SELECT r.rule_index, r.effect, o.pattern
+		FROM task_approval_rule r LEFT JOIN task_approval_rule_origin o
+		  ON o.task_id = r.task_id AND o.rule_index = r.rule_index
+		WHERE r.task_id = $1 ORDER BY r.rule_index, o.position`, t.ID)
+	if err != nil {
+		return fmt.Errorf("reading approval rules: %w", err)
+	}
+	t.Policy.ApprovalRules = nil
+	last := -1
+	for rows.Next() {
+		var idx int
+		var effect string
+		var origin *string
+		if err := rows.Scan(&idx, &effect, &origin); err != nil {
+			rows.Close()
+			return fmt.Errorf("reading approval rules: %w", err)
+		}
+		if idx != last {
+			t.Policy.ApprovalRules = append(t.Policy.ApprovalRules, app.ApprovalRuleSpec{Effect: effect})
+			last = idx
+		}
+		if origin != nil {
+			r := &t.Policy.ApprovalRules[len(t.Policy.ApprovalRules)-1]
+			r.Origins = append(r.Origins, *origin)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading approval rules: %w", err)
+	}
+	rows, err = q.Query(ctx, `SELECT op, args, coalesce(max_attempts, 0) FROM task_plan_step WHERE task_id = $1 ORDER BY step_index`, t.ID)
+	if err != nil {
+		return fmt.Errorf("reading plan: %w", err)
+	}
+	t.Plan = nil
+	for rows.Next() {
+		var st app.PlanStep
+		var args []byte
+		if err := rows.Scan(&st.Op, &args, &st.MaxAttempts); err != nil {
+			rows.Close()
+			return fmt.Errorf("reading plan: %w", err)
+		}
+		st.Args = json.RawMessage(args)
+		t.Plan = append(t.Plan, st)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading plan: %w", err)
+	}
+	return nil
+}
+
+// GetTask implements app.Store.
+func (s *Store) GetTask(ctx context.Context, tenant, taskID string) (*app.Task, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task WHERE tenant_id = $1 AND task_id = $2`, tenant, taskID))
+	if err != nil {
+		return nil, err
+	}
+	if err := loadTaskDetails(ctx, s.pool, t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// ListEvents implements app.Store.
+func (s *Store) ListEvents(ctx context.Context, tenant, taskID string, after int64, limit int) ([]app.Event, error) {
+	rows, err := s.pool.Query(ctx, `SELECT event_id, task_id, tenant_id, seq, event_type, occurred_at, actor, cause,
+		coalesce(command_id, ''), data FROM agent_task_event
+		WHERE tenant_id = $1 AND task_id = $2 AND seq > $3 ORDER BY seq LIMIT $4`, tenant, taskID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("reading events: %w", err)
+	}
+	defer rows.Close()
+	var out []app.Event
+	for rows.Next() {
+		var e app.Event
+		var data []byte
+		if err := rows.Scan(&e.ID, &e.TaskID, &e.Tenant, &e.Seq, &e.Type, &e.Time, &e.Actor, &e.Cause, &e.CommandID, &data); err != nil {
+			return nil, fmt.Errorf("reading events: %w", err)
+		}
+		e.Time = e.Time.UTC()
+		if err := json.Unmarshal(data, &e.Data); err != nil {
+			return nil, fmt.Errorf("decoding event %s data: %w", e.ID, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading events: %w", err)
+	}
+	return out, nil
+}
+
+// DueForExpiry implements app.Store.
+func (s *Store) DueForExpiry(ctx context.Context, now time.Time, limit int) ([]app.TaskRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id, task_id FROM agent_task
+		WHERE deadline IS NOT NULL AND deadline <= $1
+		  AND state NOT IN ('succeeded', 'failed', 'cancelled', 'expired')
+		ORDER BY deadline LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing due tasks: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.TaskRef, error) {
+		var ref app.TaskRef
+		err := r.Scan(&ref.Tenant, &ref.TaskID)
+		return ref, err
+	})
+}
+
+// InsertTask implements app.Tx.
+func (t *pgTx) InsertTask(ctx context.Context, tk *app.Task) error {
+	var pc any
+	if len(tk.Postcondition) > 0 {
+		pc = []byte(tk.Postcondition)
+	}
+	t.queue(`INSERT INTO agent_task (tenant_id, task_id, goal, state, verification, postcondition, deadline,
+		created_by, created_at, updated_at, ended_at, last_seq)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12)`,
+		tk.Tenant, tk.ID, tk.Goal, string(tk.State), nullIfEmpty(tk.Verification), pc, tk.Deadline,
+		tk.CreatedBy, tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq)
+	for i, o := range tk.Policy.AllowedOrigins {
+		t.queue(`INSERT INTO task_allowed_origin (tenant_id, task_id, position, pattern) VALUES ($1, $2, $3, $4)`,
+			tk.Tenant, tk.ID, i, o)
+	}
+	for i, r := range tk.Policy.ApprovalRules {
+		t.queue(`INSERT INTO task_approval_rule (tenant_id, task_id, rule_index, effect) VALUES ($1, $2, $3, $4)`,
+			tk.Tenant, tk.ID, i, r.Effect)
+		for j, o := range r.Origins {
+			t.queue(`INSERT INTO task_approval_rule_origin (tenant_id, task_id, rule_index, position, pattern)
+				VALUES ($1, $2, $3, $4, $5)`, tk.Tenant, tk.ID, i, j, o)
+		}
+	}
+	for i, st := range tk.Plan {
+		args := []byte(st.Args)
+		if len(args) == 0 {
+			args = []byte("{}")
+		}
+		var maxAttempts any
+		if st.MaxAttempts > 0 {
+			maxAttempts = st.MaxAttempts
+		}
+		t.queue(`INSERT INTO task_plan_step (tenant_id, task_id, step_index, op, args, max_attempts)
+			VALUES ($1, $2, $3, $4, $5::jsonb, $6)`, tk.Tenant, tk.ID, i, st.Op, args, maxAttempts)
+	}
+	return nil
+}
+
+// LockTask implements app.Tx.
+func (t *pgTx) LockTask(ctx context.Context, tenant, taskID string) (*app.Task, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tk, err := scanTask(q.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task
+		WHERE tenant_id = $1 AND task_id = $2 FOR UPDATE`, tenant, taskID))
+	if err != nil {
+		return nil, err
+	}
+	if err := loadTaskDetails(ctx, q, tk); err != nil {
+		return nil, err
+	}
+	return tk, nil
+}
+
+// UpdateTask implements app.Tx.
+func (t *pgTx) UpdateTask(ctx context.Context, tk *app.Task) error {
+	t.queue(`UPDATE agent_task SET state = $3, verification = $4, updated_at = $5, ended_at = $6, last_seq = $7
+		WHERE tenant_id = $1 AND task_id = $2`,
+		tk.Tenant, tk.ID, string(tk.State), nullIfEmpty(tk.Verification), tk.UpdatedAt, tk.EndedAt, tk.LastSeq)
+	return nil
+}
+
+// CountActiveTasks implements app.Tx.
+func (t *pgTx) CountActiveTasks(ctx context.Context, tenant string) (int, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = q.QueryRow(ctx, `SELECT count(*) FROM agent_task WHERE tenant_id = $1
+		AND state IN ('admitted', 'running', 'waiting_for_approval', 'waiting_for_external_input', 'checkpointed')`, tenant).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("counting active tasks: %w", err)
+	}
+	return n, nil
+}
+
+// OldestWaitingTask implements app.Tx.
+func (t *pgTx) OldestWaitingTask(ctx context.Context, tenant string) (*app.Task, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return scanTask(q.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task
+		WHERE tenant_id = $1 AND state = 'created' ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED`, tenant))
+}
