@@ -50,8 +50,8 @@ func toTask(t *app.Task) (apigen.Task, error) {
 
 func toReceipt(r *app.Receipt) apigen.Receipt {
 	out := apigen.Receipt{
-		ReceiptId: r.ID, CommandId: r.CommandID, TaskId: ptr(r.TaskID), Outcome: apigen.ReceiptOutcome(r.Outcome),
-		Operation: ptr(apigen.CommandOperation(r.Operation)), IssuedAt: ptr(r.IssuedAt),
+		ReceiptId: r.ID, CommandId: r.CommandID, TaskId: r.TaskID, Outcome: apigen.ReceiptOutcome(r.Outcome),
+		Operation: apigen.CommandOperation(r.Operation), IssuedAt: r.IssuedAt,
 	}
 	if r.ProblemCode != "" {
 		out.ProblemCode = ptr(apigen.ProblemCode(r.ProblemCode))
@@ -64,8 +64,8 @@ func toReceipt(r *app.Receipt) apigen.Receipt {
 
 func toApproval(a *app.Approval) apigen.Approval {
 	out := apigen.Approval{
-		ApprovalId: a.ID, TaskId: ptr(a.TaskID), State: apigen.ApprovalState(a.State), Reason: ptr(a.Reason),
-		CommandId: ptr(a.CommandID), RequestedAt: ptr(a.RequestedAt), ResolvedAt: a.ClosedAt,
+		ApprovalId: a.ID, TaskId: a.TaskID, State: apigen.ApprovalState(a.State), Reason: a.Reason,
+		CommandId: ptr(a.CommandID), RequestedAt: a.RequestedAt, ResolvedAt: a.ClosedAt,
 	}
 	if a.Effect != "" {
 		out.Effect = ptr(apigen.ApprovalEffect(a.Effect))

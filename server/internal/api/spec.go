@@ -46,7 +46,8 @@ func loadSpec(openapi []byte) (*specIndex, error) {
 	var doc struct {
 		Paths      map[string]map[string]json.RawMessage `json:"paths"`
 		Components struct {
-			Schemas map[string]any `json:"schemas"`
+			Schemas    map[string]any             `json:"schemas"`
+			Parameters map[string]json.RawMessage `json:"parameters"`
 		} `json:"components"`
 	}
 	if err := json.Unmarshal(openapi, &doc); err != nil {
@@ -91,12 +92,7 @@ func loadSpec(openapi []byte) (*specIndex, error) {
 				OperationID string                `json:"operationId"`
 				Mutating    bool                  `json:"x-bap-mutating"`
 				Security    []map[string][]string `json:"security"`
-				Parameters  []struct {
-					Name     string          `json:"name"`
-					In       string          `json:"in"`
-					Required bool            `json:"required"`
-					Schema   json.RawMessage `json:"schema"`
-				} `json:"parameters"`
+				Parameters  []json.RawMessage     `json:"parameters"`
 				RequestBody *struct {
 					Content map[string]struct {
 						Schema json.RawMessage `json:"schema"`
@@ -114,7 +110,11 @@ func loadSpec(openapi []byte) (*specIndex, error) {
 					}
 				}
 			}
-			for _, p := range op.Parameters {
+			for _, rawParam := range op.Parameters {
+				p, err := resolveParam(rawParam, doc.Components.Parameters)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", o.ID, err)
+				}
 				if p.In != "path" && p.In != "query" {
 					continue
 				}
@@ -138,6 +138,30 @@ func loadSpec(openapi []byte) (*specIndex, error) {
 		}
 	}
 	return idx, nil
+}
+
+type paramSpec struct {
+	Ref      string          `json:"$ref"`
+	Name     string          `json:"name"`
+	In       string          `json:"in"`
+	Required bool            `json:"required"`
+	Schema   json.RawMessage `json:"schema"`
+}
+
+// resolveParam follows a #/components/parameters reference.
+func resolveParam(raw json.RawMessage, params map[string]json.RawMessage) (paramSpec, error) {
+	var p paramSpec
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return p, err
+	}
+	if p.Ref == "" {
+		return p, nil
+	}
+	target, ok := params[strings.TrimPrefix(p.Ref, "#/components/parameters/")]
+	if !ok || !strings.HasPrefix(p.Ref, "#/components/parameters/") {
+		return p, fmt.Errorf("unresolvable parameter reference %q", p.Ref)
+	}
+	return resolveParam(target, params)
 }
 
 func rewriteRefs(v any) any { return rewriteRefsTo(v, "") }

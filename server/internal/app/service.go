@@ -275,14 +275,20 @@ func (c *commandCtx) expireIfDue(ctx context.Context, t *Task) error {
 	if err := c.cancelPendingApprovals(ctx, t, task.ApprovalExpired); err != nil {
 		return err
 	}
-	return c.admitWaiting(ctx, t.Tenant)
+	return c.admitWaiting(ctx, t)
 }
 
-// admitWaiting admits the oldest task waiting for capacity, if the tenant has room now.
-func (c *commandCtx) admitWaiting(ctx context.Context, tenant string) error {
+// admitWaiting admits the oldest task waiting for capacity, if the tenant has room now that freed
+// (just moved to a terminal state) no longer counts.
+func (c *commandCtx) admitWaiting(ctx context.Context, freed *Task) error {
 	max := c.s.cfg.MaxActiveTasksPerTenant
 	if max == 0 {
 		return nil
+	}
+	tenant := freed.Tenant
+	// Write the freed task first so that the count below sees it terminal.
+	if err := c.tx.UpdateTask(ctx, freed); err != nil {
+		return err
 	}
 	n, err := c.tx.CountActiveTasks(ctx, tenant)
 	if err != nil {

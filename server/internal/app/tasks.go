@@ -154,7 +154,7 @@ func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason stri
 		if err := c.cancelPendingApprovals(ctx, c.t, task.ApprovalCancelled); err != nil {
 			return nil, err
 		}
-		if err := c.admitWaiting(ctx, c.t.Tenant); err != nil {
+		if err := c.admitWaiting(ctx, c.t); err != nil {
 			return nil, err
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")
@@ -199,7 +199,7 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 		if err := c.transition(ctx, c.t, trig, "close_task"); err != nil {
 			return nil, err
 		}
-		if err := c.admitWaiting(ctx, c.t.Tenant); err != nil {
+		if err := c.admitWaiting(ctx, c.t); err != nil {
 			return nil, err
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")

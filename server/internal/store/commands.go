@@ -24,7 +24,7 @@ func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*a
 	for attempt := 0; attempt < 3; attempt++ {
 		tag, err := q.Exec(ctx, `INSERT INTO idempotency_record (tenant_id, idempotency_key, operation, request_hash,
 			state, command_id, node_id, expires_at) VALUES ($1, $2, $3, $4, 'in_flight', $5, $6, $7)
-			ON CONFLICT (tenant_id, idempotency_key) DO NOTHING`,
+			ON CONFLICT DO NOTHING`,
 			c.Tenant, c.Key, c.Operation, c.Fingerprint[:], c.CommandID, nullIfEmpty(c.NodeID), c.ExpiresAt)
 		if err != nil {
 			return nil, false, fmt.Errorf("claiming key: %w", err)

@@ -132,3 +132,15 @@ func AppliedVersion(ctx context.Context, q Querier) (int, error) {
 	}
 	return v, nil
 }
+
+// MigrateURL connects to connString, applies the migrations and disconnects (test harnesses and
+// tools use it as their setup step).
+func MigrateURL(ctx context.Context, connString string) error {
+	pool, err := Open(ctx, connString, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = Migrate(ctx, pool)
+	return err
+}

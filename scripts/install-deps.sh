@@ -1,0 +1,78 @@
+#!/bin/sh
+# install-deps.sh — install the Debian 12 packages BAP needs to build, test and run, if missing.
+#
+#   scripts/install-deps.sh          install what is missing (as root), or print the sudo command
+#   scripts/install-deps.sh --check  only report; exit 1 if anything is missing
+#
+# Idempotent: when everything is installed it changes nothing and does not touch the network.
+# As root it runs `apt-get update` (only when something is missing) and `apt-get install`. As any other
+# user it prints the exact `sudo apt-get install …` line and exits 1 when something is missing.
+#
+# Go itself is assumed to be present (the version go.mod names): Debian 12's golang package is too old,
+# so it is not installed here.
+#
+# Packages:
+#   postgresql          the server binaries (initdb, pg_ctl, postgres) for the embedded cluster
+#   postgresql-contrib  contrib extensions and pgbench (make bench)
+#   chromium            the browser BAP drives
+#   ca-certificates     TLS roots for the HTTPS clients
+#   make, git, curl     the build
+#
+# Recommended packages are installed too (Debian's default): chromium's include the fonts pages render
+# with. Note that installing postgresql also creates and starts Debian's default cluster "main" on
+# localhost:5432; BAP does not use it (it runs its own private cluster on a Unix socket), and
+# `systemctl disable --now postgresql` stops it if it is not wanted.
+set -eu
+
+PACKAGES="postgresql postgresql-contrib chromium ca-certificates make git curl"
+
+check_only=false
+case "${1:-}" in
+"") ;;
+--check) check_only=true ;;
+-h | --help)
+	sed -n '2,/^set -eu/p' "$0" | sed -e '/^set -eu/d' -e 's/^# \{0,1\}//'
+	exit 0
+	;;
+*)
+	echo "install-deps.sh: unknown argument: $1 (try --help)" >&2
+	exit 2
+	;;
+esac
+
+if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+	echo "install-deps.sh: this script needs Debian (dpkg and apt-get); install these packages by hand: $PACKAGES" >&2
+	exit 1
+fi
+
+missing=""
+for pkg in $PACKAGES; do
+	status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+	if [ "$status" != "installed" ]; then
+		missing="$missing $pkg"
+	fi
+done
+missing=${missing# }
+
+if [ -z "$missing" ]; then
+	echo "install-deps.sh: all present: $PACKAGES"
+	exit 0
+fi
+
+if $check_only; then
+	echo "install-deps.sh: missing: $missing" >&2
+	exit 1
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps.sh: missing: $missing" >&2
+	echo "Run as root, or:" >&2
+	echo "sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y $missing"
+	exit 1
+fi
+
+echo "install-deps.sh: installing: $missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+# shellcheck disable=SC2086 # word splitting of the package list is intended
+apt-get install -y $missing
