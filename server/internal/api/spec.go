@@ -238,6 +238,13 @@ func quoteNames(names []string) string {
 	return strings.Join(q, ", ")
 }
 
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func collectViolations(ve *jsonschema.ValidationError, prefix string, out *[]Violation) {
 	if len(ve.Causes) > 0 {
 		for _, c := range ve.Causes {
@@ -257,7 +264,8 @@ func collectViolations(ve *jsonschema.ValidationError, prefix string, out *[]Vio
 	case *kind.Required:
 		msg = "missing required property " + quoteNames(k.Missing)
 	case *kind.AdditionalProperties:
-		msg = "unknown property " + quoteNames(k.Properties)
+		// The names come from the request: count them, never repeat them.
+		msg = fmt.Sprintf("%d unknown %s (the schema lists every allowed property)", len(k.Properties), plural(len(k.Properties), "property", "properties"))
 	case *kind.Type:
 		msg = fmt.Sprintf("must be %s, not %s", strings.Join(k.Want, " or "), k.Got)
 	case *kind.Enum:

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests run the real binary the way `make run` does: embedded PostgreSQL under a fresh
+// data dir, the local profile on a Unix socket and loopback.
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bap")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("building bap: %v", err)
+	}
+	return bin
+}
+
+// dataDir makes a data dir the cluster's user can reach when the test runs as root.
+func dataDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "bap-serve-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+type running struct {
+	cmd    *exec.Cmd
+	listen string
+	socket string
+	done   chan error
+	logs   *strings.Builder
+}
+
+// start runs `bap serve` and waits for its ready line.
+func start(t *testing.T, bin, dir string) *running {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "BAP_DATABASE_URL=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &running{cmd: cmd, done: make(chan error, 1), logs: &strings.Builder{}}
+	ready := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			r.logs.WriteString(line + "\n")
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "ready" {
+				ready <- m
+			}
+		}
+		r.done <- cmd.Wait()
+	}()
+	select {
+	case m := <-ready:
+		r.listen, _ = m["listen"].(string)
+		r.socket, _ = m["socket"].(string)
+		if m["profile"] != "local" || r.listen == "" || r.socket == "" {
+			t.Fatalf("ready line lacks fields: %v", m)
+		}
+	case err := <-r.done:
+		t.Fatalf("bap exited before ready: %v\n%s", err, r.logs)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("bap not ready in 60 s\n%s", r.logs)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-r.done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	return r
+}
+
+func (r *running) stop(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	if err := r.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.done:
+		r.done <- err // let Cleanup see it too
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatalf("bap did not stop within 20 s after %v\n%s", sig, r.logs)
+		return nil
+	}
+}
+
+func unixClient(socket string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+}
+
+func createTask(t *testing.T, c *http.Client, base, key string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(context.Background(), "POST", base+"/bap/v1/tasks",
+		strings.NewReader(`{"goal":"survive restarts","policy":{"allowed_origins":["https://shop.example.com"]}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(raw, &body)
+	return resp.StatusCode, body
+}
+
+func TestServeEmbeddedDatabaseSurvivesRestartAndKill(t *testing.T) {
+	bin := buildBinary(t)
+	dir := dataDir(t)
+
+	r := start(t, bin, dir)
+	fi, err := os.Stat(r.socket)
+	if err != nil || fi.Mode().Perm() != 0o600 || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("socket %s: %v, mode %v; want a 0600 socket", r.socket, err, fi.Mode())
+	}
+	status, body := createTask(t, unixClient(r.socket), "http://bap", "restart-key")
+	if status != 201 {
+		t.Fatalf("create_task over the socket: %d %v", status, body)
+	}
+	taskID := body["task"].(map[string]any)["task_id"].(string)
+	if err := r.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: exit %v\n%s", err, r.logs)
+	}
+	if !strings.Contains(r.logs.String(), `"msg":"stopped"`) {
+		t.Fatalf("no clean stop logged\n%s", r.logs)
+	}
+
+	// Restart on the same dir: the task is there and its key still replays.
+	r = start(t, bin, dir)
+	status, body = createTask(t, http.DefaultClient, "http://"+r.listen, "restart-key")
+	if status != 201 || body["task"].(map[string]any)["task_id"] != taskID {
+		t.Fatalf("replay after restart: %d %v, want task %s", status, body, taskID)
+	}
+
+	// A killed bap leaves its PostgreSQL running; the next start adopts it.
+	_ = r.stop(t, syscall.SIGKILL)
+	r = start(t, bin, dir)
+	resp, err := http.Get("http://" + r.listen + "/bap/v1/tasks/" + taskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("get_task after kill and restart: %d", resp.StatusCode)
+	}
+	if err := r.stop(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM after adoption: %v\n%s", err, r.logs)
+	}
+}
+
+func TestServeRefusesNonLoopbackInLocalProfile(t *testing.T) {
+	t.Parallel()
+	var stderr strings.Builder
+	code := run([]string{"serve", "--listen", "0.0.0.0:7777", "--data-dir", t.TempDir()}, io.Discard, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "loopback") {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	if code := run([]string{"version"}, &out, io.Discard); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var v map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &v); err != nil || v["bap"] != "1.0.0" || v["mcp"] != "2026-07-28" || v["schema"] != float64(1) {
+		t.Fatalf("version output %q (%v)", out.String(), err)
+	}
+}
