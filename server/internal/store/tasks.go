@@ -12,20 +12,61 @@ import (
 	"github.com/originweave/bap/server/internal/task"
 )
 
-const taskColumns = `tenant_id, task_id, goal, state, coalesce(verification, ''), postcondition, deadline,
-	created_by, created_at, updated_at, ended_at, last_seq`
+// taskColumns reads a task with its policy and plan in one row: the child rows come back as JSON
+// arrays, so reading a task is one round trip.
+const taskColumns = `t.tenant_id, t.task_id, t.goal, t.state, coalesce(t.verification, ''), t.postcondition, t.deadline,
+	t.created_by, t.created_at, t.updated_at, t.ended_at, t.last_seq,
+	(SELECT coalesce(json_agg(o.pattern ORDER BY o.position), '[]') FROM task_allowed_origin o WHERE o.task_id = t.task_id),
+	(SELECT coalesce(json_agg(json_build_object('effect', r.effect, 'origins',
+		(SELECT coalesce(json_agg(ro.pattern ORDER BY ro.position), '[]') FROM task_approval_rule_origin ro
+		 WHERE ro.task_id = r.task_id AND ro.rule_index = r.rule_index)) ORDER BY r.rule_index), '[]')
+	 FROM task_approval_rule r WHERE r.task_id = t.task_id),
+	(SELECT coalesce(json_agg(json_build_object('op', p.op, 'args', p.args, 'max_attempts', coalesce(p.max_attempts, 0))
+		ORDER BY p.step_index), '[]') FROM task_plan_step p WHERE p.task_id = t.task_id)`
+
+type ruleRow struct {
+	Effect  string   `json:"effect"`
+	Origins []string `json:"origins"`
+}
+
+type stepRow struct {
+	Op          string          `json:"op"`
+	Args        json.RawMessage `json:"args"`
+	MaxAttempts int             `json:"max_attempts"`
+}
 
 func scanTask(row pgx.Row) (*app.Task, error) {
 	var t app.Task
 	var state string
-	var pc []byte
+	var pc, origins, rules, steps []byte
 	if err := row.Scan(&t.Tenant, &t.ID, &t.Goal, &state, &t.Verification, &pc, &t.Deadline,
-		&t.CreatedBy, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq); err != nil {
+		&t.CreatedBy, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &origins, &rules, &steps); err != nil {
 		return nil, translate(err)
 	}
 	t.State = task.State(state)
 	if len(pc) > 0 {
 		t.Postcondition = json.RawMessage(pc)
+	}
+	if err := json.Unmarshal(origins, &t.Policy.AllowedOrigins); err != nil {
+		return nil, fmt.Errorf("decoding allowed origins of %s: %w", t.ID, err)
+	}
+	var rr []ruleRow
+	if err := json.Unmarshal(rules, &rr); err != nil {
+		return nil, fmt.Errorf("decoding approval rules of %s: %w", t.ID, err)
+	}
+	for _, r := range rr {
+		spec := app.ApprovalRuleSpec{Effect: r.Effect}
+		if len(r.Origins) > 0 {
+			spec.Origins = r.Origins
+		}
+		t.Policy.ApprovalRules = append(t.Policy.ApprovalRules, spec)
+	}
+	var sr []stepRow
+	if err := json.Unmarshal(steps, &sr); err != nil {
+		return nil, fmt.Errorf("decoding plan of %s: %w", t.ID, err)
+	}
+	for _, st := range sr {
+		t.Plan = append(t.Plan, app.PlanStep{Op: st.Op, Args: st.Args, MaxAttempts: st.MaxAttempts})
 	}
 	utc(&t.CreatedAt)
 	utc(&t.UpdatedAt)
@@ -41,77 +82,9 @@ func utcp(t *time.Time) {
 	}
 }
 
-// loadTaskDetails fills a task's policy and plan.
-func loadTaskDetails(ctx context.Context, q Querier, t *app.Task) error {
-	rows, err := q.Query(ctx, `SELECT pattern FROM task_allowed_origin WHERE task_id = $1 ORDER BY position`, t.ID)
-	if err != nil {
-		return fmt.Errorf("reading allowed origins: %w", err)
-	}
-	origins, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("reading allowed origins: %w", err)
-	}
-	t.Policy.AllowedOrigins = origins
-	rows, err = q.Query(ctx, `SELECT r.rule_index, r.effect, o.pattern
-		FROM task_approval_rule r LEFT JOIN task_approval_rule_origin o
-		  ON o.task_id = r.task_id AND o.rule_index = r.rule_index
-		WHERE r.task_id = $1 ORDER BY r.rule_index, o.position`, t.ID)
-	if err != nil {
-		return fmt.Errorf("reading approval rules: %w", err)
-	}
-	t.Policy.ApprovalRules = nil
-	last := -1
-	for rows.Next() {
-		var idx int
-		var effect string
-		var origin *string
-		if err := rows.Scan(&idx, &effect, &origin); err != nil {
-			rows.Close()
-			return fmt.Errorf("reading approval rules: %w", err)
-		}
-		if idx != last {
-			t.Policy.ApprovalRules = append(t.Policy.ApprovalRules, app.ApprovalRuleSpec{Effect: effect})
-			last = idx
-		}
-		if origin != nil {
-			r := &t.Policy.ApprovalRules[len(t.Policy.ApprovalRules)-1]
-			r.Origins = append(r.Origins, *origin)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("reading approval rules: %w", err)
-	}
-	rows, err = q.Query(ctx, `SELECT op, args, coalesce(max_attempts, 0) FROM task_plan_step WHERE task_id = $1 ORDER BY step_index`, t.ID)
-	if err != nil {
-		return fmt.Errorf("reading plan: %w", err)
-	}
-	t.Plan = nil
-	for rows.Next() {
-		var st app.PlanStep
-		var args []byte
-		if err := rows.Scan(&st.Op, &args, &st.MaxAttempts); err != nil {
-			rows.Close()
-			return fmt.Errorf("reading plan: %w", err)
-		}
-		st.Args = json.RawMessage(args)
-		t.Plan = append(t.Plan, st)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("reading plan: %w", err)
-	}
-	return nil
-}
-
 // GetTask implements app.Store.
 func (s *Store) GetTask(ctx context.Context, tenant, taskID string) (*app.Task, error) {
-	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task WHERE tenant_id = $1 AND task_id = $2`, tenant, taskID))
-	if err != nil {
-		return nil, err
-	}
-	if err := loadTaskDetails(ctx, s.pool, t); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task t WHERE t.tenant_id = $1 AND t.task_id = $2`, tenant, taskID))
 }
 
 // ListEvents implements app.Store.
@@ -202,15 +175,8 @@ func (t *pgTx) LockTask(ctx context.Context, tenant, taskID string) (*app.Task, 
 	if err != nil {
 		return nil, err
 	}
-	tk, err := scanTask(q.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task
-		WHERE tenant_id = $1 AND task_id = $2 FOR UPDATE`, tenant, taskID))
-	if err != nil {
-		return nil, err
-	}
-	if err := loadTaskDetails(ctx, q, tk); err != nil {
-		return nil, err
-	}
-	return tk, nil
+	return scanTask(q.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task t
+		WHERE t.tenant_id = $1 AND t.task_id = $2 FOR UPDATE OF t`, tenant, taskID))
 }
 
 // UpdateTask implements app.Tx.
@@ -242,6 +208,6 @@ func (t *pgTx) OldestWaitingTask(ctx context.Context, tenant string) (*app.Task,
 	if err != nil {
 		return nil, err
 	}
-	return scanTask(q.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task
-		WHERE tenant_id = $1 AND state = 'created' ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED`, tenant))
+	return scanTask(q.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task t
+		WHERE t.tenant_id = $1 AND t.state = 'created' ORDER BY t.created_at LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, tenant))
 }
