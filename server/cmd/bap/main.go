@@ -16,7 +16,6 @@ import (
 	"syscall"
 
 	"github.com/originweave/bap/server/internal/daemon"
-	"github.com/originweave/bap/server/internal/store"
 	"github.com/originweave/bap/server/internal/version"
 )
 
@@ -111,7 +110,7 @@ func migrate(ctx context.Context, args []string, logger *slog.Logger, stderr io.
 		return err
 	}
 	defer db.Close(context.WithoutCancel(ctx))
-	v, err := store.AppliedVersion(ctx, db.Pool)
+	v, err := db.AppliedVersion(ctx)
 	if err != nil {
 		return err
 	}
@@ -121,6 +120,6 @@ func migrate(ctx context.Context, args []string, logger *slog.Logger, stderr io.
 
 func printVersion(w io.Writer) error {
 	return json.NewEncoder(w).Encode(map[string]any{
-		"bap": version.BAP, "mcp": version.MCP, "schema": store.SchemaVersion(), "software": version.Software,
+		"bap": version.BAP, "mcp": version.MCP, "schema": daemon.SchemaVersion(), "software": version.Software,
 	})
 }

@@ -156,6 +156,26 @@ func TestServeEmbeddedDatabaseSurvivesRestartAndKill(t *testing.T) {
 		t.Fatalf("create_task over the socket: %d %v", status, body)
 	}
 	taskID := body["task"].(map[string]any)["task_id"].(string)
+
+	// While it runs, neither `bap migrate` nor a second server may take its database over.
+	for _, args := range [][]string{{"migrate", "--data-dir", dir}, {"serve", "--data-dir", dir, "--listen", "127.0.0.1:0"}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "in use by another bap process") {
+			t.Fatalf("bap %s next to a running server: %v\n%s", args[0], err, out)
+		}
+	}
+	// A page that rebinds its name to 127.0.0.1 carries its own Host: refused.
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://"+r.listen+"/bap/v1/tasks/"+taskID, nil)
+	req.Host = "attacker.example"
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 400 {
+		t.Fatalf("foreign Host header: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if status, _ := createTask(t, unixClient(r.socket), "http://bap", "restart-key"); status != 201 {
+		t.Fatalf("server disturbed by the refused commands: %d", status)
+	}
+
 	if err := r.stop(t, syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM: exit %v\n%s", err, r.logs)
 	}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -75,7 +76,8 @@ func observeRequests(next http.Handler, log *slog.Logger, m *metrics) http.Handl
 		r = r.WithContext(withOpLabel(r.Context(), label))
 		defer func() {
 			if p := recover(); p != nil {
-				log.Error("handler panic", "operation", label.name, "panic", p, "stack", string(debug.Stack()))
+				// The panic value may hold request data: log its type and the stack only.
+				log.Error("handler panic", "operation", label.name, "panic_type", fmt.Sprintf("%T", p), "stack", string(debug.Stack()))
 				if rec.status == 0 {
 					writeProblem(rec, &app.Error{Code: app.CodeInternal, Detail: "the server failed while handling this request"})
 				}
@@ -83,7 +85,7 @@ func observeRequests(next http.Handler, log *slog.Logger, m *metrics) http.Handl
 			d := time.Since(start)
 			m.requests.WithLabelValues(label.name, strconv.Itoa(rec.status)).Inc()
 			m.duration.WithLabelValues(label.name).Observe(d.Seconds())
-			level := slog.LevelDebug
+			level := slog.LevelInfo
 			if rec.status >= 500 {
 				level = slog.LevelWarn
 			}

@@ -30,6 +30,7 @@ import (
 type Database struct {
 	Pool    *pgxpool.Pool
 	cluster *pgcluster.Cluster
+	unlock  func()
 }
 
 // OpenDatabase connects to cfg.DatabaseURL, or starts (or adopts) the embedded cluster under
@@ -39,9 +40,16 @@ func OpenDatabase(ctx context.Context, cfg Config) (*Database, error) {
 	db := &Database{}
 	dsn := cfg.DatabaseURL
 	if dsn == "" {
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		// 0711: the cluster's own user (postgres, when bap runs as root) must traverse it; nobody
+		// else may list it.
+		if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 			return nil, fmt.Errorf("creating data dir: %w", err)
 		}
+		unlock, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		db.unlock = unlock
 		c, err := pgcluster.Start(ctx, pgcluster.Config{DataDir: cfg.DataDir, Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("starting embedded PostgreSQL: %w", err)
@@ -74,6 +82,28 @@ func (d *Database) Close(ctx context.Context) {
 	if d.cluster != nil {
 		_ = d.cluster.Stop(ctx)
 	}
+	if d.unlock != nil {
+		d.unlock()
+	}
+}
+
+// lockDataDir holds an exclusive lock on <dir>/bap.lock for as long as this process owns the
+// embedded cluster, so that a second `bap serve` or a `bap migrate` cannot take over (and then stop)
+// the database of a running server. The kernel drops the lock when the process dies, so a killed
+// bap never blocks the next start.
+func lockDataDir(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, "bap.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s is in use by another bap process (a running `bap serve` applies migrations itself)", dir)
+		}
+		return nil, fmt.Errorf("locking data dir: %w", err)
+	}
+	return func() { _ = f.Close() }, nil
 }
 
 // Run starts the server and blocks until ctx ends, then shuts down gracefully.
@@ -109,6 +139,9 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	if err != nil {
 		return err
+	}
+	if cfg.Profile == ProfileLocal {
+		handler = api.LoopbackHostOnly(handler)
 	}
 	srv := &http.Server{
 		Handler:           handler,
@@ -180,6 +213,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	log.Info("stopped")
 	return serveErr
+}
+
+// SchemaVersion is the highest migration version this build knows.
+func SchemaVersion() int { return store.SchemaVersion() }
+
+// AppliedVersion reports the database's applied schema version.
+func (d *Database) AppliedVersion(ctx context.Context) (int, error) {
+	return store.AppliedVersion(ctx, d.Pool)
 }
 
 // checkReady reports whether every migration this build knows is applied.
