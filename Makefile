@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/bap
 
-.PHONY: run build deps generate check-generated lint-spec vet test test-go bench clean
+.PHONY: run build deps generate check-generated lint-spec vet test test-go test-sdks bench clean
 
 ## run: install what is missing, build, and serve (local profile, embedded PostgreSQL)
 run: deps build
@@ -39,10 +39,14 @@ vet:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 ## test: every test (installs what is missing; starts its own PostgreSQL)
-test: deps lint-spec check-generated vet test-go
+test: deps lint-spec check-generated vet test-go test-sdks
 
 test-go:
 	$(GO) test -count=1 ./...
+
+## test-sdks: the Python and TypeScript SDK tests (Go's run in test-go)
+test-sdks:
+	scripts/test-sdks.sh
 
 ## bench: benchmarks with a baseline in the same run (see docs/benchmarks.md)
 bench: deps build

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 snapshot() {
   find server/internal/apigen sdk-go sdk-ts/src sdk-py/bap server/internal/mcpcatalog -type f \
-    \( -name '*.gen.*' -o -name '*_gen.py' -o -name '*.gen.json' \) 2>/dev/null | sort | xargs -r sha256sum
+    \( -name '*.gen.*' -o -name '_generated.py' -o -name '*.gen.json' \) 2>/dev/null | sort | xargs -r sha256sum
 }
 before=$(snapshot)
 make --no-print-directory generate >/dev/null

@@ -1,34 +1,87 @@
 // Command bapgen is run by `make generate` from the repository root. It bundles spec/ into
 // self-contained JSON documents and runs our own generators over them. oapi-codegen (pinned in
 // go.mod as a tool) is run by the Makefile on the bundle this command writes.
+//
+// Our generators write: sdk-go/client.gen.go and events.gen.go, sdk-py/bap/_generated.py,
+// sdk-ts/src/client.gen.ts, events.gen.ts and schema.gen.ts (openapi-typescript, pinned in
+// tools/package.json, run on the Node of tools/node_modules), and the MCP tool catalog
+// server/internal/mcpcatalog/tools.gen.json.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/originweave/bap/codegen/apimodel"
 	"github.com/originweave/bap/codegen/bundle"
+	"github.com/originweave/bap/codegen/mcpcatalog"
+	"github.com/originweave/bap/codegen/sdkgen"
+)
+
+const (
+	openapiBundle  = "server/internal/apigen/openapi.gen.json"
+	asyncapiBundle = "server/internal/apigen/asyncapi.gen.json"
 )
 
 func main() {
-	if err := run(); err != nil {
+	skipNode := flag.Bool("skip-node", false, "do not run openapi-typescript (sdk-ts/src/schema.gen.ts is left as it is)")
+	flag.Parse()
+	if err := run(*skipNode); err != nil {
 		fmt.Fprintln(os.Stderr, "bapgen:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(skipNode bool) error {
 	specFS := os.DirFS("spec")
 	for _, d := range []struct{ in, out string }{
-		{"openapi.yaml", "server/internal/apigen/openapi.gen.json"},
-		{"asyncapi.yaml", "server/internal/apigen/asyncapi.gen.json"},
+		{"openapi.yaml", openapiBundle},
+		{"asyncapi.yaml", asyncapiBundle},
 	} {
 		out, err := bundle.Document(specFS, d.in, "schemas")
 		if err != nil {
 			return fmt.Errorf("bundling spec/%s: %w", d.in, err)
 		}
 		if err := writeIfChanged(d.out, out); err != nil {
+			return err
+		}
+	}
+
+	doc, err := apimodel.LoadOpenAPI(openapiBundle)
+	if err != nil {
+		return fmt.Errorf("%s: %w", openapiBundle, err)
+	}
+	events, err := apimodel.LoadEvents(asyncapiBundle)
+	if err != nil {
+		return fmt.Errorf("%s: %w", asyncapiBundle, err)
+	}
+	for _, g := range []struct {
+		out string
+		gen func() ([]byte, error)
+	}{
+		{"sdk-go/client.gen.go", func() ([]byte, error) { return sdkgen.GoClient(doc) }},
+		{"sdk-go/events.gen.go", func() ([]byte, error) { return sdkgen.GoEvents(doc, events) }},
+		{"sdk-py/bap/_generated.py", func() ([]byte, error) { return sdkgen.Python(doc, events) }},
+		{"sdk-ts/src/client.gen.ts", func() ([]byte, error) { return sdkgen.TSClient(doc) }},
+		{"sdk-ts/src/events.gen.ts", func() ([]byte, error) { return sdkgen.TSEvents(doc, events) }},
+		{"server/internal/mcpcatalog/tools.gen.json", func() ([]byte, error) { return mcpcatalog.Generate(doc) }},
+	} {
+		out, err := g.gen()
+		if err != nil {
+			return fmt.Errorf("%s: %w", g.out, err)
+		}
+		if err := writeIfChanged(g.out, out); err != nil {
+			return err
+		}
+	}
+	if !skipNode {
+		out, err := sdkgen.TSSchema(".", openapiBundle)
+		if err != nil {
+			return fmt.Errorf("sdk-ts/src/schema.gen.ts: %w", err)
+		}
+		if err := writeIfChanged("sdk-ts/src/schema.gen.ts", out); err != nil {
 			return err
 		}
 	}

@@ -339,7 +339,7 @@ func (s *server) GetServiceInfo(w http.ResponseWriter, r *http.Request) {
 // GetHealthz implements apigen.ServerInterface.
 func (s *server) GetHealthz(w http.ResponseWriter, r *http.Request) {
 	setOpLabel(r.Context(), "healthz")
-	writeJSON(w, http.StatusOK, apigen.HealthStatus{Status: apigen.Ok})
+	writeJSON(w, http.StatusOK, apigen.HealthStatus{Status: apigen.HealthStateOk})
 }
 
 // GetReadyz implements apigen.ServerInterface.
@@ -347,8 +347,8 @@ func (s *server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 	setOpLabel(r.Context(), "readyz")
 	if err := s.ready(r.Context()); err != nil {
 		detail := "not ready"
-		writeJSON(w, http.StatusServiceUnavailable, apigen.HealthStatus{Status: apigen.NotReady, Detail: &detail})
+		writeJSON(w, http.StatusServiceUnavailable, apigen.HealthStatus{Status: apigen.HealthStateNotReady, Detail: &detail})
 		return
 	}
-	writeJSON(w, http.StatusOK, apigen.HealthStatus{Status: apigen.Ready})
+	writeJSON(w, http.StatusOK, apigen.HealthStatus{Status: apigen.HealthStateReady})
 }

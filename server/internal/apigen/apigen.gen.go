@@ -17,43 +17,43 @@ import (
 
 // Defines values for ActAction.
 const (
-	Check          ActAction = "check"
-	Clear          ActAction = "clear"
-	Click          ActAction = "click"
-	Fill           ActAction = "fill"
-	Focus          ActAction = "focus"
-	Hover          ActAction = "hover"
-	PressKey       ActAction = "press_key"
-	ScrollIntoView ActAction = "scroll_into_view"
-	SelectOption   ActAction = "select_option"
-	Uncheck        ActAction = "uncheck"
-	UploadFile     ActAction = "upload_file"
+	ActActionCheck          ActAction = "check"
+	ActActionClear          ActAction = "clear"
+	ActActionClick          ActAction = "click"
+	ActActionFill           ActAction = "fill"
+	ActActionFocus          ActAction = "focus"
+	ActActionHover          ActAction = "hover"
+	ActActionPressKey       ActAction = "press_key"
+	ActActionScrollIntoView ActAction = "scroll_into_view"
+	ActActionSelectOption   ActAction = "select_option"
+	ActActionUncheck        ActAction = "uncheck"
+	ActActionUploadFile     ActAction = "upload_file"
 )
 
 // Valid indicates whether the value is a known member of the ActAction enum.
 func (e ActAction) Valid() bool {
 	switch e {
-	case Check:
+	case ActActionCheck:
 		return true
-	case Clear:
+	case ActActionClear:
 		return true
-	case Click:
+	case ActActionClick:
 		return true
-	case Fill:
+	case ActActionFill:
 		return true
-	case Focus:
+	case ActActionFocus:
 		return true
-	case Hover:
+	case ActActionHover:
 		return true
-	case PressKey:
+	case ActActionPressKey:
 		return true
-	case ScrollIntoView:
+	case ActActionScrollIntoView:
 		return true
-	case SelectOption:
+	case ActActionSelectOption:
 		return true
-	case Uncheck:
+	case ActActionUncheck:
 		return true
-	case UploadFile:
+	case ActActionUploadFile:
 		return true
 	default:
 		return false
@@ -62,22 +62,22 @@ func (e ActAction) Valid() bool {
 
 // Defines values for ActorKind.
 const (
-	Client   ActorKind = "client"
-	Operator ActorKind = "operator"
-	System   ActorKind = "system"
-	User     ActorKind = "user"
+	ActorKindClient   ActorKind = "client"
+	ActorKindOperator ActorKind = "operator"
+	ActorKindSystem   ActorKind = "system"
+	ActorKindUser     ActorKind = "user"
 )
 
 // Valid indicates whether the value is a known member of the ActorKind enum.
 func (e ActorKind) Valid() bool {
 	switch e {
-	case Client:
+	case ActorKindClient:
 		return true
-	case Operator:
+	case ActorKindOperator:
 		return true
-	case System:
+	case ActorKindSystem:
 		return true
-	case User:
+	case ActorKindUser:
 		return true
 	default:
 		return false
@@ -86,16 +86,16 @@ func (e ActorKind) Valid() bool {
 
 // Defines values for ApprovalDecision.
 const (
-	Approve ApprovalDecision = "approve"
-	Deny    ApprovalDecision = "deny"
+	ApprovalDecisionApprove ApprovalDecision = "approve"
+	ApprovalDecisionDeny    ApprovalDecision = "deny"
 )
 
 // Valid indicates whether the value is a known member of the ApprovalDecision enum.
 func (e ApprovalDecision) Valid() bool {
 	switch e {
-	case Approve:
+	case ApprovalDecisionApprove:
 		return true
-	case Deny:
+	case ApprovalDecisionDeny:
 		return true
 	default:
 		return false
@@ -104,19 +104,19 @@ func (e ApprovalDecision) Valid() bool {
 
 // Defines values for ApprovalEffect.
 const (
-	AnyAction      ApprovalEffect = "any_action"
-	FileUpload     ApprovalEffect = "file_upload"
-	FormSubmission ApprovalEffect = "form_submission"
+	ApprovalEffectAnyAction      ApprovalEffect = "any_action"
+	ApprovalEffectFileUpload     ApprovalEffect = "file_upload"
+	ApprovalEffectFormSubmission ApprovalEffect = "form_submission"
 )
 
 // Valid indicates whether the value is a known member of the ApprovalEffect enum.
 func (e ApprovalEffect) Valid() bool {
 	switch e {
-	case AnyAction:
+	case ApprovalEffectAnyAction:
 		return true
-	case FileUpload:
+	case ApprovalEffectFileUpload:
 		return true
-	case FormSubmission:
+	case ApprovalEffectFormSubmission:
 		return true
 	default:
 		return false
@@ -179,19 +179,19 @@ func (e ArtifactKind) Valid() bool {
 
 // Defines values for BrowserSessionState.
 const (
-	Closed BrowserSessionState = "closed"
-	Lost   BrowserSessionState = "lost"
-	Open   BrowserSessionState = "open"
+	BrowserSessionStateClosed BrowserSessionState = "closed"
+	BrowserSessionStateLost   BrowserSessionState = "lost"
+	BrowserSessionStateOpen   BrowserSessionState = "open"
 )
 
 // Valid indicates whether the value is a known member of the BrowserSessionState enum.
 func (e BrowserSessionState) Valid() bool {
 	switch e {
-	case Closed:
+	case BrowserSessionStateClosed:
 		return true
-	case Lost:
+	case BrowserSessionStateLost:
 		return true
-	case Open:
+	case BrowserSessionStateOpen:
 		return true
 	default:
 		return false
@@ -344,25 +344,25 @@ func (e EvidenceKind) Valid() bool {
 
 // Defines values for ExtractKind.
 const (
-	Attributes ExtractKind = "attributes"
-	Links      ExtractKind = "links"
-	Schema     ExtractKind = "schema"
-	Table      ExtractKind = "table"
-	Text       ExtractKind = "text"
+	ExtractKindAttributes ExtractKind = "attributes"
+	ExtractKindLinks      ExtractKind = "links"
+	ExtractKindSchema     ExtractKind = "schema"
+	ExtractKindTable      ExtractKind = "table"
+	ExtractKindText       ExtractKind = "text"
 )
 
 // Valid indicates whether the value is a known member of the ExtractKind enum.
 func (e ExtractKind) Valid() bool {
 	switch e {
-	case Attributes:
+	case ExtractKindAttributes:
 		return true
-	case Links:
+	case ExtractKindLinks:
 		return true
-	case Schema:
+	case ExtractKindSchema:
 		return true
-	case Table:
+	case ExtractKindTable:
 		return true
-	case Text:
+	case ExtractKindText:
 		return true
 	default:
 		return false
@@ -371,19 +371,19 @@ func (e ExtractKind) Valid() bool {
 
 // Defines values for HealthState.
 const (
-	NotReady HealthState = "not_ready"
-	Ok       HealthState = "ok"
-	Ready    HealthState = "ready"
+	HealthStateNotReady HealthState = "not_ready"
+	HealthStateOk       HealthState = "ok"
+	HealthStateReady    HealthState = "ready"
 )
 
 // Valid indicates whether the value is a known member of the HealthState enum.
 func (e HealthState) Valid() bool {
 	switch e {
-	case NotReady:
+	case HealthStateNotReady:
 		return true
-	case Ok:
+	case HealthStateOk:
 		return true
-	case Ready:
+	case HealthStateReady:
 		return true
 	default:
 		return false
@@ -392,16 +392,16 @@ func (e HealthState) Valid() bool {
 
 // Defines values for ObserveMode.
 const (
-	Full        ObserveMode = "full"
-	Interactive ObserveMode = "interactive"
+	ObserveModeFull        ObserveMode = "full"
+	ObserveModeInteractive ObserveMode = "interactive"
 )
 
 // Valid indicates whether the value is a known member of the ObserveMode enum.
 func (e ObserveMode) Valid() bool {
 	switch e {
-	case Full:
+	case ObserveModeFull:
 		return true
-	case Interactive:
+	case ObserveModeInteractive:
 		return true
 	default:
 		return false
@@ -563,13 +563,13 @@ func (e ReconciliationOutcome) Valid() bool {
 
 // Defines values for ServiceInfoProtocol.
 const (
-	Bap ServiceInfoProtocol = "bap"
+	ServiceInfoProtocolBap ServiceInfoProtocol = "bap"
 )
 
 // Valid indicates whether the value is a known member of the ServiceInfoProtocol enum.
 func (e ServiceInfoProtocol) Valid() bool {
 	switch e {
-	case Bap:
+	case ServiceInfoProtocolBap:
 		return true
 	default:
 		return false
@@ -620,19 +620,19 @@ func (e TaskState) Valid() bool {
 
 // Defines values for Verification.
 const (
-	Unmet      Verification = "unmet"
-	Unverified Verification = "unverified"
-	Verified   Verification = "verified"
+	VerificationUnmet      Verification = "unmet"
+	VerificationUnverified Verification = "unverified"
+	VerificationVerified   Verification = "verified"
 )
 
 // Valid indicates whether the value is a known member of the Verification enum.
 func (e Verification) Valid() bool {
 	switch e {
-	case Unmet:
+	case VerificationUnmet:
 		return true
-	case Unverified:
+	case VerificationUnverified:
 		return true
-	case Verified:
+	case VerificationVerified:
 		return true
 	default:
 		return false
@@ -641,22 +641,22 @@ func (e Verification) Valid() bool {
 
 // Defines values for WaitUntil.
 const (
-	Commit           WaitUntil = "commit"
-	Domcontentloaded WaitUntil = "domcontentloaded"
-	Load             WaitUntil = "load"
-	Networkidle      WaitUntil = "networkidle"
+	WaitUntilCommit           WaitUntil = "commit"
+	WaitUntilDomcontentloaded WaitUntil = "domcontentloaded"
+	WaitUntilLoad             WaitUntil = "load"
+	WaitUntilNetworkidle      WaitUntil = "networkidle"
 )
 
 // Valid indicates whether the value is a known member of the WaitUntil enum.
 func (e WaitUntil) Valid() bool {
 	switch e {
-	case Commit:
+	case WaitUntilCommit:
 		return true
-	case Domcontentloaded:
+	case WaitUntilDomcontentloaded:
 		return true
-	case Load:
+	case WaitUntilLoad:
 		return true
-	case Networkidle:
+	case WaitUntilNetworkidle:
 		return true
 	default:
 		return false

@@ -1,0 +1,48 @@
+// Package sdkgen generates the operation methods and event types of the three SDKs (sdk-go,
+// sdk-py, sdk-ts) from the bundled OpenAPI and AsyncAPI documents. Each SDK's transport
+// (HTTP, retries, idempotency keys, problems) is hand-written next to the generated files; the
+// generated part is only what follows from the spec: names, signatures, routes, doc comments,
+// and the shapes Go's types.gen.go (oapi-codegen) and TypeScript's schema.gen.ts
+// (openapi-typescript) do not give.
+package sdkgen
+
+import (
+	"strings"
+)
+
+// wrap breaks text into lines of at most width characters (words are never split), keeping
+// blank-line paragraph breaks, each line prefixed with prefix.
+func wrap(text, prefix string, width int) string {
+	var out strings.Builder
+	paras := strings.Split(strings.TrimSpace(text), "\n\n")
+	for i, para := range paras {
+		if i > 0 {
+			out.WriteString(strings.TrimRight(prefix, " ") + "\n")
+		}
+		line := ""
+		for _, w := range strings.Fields(para) {
+			if line != "" && len(prefix)+len(line)+1+len(w) > width {
+				out.WriteString(prefix + line + "\n")
+				line = ""
+			}
+			if line == "" {
+				line = w
+			} else {
+				line += " " + w
+			}
+		}
+		if line != "" {
+			out.WriteString(prefix + line + "\n")
+		}
+	}
+	return out.String()
+}
+
+// sentence makes sure s ends with a full stop.
+func sentence(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.HasSuffix(s, ".") || strings.HasSuffix(s, "?") || strings.HasSuffix(s, "!") {
+		return s
+	}
+	return s + "."
+}

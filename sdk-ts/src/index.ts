@@ -1,0 +1,290 @@
+/**
+ * BAP SDK for TypeScript / JavaScript (Node >= 20, ESM, zero runtime dependencies).
+ *
+ * ```ts
+ * import { Client, ProblemError } from "@originweave/bap";
+ * const client = new Client({ baseUrl: "http://127.0.0.1:7777" });
+ * const { task } = await client.createTask({ goal: "…", policy: { allowed_origins: ["https://example.com"] } });
+ * try {
+ *   await client.navigate(sessionId, { url: "https://example.com/" });
+ * } catch (e) {
+ *   if (e instanceof ProblemError && e.code === "origin_not_allowed") { … }
+ * }
+ * ```
+ *
+ * Methods (client.gen.ts) are the operationIds in camelCase: path parameters first, then the
+ * body, then `{ idempotencyKey?, signal? }`. Mutating calls send an Idempotency-Key (the given one,
+ * else `crypto.randomUUID()`) and reuse it on the client's own retries.
+ */
+
+import { Operations } from "./client.gen.js";
+import type { Problem } from "./client.gen.js";
+
+export * from "./client.gen.js";
+export * from "./events.gen.js";
+export type { components, operations, paths } from "./schema.gen.js";
+
+/** Options of `new Client(…)`. */
+export interface ClientOptions {
+  /** e.g. `http://127.0.0.1:7777` (a path prefix is kept). */
+  baseUrl: string;
+  /** Bearer token (remote profile), or a function returning one before every attempt. */
+  token?: string | (() => string | undefined | Promise<string | undefined>);
+  /** The fetch implementation (default: the global `fetch`). */
+  fetch?: typeof fetch;
+  /** Attempts per call in all (default 3; 1 disables retries). */
+  maxAttempts?: number;
+  /** Headers sent on every request. */
+  headers?: Record<string, string>;
+}
+
+/** What the client saw of the final answer of a call (see `CallOptions.onResponse`). */
+export interface ResponseInfo {
+  status: number;
+  headers: Headers;
+  /** `Idempotent-Replayed: true`: a replay of an earlier request with the same key. */
+  replayed: boolean;
+  /** The Idempotency-Key sent (mutating calls only). */
+  idempotencyKey?: string;
+  attempts: number;
+}
+
+/** Options of one call. */
+export interface CallOptions {
+  /** Idempotency-Key of a mutating call (default: a new UUID). Read-only calls ignore it. */
+  idempotencyKey?: string;
+  /** Aborts the call (and its retries). */
+  signal?: AbortSignal;
+  /** Extra headers for this call. */
+  headers?: Record<string, string>;
+  /** Called with the status and headers of the final answer (a problem included). */
+  onResponse?: (info: ResponseInfo) => void;
+}
+
+/** One operation call, as the generated methods describe it. */
+export interface RequestSpec {
+  op: string;
+  method: "GET" | "POST";
+  path: string;
+  body?: unknown;
+  query?: Record<string, string | number | boolean | undefined>;
+  mutating?: boolean;
+}
+
+/** The answer of `getArtifact`: the bytes, their media type and SHA-256 digest. */
+export interface ArtifactBlob {
+  body: Uint8Array;
+  mediaType: string;
+  /** Lowercase hex SHA-256 of `body`, checked against `Repr-Digest` when the server sent it. */
+  sha256: string;
+  /** The `Repr-Digest` header as sent (`sha-256=:<base64>:`). */
+  reprDigest?: string;
+}
+
+/**
+ * An error answer of the server: an RFC 9457 problem. `code` is the stable machine code
+ * (`"not_found"`, …), or `undefined` when the answer was not a problem document.
+ */
+export class ProblemError extends Error {
+  readonly status: number;
+  readonly code: string | undefined;
+  readonly title: string | undefined;
+  readonly detail: string | undefined;
+  readonly type: string | undefined;
+  /** The decoded problem document (with `errors` or `receipt` when present). */
+  readonly problem: Partial<Problem> | undefined;
+  /** The raw answer body. */
+  readonly body: string;
+  readonly headers: Headers;
+
+  constructor(status: number, body: string, headers: Headers) {
+    let problem: Partial<Problem> | undefined;
+    const ctype = (headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+    if (ctype === "application/problem+json" || ctype === "application/json") {
+      try {
+        const doc: unknown = JSON.parse(body);
+        if (doc !== null && typeof doc === "object" && !Array.isArray(doc)) {
+          problem = doc as Partial<Problem>;
+        }
+      } catch {
+        problem = undefined;
+      }
+    }
+    const str = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
+    const code = str(problem?.code);
+    const detail = str(problem?.detail);
+    const title = str(problem?.title);
+    super(`bap: ${status}${code ? ` ${code}` : ""}${detail ? `: ${detail}` : title ? `: ${title}` : ""}`);
+    this.name = "ProblemError";
+    this.status = status;
+    this.code = code;
+    this.title = title;
+    this.detail = detail;
+    this.type = str(problem?.type);
+    this.problem = problem;
+    this.body = body;
+    this.headers = headers;
+  }
+}
+
+/** The bytes of an artifact do not match the `Repr-Digest` the server sent. */
+export class DigestMismatchError extends Error {
+  constructor(op: string) {
+    super(`bap: ${op}: artifact bytes do not match Repr-Digest`);
+    this.name = "DigestMismatchError";
+  }
+}
+
+const MAX_WAIT_MS = 30_000;
+
+/** A client of one BAP server. */
+export class Client extends Operations {
+  readonly baseUrl: string;
+  readonly maxAttempts: number;
+  readonly #token: ClientOptions["token"];
+  readonly #fetch: typeof fetch;
+  readonly #headers: Record<string, string>;
+  /** Wait in ms before retry n (1-based) when the answer gives no Retry-After. */
+  backoff: (n: number) => number = defaultBackoff;
+
+  constructor(options: ClientOptions) {
+    super();
+    this.baseUrl = options.baseUrl.replace(/\/+$/, "");
+    this.maxAttempts = Math.max(1, Math.floor(options.maxAttempts ?? 3));
+    this.#token = options.token;
+    this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.#headers = { ...options.headers };
+  }
+
+  protected async request<T>(spec: RequestSpec, options?: CallOptions): Promise<T> {
+    const res = await this.#send(spec, "application/json", options);
+    const text = new TextDecoder().decode(res.body);
+    return (text === "" ? undefined : JSON.parse(text)) as T;
+  }
+
+  protected async requestBlob(spec: RequestSpec, options?: CallOptions): Promise<ArtifactBlob> {
+    const res = await this.#send(spec, "*/*", options);
+    const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", res.body));
+    const reprDigest = res.headers.get("repr-digest") ?? undefined;
+    const want = reprDigest ? reprSha256(reprDigest) : undefined;
+    if (want && !equalBytes(want, digest)) {
+      throw new DigestMismatchError(spec.op);
+    }
+    return {
+      body: res.body,
+      mediaType: res.headers.get("content-type") ?? "application/octet-stream",
+      sha256: Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join(""),
+      ...(reprDigest === undefined ? {} : { reprDigest }),
+    };
+  }
+
+  async #send(spec: RequestSpec, accept: string, options: CallOptions = {}): Promise<{ status: number; headers: Headers; body: Uint8Array<ArrayBuffer> }> {
+    let url = this.baseUrl + spec.path;
+    const params = new URLSearchParams();
+    for (const [k, v] of Object.entries(spec.query ?? {})) {
+      if (v !== undefined) params.set(k, String(v));
+    }
+    const qs = params.toString();
+    if (qs !== "") url += "?" + qs;
+    const headers: Record<string, string> = { ...this.#headers, ...options.headers, accept };
+    let payload: string | undefined;
+    if (spec.body !== undefined) {
+      payload = JSON.stringify(spec.body);
+      headers["content-type"] = "application/json";
+    }
+    let key: string | undefined;
+    if (spec.mutating) {
+      key = options.idempotencyKey ?? crypto.randomUUID();
+      headers["idempotency-key"] = key;
+    }
+    for (let attempt = 1; ; attempt++) {
+      const token = typeof this.#token === "function" ? await this.#token() : this.#token;
+      if (token) headers["authorization"] = `Bearer ${token}`;
+      let res: Response;
+      let body: Uint8Array<ArrayBuffer>;
+      try {
+        res = await this.#fetch(url, {
+          method: spec.method,
+          headers,
+          ...(payload === undefined ? {} : { body: payload }),
+          ...(options.signal ? { signal: options.signal } : {}),
+        });
+        body = new Uint8Array(await res.arrayBuffer());
+      } catch (err) {
+        if (options.signal?.aborted || attempt >= this.maxAttempts) throw err;
+        await sleep(this.backoff(attempt), options.signal);
+        continue;
+      }
+      options.onResponse?.({
+        status: res.status,
+        headers: res.headers,
+        replayed: res.headers.get("idempotent-replayed") === "true",
+        ...(key === undefined ? {} : { idempotencyKey: key }),
+        attempts: attempt,
+      });
+      if (res.status >= 200 && res.status < 300) {
+        return { status: res.status, headers: res.headers, body };
+      }
+      const problem = new ProblemError(res.status, new TextDecoder().decode(body), res.headers);
+      if (attempt < this.maxAttempts && retryable(problem)) {
+        const wait = retryAfterMs(res.headers.get("retry-after")) ?? this.backoff(attempt);
+        if (wait <= MAX_WAIT_MS) {
+          await sleep(wait, options.signal);
+          continue;
+        }
+      }
+      throw problem;
+    }
+  }
+}
+
+function retryable(p: ProblemError): boolean {
+  return p.status === 429 || p.status === 503 || (p.status === 409 && p.code === "idempotency_in_flight");
+}
+
+function retryAfterMs(h: string | null): number | undefined {
+  if (h === null) return undefined;
+  const v = h.trim();
+  if (/^\d+$/.test(v)) return Number(v) * 1000;
+  const t = Date.parse(v);
+  return Number.isNaN(t) ? undefined : Math.max(0, t - Date.now());
+}
+
+function defaultBackoff(n: number): number {
+  const d = Math.min(250 * 2 ** Math.min(n - 1, 5), 5000);
+  return d + Math.random() * (d / 4);
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = (): void => {
+      clearTimeout(t);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function reprSha256(h: string): Uint8Array | undefined {
+  for (const member of h.split(",")) {
+    const [k, ...rest] = member.trim().split("=");
+    if (k?.toLowerCase() !== "sha-256") continue;
+    const b64 = rest.join("=").replace(/^:|:$/g, "");
+    try {
+      const bin = atob(b64);
+      if (bin.length === 32) return Uint8Array.from(bin, (c) => c.charCodeAt(0));
+    } catch {
+      continue;
+    }
+  }
+  return undefined;
+}
+
+function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
+}

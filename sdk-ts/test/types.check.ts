@@ -1,0 +1,40 @@
+// Compile-time checks of the built declarations (tsc --noEmit -p test/tsconfig.json after the
+// build); never run.
+import { Client } from "../dist/index.js";
+import type { ActResponse, ActPendingApprovalResponse, TaskEvent, EventDataMap, NavigateRequest } from "../dist/index.js";
+
+declare const client: Client;
+
+export async function signatures(): Promise<void> {
+  const req: NavigateRequest = { url: "https://example.com/" };
+  const nav = await client.navigate("bs_1", req, { idempotencyKey: "k" });
+  const epoch: string = nav.epoch_id;
+  const acted: ActResponse | ActPendingApprovalResponse = await client.act("bs_1", { action: "click", node_id: "nd_1" });
+  if ("approval" in acted) {
+    const id: string = acted.approval.approval_id;
+    void id;
+  }
+  await client.closeTask("tsk_1");
+  const page = await client.listTaskEvents("tsk_1", { after: 0, limit: 10 });
+  const next: number | null = page.next_after;
+  const blob = await client.getArtifact("art_1");
+  const bytes: Uint8Array = blob.body;
+  void epoch, next, bytes;
+  // @ts-expect-error the body is required
+  await client.navigate("bs_1");
+  // @ts-expect-error unknown action
+  await client.act("bs_1", { action: "eval_js" });
+}
+
+export function narrow(e: TaskEvent): string {
+  switch (e.type) {
+    case "task.state_changed":
+      return e.data.to;
+    case "navigation.committed":
+      return e.data.epoch_id;
+    default:
+      return e.type;
+  }
+}
+
+export const stateData: EventDataMap["task.state_changed"] = { from: "created", to: "admitted" };
