@@ -60,13 +60,13 @@ rm -rf sdk-ts/dist
 "$node" "$modules/typescript/bin/tsc" -p sdk-ts/test/tsconfig.json || status=1
 
 echo "== sdk-ts: node --test (node $("$node" --version))"
-"$node" --test sdk-ts/test/client.test.mjs || status=1
+"$node" --test sdk-ts/test/client.test.mjs sdk-ts/test/subscribe.test.mjs || status=1
 if command -v node >/dev/null; then
 	sys_major="$(node -p 'process.versions.node.split(".")[0]')"
 	pinned_major="$("$node" -p 'process.versions.node.split(".")[0]')"
 	if [[ "$sys_major" != "$pinned_major" && "$sys_major" -ge 20 ]]; then
 		echo "== sdk-ts: node --test (node $(node --version) from PATH)"
-		node --test sdk-ts/test/client.test.mjs || status=1
+		node --test sdk-ts/test/client.test.mjs sdk-ts/test/subscribe.test.mjs || status=1
 	fi
 fi
 

@@ -9,6 +9,10 @@
 //
 // Mutating calls send an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) and reuse it
 // on the client's own retries, so a retried call has its side effect once.
+//
+// Subscribe and SubscribeAll follow event streams as iterators that reconnect with their cursor:
+//
+//	for ev, err := range c.Subscribe(ctx, taskID, 0) { … }
 package bap
 
 import (

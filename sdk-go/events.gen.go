@@ -16,8 +16,12 @@ var EventTypes = []EventType{
 	"browser_session.closed",
 	"browser_session.lost",
 	"browser_session.opened",
+	"browsing_context.closed",
+	"browsing_context.opened",
 	"checkpoint.created",
 	"command.recorded",
+	"dialog.handled",
+	"download.completed",
 	"evidence.captured",
 	"navigation.committed",
 	"plan.step_finished",
@@ -26,6 +30,7 @@ var EventTypes = []EventType{
 	"receipt.issued",
 	"reconciliation.opened",
 	"reconciliation.resolved",
+	"request.blocked",
 	"task.created",
 	"task.state_changed",
 }
@@ -44,10 +49,18 @@ var EventDataTypes = map[EventType]func() any{
 	"browser_session.lost": func() any { return new(BrowserSessionLostData) },
 	// `data` of a `browser_session.opened` event: a browser session was opened.
 	"browser_session.opened": func() any { return new(BrowserSessionOpenedData) },
+	// `data` of a `browsing_context.closed` event: a browsing context of a session closed.
+	"browsing_context.closed": func() any { return new(BrowsingContextClosedData) },
+	// `data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank tab) opened in a session.
+	"browsing_context.opened": func() any { return new(BrowsingContextOpenedData) },
 	// `data` of a `checkpoint.created` event: a checkpoint was taken.
 	"checkpoint.created": func() any { return new(CheckpointCreatedData) },
 	// `data` of a `command.recorded` event: a command was recorded before dispatch.
 	"command.recorded": func() any { return new(CommandRecordedData) },
+	// `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
+	"dialog.handled": func() any { return new(DialogHandledData) },
+	// `data` of a `download.completed` event: the page downloaded a file during an action (stored when within the size and type limits).
+	"download.completed": func() any { return new(DownloadCompletedData) },
 	// `data` of a `evidence.captured` event: evidence artifacts were stored.
 	"evidence.captured": func() any { return new(EvidenceCapturedData) },
 	// `data` of a `navigation.committed` event: a context committed a new document (new epoch).
@@ -64,6 +77,8 @@ var EventDataTypes = map[EventType]func() any{
 	"reconciliation.opened": func() any { return new(ReconciliationOpenedData) },
 	// `data` of a `reconciliation.resolved` event: an operator settled a reconciliation.
 	"reconciliation.resolved": func() any { return new(ReconciliationResolvedData) },
+	// `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
+	"request.blocked": func() any { return new(RequestBlockedData) },
 	// `data` of a `task.created` event: a task was recorded.
 	"task.created": func() any { return new(TaskCreatedData) },
 	// `data` of a `task.state_changed` event: the task changed state.

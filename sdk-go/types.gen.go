@@ -250,6 +250,30 @@ func (e CommandOperation) Valid() bool {
 	}
 }
 
+// Defines values for DialogHandledDataDialogType.
+const (
+	DialogHandledDataDialogTypeAlert        DialogHandledDataDialogType = "alert"
+	DialogHandledDataDialogTypeBeforeunload DialogHandledDataDialogType = "beforeunload"
+	DialogHandledDataDialogTypeConfirm      DialogHandledDataDialogType = "confirm"
+	DialogHandledDataDialogTypePrompt       DialogHandledDataDialogType = "prompt"
+)
+
+// Valid indicates whether the value is a known member of the DialogHandledDataDialogType enum.
+func (e DialogHandledDataDialogType) Valid() bool {
+	switch e {
+	case DialogHandledDataDialogTypeAlert:
+		return true
+	case DialogHandledDataDialogTypeBeforeunload:
+		return true
+	case DialogHandledDataDialogTypeConfirm:
+		return true
+	case DialogHandledDataDialogTypePrompt:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EventType.
 const (
 	EventTypeActionPerformed        EventType = "action.performed"
@@ -258,8 +282,12 @@ const (
 	EventTypeBrowserSessionClosed   EventType = "browser_session.closed"
 	EventTypeBrowserSessionLost     EventType = "browser_session.lost"
 	EventTypeBrowserSessionOpened   EventType = "browser_session.opened"
+	EventTypeBrowsingContextClosed  EventType = "browsing_context.closed"
+	EventTypeBrowsingContextOpened  EventType = "browsing_context.opened"
 	EventTypeCheckpointCreated      EventType = "checkpoint.created"
 	EventTypeCommandRecorded        EventType = "command.recorded"
+	EventTypeDialogHandled          EventType = "dialog.handled"
+	EventTypeDownloadCompleted      EventType = "download.completed"
 	EventTypeEvidenceCaptured       EventType = "evidence.captured"
 	EventTypeNavigationCommitted    EventType = "navigation.committed"
 	EventTypePlanStepFinished       EventType = "plan.step_finished"
@@ -268,6 +296,7 @@ const (
 	EventTypeReceiptIssued          EventType = "receipt.issued"
 	EventTypeReconciliationOpened   EventType = "reconciliation.opened"
 	EventTypeReconciliationResolved EventType = "reconciliation.resolved"
+	EventTypeRequestBlocked         EventType = "request.blocked"
 	EventTypeTaskCreated            EventType = "task.created"
 	EventTypeTaskStateChanged       EventType = "task.state_changed"
 )
@@ -287,9 +316,17 @@ func (e EventType) Valid() bool {
 		return true
 	case EventTypeBrowserSessionOpened:
 		return true
+	case EventTypeBrowsingContextClosed:
+		return true
+	case EventTypeBrowsingContextOpened:
+		return true
 	case EventTypeCheckpointCreated:
 		return true
 	case EventTypeCommandRecorded:
+		return true
+	case EventTypeDialogHandled:
+		return true
+	case EventTypeDownloadCompleted:
 		return true
 	case EventTypeEvidenceCaptured:
 		return true
@@ -306,6 +343,8 @@ func (e EventType) Valid() bool {
 	case EventTypeReconciliationOpened:
 		return true
 	case EventTypeReconciliationResolved:
+		return true
+	case EventTypeRequestBlocked:
 		return true
 	case EventTypeTaskCreated:
 		return true
@@ -446,6 +485,7 @@ const (
 	ProblemCodeInternalError          ProblemCode = "internal_error"
 	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
 	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
+	ProblemCodeNavigationFailed       ProblemCode = "navigation_failed"
 	ProblemCodeNotFound               ProblemCode = "not_found"
 	ProblemCodeNotImplemented         ProblemCode = "not_implemented"
 	ProblemCodeOriginNotAllowed       ProblemCode = "origin_not_allowed"
@@ -486,6 +526,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeInvalidRequest:
 		return true
 	case ProblemCodeInvalidTransition:
+		return true
+	case ProblemCodeNavigationFailed:
 		return true
 	case ProblemCodeNotFound:
 		return true
@@ -1251,6 +1293,118 @@ type BrowsingContext struct {
 	Url       *string `json:"url,omitempty"`
 }
 
+// BrowsingContextClosedData `data` of a `browsing_context.closed` event: a browsing context of a session closed.
+//
+// Examples: {"context_id":"ctx_7cD9eF1gH3jK","session_id":"bs_4fT8nQ2rL6vY"}
+type BrowsingContextClosedData struct {
+	// ContextId Browsing context identifier.
+	//
+	// Examples: ctx_9aB3cD5eF7gH
+	ContextId string `json:"context_id"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+}
+
+// BrowsingContextClosedEvent An Event of type `browsing_context.closed`.
+type BrowsingContextClosedEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `browsing_context.closed` event: a browsing context of a session closed.
+	//
+	// Examples: {"context_id":"ctx_7cD9eF1gH3jK","session_id":"bs_4fT8nQ2rL6vY"}
+	Data BrowsingContextClosedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
+
+// BrowsingContextOpenedData `data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank tab) opened in a session.
+//
+// Examples: {"context_id":"ctx_7cD9eF1gH3jK","opener":"ctx_9aB3cD5eF7gH","session_id":"bs_4fT8nQ2rL6vY","url":"https://shop.example.com/terms"}
+type BrowsingContextOpenedData struct {
+	// ContextId Browsing context identifier.
+	//
+	// Examples: ctx_9aB3cD5eF7gH
+	ContextId string `json:"context_id"`
+
+	// Opener The context that opened it.
+	//
+	// Examples: ctx_9aB3cD5eF7gH
+	Opener *string `json:"opener,omitempty"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string  `json:"session_id"`
+	Url       *string `json:"url,omitempty"`
+}
+
+// BrowsingContextOpenedEvent An Event of type `browsing_context.opened`.
+type BrowsingContextOpenedEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank tab) opened in a session.
+	//
+	// Examples: {"context_id":"ctx_7cD9eF1gH3jK","opener":"ctx_9aB3cD5eF7gH","session_id":"bs_4fT8nQ2rL6vY","url":"https://shop.example.com/terms"}
+	Data BrowsingContextOpenedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
+
 // CancelTaskRequest Body of cancel_task.
 //
 // Examples: {"reason":"Operator stopped the run"}
@@ -1584,6 +1738,127 @@ type CreateTaskResponse struct {
 	//
 	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 	Task Task `json:"task"`
+}
+
+// DialogHandledData `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
+//
+// Examples: {"accepted":false,"context_id":"ctx_9aB3cD5eF7gH","dialog_type":"confirm","message":"Leave this page?","session_id":"bs_4fT8nQ2rL6vY"}
+type DialogHandledData struct {
+	Accepted bool `json:"accepted"`
+
+	// ContextId Browsing context identifier.
+	//
+	// Examples: ctx_9aB3cD5eF7gH
+	ContextId  *string                     `json:"context_id,omitempty"`
+	DialogType DialogHandledDataDialogType `json:"dialog_type"`
+
+	// Message The dialog's text, truncated.
+	Message *string `json:"message,omitempty"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+}
+
+// DialogHandledDataDialogType defines model for DialogHandledData.DialogType.
+type DialogHandledDataDialogType string
+
+// DialogHandledEvent An Event of type `dialog.handled`.
+type DialogHandledEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
+	//
+	// Examples: {"accepted":false,"context_id":"ctx_9aB3cD5eF7gH","dialog_type":"confirm","message":"Leave this page?","session_id":"bs_4fT8nQ2rL6vY"}
+	Data DialogHandledData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
+
+// DownloadCompletedData `data` of a `download.completed` event: the page downloaded a file during an action (stored when within the size and type limits).
+//
+// Examples: {"media_type":"application/pdf","name":"invoice.pdf","session_id":"bs_4fT8nQ2rL6vY","size":48213}
+type DownloadCompletedData struct {
+	// ContextId Browsing context identifier.
+	//
+	// Examples: ctx_9aB3cD5eF7gH
+	ContextId *string `json:"context_id,omitempty"`
+	MediaType *string `json:"media_type,omitempty"`
+	Name      string  `json:"name"`
+
+	// Reason Why the content was not kept, when it was not.
+	Reason *string `json:"reason,omitempty"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+	Size      int    `json:"size"`
+}
+
+// DownloadCompletedEvent An Event of type `download.completed`.
+type DownloadCompletedEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `download.completed` event: the page downloaded a file during an action (stored when within the size and type limits).
+	//
+	// Examples: {"media_type":"application/pdf","name":"invoice.pdf","session_id":"bs_4fT8nQ2rL6vY","size":48213}
+	Data DownloadCompletedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
 }
 
 // Event One entry of a task's append-only history.
@@ -1964,14 +2239,29 @@ type Node struct {
 	// Href Link target.
 	Href *string `json:"href,omitempty"`
 
-	// Level Heading level.
-	Level *int   `json:"level,omitempty"`
-	Name  string `json:"name"`
+	// InputType The type attribute of an input element (email, password, file, …).
+	InputType *string `json:"input_type,omitempty"`
 
-	// NodeId Node handle from observe or query_nodes; valid for one session and one document epoch.
+	// Level Heading level.
+	Level *int `json:"level,omitempty"`
+
+	// Mixed True for a tri-state control in the mixed state.
+	Mixed *bool   `json:"mixed,omitempty"`
+	Name  *string `json:"name,omitempty"`
+
+	// NodeId Node handle from observe or query_nodes; valid for one session and one document epoch. Present on every node an action can target and on containers usable as `within`; absent on text runs and pure structure.
 	//
 	// Examples: nd_5xY7zA9bC1dE
-	NodeId   string  `json:"node_id"`
+	NodeId *string `json:"node_id,omitempty"`
+
+	// Options Option labels of a select (up to 50).
+	Options *[]string `json:"options,omitempty"`
+
+	// Placeholder Placeholder text of a text field.
+	Placeholder *string `json:"placeholder,omitempty"`
+
+	// Readonly True for a read-only control.
+	Readonly *bool   `json:"readonly,omitempty"`
 	Required *bool   `json:"required,omitempty"`
 	Role     string  `json:"role"`
 	Selected *bool   `json:"selected,omitempty"`
@@ -2064,7 +2354,7 @@ type PlanStepFinishedData struct {
 	// Op Operation of a delegated-mode plan step.
 	Op PlanOp `json:"op"`
 
-	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented.
+	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 	ProblemCode *ProblemCode `json:"problem_code,omitempty"`
 
 	// ReceiptId Receipt identifier.
@@ -2241,7 +2531,7 @@ type PostconditionResult struct {
 	Unmet []Clause `json:"unmet"`
 }
 
-// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented.
+// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 type ProblemCode string
 
 // ProblemViolation One validation failure.
@@ -2608,6 +2898,65 @@ type RequestApprovalResponse struct {
 	Receipt Receipt `json:"receipt"`
 }
 
+// RequestBlockedData `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
+//
+// Examples: {"context_id":"ctx_9aB3cD5eF7gH","resource_type":"Image","session_id":"bs_4fT8nQ2rL6vY","url":"https://tracker.example.net/pixel.gif"}
+type RequestBlockedData struct {
+	// ContextId Browsing context identifier.
+	//
+	// Examples: ctx_9aB3cD5eF7gH
+	ContextId *string `json:"context_id,omitempty"`
+
+	// ResourceType What was requested (Document, Script, Image, XHR, WebSocket, …).
+	ResourceType *string `json:"resource_type,omitempty"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+
+	// Url The refused URL without userinfo, query or fragment.
+	Url string `json:"url"`
+}
+
+// RequestBlockedEvent An Event of type `request.blocked`.
+type RequestBlockedEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
+	//
+	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","resource_type":"Image","session_id":"bs_4fT8nQ2rL6vY","url":"https://tracker.example.net/pixel.gif"}
+	Data RequestBlockedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
+
 // ResolveApprovalRequest Body of resolve_approval. The approver is the authenticated caller.
 //
 // Examples: {"decision":"approve","reason":"Address checked"}
@@ -2933,6 +3282,11 @@ type StreamAfterSeq = int
 
 // TaskId defines model for TaskId.
 type TaskId = string
+
+// BadGateway RFC 9457 problem details with a stable `code`. Never echoes secrets, tokens or protected input values.
+//
+// Examples: {"code":"not_found","detail":"No task tsk_7Hq2ZkP9xW3m.","status":404,"title":"Not found","type":"urn:bap:problem:not_found"}
+type BadGateway = Problem
 
 // BadRequest RFC 9457 problem details with a stable `code`. Never echoes secrets, tokens or protected input values.
 //

@@ -17,8 +17,8 @@ import ssl
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Union
-from urllib.parse import urlencode, urlsplit
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from urllib.parse import quote, urlencode, urlsplit
 
 from ._generated import Operations
 
@@ -243,6 +243,93 @@ class Client(Operations):
                     continue
             raise err
 
+    # -- event streams ---------------------------------------------------------------------
+
+    def subscribe(self, task_id: str, after: int = 0, *, read_timeout: float = 60.0) -> Iterator[dict[str, Any]]:
+        """Follow one task's events with ``seq > after`` over Server-Sent Events.
+
+        A generator that resumes by itself: when the connection drops (or stays silent longer
+        than ``read_timeout``; the server sends keep-alives every 15 s) or the server restarts, it
+        reconnects with the last seq it yielded (``Last-Event-ID``), so each event is yielded
+        exactly once, in seq order. A problem a reconnect cannot fix (400, 401, 403, 404) is raised
+        as ``ProblemError``. Stop it by leaving the loop (or ``close()``)::
+
+            for event in client.subscribe(task_id):
+                print(event["seq"], event["type"])
+        """
+        last = after
+
+        def accept(_id: Optional[str], event: Optional[dict[str, Any]]) -> bool:
+            nonlocal last
+            if event is None or event["seq"] <= last:
+                return False
+            last = event["seq"]
+            return True
+
+        path = "/bap/v1/tasks/" + quote(task_id, safe="") + "/events/stream"
+        yield from self._follow(path, lambda: str(last), accept, read_timeout)
+
+    def subscribe_all(self, cursor: Optional[str] = None, *, read_timeout: float = 60.0) -> Iterator[dict[str, Any]]:
+        """Follow every event of every task the caller may see, after ``cursor`` (the ``cursor``
+        of an earlier event; ``None``: from now), resuming like ``subscribe``. Events of one task
+        come in seq order."""
+        last = cursor or ""
+
+        def accept(event_id: Optional[str], event: Optional[dict[str, Any]]) -> bool:
+            nonlocal last
+            if event_id is None:
+                return False
+            last = event_id
+            return event is not None
+
+        yield from self._follow("/bap/v1/events/stream", lambda: last, accept, read_timeout)
+
+    def _follow(
+        self,
+        path: str,
+        cursor: Callable[[], str],
+        accept: Callable[[Optional[str], Optional[dict[str, Any]]], bool],
+        read_timeout: float,
+    ) -> Iterator[dict[str, Any]]:
+        failures = 0
+        while True:
+            progressed = False
+            wait: Optional[float] = None
+            conn = self._connection(read_timeout)
+            try:
+                conn.putrequest("GET", self._prefix + path, skip_host=True, skip_accept_encoding=True)
+                conn.putheader("Host", "localhost" if self.unix_socket else (
+                    self._host if self._port is None else f"{self._host}:{self._port}"))
+                conn.putheader("Accept", "text/event-stream")
+                conn.putheader("User-Agent", self.user_agent)
+                last = cursor()
+                if last:
+                    conn.putheader("Last-Event-ID", last)
+                token = self._bearer()
+                if token:
+                    conn.putheader("Authorization", "Bearer " + token)
+                conn.endheaders()
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    headers = {k.lower(): v for k, v in resp.getheaders()}
+                    err = ProblemError(resp.status, resp.read(), headers)
+                    if resp.status != 429 and resp.status < 500:
+                        raise err
+                    wait = _retry_after(headers.get("retry-after"))
+                else:
+                    for event_id, event in _parse_sse(resp):
+                        if accept(event_id, event):
+                            progressed = True
+                            yield event  # type: ignore[misc]
+            except ProblemError:
+                raise
+            except (OSError, http.client.HTTPException, ValueError):
+                pass  # a dropped or failed connection: reconnect below
+            finally:
+                conn.close()
+            failures = 1 if progressed else failures + 1
+            time.sleep(min(self._backoff(failures) if wait is None else wait, _MAX_WAIT))
+
     def _send(
         self, method: str, target: str, payload: Optional[bytes], headers: dict[str, str], timeout: float
     ) -> tuple[int, dict[str, str], bytes]:
@@ -259,6 +346,31 @@ class Client(Operations):
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
         finally:
             conn.close()
+
+
+def _parse_sse(resp: http.client.HTTPResponse) -> Iterator[tuple[Optional[str], Optional[dict[str, Any]]]]:
+    """Yield (id, event) per Server-Sent Events message; id-only messages give event None."""
+    event_id: Optional[str] = None
+    data: Optional[str] = None
+    while True:
+        raw = resp.readline()
+        if not raw:
+            return
+        line = raw.decode("utf-8").rstrip("\r\n")
+        if line == "":
+            if event_id is not None or data is not None:
+                yield event_id, (None if data is None else json.loads(data))
+            event_id, data = None, None
+            continue
+        if line.startswith(":"):
+            continue
+        field_name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if field_name == "id":
+            event_id = value
+        elif field_name == "data":
+            data = value if data is None else data + "\n" + value
 
 
 def _query_value(v: Any) -> str:

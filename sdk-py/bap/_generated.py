@@ -42,6 +42,10 @@ __all__ = [
     "BrowserSessionOpenedEvent",
     "BrowserSessionState",
     "BrowsingContext",
+    "BrowsingContextClosedData",
+    "BrowsingContextClosedEvent",
+    "BrowsingContextOpenedData",
+    "BrowsingContextOpenedEvent",
     "CancelTaskRequest",
     "CancelTaskResponse",
     "CaptureEvidenceRequest",
@@ -63,6 +67,10 @@ __all__ = [
     "CreateBrowserSessionResponse",
     "CreateTaskRequest",
     "CreateTaskResponse",
+    "DialogHandledData",
+    "DialogHandledEvent",
+    "DownloadCompletedData",
+    "DownloadCompletedEvent",
     "EVENT_DATA_TYPES",
     "EVENT_TYPES",
     "Event",
@@ -121,6 +129,8 @@ __all__ = [
     "ReconciliationResolvedEvent",
     "RequestApprovalRequest",
     "RequestApprovalResponse",
+    "RequestBlockedData",
+    "RequestBlockedEvent",
     "ResolveApprovalRequest",
     "ResolveApprovalResponse",
     "ResumeTaskRequest",
@@ -514,6 +524,69 @@ class BrowsingContext(TypedDict):
     url: NotRequired[str]
 
 
+class BrowsingContextClosedData(TypedDict):
+    """`data` of a `browsing_context.closed` event: a browsing context of a session closed."""
+
+    #: Browsing context identifier.
+    context_id: str
+    #: Browser session identifier.
+    session_id: str
+
+
+class BrowsingContextClosedEvent(TypedDict):
+    """An Event of type `browsing_context.closed`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "BrowsingContextClosedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["browsing_context.closed"]
+
+
+class BrowsingContextOpenedData(TypedDict):
+    """`data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank
+    tab) opened in a session.
+    """
+
+    #: Browsing context identifier.
+    context_id: str
+    #: The context that opened it.
+    opener: NotRequired[str]
+    #: Browser session identifier.
+    session_id: str
+    url: NotRequired[str]
+
+
+class BrowsingContextOpenedEvent(TypedDict):
+    """An Event of type `browsing_context.opened`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "BrowsingContextOpenedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["browsing_context.opened"]
+
+
 class CancelTaskRequest(TypedDict):
     """Body of cancel_task."""
 
@@ -728,6 +801,77 @@ class CreateTaskResponse(TypedDict):
     task: "Task"
 
 
+class DialogHandledData(TypedDict):
+    """`data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt,
+    beforeunload); the session handled it by policy (default: dismiss).
+    """
+
+    accepted: bool
+    #: Browsing context identifier.
+    context_id: NotRequired[str]
+    dialog_type: Literal["alert", "confirm", "prompt", "beforeunload"]
+    #: The dialog's text, truncated.
+    message: NotRequired[str]
+    #: Browser session identifier.
+    session_id: str
+
+
+class DialogHandledEvent(TypedDict):
+    """An Event of type `dialog.handled`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "DialogHandledData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["dialog.handled"]
+
+
+class DownloadCompletedData(TypedDict):
+    """`data` of a `download.completed` event: the page downloaded a file during an action (stored when
+    within the size and type limits).
+    """
+
+    #: Browsing context identifier.
+    context_id: NotRequired[str]
+    media_type: NotRequired[str]
+    name: str
+    #: Why the content was not kept, when it was not.
+    reason: NotRequired[str]
+    #: Browser session identifier.
+    session_id: str
+    size: int
+
+
+class DownloadCompletedEvent(TypedDict):
+    """An Event of type `download.completed`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "DownloadCompletedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["download.completed"]
+
+
 class Event(TypedDict):
     """One entry of a task's append-only history."""
 
@@ -783,6 +927,11 @@ EventType = Literal[
     "postcondition.evaluated",
     "plan.step_started",
     "plan.step_finished",
+    "request.blocked",
+    "browsing_context.opened",
+    "browsing_context.closed",
+    "dialog.handled",
+    "download.completed",
 ]
 """Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data`
 schema.
@@ -988,11 +1137,23 @@ class Node(TypedDict):
     focused: NotRequired[bool]
     #: Link target.
     href: NotRequired[str]
+    #: The type attribute of an input element (email, password, file, …).
+    input_type: NotRequired[str]
     #: Heading level.
     level: NotRequired[int]
-    name: str
+    #: True for a tri-state control in the mixed state.
+    mixed: NotRequired[bool]
+    name: NotRequired[str]
     #: Node handle from observe or query_nodes; valid for one session and one document epoch.
-    node_id: str
+    #: Present on every node an action can target and on containers usable as `within`; absent on
+    #: text runs and pure structure.
+    node_id: NotRequired[str]
+    #: Option labels of a select (up to 50).
+    options: NotRequired[list[str]]
+    #: Placeholder text of a text field.
+    placeholder: NotRequired[str]
+    #: True for a read-only control.
+    readonly: NotRequired[bool]
     required: NotRequired[bool]
     role: str
     selected: NotRequired[bool]
@@ -1213,13 +1374,15 @@ ProblemCode = Literal[
     "browser_unavailable",
     "internal_error",
     "not_implemented",
+    "navigation_failed",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409:
 invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
 checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
 payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded,
-browser_unavailable; 500: internal_error; 501: not_implemented.
+browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser
+could not load the page: DNS, connection, TLS).
 """
 
 
@@ -1448,6 +1611,41 @@ class RequestApprovalResponse(TypedDict):
     receipt: "Receipt"
 
 
+class RequestBlockedData(TypedDict):
+    """`data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect
+    or a popup) was refused by the task's origin policy; nothing was loaded.
+    """
+
+    #: Browsing context identifier.
+    context_id: NotRequired[str]
+    #: What was requested (Document, Script, Image, XHR, WebSocket, …).
+    resource_type: NotRequired[str]
+    #: Browser session identifier.
+    session_id: str
+    #: The refused URL without userinfo, query or fragment.
+    url: str
+
+
+class RequestBlockedEvent(TypedDict):
+    """An Event of type `request.blocked`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "RequestBlockedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["request.blocked"]
+
+
 class ResolveApprovalRequest(TypedDict):
     """Body of resolve_approval. The approver is the authenticated caller."""
 
@@ -1659,8 +1857,12 @@ TaskEvent = Union[
     "BrowserSessionClosedEvent",
     "BrowserSessionLostEvent",
     "BrowserSessionOpenedEvent",
+    "BrowsingContextClosedEvent",
+    "BrowsingContextOpenedEvent",
     "CheckpointCreatedEvent",
     "CommandRecordedEvent",
+    "DialogHandledEvent",
+    "DownloadCompletedEvent",
     "EvidenceCapturedEvent",
     "NavigationCommittedEvent",
     "PlanStepFinishedEvent",
@@ -1669,6 +1871,7 @@ TaskEvent = Union[
     "ReceiptIssuedEvent",
     "ReconciliationOpenedEvent",
     "ReconciliationResolvedEvent",
+    "RequestBlockedEvent",
     "TaskCreatedEvent",
     "TaskStateChangedEvent",
 ]
@@ -1681,8 +1884,12 @@ EVENT_TYPES: tuple[str, ...] = (
     "browser_session.closed",
     "browser_session.lost",
     "browser_session.opened",
+    "browsing_context.closed",
+    "browsing_context.opened",
     "checkpoint.created",
     "command.recorded",
+    "dialog.handled",
+    "download.completed",
     "evidence.captured",
     "navigation.committed",
     "plan.step_finished",
@@ -1691,6 +1898,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "receipt.issued",
     "reconciliation.opened",
     "reconciliation.resolved",
+    "request.blocked",
     "task.created",
     "task.state_changed",
 )
@@ -1703,8 +1911,12 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "browser_session.closed": BrowserSessionClosedData,
     "browser_session.lost": BrowserSessionLostData,
     "browser_session.opened": BrowserSessionOpenedData,
+    "browsing_context.closed": BrowsingContextClosedData,
+    "browsing_context.opened": BrowsingContextOpenedData,
     "checkpoint.created": CheckpointCreatedData,
     "command.recorded": CommandRecordedData,
+    "dialog.handled": DialogHandledData,
+    "download.completed": DownloadCompletedData,
     "evidence.captured": EvidenceCapturedData,
     "navigation.committed": NavigationCommittedData,
     "plan.step_finished": PlanStepFinishedData,
@@ -1713,6 +1925,7 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "receipt.issued": ReceiptIssuedData,
     "reconciliation.opened": ReconciliationOpenedData,
     "reconciliation.resolved": ReconciliationResolvedData,
+    "request.blocked": RequestBlockedData,
     "task.created": TaskCreatedData,
     "task.state_changed": TaskStateChangedData,
 }

@@ -74,6 +74,17 @@ export type BrowserSessionOpenedEvent = S["BrowserSessionOpenedEvent"];
 export type BrowserSessionState = S["BrowserSessionState"];
 /** A top-level browsing context (tab) of a browser session. */
 export type BrowsingContext = S["BrowsingContext"];
+/** `data` of a `browsing_context.closed` event: a browsing context of a session closed. */
+export type BrowsingContextClosedData = S["BrowsingContextClosedData"];
+/** An Event of type `browsing_context.closed`. */
+export type BrowsingContextClosedEvent = S["BrowsingContextClosedEvent"];
+/**
+ * `data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank
+ * tab) opened in a session.
+ */
+export type BrowsingContextOpenedData = S["BrowsingContextOpenedData"];
+/** An Event of type `browsing_context.opened`. */
+export type BrowsingContextOpenedEvent = S["BrowsingContextOpenedEvent"];
 /** Body of cancel_task. */
 export type CancelTaskRequest = S["CancelTaskRequest"];
 /** Answer of cancel_task. */
@@ -119,6 +130,20 @@ export type CreateBrowserSessionResponse = S["CreateBrowserSessionResponse"];
 export type CreateTaskRequest = S["CreateTaskRequest"];
 /** Answer of create_task. */
 export type CreateTaskResponse = S["CreateTaskResponse"];
+/**
+ * `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt,
+ * beforeunload); the session handled it by policy (default: dismiss).
+ */
+export type DialogHandledData = S["DialogHandledData"];
+/** An Event of type `dialog.handled`. */
+export type DialogHandledEvent = S["DialogHandledEvent"];
+/**
+ * `data` of a `download.completed` event: the page downloaded a file during an action (stored when
+ * within the size and type limits).
+ */
+export type DownloadCompletedData = S["DownloadCompletedData"];
+/** An Event of type `download.completed`. */
+export type DownloadCompletedEvent = S["DownloadCompletedEvent"];
 /** One entry of a task's append-only history. */
 export type Event = S["Event"];
 /** Why an event happened. */
@@ -221,7 +246,8 @@ export type Problem = S["Problem"];
  * invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
  * checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
  * payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded,
- * browser_unavailable; 500: internal_error; 501: not_implemented.
+ * browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the
+ * browser could not load the page: DNS, connection, TLS).
  */
 export type ProblemCode = S["ProblemCode"];
 /** One validation failure. */
@@ -263,6 +289,13 @@ export type ReconciliationResolvedEvent = S["ReconciliationResolvedEvent"];
 export type RequestApprovalRequest = S["RequestApprovalRequest"];
 /** Answer of request_approval. */
 export type RequestApprovalResponse = S["RequestApprovalResponse"];
+/**
+ * `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or
+ * a popup) was refused by the task's origin policy; nothing was loaded.
+ */
+export type RequestBlockedData = S["RequestBlockedData"];
+/** An Event of type `request.blocked`. */
+export type RequestBlockedEvent = S["RequestBlockedEvent"];
 /** Body of resolve_approval. The approver is the authenticated caller. */
 export type ResolveApprovalRequest = S["ResolveApprovalRequest"];
 /** Answer of resolve_approval; with `approve` it returns only after the held action ran. */

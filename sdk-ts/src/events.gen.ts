@@ -13,8 +13,12 @@ export type TaskEvent =
   | S["BrowserSessionClosedEvent"]
   | S["BrowserSessionLostEvent"]
   | S["BrowserSessionOpenedEvent"]
+  | S["BrowsingContextClosedEvent"]
+  | S["BrowsingContextOpenedEvent"]
   | S["CheckpointCreatedEvent"]
   | S["CommandRecordedEvent"]
+  | S["DialogHandledEvent"]
+  | S["DownloadCompletedEvent"]
   | S["EvidenceCapturedEvent"]
   | S["NavigationCommittedEvent"]
   | S["PlanStepFinishedEvent"]
@@ -23,6 +27,7 @@ export type TaskEvent =
   | S["ReceiptIssuedEvent"]
   | S["ReconciliationOpenedEvent"]
   | S["ReconciliationResolvedEvent"]
+  | S["RequestBlockedEvent"]
   | S["TaskCreatedEvent"]
   | S["TaskStateChangedEvent"];
 
@@ -34,8 +39,12 @@ export const EVENT_TYPES = [
   "browser_session.closed",
   "browser_session.lost",
   "browser_session.opened",
+  "browsing_context.closed",
+  "browsing_context.opened",
   "checkpoint.created",
   "command.recorded",
+  "dialog.handled",
+  "download.completed",
   "evidence.captured",
   "navigation.committed",
   "plan.step_finished",
@@ -44,6 +53,7 @@ export const EVENT_TYPES = [
   "receipt.issued",
   "reconciliation.opened",
   "reconciliation.resolved",
+  "request.blocked",
   "task.created",
   "task.state_changed",
 ] as const;
@@ -68,10 +78,27 @@ export interface EventDataMap {
   "browser_session.lost": S["BrowserSessionLostData"];
   /** `data` of a `browser_session.opened` event: a browser session was opened. */
   "browser_session.opened": S["BrowserSessionOpenedData"];
+  /** `data` of a `browsing_context.closed` event: a browsing context of a session closed. */
+  "browsing_context.closed": S["BrowsingContextClosedData"];
+  /**
+   * `data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank
+   * tab) opened in a session.
+   */
+  "browsing_context.opened": S["BrowsingContextOpenedData"];
   /** `data` of a `checkpoint.created` event: a checkpoint was taken. */
   "checkpoint.created": S["CheckpointCreatedData"];
   /** `data` of a `command.recorded` event: a command was recorded before dispatch. */
   "command.recorded": S["CommandRecordedData"];
+  /**
+   * `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm,
+   * prompt, beforeunload); the session handled it by policy (default: dismiss).
+   */
+  "dialog.handled": S["DialogHandledData"];
+  /**
+   * `data` of a `download.completed` event: the page downloaded a file during an action (stored
+   * when within the size and type limits).
+   */
+  "download.completed": S["DownloadCompletedData"];
   /** `data` of a `evidence.captured` event: evidence artifacts were stored. */
   "evidence.captured": S["EvidenceCapturedData"];
   /** `data` of a `navigation.committed` event: a context committed a new document (new epoch). */
@@ -91,6 +118,11 @@ export interface EventDataMap {
   "reconciliation.opened": S["ReconciliationOpenedData"];
   /** `data` of a `reconciliation.resolved` event: an operator settled a reconciliation. */
   "reconciliation.resolved": S["ReconciliationResolvedData"];
+  /**
+   * `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect
+   * or a popup) was refused by the task's origin policy; nothing was loaded.
+   */
+  "request.blocked": S["RequestBlockedData"];
   /** `data` of a `task.created` event: a task was recorded. */
   "task.created": S["TaskCreatedData"];
   /** `data` of a `task.state_changed` event: the task changed state. */

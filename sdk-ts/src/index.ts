@@ -18,7 +18,7 @@
  */
 
 import { Operations } from "./client.gen.js";
-import type { Problem } from "./client.gen.js";
+import type { Event, Problem } from "./client.gen.js";
 
 export * from "./client.gen.js";
 export * from "./events.gen.js";
@@ -137,6 +137,22 @@ export class DigestMismatchError extends Error {
 
 const MAX_WAIT_MS = 30_000;
 
+/** Options of `client.subscribe(taskId, …)`. */
+export interface SubscribeOptions {
+  /** Yield events with seq > after (default 0: from the first). */
+  after?: number;
+  /** Ends the subscription (the iterator then finishes without an error). */
+  signal?: AbortSignal;
+}
+
+/** Options of `client.subscribeAll(…)`. */
+export interface SubscribeAllOptions {
+  /** Resume after this opaque cursor (`event.cursor` of an earlier event); absent: from now. */
+  cursor?: string;
+  /** Ends the subscription (the iterator then finishes without an error). */
+  signal?: AbortSignal;
+}
+
 /** A client of one BAP server. */
 export class Client extends Operations {
   readonly baseUrl: string;
@@ -176,6 +192,91 @@ export class Client extends Operations {
       sha256: Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join(""),
       ...(reprDigest === undefined ? {} : { reprDigest }),
     };
+  }
+
+  /**
+   * Follows one task's events with seq > `after` over Server-Sent Events, as an async iterator
+   * that resumes by itself: when the connection drops or the server restarts it reconnects with
+   * the last seq it yielded (`Last-Event-ID`), so each event is yielded exactly once, in seq
+   * order. A problem a reconnect cannot fix (400, 401, 403, 404) is thrown as a `ProblemError`.
+   *
+   * ```ts
+   * for await (const ev of client.subscribe(taskId, { after: 0 })) console.log(ev.seq, ev.type);
+   * ```
+   */
+  subscribe(taskId: string, options: SubscribeOptions = {}): AsyncGenerator<Event, void, undefined> {
+    let last = options.after ?? 0;
+    return this.#follow(
+      `/bap/v1/tasks/${encodeURIComponent(taskId)}/events/stream`,
+      () => String(last),
+      (_id, ev) => {
+        if (ev === undefined || ev.seq <= last) return false;
+        last = ev.seq;
+        return true;
+      },
+      options.signal,
+    );
+  }
+
+  /**
+   * Follows every event of every task the caller may see, after `cursor` (absent: from now), with
+   * the same resuming behaviour as `subscribe`. Events of one task come in seq order.
+   */
+  subscribeAll(options: SubscribeAllOptions = {}): AsyncGenerator<Event, void, undefined> {
+    let last = options.cursor ?? "";
+    return this.#follow(
+      "/bap/v1/events/stream",
+      () => last,
+      (id, ev) => {
+        if (id === undefined) return false;
+        last = id;
+        return ev !== undefined;
+      },
+      options.signal,
+    );
+  }
+
+  async *#follow(
+    path: string,
+    cursor: () => string,
+    accept: (id: string | undefined, ev: Event | undefined) => boolean,
+    signal: AbortSignal | undefined,
+  ): AsyncGenerator<Event, void, undefined> {
+    let failures = 0;
+    for (;;) {
+      let progressed = false;
+      let wait: number | undefined;
+      try {
+        const headers: Record<string, string> = { ...this.#headers, accept: "text/event-stream" };
+        const c = cursor();
+        if (c !== "") headers["last-event-id"] = c;
+        const token = typeof this.#token === "function" ? await this.#token() : this.#token;
+        if (token) headers["authorization"] = `Bearer ${token}`;
+        const res = await this.#fetch(this.baseUrl + path, { method: "GET", headers, ...(signal ? { signal } : {}) });
+        if (res.status !== 200 || res.body === null) {
+          const problem = new ProblemError(res.status, await res.text(), res.headers);
+          if (res.status !== 429 && res.status < 500) throw new FatalStreamError(problem);
+          wait = retryAfterMs(res.headers.get("retry-after"));
+        } else {
+          for await (const [id, ev] of parseSSE(res.body)) {
+            if (!accept(id, ev)) continue;
+            progressed = true;
+            yield ev as Event;
+          }
+        }
+      } catch (err) {
+        if (signal?.aborted) return;
+        if (err instanceof FatalStreamError) throw err.problem;
+        // A dropped connection or a failed connect: reconnect below.
+      }
+      if (signal?.aborted) return;
+      failures = progressed ? 1 : failures + 1;
+      try {
+        await sleep(Math.min(wait ?? this.backoff(failures), MAX_WAIT_MS), signal);
+      } catch {
+        return;
+      }
+    }
   }
 
   async #send(spec: RequestSpec, accept: string, options: CallOptions = {}): Promise<{ status: number; headers: Headers; body: Uint8Array<ArrayBuffer> }> {
@@ -235,6 +336,51 @@ export class Client extends Operations {
       }
       throw problem;
     }
+  }
+}
+
+/** Carries a problem out of the reconnect loop's catch. */
+class FatalStreamError extends Error {
+  constructor(readonly problem: ProblemError) {
+    super(problem.message);
+  }
+}
+
+/** Parses a Server-Sent Events body into [id, event] pairs (id-only messages give an undefined event). */
+async function* parseSSE(body: ReadableStream<Uint8Array>): AsyncGenerator<[string | undefined, Event | undefined], void, undefined> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buf = "";
+  let id: string | undefined;
+  let data: string | undefined;
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buf += decoder.decode(value, { stream: true });
+      let nl: number;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl).replace(/\r$/, "");
+        buf = buf.slice(nl + 1);
+        if (line === "") {
+          if (id !== undefined || data !== undefined) {
+            yield [id, data === undefined ? undefined : (JSON.parse(data) as Event)];
+          }
+          id = undefined;
+          data = undefined;
+          continue;
+        }
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let value = colon < 0 ? "" : line.slice(colon + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "id") id = value;
+        else if (field === "data") data = data === undefined ? value : data + "\n" + value;
+      }
+    }
+  } finally {
+    await reader.cancel().catch(() => undefined);
   }
 }
 

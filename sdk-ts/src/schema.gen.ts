@@ -256,7 +256,7 @@ export interface paths {
         };
         /**
          * Stream events of every task
-         * @description Live history of every task the caller may see. The cursor (SSE `id:`, and `cursor` in each Event) is opaque. Server-Sent Events (`Accept: text/event-stream`). Each event is framed as `id: <cursor>`, `event: <type>`, `data: <Event JSON on one line>`; the schema below describes the `data:` line. The same route upgrades to a WebSocket (see AsyncAPI, one Event JSON per text message). Resume with `Last-Event-ID` or `?after=`: the subscriber receives every later event exactly once, in `seq` order per task, across reconnects and server restarts. The server sends comment lines (`: keep-alive`) while idle.
+         * @description Live history of every task the caller may see. The cursor (SSE `id:`, and `cursor` in each Event) is opaque. Server-Sent Events (`Accept: text/event-stream`). Each event is framed as `id: <cursor>`, `event: <type>`, `data: <Event JSON on one line>`; the schema below describes the `data:` line. The same route upgrades to a WebSocket (see AsyncAPI, one Event JSON per text message). Resume with `Last-Event-ID` or `?after=`: the subscriber receives every later event exactly once, in `seq` order per task, across reconnects and server restarts. The server sends comment lines (`: keep-alive`) while idle. Opened without a cursor, the stream first sends an `id:`-only message with its start cursor, so a client can resume even before its first event. A subscriber that falls behind by more than its buffer (1024 events) is cut: the stream ends with the comment `: closed slow_consumer: …` (or `: closed server_shutdown: …` when the server stops) and the client resumes from its last `id:`. At most 64 subscribers per tenant per node; more answer 429 with `Retry-After`.
          */
         get: operations["stream_events"];
         put?: never;
@@ -416,7 +416,7 @@ export interface paths {
         };
         /**
          * Stream a task's events
-         * @description Live history of one task. The cursor (SSE `id:`) is the task's `seq`. Server-Sent Events (`Accept: text/event-stream`). Each event is framed as `id: <cursor>`, `event: <type>`, `data: <Event JSON on one line>`; the schema below describes the `data:` line. The same route upgrades to a WebSocket (see AsyncAPI, one Event JSON per text message). Resume with `Last-Event-ID` or `?after=`: the subscriber receives every later event exactly once, in `seq` order per task, across reconnects and server restarts. The server sends comment lines (`: keep-alive`) while idle.
+         * @description Live history of one task. The cursor (SSE `id:`) is the task's `seq`. Server-Sent Events (`Accept: text/event-stream`). Each event is framed as `id: <cursor>`, `event: <type>`, `data: <Event JSON on one line>`; the schema below describes the `data:` line. The same route upgrades to a WebSocket (see AsyncAPI, one Event JSON per text message). Resume with `Last-Event-ID` or `?after=`: the subscriber receives every later event exactly once, in `seq` order per task, across reconnects and server restarts. The server sends comment lines (`: keep-alive`) while idle. A subscriber that falls behind by more than its buffer (1024 events) is cut: the stream ends with the comment `: closed slow_consumer: …` (or `: closed server_shutdown: …` when the server stops) and the client resumes from its last `id:`. At most 64 subscribers per tenant per node; more answer 429 with `Retry-After`.
          */
         get: operations["stream_task_events"];
         put?: never;
@@ -1130,6 +1130,108 @@ export interface components {
             url?: string;
         };
         /**
+         * BrowsingContextClosedData
+         * @description `data` of a `browsing_context.closed` event: a browsing context of a session closed.
+         * @example {
+         *       "context_id": "ctx_7cD9eF1gH3jK",
+         *       "session_id": "bs_4fT8nQ2rL6vY"
+         *     }
+         */
+        BrowsingContextClosedData: {
+            /**
+             * @description Browsing context identifier.
+             * @example ctx_9aB3cD5eF7gH
+             */
+            context_id: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+        };
+        /**
+         * BrowsingContextClosedEvent
+         * @description An Event of type `browsing_context.closed`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "browser"
+         *       },
+         *       "data": {
+         *         "context_id": "ctx_7cD9eF1gH3jK",
+         *         "session_id": "bs_4fT8nQ2rL6vY"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "browsing_context.closed"
+         *     }
+         */
+        BrowsingContextClosedEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["BrowsingContextClosedData"];
+            /** @constant */
+            type: "browsing_context.closed";
+        };
+        /**
+         * BrowsingContextOpenedData
+         * @description `data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank tab) opened in a session.
+         * @example {
+         *       "context_id": "ctx_7cD9eF1gH3jK",
+         *       "opener": "ctx_9aB3cD5eF7gH",
+         *       "session_id": "bs_4fT8nQ2rL6vY",
+         *       "url": "https://shop.example.com/terms"
+         *     }
+         */
+        BrowsingContextOpenedData: {
+            /**
+             * @description Browsing context identifier.
+             * @example ctx_9aB3cD5eF7gH
+             */
+            context_id: string;
+            /**
+             * @description The context that opened it.
+             * @example ctx_9aB3cD5eF7gH
+             */
+            opener?: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+            url?: string;
+        };
+        /**
+         * BrowsingContextOpenedEvent
+         * @description An Event of type `browsing_context.opened`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "browser"
+         *       },
+         *       "data": {
+         *         "context_id": "ctx_7cD9eF1gH3jK",
+         *         "opener": "ctx_9aB3cD5eF7gH",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "url": "https://shop.example.com/terms"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "browsing_context.opened"
+         *     }
+         */
+        BrowsingContextOpenedEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["BrowsingContextOpenedData"];
+            /** @constant */
+            type: "browsing_context.opened";
+        };
+        /**
          * CancelTaskRequest
          * @description Body of cancel_task.
          * @example {
@@ -1618,6 +1720,118 @@ export interface components {
             task: components["schemas"]["Task"];
         };
         /**
+         * DialogHandledData
+         * @description `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
+         * @example {
+         *       "accepted": false,
+         *       "context_id": "ctx_9aB3cD5eF7gH",
+         *       "dialog_type": "confirm",
+         *       "message": "Leave this page?",
+         *       "session_id": "bs_4fT8nQ2rL6vY"
+         *     }
+         */
+        DialogHandledData: {
+            accepted: boolean;
+            /**
+             * @description Browsing context identifier.
+             * @example ctx_9aB3cD5eF7gH
+             */
+            context_id?: string;
+            /** @enum {string} */
+            dialog_type: "alert" | "confirm" | "prompt" | "beforeunload";
+            /** @description The dialog's text, truncated. */
+            message?: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+        };
+        /**
+         * DialogHandledEvent
+         * @description An Event of type `dialog.handled`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "browser"
+         *       },
+         *       "data": {
+         *         "accepted": false,
+         *         "context_id": "ctx_9aB3cD5eF7gH",
+         *         "dialog_type": "confirm",
+         *         "message": "Leave this page?",
+         *         "session_id": "bs_4fT8nQ2rL6vY"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "dialog.handled"
+         *     }
+         */
+        DialogHandledEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["DialogHandledData"];
+            /** @constant */
+            type: "dialog.handled";
+        };
+        /**
+         * DownloadCompletedData
+         * @description `data` of a `download.completed` event: the page downloaded a file during an action (stored when within the size and type limits).
+         * @example {
+         *       "media_type": "application/pdf",
+         *       "name": "invoice.pdf",
+         *       "session_id": "bs_4fT8nQ2rL6vY",
+         *       "size": 48213
+         *     }
+         */
+        DownloadCompletedData: {
+            /**
+             * @description Browsing context identifier.
+             * @example ctx_9aB3cD5eF7gH
+             */
+            context_id?: string;
+            media_type?: string;
+            name: string;
+            /** @description Why the content was not kept, when it was not. */
+            reason?: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+            size: number;
+        };
+        /**
+         * DownloadCompletedEvent
+         * @description An Event of type `download.completed`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "browser"
+         *       },
+         *       "data": {
+         *         "media_type": "application/pdf",
+         *         "name": "invoice.pdf",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "size": 48213
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "download.completed"
+         *     }
+         */
+        DownloadCompletedEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["DownloadCompletedData"];
+            /** @constant */
+            type: "download.completed";
+        };
+        /**
          * Event
          * @description One entry of a task's append-only history.
          * @example {
@@ -1703,7 +1917,7 @@ export interface components {
          * @description Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
          * @enum {string}
          */
-        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished";
+        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed";
         /**
          * EvidenceCapturedData
          * @description `data` of a `evidence.captured` event: evidence artifacts were stored.
@@ -2127,14 +2341,24 @@ export interface components {
             focused?: boolean;
             /** @description Link target. */
             href?: string;
+            /** @description The type attribute of an input element (email, password, file, …). */
+            input_type?: string;
             /** @description Heading level. */
             level?: number;
-            name: string;
+            /** @description True for a tri-state control in the mixed state. */
+            mixed?: boolean;
+            name?: string;
             /**
-             * @description Node handle from observe or query_nodes; valid for one session and one document epoch.
+             * @description Node handle from observe or query_nodes; valid for one session and one document epoch. Present on every node an action can target and on containers usable as `within`; absent on text runs and pure structure.
              * @example nd_5xY7zA9bC1dE
              */
-            node_id: string;
+            node_id?: string;
+            /** @description Option labels of a select (up to 50). */
+            options?: string[];
+            /** @description Placeholder text of a text field. */
+            placeholder?: string;
+            /** @description True for a read-only control. */
+            readonly?: boolean;
             required?: boolean;
             role: string;
             selected?: boolean;
@@ -2480,10 +2704,10 @@ export interface components {
         };
         /**
          * ProblemCode
-         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented.
+         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed";
         /**
          * ProblemViolation
          * @description One validation failure.
@@ -2884,6 +3108,60 @@ export interface components {
             receipt: components["schemas"]["Receipt"];
         };
         /**
+         * RequestBlockedData
+         * @description `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
+         * @example {
+         *       "context_id": "ctx_9aB3cD5eF7gH",
+         *       "resource_type": "Image",
+         *       "session_id": "bs_4fT8nQ2rL6vY",
+         *       "url": "https://tracker.example.net/pixel.gif"
+         *     }
+         */
+        RequestBlockedData: {
+            /**
+             * @description Browsing context identifier.
+             * @example ctx_9aB3cD5eF7gH
+             */
+            context_id?: string;
+            /** @description What was requested (Document, Script, Image, XHR, WebSocket, …). */
+            resource_type?: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+            /** @description The refused URL without userinfo, query or fragment. */
+            url: string;
+        };
+        /**
+         * RequestBlockedEvent
+         * @description An Event of type `request.blocked`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "browser"
+         *       },
+         *       "data": {
+         *         "context_id": "ctx_9aB3cD5eF7gH",
+         *         "resource_type": "Image",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "url": "https://tracker.example.net/pixel.gif"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "request.blocked"
+         *     }
+         */
+        RequestBlockedEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["RequestBlockedData"];
+            /** @constant */
+            type: "request.blocked";
+        };
+        /**
          * ResolveApprovalRequest
          * @description Body of resolve_approval. The approver is the authenticated caller.
          * @example {
@@ -3261,6 +3539,15 @@ export interface components {
         WaitUntil: "commit" | "domcontentloaded" | "load" | "networkidle";
     };
     responses: {
+        /** @description The browser could not load the page (DNS, connection or TLS failure); nothing was loaded. */
+        BadGateway: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The request is invalid (schema violation, unknown field) or lacks its Idempotency-Key. */
         BadRequest: {
             headers: {
@@ -3692,6 +3979,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -3786,6 +4074,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -3872,6 +4161,7 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["TooManyRequests"];
+            502: components["responses"]["BadGateway"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/originweave/bap/server/internal/daemon"
+	"github.com/originweave/bap/server/internal/redact"
 	"github.com/originweave/bap/server/internal/version"
 )
 
@@ -29,6 +30,8 @@ commands:
   serve     run the server (see bap serve -h)
   migrate   apply database migrations and exit
   version   print the BAP, MCP and schema versions
+  client    register (client create) or revoke (client revoke) an OAuth client
+  user      add a person who signs in on the login page (user create)
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -36,13 +39,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Every log line passes the redaction layer: protected keys, credential-shaped strings and
+	// secrets registered at run time never reach stderr.
+	logger := slog.New(redact.NewHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}), nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	switch args[0] {
 	case "serve":
 		err = serve(ctx, args[1:], logger, stderr)
+	case "client":
+		err = clientCommand(ctx, args[1:], stdout, logger, stderr)
+	case "user":
+		err = userCommand(ctx, args[1:], os.Stdin, stdout, logger, stderr)
 	case "migrate":
 		err = migrate(ctx, args[1:], logger, stderr)
 	case "version":
@@ -87,6 +96,7 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.BoolVar(&cfg.MCPConformanceFixtures, "mcp-conformance-fixtures", false, "mount /mcp-conformance fixtures (local profile, tests)")
 	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-retention", 0, "how long completed Idempotency-Keys are kept (default 24h)")
 	fs.IntVar(&cfg.MaxActiveTasksPerTenant, "max-active-tasks", 0, "admitted tasks per tenant before new ones wait in created (0: no cap)")
+	fs.BoolVar(&cfg.SeparationOfDuties, "separation-of-duties", false, "refuse resolve_approval by the caller who requested the approval")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/originweave/bap/server/internal/daemon"
 )
 
 // These tests run the real binary the way `make run` does: embedded PostgreSQL under a fresh
@@ -51,13 +53,16 @@ type running struct {
 	socket string
 	done   chan error
 	logs   *strings.Builder
+	// logsDone is closed when logs holds everything (startRemote only).
+	logsDone chan struct{}
 }
 
-// start runs `bap serve` and waits for its ready line.
-func start(t *testing.T, bin, dir string) *running {
+// start runs `bap serve` and waits for its ready line. env adds environment entries (e.g. a
+// BAP_DATABASE_URL to share another node's database).
+func start(t *testing.T, bin, dir string, env ...string) *running {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "BAP_DATABASE_URL=")
+	cmd.Env = append(append(os.Environ(), "BAP_DATABASE_URL="), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +227,7 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	var v map[string]any
-	if err := json.Unmarshal([]byte(out.String()), &v); err != nil || v["bap"] != "1.0.0" || v["mcp"] != "2026-07-28" || v["schema"] != float64(1) {
+	if err := json.Unmarshal([]byte(out.String()), &v); err != nil || v["bap"] != "1.0.0" || v["mcp"] != "2026-07-28" || v["schema"] != float64(daemon.SchemaVersion()) {
 		t.Fatalf("version output %q (%v)", out.String(), err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 type Principal struct {
 	Actor  app.Actor
 	Scopes map[string]bool
+	// ClientID is the OAuth client (workload) the credential was issued to; empty in the local profile.
+	ClientID string
 }
 
 // Authenticator identifies the caller of a request. Implementations verify credentials themselves

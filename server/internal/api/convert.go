@@ -7,6 +7,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/apigen"
 	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/page"
 )
 
 // This file translates between the generated wire types and the app's types. It decides nothing.
@@ -243,4 +244,118 @@ var resolveApprovalResponder = responder{status: 200, render: func(result any) (
 		out.ActionReceipt = ptr(toReceipt(res.ActionReceipt))
 	}
 	return out, nil
+}}
+
+// InterruptedResponse renders what the key of a command interrupted by a crash replays once
+// recovery has classified it: 200 with the command's receipt (CONTRACT "Mutating requests").
+func InterruptedResponse(rc *app.Receipt) (app.Response, error) {
+	body, err := json.Marshal(apigen.InterruptedCommandResponse{Receipt: toReceipt(rc)})
+	if err != nil {
+		return app.Response{}, err
+	}
+	return app.Response{Status: 200, Body: body}, nil
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func fromQuery(q *apigen.Query) *page.Query {
+	if q == nil {
+		return nil
+	}
+	return &page.Query{
+		Role: deref(q.Role), Name: deref(q.Name), Text: deref(q.Text), Label: deref(q.Label),
+		Placeholder: deref(q.Placeholder), TestID: deref(q.TestId), Within: deref(q.Within), Exact: deref(q.Exact),
+	}
+}
+
+func toNodes(nodes []page.Node) []apigen.Node {
+	out := make([]apigen.Node, 0, len(nodes))
+	for i := range nodes {
+		out = append(out, toNode(&nodes[i]))
+	}
+	return out
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func toNode(n *page.Node) apigen.Node {
+	out := apigen.Node{
+		NodeId: nonEmpty(n.NodeID), Role: n.Role, Name: nonEmpty(n.Name), Value: nonEmpty(n.Value), Description: nonEmpty(n.Description),
+		Href: nonEmpty(n.URL), Checked: n.Checked, Disabled: n.Disabled, Expanded: n.Expanded, Focused: n.Focused,
+		Required: n.Required, Selected: n.Selected, Placeholder: nonEmpty(n.Placeholder), InputType: nonEmpty(n.InputType),
+		Readonly: n.ReadOnly,
+	}
+	if n.Mixed {
+		out.Mixed = ptr(true)
+	}
+	if len(n.Options) > 0 {
+		out.Options = &n.Options
+	}
+	if n.Level > 0 {
+		out.Level = ptr(n.Level)
+	}
+	if len(n.Children) > 0 {
+		kids := toNodes(n.Children)
+		out.Children = &kids
+	}
+	return out
+}
+
+func toSession(rec *app.SessionRecord) apigen.BrowserSession {
+	return apigen.BrowserSession{
+		SessionId: rec.ID, TaskId: rec.TaskID, ContextId: rec.ContextID, State: apigen.BrowserSessionState(rec.State),
+		CreatedAt: rec.CreatedAt, ClosedAt: rec.EndedAt,
+	}
+}
+
+func sessionResponder(status int, create bool) responder {
+	return responder{status: status, render: func(result any) (any, error) {
+		res, ok := result.(*app.SessionResult)
+		if !ok {
+			return nil, fmt.Errorf("unexpected result %T", result)
+		}
+		if create {
+			return apigen.CreateBrowserSessionResponse{Session: toSession(res.Session), Receipt: toReceipt(res.Receipt)}, nil
+		}
+		return apigen.CloseBrowserSessionResponse{Session: toSession(res.Session), Receipt: toReceipt(res.Receipt)}, nil
+	}}
+}
+
+var navigateResponder = responder{status: 200, render: func(result any) (any, error) {
+	res, ok := result.(*app.NavigateResult)
+	if !ok {
+		return nil, fmt.Errorf("unexpected result %T", result)
+	}
+	out := apigen.NavigateResponse{ContextId: res.ContextID, EpochId: res.EpochID, Url: res.URL, Title: nonEmpty(res.Title),
+		Receipt: toReceipt(res.Receipt)}
+	if res.Status != 0 {
+		out.Status = ptr(res.Status)
+	}
+	return out, nil
+}}
+
+// actResponse is ActResponse with the action's side facts the spec's open object allows.
+type actResponse struct {
+	apigen.ActResponse
+	NewContexts []string        `json:"new_contexts,omitempty"`
+	Dialogs     []page.Dialog   `json:"dialogs,omitempty"`
+	Downloads   []page.Download `json:"downloads,omitempty"`
+	Effect      string          `json:"effect,omitempty"`
+}
+
+var actResponder = responder{status: 200, render: func(result any) (any, error) {
+	res, ok := result.(*app.ActResult)
+	if !ok {
+		return nil, fmt.Errorf("unexpected result %T", result)
+	}
+	return actResponse{
+		ActResponse: apigen.ActResponse{ContextId: nonEmpty(res.ContextID), EpochId: res.EpochID, Navigated: res.Navigated,
+			Url: nonEmpty(res.URL), Receipt: toReceipt(res.Receipt)},
+		NewContexts: res.NewContexts, Dialogs: res.Dialogs, Downloads: res.Downloads, Effect: res.Effect,
+	}, nil
 }}

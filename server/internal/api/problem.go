@@ -32,6 +32,7 @@ var statusOf = map[app.Code]int{
 	app.CodeOverloaded:             http.StatusServiceUnavailable,
 	app.CodeBrowserUnavailable:     http.StatusServiceUnavailable,
 	app.CodeNotImplemented:         http.StatusNotImplemented,
+	app.CodeNavigationFailed:       http.StatusBadGateway,
 	app.CodeInternal:               http.StatusInternalServerError,
 }
 
@@ -57,6 +58,7 @@ var titleOf = map[app.Code]string{
 	app.CodeOverloaded:             "Overloaded",
 	app.CodeBrowserUnavailable:     "Browser unavailable",
 	app.CodeNotImplemented:         "Not implemented",
+	app.CodeNavigationFailed:       "Navigation failed",
 	app.CodeInternal:               "Internal error",
 }
 

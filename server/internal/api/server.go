@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,6 +38,24 @@ type Options struct {
 	Ready func(ctx context.Context) error
 	// Adapters lists the protocol adapters served, for GET /bap/v1.
 	Adapters []string
+	// Audit, when set, records refused requests (401, 403, 429) in the authorization audit trail.
+	Audit AuditLog
+	// Limiter, when set, bounds each client's request rate (429 rate_limited with Retry-After).
+	Limiter Limiter
+	// Mount serves more anonymous routes (pattern → handler, e.g. the OAuth endpoints of the
+	// remote profile) behind the same request log and metrics; they label metrics by Label.
+	Mount []Mount
+	// Streams opens the event streams (stream.go); nil answers them 501 not_implemented.
+	Streams EventStreams
+	// StreamHeartbeat is the idle interval between keep-alives on a stream (default 15 s).
+	StreamHeartbeat time.Duration
+}
+
+// Mount is an extra anonymous route of the transport.
+type Mount struct {
+	Pattern string
+	Label   string
+	Handler http.Handler
 }
 
 // server implements the generated apigen.ServerInterface: one method per route of the spec.
@@ -47,9 +66,12 @@ type server struct {
 	maxBody int64
 	ready   func(ctx context.Context) error
 	spec    *specIndex
+	audit   AuditLog
+	limiter Limiter
 	// opMux maps a request to the operation whose route it matches (before any handler runs).
 	opMux    *http.ServeMux
 	adapters []string
+	stream   streamOptions
 }
 
 var _ apigen.ServerInterface = (*server)(nil)
@@ -82,7 +104,8 @@ func New(o Options) (http.Handler, error) {
 		return nil, err
 	}
 	s := &server{svc: o.Service, auth: o.Authenticator, log: o.Logger, maxBody: o.MaxBodyBytes,
-		ready: o.Ready, spec: idx, opMux: http.NewServeMux(), adapters: o.Adapters}
+		ready: o.Ready, spec: idx, opMux: http.NewServeMux(), adapters: o.Adapters, audit: o.Audit, limiter: o.Limiter}
+	s.stream = newStreamOptions(o)
 	for _, op := range idx.ops {
 		op := op
 		s.opMux.Handle(op.Method+" "+op.Path, opHandler{op})
@@ -110,6 +133,13 @@ func New(o Options) (http.Handler, error) {
 		}
 		metricsHandler.ServeHTTP(w, r)
 	})
+	for _, m := range o.Mount {
+		m := m
+		mux.HandleFunc(m.Pattern, func(w http.ResponseWriter, r *http.Request) {
+			setOpLabel(r.Context(), m.Label)
+			m.Handler.ServeHTTP(w, r)
+		})
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, &app.Error{Code: app.CodeNotFound, Detail: "no such route"})
 	})
@@ -145,23 +175,64 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		setOpLabel(r.Context(), oh.op.ID)
+		challenger, _ := s.auth.(Challenger)
 		p, err := s.auth.Authenticate(r)
 		if err != nil {
 			e := app.AsError(err)
 			if e == nil {
+				s.log.Warn("authentication failed", "operation", oh.op.ID, "err", err)
 				e = &app.Error{Code: app.CodeUnauthenticated, Detail: "the request could not be authenticated"}
 			}
+			if challenger != nil && e.Code == app.CodeUnauthenticated {
+				w.Header().Set("WWW-Authenticate", challenger.Challenge(e, ""))
+			}
+			s.refused(r, oh.op, Principal{}, string(e.Code))
 			writeProblem(w, e)
 			return
 		}
 		if !p.Scopes[oh.op.Scope] {
+			if challenger != nil {
+				w.Header().Set("WWW-Authenticate", challenger.Challenge(nil, oh.op.Scope))
+			}
+			s.refused(r, oh.op, p, string(app.CodeInsufficientScope))
 			writeProblem(w, app.Errorf(app.CodeInsufficientScope, "this operation needs the %s capability", oh.op.Scope))
 			return
+		}
+		if s.limiter != nil && p.ClientID != "" {
+			if ok, wait := s.limiter.Allow(p.ClientID); !ok {
+				s.refused(r, oh.op, p, string(app.CodeRateLimited))
+				writeProblem(w, &app.Error{Code: app.CodeRateLimited, Detail: "this client sends requests faster than its rate limit", RetryAfter: wait})
+				return
+			}
 		}
 		ctx := context.WithValue(r.Context(), principalKey{}, p)
 		ctx = context.WithValue(ctx, opCtxKey{}, oh.op)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// refused records a refused request in the audit trail (when one is configured).
+func (s *server) refused(r *http.Request, op *operation, p Principal, reason string) {
+	if s.audit == nil {
+		return
+	}
+	s.audit.RecordAuthDecision(r.Context(), app.AuthDecision{
+		Time: time.Now(), Tenant: p.Actor.Tenant, Subject: p.Actor.Subject, ClientID: p.ClientID,
+		Operation: op.ID, TaskID: taskIDOf(r.URL.Path), Scope: op.Scope, Outcome: app.AuthRefused, Reason: reason,
+	})
+}
+
+// taskIDOf returns the task id of a /bap/v1/tasks/{task_id}… path (the router has not run yet).
+func taskIDOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "/bap/v1/tasks/")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	if len(id) > 80 || !strings.HasPrefix(id, "tsk_") {
+		return ""
+	}
+	return id
 }
 
 // bindError answers a parameter the generated router could not bind.
@@ -188,6 +259,7 @@ type request struct {
 	op        *operation
 	principal Principal
 	body      []byte
+	decoded   any // body as decoded for validation (numbers as json.Number)
 	call      app.Call
 }
 
@@ -249,6 +321,7 @@ func (s *server) begin(w http.ResponseWriter, r *http.Request, target ...string)
 			return nil, false
 		}
 		req.body = body
+		req.decoded = v
 	}
 	if op.Mutating {
 		raw := r.Header.Get("Idempotency-Key")
@@ -261,7 +334,11 @@ func (s *server) begin(w http.ResponseWriter, r *http.Request, target ...string)
 			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: err.Error()})
 			return nil, false
 		}
-		fp, err := idempotency.NewFingerprint(op.ID, target, req.body)
+		var decoded any = map[string]any{}
+		if req.decoded != nil {
+			decoded = req.decoded
+		}
+		fp, err := idempotency.FingerprintOf(op.ID, target, decoded)
 		if err != nil {
 			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request body is not valid JSON"})
 			return nil, false

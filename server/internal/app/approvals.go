@@ -80,6 +80,9 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 		if err != nil {
 			return nil, err
 		}
+		if s.cfg.SeparationOfDuties && a.RequestedBy == call.Actor.Subject {
+			return nil, c.reject(ctx, Errorf(CodeInsufficientScope, "separation of duties: whoever requested an approval may not resolve it"))
+		}
 		next, err := a.State.Resolve(task.Decision(decision))
 		if err != nil {
 			return nil, c.reject(ctx, Errorf(CodeApprovalNotPending, "approval is %s, not pending", a.State))

@@ -1,7 +1,7 @@
 // Package app holds BAP's use-cases: the commands and queries of the task runtime (create, read,
 // cancel, close, resume tasks; request and resolve approvals) and the background upkeep that keeps
-// them honest (deadline expiry, idempotency retention, the node heartbeat). Recovery of commands a
-// crash interrupted arrives with the two-phase browser commands.
+// them honest (deadline expiry, idempotency retention, the node heartbeat, and recovery of
+// two-phase commands a dead node left between dispatch and receipt).
 //
 // Each mutating use-case is one command: its idempotency claim, state change, history events,
 // receipt, outbox messages and stored first response are written in one database transaction.

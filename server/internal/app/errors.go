@@ -32,6 +32,7 @@ const (
 	CodeOverloaded             Code = "overloaded"
 	CodeBrowserUnavailable     Code = "browser_unavailable"
 	CodeNotImplemented         Code = "not_implemented"
+	CodeNavigationFailed       Code = "navigation_failed"
 	CodeInternal               Code = "internal_error"
 )
 

@@ -70,8 +70,8 @@ func (s *Service) StopNode(ctx context.Context) error {
 	return s.store.StopNode(ctx, s.cfg.NodeID)
 }
 
-// Upkeep runs the periodic background work (deadline expiry, idempotency retention, node
-// heartbeat) every interval until ctx ends. Errors are logged, never fatal: the next round retries.
+// Upkeep runs the periodic background work (deadline expiry, idempotency retention, recovery of
+// commands interrupted on dead nodes, node heartbeat) every interval until ctx ends. Errors are logged, never fatal: the next round retries.
 func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseURL, version string) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -85,6 +85,14 @@ func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseU
 			s.cfg.Logger.Error("idempotency purge failed", "err", err)
 		} else if n > 0 {
 			s.cfg.Logger.Info("idempotency records purged", "count", n)
+		}
+		if s.cfg.InterruptedResponse != nil {
+			stale := s.cfg.Now().Add(-s.cfg.NodeStaleAfter)
+			if n, err := s.RecoverInterrupted(ctx, stale); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Error("recovering interrupted commands failed", "err", err)
+			} else if n > 0 {
+				s.cfg.Logger.Warn("interrupted commands classified", "count", n)
+			}
 		}
 		if err := s.RegisterNode(ctx, advertiseURL, version); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("node heartbeat failed", "err", err)

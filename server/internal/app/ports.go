@@ -23,6 +23,11 @@ type Store interface {
 	DueForExpiry(ctx context.Context, now time.Time, limit int) ([]TaskRef, error)
 	// PurgeIdempotency deletes completed idempotency records that expired before now.
 	PurgeIdempotency(ctx context.Context, now time.Time) (int64, error)
+	// GetSession reads a browser session of tenant.
+	GetSession(ctx context.Context, tenant, sessionID string) (*SessionRecord, error)
+	// OrphanedClaims lists in-flight idempotency claims whose node stopped, or last heartbeat
+	// before staleBefore.
+	OrphanedClaims(ctx context.Context, staleBefore time.Time, limit int) ([]IdempotencyClaim, error)
 	// RegisterNode records a running node (or refreshes its heartbeat).
 	RegisterNode(ctx context.Context, n NodeInfo) error
 	// StopNode marks a node stopped.
@@ -63,6 +68,14 @@ type Tx interface {
 	// CompleteIdempotency stores the first response of a claimed key.
 	CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error
 
+	// DeleteIdempotency forgets a claim whose command never committed.
+	DeleteIdempotency(ctx context.Context, tenant, key string) error
+	// LockCommand reads a recorded command that has no receipt yet and locks it; ErrNotFound when
+	// it was never recorded or already has a receipt.
+	LockCommand(ctx context.Context, tenant, commandID string) (*Command, error)
+	// OpenReconciliation opens a reconciliation for an interrupted side-effecting command.
+	OpenReconciliation(ctx context.Context, tenant, reconciliationID, taskID, commandID string) error
+
 	// InsertTask creates a task with its policy and plan.
 	InsertTask(ctx context.Context, t *Task) error
 	// LockTask reads a task of tenant and locks it until the end of the transaction.
@@ -80,6 +93,19 @@ type Tx interface {
 	OldestWaitingTask(ctx context.Context, tenant string) (*Task, error)
 	// CountActiveTasks counts tenant's non-terminal tasks past admission.
 	CountActiveTasks(ctx context.Context, tenant string) (int, error)
+
+	// InsertSession records a browser session.
+	InsertSession(ctx context.Context, s *SessionRecord) error
+	// LockSession reads a browser session of tenant and locks it.
+	LockSession(ctx context.Context, tenant, sessionID string) (*SessionRecord, error)
+	// UpdateSession writes a session's state and end time.
+	UpdateSession(ctx context.Context, s *SessionRecord) error
+	// CountOpenSessions counts tenant's open browser sessions.
+	CountOpenSessions(ctx context.Context, tenant string) (int, error)
+	// RecordContext records a browsing context of a session (idempotent).
+	RecordContext(ctx context.Context, tenant, sessionID, contextID, openerContextID string) error
+	// RecordEpoch records a document epoch of a context (idempotent; records the context too).
+	RecordEpoch(ctx context.Context, tenant, sessionID, contextID, epochID, url string) error
 
 	// InsertApproval records a pending approval.
 	InsertApproval(ctx context.Context, a *Approval) error

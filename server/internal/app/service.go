@@ -23,6 +23,20 @@ type Config struct {
 	MaxActiveTasksPerTenant int
 	// InFlightRetryAfter is the Retry-After given with idempotency_in_flight (default 1 s).
 	InFlightRetryAfter time.Duration
+	// InterruptedResponse renders the response a key replays after recovery classified its
+	// interrupted command (CONTRACT: 200 with the receipt). Required for recovery.
+	InterruptedResponse func(rc *Receipt) (Response, error)
+	// Browser is the browser adapter; nil answers browser operations 503 browser_unavailable.
+	Browser Browser
+	// MaxSessionsPerTenant caps open browser sessions per tenant (0: no cap) → 429.
+	MaxSessionsPerTenant int
+	// NodeStaleAfter is how long a node may miss heartbeats before its in-flight commands are
+	// classified as interrupted (default 10 s; the heartbeat runs every upkeep round).
+	NodeStaleAfter time.Duration
+	// SeparationOfDuties refuses resolve_approval by the subject who requested the approval
+	// (403 insufficient_scope, recorded as a rejected command). Off by default: in the local
+	// profile the operator approves its own actions.
+	SeparationOfDuties bool
 	// Now is the clock (default time.Now); tests may fix it.
 	Now func() time.Time
 	// Logger receives operational logs (default slog.Default()).
@@ -35,6 +49,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.InFlightRetryAfter <= 0 {
 		c.InFlightRetryAfter = time.Second
+	}
+	if c.NodeStaleAfter <= 0 {
+		c.NodeStaleAfter = 10 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -57,8 +74,9 @@ func (c *Config) Validate() error {
 
 // Service runs BAP's task commands and queries. Safe for concurrent use.
 type Service struct {
-	store Store
-	cfg   Config
+	store         Store
+	cfg           Config
+	browserEvents chan browserEvent
 }
 
 // NewService builds a Service over store.
@@ -67,7 +85,7 @@ func NewService(store Store, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{store: store, cfg: cfg}, nil
+	return &Service{store: store, cfg: cfg, browserEvents: make(chan browserEvent, 4096)}, nil
 }
 
 // Call is one mutating request as a transport received it, after authentication and validation.
@@ -120,26 +138,10 @@ func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
 			ID: ids.New(ids.Command), Tenant: call.Actor.Tenant, Operation: call.Operation,
 			Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: now,
 		}
-		existing, claimed, err := tx.ClaimIdempotency(ctx, IdempotencyClaim{
-			Tenant: call.Actor.Tenant, Key: call.IdempotencyKey, Operation: call.Operation,
-			Fingerprint: call.Fingerprint, CommandID: cmd.ID, NodeID: s.cfg.NodeID,
-			ExpiresAt: now.Add(s.cfg.IdempotencyTTL),
-		})
-		if err != nil {
-			return fmt.Errorf("claiming idempotency key: %w", err)
-		}
-		if !claimed {
-			switch idempotency.Judge(existing.Operation, existing.Fingerprint, existing.Completed, call.Operation, call.Fingerprint) {
-			case idempotency.Replay:
-				resp = Response{Status: existing.Status, Body: existing.Body, Replayed: true}
-				return nil
-			case idempotency.InFlight:
-				return &Error{Code: CodeIdempotencyInFlight,
-					Detail: "a request with this Idempotency-Key is still executing; retry later", RetryAfter: s.cfg.InFlightRetryAfter}
-			default:
-				return &Error{Code: CodeIdempotencyKeyReused,
-					Detail: "this Idempotency-Key was used with another operation or body"}
-			}
+		done, replay, err := s.claim(ctx, tx, call, cmd, now)
+		if err != nil || done {
+			resp = replay
+			return err
 		}
 		result, err := exec(ctx, tx, cmd)
 		var rej *rejection

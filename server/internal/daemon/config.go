@@ -43,6 +43,8 @@ type Config struct {
 	IdempotencyTTL time.Duration
 	// MaxActiveTasksPerTenant caps admitted tasks per tenant (0: no cap).
 	MaxActiveTasksPerTenant int
+	// SeparationOfDuties forbids resolving an approval one requested oneself (off by default).
+	SeparationOfDuties bool
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger → 413.
 	MaxBodyBytes int64
 	// UpkeepInterval is the period of deadline expiry, key purge and heartbeat (default 1 s).
@@ -52,6 +54,12 @@ type Config struct {
 	// DBMaxConns caps the connection pool (default 32).
 	DBMaxConns int32
 	Logger     *slog.Logger
+	// ClientRateLimit and ClientBurst bound each OAuth client's requests per second in the remote
+	// profile (default 100/s, burst 200); more → 429 rate_limited.
+	ClientRateLimit float64
+	ClientBurst     int
+
+	advertiseDefaulted, issuerDefaulted bool // computed from Listen (see remote.go)
 }
 
 // DefaultDataDir is /var/lib/bap for root, else $XDG_STATE_HOME/bap or ~/.local/state/bap.
@@ -106,6 +114,11 @@ func (c *Config) setDefaults() {
 			scheme = "https"
 		}
 		c.AdvertiseURL = scheme + "://" + c.Listen
+		c.advertiseDefaulted = true
+	}
+	if c.Profile == ProfileRemote && c.Issuer == "" {
+		c.Issuer = c.AdvertiseURL
+		c.issuerDefaulted = true
 	}
 }
 
@@ -125,7 +138,9 @@ func (c *Config) Validate() error {
 			return errors.New("--tls-cert/--tls-key belong to the remote profile")
 		}
 	case ProfileRemote:
-		return errors.New("the remote profile needs the OAuth authorization server, which this build does not include yet; use --profile local")
+		if err := c.validateRemote(); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("--profile %q: must be local or remote", c.Profile)
 	}

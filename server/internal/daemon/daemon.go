@@ -99,7 +99,7 @@ func lockDataDir(dir string) (func(), error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data dir %s is in use by another bap process (a running `bap serve` applies migrations itself)", dir)
+			return nil, fmt.Errorf("data dir %s is in use by another bap process (a running `bap serve` applies migrations itself): %w", dir, ErrDataDirInUse)
 		}
 		return nil, fmt.Errorf("locking data dir: %w", err)
 	}
@@ -113,6 +113,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	var early net.Listener // the remote profile listens first: its URLs need the real port
+	if cfg.Profile == ProfileRemote {
+		l, err := prelisten(&cfg)
+		if err != nil {
+			return err
+		}
+		early = l
+		defer early.Close()
+	}
 	db, err := OpenDatabase(ctx, cfg)
 	if err != nil {
 		return err
@@ -120,8 +129,14 @@ func Run(ctx context.Context, cfg Config) error {
 	defer db.Close(context.WithoutCancel(ctx))
 
 	nodeID := newNodeID()
-	svc, err := app.NewService(store.New(db.Pool), app.Config{
+	ev, err := newEventDelivery(ctx, db.Pool, nodeID, log)
+	if err != nil {
+		return err
+	}
+	svc, err := app.NewService(store.New(db.Pool, ev.storeOptions()), app.Config{
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
+		SeparationOfDuties:  cfg.SeparationOfDuties,
+		InterruptedResponse: api.InterruptedResponse,
 	})
 	if err != nil {
 		return err
@@ -132,11 +147,26 @@ func Run(ctx context.Context, cfg Config) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	handler, err := api.New(api.Options{
+	ev.registerMetrics(reg)
+	opts := api.Options{
 		Service: svc, Logger: log, Registry: reg, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready:         func(ctx context.Context) error { return checkReady(ctx, db.Pool) },
 		Authenticator: api.LocalOperator{},
-	})
+		Streams:       ev.streams(svc),
+	}
+	if cfg.Profile == ProfileRemote {
+		rm, err := newRemote(ctx, cfg, db.Pool, log, early)
+		if err != nil {
+			return err
+		}
+		rm.apply(&opts)
+		if err := rm.auth.Start(ctx); err != nil {
+			return err
+		}
+		defer rm.auth.Stop()
+		log.Info("authorization server", "issuer", rm.auth.Issuer(), "resource", rm.auth.Resource(), "tls", cfg.TLSCert != "")
+	}
+	handler, err := api.New(opts)
 	if err != nil {
 		return err
 	}
@@ -158,9 +188,11 @@ func Run(ctx context.Context, cfg Config) error {
 			_ = l.Close()
 		}
 	}
-	tcp, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	tcp := early
+	if tcp == nil {
+		if tcp, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+		}
 	}
 	listeners = append(listeners, tcp)
 	if cfg.Socket != "" {
@@ -171,6 +203,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		listeners = append(listeners, ul)
 	}
+
+	// The relay runs before the server accepts requests, so that every stream sees every event
+	// committed after it subscribed.
+	if err := ev.Start(ctx); err != nil {
+		closeAll()
+		return err
+	}
+	defer ev.Stop()
 
 	upkeepCtx, stopUpkeep := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -199,6 +239,7 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
+	ev.closeStreams() // open streams end now instead of holding up the graceful shutdown
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("graceful shutdown incomplete", "err", err)
 		_ = srv.Close()

@@ -52,6 +52,21 @@ func NewFingerprint(operation string, target []string, body []byte) (Fingerprint
 	if err != nil {
 		return Fingerprint{}, err
 	}
+	return fingerprint(operation, target, canon), nil
+}
+
+// FingerprintOf is NewFingerprint for a body already decoded with json.Decoder.UseNumber (maps,
+// slices, strings, json.Number, bools, nil), so that a transport that decoded the body once for
+// validation need not decode it again.
+func FingerprintOf(operation string, target []string, body any) (Fingerprint, error) {
+	var buf bytes.Buffer
+	if err := writeCanonical(&buf, body); err != nil {
+		return Fingerprint{}, err
+	}
+	return fingerprint(operation, target, buf.Bytes()), nil
+}
+
+func fingerprint(operation string, target []string, canon []byte) Fingerprint {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\n%d\n", operation, len(target))
 	for _, t := range target {
@@ -60,7 +75,7 @@ func NewFingerprint(operation string, target []string, body []byte) (Fingerprint
 	h.Write(canon)
 	var f Fingerprint
 	copy(f[:], h.Sum(nil))
-	return f, nil
+	return f
 }
 
 // Canonical re-encodes a JSON document with object keys sorted, no insignificant whitespace and

@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -69,6 +70,15 @@ func TestFingerprintAndJudge(t *testing.T) {
 	f3, _ := NewFingerprint("cancel_task", []string{"tsk_b"}, []byte(`{"reason":"x"}`))
 	f4, _ := NewFingerprint("cancel_task", []string{"tsk_", "ab"}, []byte(`{}`))
 	f5, _ := NewFingerprint("cancel_task", []string{"tsk_a", "b"}, []byte(`{}`))
+	var decoded any
+	dec := json.NewDecoder(strings.NewReader(`{ "reason" : "x" }`))
+	dec.UseNumber()
+	if err := dec.Decode(&decoded); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := FingerprintOf("cancel_task", []string{"tsk_a"}, decoded); err != nil || f != f1 {
+		t.Error("FingerprintOf of the decoded body differs from NewFingerprint of its bytes")
+	}
 	if f1 != f2 {
 		t.Error("same request, different spacing: fingerprints differ")
 	}

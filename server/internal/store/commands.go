@@ -76,37 +76,17 @@ func (s *Store) PurgeIdempotency(ctx context.Context, now time.Time) (int64, err
 	return tag.RowsAffected(), nil
 }
 
-// wireEvent is the outbox payload: the event exactly as subscribers receive it.
-type wireEvent struct {
-	EventID string         `json:"event_id"`
-	TaskID  string         `json:"task_id"`
-	Seq     int64          `json:"seq"`
-	Type    string         `json:"type"`
-	Time    string         `json:"time"`
-	Actor   string         `json:"actor,omitempty"`
-	Cause   string         `json:"cause,omitempty"`
-	Data    map[string]any `json:"data"`
-}
-
-// AppendEvent implements app.Tx: the history row and its outbox message, in the same transaction.
+// AppendEvent implements app.Tx: the history row now, the outbox message (one per task of the
+// command, see outbox.go) just before commit, both in this transaction.
 func (t *pgTx) AppendEvent(ctx context.Context, e *app.Event) error {
 	data, err := json.Marshal(e.Data)
 	if err != nil {
 		return fmt.Errorf("encoding event data: %w", err)
 	}
-	payload, err := json.Marshal(wireEvent{
-		EventID: e.ID, TaskID: e.TaskID, Seq: e.Seq, Type: e.Type, Time: e.Time.UTC().Format(time.RFC3339Nano),
-		Actor: e.Actor, Cause: e.Cause, Data: e.Data,
-	})
-	if err != nil {
-		return fmt.Errorf("encoding event: %w", err)
-	}
-	meta, _ := json.Marshal(map[string]string{"tenant_id": e.Tenant, "task_id": e.TaskID})
 	t.queue(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)`,
 		e.Tenant, e.TaskID, e.Seq, e.ID, e.Type, e.Time, e.Actor, e.Cause, nullIfEmpty(e.CommandID), data)
-	t.queue(`INSERT INTO outbox_event (uuid, payload, metadata, tenant_id, task_id, seq) VALUES ($1, $2, $3::jsonb, $4, $5, $6)`,
-		e.ID, payload, meta, e.Tenant, e.TaskID, e.Seq)
+	t.events = append(t.events, *e)
 	return nil
 }
 
@@ -228,5 +208,57 @@ func (s *Store) StopNode(ctx context.Context, nodeID string) error {
 	if err != nil {
 		return fmt.Errorf("marking node stopped: %w", err)
 	}
+	return nil
+}
+
+// OrphanedClaims implements app.Store.
+func (s *Store) OrphanedClaims(ctx context.Context, staleBefore time.Time, limit int) ([]app.IdempotencyClaim, error) {
+	rows, err := s.pool.Query(ctx, `SELECT r.tenant_id, r.idempotency_key, r.operation, r.command_id, coalesce(r.node_id, '')
+		FROM idempotency_record r LEFT JOIN runtime_node n ON n.node_id = r.node_id
+		WHERE r.state = 'in_flight'
+		  AND (n.node_id IS NULL OR n.stopped_at IS NOT NULL OR n.heartbeat_at < $1)
+		ORDER BY r.created_at LIMIT $2`, staleBefore, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing orphaned claims: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.IdempotencyClaim, error) {
+		var c app.IdempotencyClaim
+		err := r.Scan(&c.Tenant, &c.Key, &c.Operation, &c.CommandID, &c.NodeID)
+		return c, err
+	})
+}
+
+// DeleteIdempotency implements app.Tx.
+func (t *pgTx) DeleteIdempotency(ctx context.Context, tenant, key string) error {
+	t.queue(`DELETE FROM idempotency_record WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'in_flight'`, tenant, key)
+	return nil
+}
+
+// LockCommand implements app.Tx.
+func (t *pgTx) LockCommand(ctx context.Context, tenant, commandID string) (*app.Command, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var c app.Command
+	var node *string
+	err = q.QueryRow(ctx, `SELECT c.tenant_id, c.command_id, c.task_id, c.operation, c.actor, c.side_effecting, c.node_id, c.recorded_at
+		FROM task_command c WHERE c.tenant_id = $1 AND c.command_id = $2
+		  AND NOT EXISTS (SELECT 1 FROM task_receipt r WHERE r.command_id = c.command_id)
+		FOR UPDATE OF c`, tenant, commandID).
+		Scan(&c.Tenant, &c.ID, &c.TaskID, &c.Operation, &c.Actor, &c.SideEffecting, &node, &c.RecordedAt)
+	if err != nil {
+		return nil, translate(err)
+	}
+	if node != nil {
+		c.NodeID = *node
+	}
+	return &c, nil
+}
+
+// OpenReconciliation implements app.Tx.
+func (t *pgTx) OpenReconciliation(ctx context.Context, tenant, reconciliationID, taskID, commandID string) error {
+	t.queue(`INSERT INTO task_reconciliation (tenant_id, reconciliation_id, task_id, command_id, state)
+		VALUES ($1, $2, $3, $4, 'open')`, tenant, reconciliationID, taskID, commandID)
 	return nil
 }

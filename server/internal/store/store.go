@@ -22,12 +22,19 @@ type Querier interface {
 // Store implements app.Store on a pgx pool. Safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
+	opts Options
 }
 
 var _ app.Store = (*Store)(nil)
 
-// New wraps an open pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// New wraps an open pool. Without Options.Outbox, commands write no outbox messages.
+func New(pool *pgxpool.Pool, opts ...Options) *Store {
+	s := &Store{pool: pool}
+	if len(opts) > 0 {
+		s.opts = opts[0]
+	}
+	return s
+}
 
 // Open connects to dsn and checks the connection.
 func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
@@ -77,11 +84,17 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(app.Tx) error) error {
 	if err := fn(tx); err != nil {
 		return err
 	}
+	if err := s.publishEvents(ctx, tx); err != nil {
+		return err
+	}
 	if err := tx.flush(ctx); err != nil {
 		return err
 	}
 	if err := ptx.Commit(ctx); err != nil {
 		return fmt.Errorf("committing: %w", translate(err))
+	}
+	if len(tx.events) > 0 && s.opts.EventsCommitted != nil {
+		s.opts.EventsCommitted()
 	}
 	return nil
 }
@@ -107,11 +120,26 @@ func translate(err error) error {
 type pgTx struct {
 	tx    pgx.Tx
 	batch pgx.Batch
+	// events appended by the command, published to the outbox just before commit.
+	events []app.Event
+	// newTasks are tasks inserted by this transaction and not yet sent: their INSERT is built at
+	// flush time from the task's final values, so a task created and changed in one command is
+	// written once (no UPDATE, no dead tuple).
+	newTasks []*app.Task
 }
 
 func (t *pgTx) queue(sql string, args ...any) { t.batch.Queue(sql, args...) }
 
 func (t *pgTx) flush(ctx context.Context) error {
+	if len(t.newTasks) > 0 {
+		// The task rows go first: everything queued after InsertTask may refer to them.
+		var b pgx.Batch
+		for _, tk := range t.newTasks {
+			queueTaskInsert(&b, tk)
+		}
+		b.QueuedQueries = append(b.QueuedQueries, t.batch.QueuedQueries...)
+		t.batch, t.newTasks = b, nil
+	}
 	if t.batch.Len() == 0 {
 		return nil
 	}

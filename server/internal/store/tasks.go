@@ -82,6 +82,18 @@ func utcp(t *time.Time) {
 	}
 }
 
+func queueTaskInsert(b *pgx.Batch, tk *app.Task) {
+	var pc any
+	if len(tk.Postcondition) > 0 {
+		pc = []byte(tk.Postcondition)
+	}
+	b.Queue(`INSERT INTO agent_task (tenant_id, task_id, goal, state, verification, postcondition, deadline,
+		created_by, created_at, updated_at, ended_at, last_seq)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12)`,
+		tk.Tenant, tk.ID, tk.Goal, string(tk.State), nullIfEmpty(tk.Verification), pc, tk.Deadline,
+		tk.CreatedBy, tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq)
+}
+
 // GetTask implements app.Store.
 func (s *Store) GetTask(ctx context.Context, tenant, taskID string) (*app.Task, error) {
 	return scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task t WHERE t.tenant_id = $1 AND t.task_id = $2`, tenant, taskID))
@@ -131,17 +143,9 @@ func (s *Store) DueForExpiry(ctx context.Context, now time.Time, limit int) ([]a
 	})
 }
 
-// InsertTask implements app.Tx.
+// InsertTask implements app.Tx. The task row itself is queued at flush time (see pgTx.newTasks).
 func (t *pgTx) InsertTask(ctx context.Context, tk *app.Task) error {
-	var pc any
-	if len(tk.Postcondition) > 0 {
-		pc = []byte(tk.Postcondition)
-	}
-	t.queue(`INSERT INTO agent_task (tenant_id, task_id, goal, state, verification, postcondition, deadline,
-		created_by, created_at, updated_at, ended_at, last_seq)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12)`,
-		tk.Tenant, tk.ID, tk.Goal, string(tk.State), nullIfEmpty(tk.Verification), pc, tk.Deadline,
-		tk.CreatedBy, tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq)
+	t.newTasks = append(t.newTasks, tk)
 	for i, o := range tk.Policy.AllowedOrigins {
 		t.queue(`INSERT INTO task_allowed_origin (tenant_id, task_id, position, pattern) VALUES ($1, $2, $3, $4)`,
 			tk.Tenant, tk.ID, i, o)
@@ -179,8 +183,14 @@ func (t *pgTx) LockTask(ctx context.Context, tenant, taskID string) (*app.Task, 
 		WHERE t.tenant_id = $1 AND t.task_id = $2 FOR UPDATE OF t`, tenant, taskID))
 }
 
-// UpdateTask implements app.Tx.
+// UpdateTask implements app.Tx. A task inserted by this transaction and not yet sent needs no
+// UPDATE: its INSERT carries its values as they are at flush time.
 func (t *pgTx) UpdateTask(ctx context.Context, tk *app.Task) error {
+	for _, n := range t.newTasks {
+		if n == tk {
+			return nil
+		}
+	}
 	t.queue(`UPDATE agent_task SET state = $3, verification = $4, updated_at = $5, ended_at = $6, last_seq = $7
 		WHERE tenant_id = $1 AND task_id = $2`,
 		tk.Tenant, tk.ID, string(tk.State), nullIfEmpty(tk.Verification), tk.UpdatedAt, tk.EndedAt, tk.LastSeq)

@@ -1,0 +1,578 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// Browser is the browser adapter as the use-cases need it: isolated sessions addressed by the
+// bs_ ids the runtime chooses. Implementations are safe for concurrent use.
+type Browser interface {
+	// OpenSession opens an isolated session (own cookies and storage) governed by pol; onEvent
+	// receives what happens in it (navigations, blocked requests, popups, dialogs, loss).
+	OpenSession(ctx context.Context, sessionID string, pol *policy.Policy, onEvent func(page.Event)) (BrowserSession, error)
+	// Session finds an open session of this node.
+	Session(sessionID string) (BrowserSession, bool)
+}
+
+// BrowserSession is one open session. Its methods return the page package's typed errors.
+type BrowserSession interface {
+	DefaultContext() string
+	Navigate(ctx context.Context, req page.NavigateRequest) (*page.NavigateResult, error)
+	Observe(ctx context.Context, req page.ObserveRequest) (*page.Snapshot, error)
+	QueryNodes(ctx context.Context, req page.QueryRequest) (*page.QueryResult, error)
+	Act(ctx context.Context, req page.ActRequest) (*page.ActResult, error)
+	ClassifyAction(ctx context.Context, req page.ActRequest) (effect, origin string, err error)
+	Extract(ctx context.Context, req page.ExtractRequest) (*page.ExtractResult, error)
+	Close(ctx context.Context) error
+}
+
+// Session states of browser_session.
+const (
+	SessionOpen   = "open"
+	SessionClosed = "closed"
+	SessionLost   = "lost"
+)
+
+// SessionRecord is a browser session as the runtime records it.
+type SessionRecord struct {
+	ID        string
+	Tenant    string
+	TaskID    string
+	NodeID    string
+	State     string
+	ContextID string // the session's first browsing context
+	CreatedAt time.Time
+	EndedAt   *time.Time
+}
+
+// SessionResult is the result of create_browser_session and close_browser_session.
+type SessionResult struct {
+	Session *SessionRecord
+	Receipt *Receipt
+}
+
+// NavigateResult is the result of navigate.
+type NavigateResult struct {
+	page.NavigateResult
+	Receipt *Receipt
+}
+
+// ActResult is the result of an act that ran.
+type ActResult struct {
+	page.ActResult
+	Receipt *Receipt
+}
+
+// defaultCommandTimeout bounds a browser command without timeout_ms (CONTRACT: 30 s).
+const defaultCommandTimeout = 30 * time.Second
+
+func (s *Service) browserOrUnavailable() (Browser, error) {
+	if s.cfg.Browser == nil {
+		return nil, &Error{Code: CodeBrowserUnavailable,
+			Detail: "no browser runs on this node: install the Debian package `chromium` (or set BAP_CHROMIUM) and restart"}
+	}
+	return s.cfg.Browser, nil
+}
+
+// browserProblem maps a browser error to the problem the client gets and the receipt outcome
+// the command is recorded with.
+func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
+	var origin *page.OriginNotAllowedError
+	var timeout *page.ActionTimeoutError
+	var nav *page.NavigationError
+	switch {
+	case errors.As(err, &origin):
+		return Errorf(CodeOriginNotAllowed, "%s is outside the task's allowed origins; nothing was loaded", origin.URL), task.Rejected
+	case errors.As(err, &timeout):
+		return Errorf(CodeActionTimeout, "the action did not become possible in time: %s", timeout.Reason), task.Rejected
+	case errors.As(err, &nav):
+		return Errorf(CodeNavigationFailed, "navigation to %s failed: %s", nav.URL, nav.Reason), task.Rejected
+	case errors.Is(err, page.ErrStaleNodeHandle):
+		return &Error{Code: CodeStaleNodeHandle, Detail: "the node handle belongs to a document that is gone; observe or query again"}, task.Rejected
+	case errors.Is(err, page.ErrNoSuchContext):
+		return &Error{Code: CodeNotFound, Detail: "no such browsing context in this session"}, task.Rejected
+	case errors.Is(err, page.ErrNoSuchNode):
+		return &Error{Code: CodeNotFound, Detail: "no such node (unknown handle, or the query matched nothing)"}, task.Rejected
+	case errors.Is(err, page.ErrInvalidRequest):
+		return &Error{Code: CodeInvalidRequest, Detail: err.Error()}, task.Rejected
+	case errors.Is(err, page.ErrSessionLost), errors.Is(err, page.ErrSessionClosed):
+		return &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}, task.ClassifyInterrupted(sideEffecting)
+	case errors.Is(err, page.ErrUnavailable):
+		return &Error{Code: CodeBrowserUnavailable, Detail: "no browser runs on this node: install the Debian package `chromium`"}, task.Rejected
+	case errors.Is(err, page.ErrTooManySessions):
+		return &Error{Code: CodeOverloaded, Detail: "this node runs as many browser sessions as it may", RetryAfter: 5 * time.Second}, task.Rejected
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Code: CodeActionTimeout, Detail: "the command did not finish within its timeout"}, task.ClassifyInterrupted(sideEffecting)
+	default:
+		return nil, ""
+	}
+}
+
+// sessionPlan is what phase 1 of a session command hands to dispatch.
+type sessionPlan struct {
+	rec     *SessionRecord
+	timeout time.Duration
+}
+
+// prepareOnSession checks, inside phase 1, that the session is open and its task may act, and
+// starts an admitted task.
+func (c *commandCtx) prepareOnSession(ctx context.Context, sessionID string) (*SessionRecord, error) {
+	rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	switch rec.State {
+	case SessionLost:
+		return nil, &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}
+	case SessionClosed:
+		return nil, &Error{Code: CodeInvalidTransition, Detail: "the browser session is closed"}
+	}
+	if err := c.startIfAdmitted(ctx); err != nil {
+		return nil, err
+	}
+	if c.t.State != task.Running {
+		return nil, Errorf(CodeInvalidTransition, "task is %s; browser commands need a running task", c.t.State)
+	}
+	return rec, nil
+}
+
+func (c *commandCtx) startIfAdmitted(ctx context.Context) error {
+	if c.t.State == task.Admitted {
+		return c.transition(ctx, c.t, task.Start, c.cmd.Operation)
+	}
+	return nil
+}
+
+// liveSession finds the in-memory session of a record; a session this node no longer holds (it
+// restarted, or the browser crashed) is marked lost.
+func (s *Service) liveSession(ctx context.Context, rec *SessionRecord) (BrowserSession, error) {
+	b, err := s.browserOrUnavailable()
+	if err != nil {
+		return nil, err
+	}
+	if sess, ok := b.Session(rec.ID); ok {
+		return sess, nil
+	}
+	if err := s.markSessionLost(ctx, rec.Tenant, rec.ID, "not held by this node"); err != nil {
+		s.cfg.Logger.Error("marking session lost", "session_id", rec.ID, "err", err)
+	}
+	return nil, page.ErrSessionLost
+}
+
+// sessionFor reads a session of the actor's tenant for a read operation.
+func (s *Service) sessionFor(ctx context.Context, actor Actor, sessionID string) (*SessionRecord, BrowserSession, error) {
+	rec, err := s.store.GetSession(ctx, actor.Tenant, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch rec.State {
+	case SessionLost:
+		return nil, nil, &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}
+	case SessionClosed:
+		return nil, nil, &Error{Code: CodeInvalidTransition, Detail: "the browser session is closed"}
+	}
+	sess, err := s.liveSession(ctx, rec)
+	if err != nil {
+		if e, _ := browserProblem(err, false); e != nil {
+			return nil, nil, e
+		}
+		return nil, nil, err
+	}
+	return rec, sess, nil
+}
+
+func timeoutOf(ms int) time.Duration {
+	if ms <= 0 {
+		return defaultCommandTimeout
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// CreateBrowserSession opens an isolated browser session for a task; the task's first session
+// starts it.
+func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID, fromCheckpoint string, r Responder) (Response, error) {
+	b, err := s.browserOrUnavailable()
+	if err != nil {
+		return Response{}, err
+	}
+	if fromCheckpoint != "" {
+		return Response{}, &Error{Code: CodeNotFound, Detail: "no such checkpoint"}
+	}
+	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+			if err := c.startIfAdmitted(ctx); err != nil {
+				return nil, err
+			}
+			if c.t.State != task.Running {
+				return nil, Errorf(CodeInvalidTransition, "task is %s; browser sessions need a running task", c.t.State)
+			}
+			if max := s.cfg.MaxSessionsPerTenant; max > 0 {
+				n, err := c.tx.CountOpenSessions(ctx, c.t.Tenant)
+				if err != nil {
+					return nil, err
+				}
+				if n >= max {
+					return nil, &Error{Code: CodeRateLimited, Detail: fmt.Sprintf("the tenant already has %d open browser sessions", n), RetryAfter: 5 * time.Second}
+				}
+			}
+			pol, err := taskPolicy(c.t)
+			if err != nil {
+				return nil, err
+			}
+			return &openPlan{id: ids.New(ids.BrowserSession), pol: pol, tenant: c.t.Tenant, taskID: c.t.ID}, nil
+		},
+		dispatch: func(ctx context.Context, plan any) (any, error) {
+			p := plan.(*openPlan)
+			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
+			defer cancel()
+			return b.OpenSession(ctx, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
+		},
+		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
+			p := plan.(*openPlan)
+			if dispatchErr != nil {
+				if e, outcome := browserProblem(dispatchErr, false); e != nil {
+					return nil, outcome, e
+				}
+				return nil, "", dispatchErr
+			}
+			sess := out.(BrowserSession)
+			rec := &SessionRecord{ID: p.id, Tenant: c.t.Tenant, TaskID: c.t.ID, NodeID: s.cfg.NodeID, State: SessionOpen,
+				ContextID: sess.DefaultContext(), CreatedAt: c.now}
+			if err := c.tx.InsertSession(ctx, rec); err != nil {
+				return nil, "", err
+			}
+			if err := c.tx.RecordContext(ctx, rec.Tenant, rec.ID, rec.ContextID, ""); err != nil {
+				return nil, "", err
+			}
+			if err := c.emit(ctx, c.t, "browser_session.opened", "create_browser_session", map[string]any{
+				"session_id": rec.ID, "context_id": rec.ContextID,
+			}); err != nil {
+				return nil, "", err
+			}
+			rc, err := c.receipt(ctx, task.Applied, "", "")
+			if err != nil {
+				return nil, "", err
+			}
+			return &SessionResult{Session: rec, Receipt: rc}, "", nil
+		},
+	})
+}
+
+type openPlan struct {
+	id, tenant, taskID string
+	pol                *policy.Policy
+}
+
+func taskPolicy(t *Task) (*policy.Policy, error) {
+	rules := make([]policy.ApprovalRule, 0, len(t.Policy.ApprovalRules))
+	for _, r := range t.Policy.ApprovalRules {
+		rules = append(rules, policy.ApprovalRule{Effect: policy.Effect(r.Effect), Origins: r.Origins})
+	}
+	p, err := policy.ParsePolicy(t.Policy.AllowedOrigins, rules)
+	if err != nil {
+		return nil, fmt.Errorf("task %s has an invalid stored policy: %w", t.ID, err)
+	}
+	return p, nil
+}
+
+// sessionTask finds the task of a session of the actor's tenant.
+func (s *Service) sessionTask(ctx context.Context, actor Actor, sessionID string) (string, error) {
+	rec, err := s.store.GetSession(ctx, actor.Tenant, sessionID)
+	if err != nil {
+		return "", err
+	}
+	return rec.TaskID, nil
+}
+
+// CloseBrowserSession closes a session and its browsing contexts.
+func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID string, r Responder) (Response, error) {
+	taskID, err := s.sessionTask(ctx, call.Actor, sessionID)
+	if err != nil {
+		return Response{}, err
+	}
+	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+			rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, sessionID)
+			if err != nil {
+				return nil, err
+			}
+			if rec.State != SessionOpen {
+				return nil, Errorf(CodeInvalidTransition, "the browser session is %s", rec.State)
+			}
+			return rec, nil
+		},
+		dispatch: func(ctx context.Context, plan any) (any, error) {
+			if s.cfg.Browser == nil {
+				return nil, nil
+			}
+			if sess, ok := s.cfg.Browser.Session(sessionID); ok {
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if err := sess.Close(ctx); err != nil && !errors.Is(err, page.ErrSessionClosed) {
+					s.cfg.Logger.Warn("closing browser session", "session_id", sessionID, "err", err)
+				}
+			}
+			return nil, nil
+		},
+		finish: func(ctx context.Context, c *commandCtx, plan, _ any, _ error) (any, task.Outcome, error) {
+			rec := plan.(*SessionRecord)
+			end := c.now
+			rec.State, rec.EndedAt = SessionClosed, &end
+			if err := c.tx.UpdateSession(ctx, rec); err != nil {
+				return nil, "", err
+			}
+			if err := c.emit(ctx, c.t, "browser_session.closed", "close_browser_session", map[string]any{"session_id": rec.ID}); err != nil {
+				return nil, "", err
+			}
+			rc, err := c.receipt(ctx, task.Applied, "", "")
+			if err != nil {
+				return nil, "", err
+			}
+			return &SessionResult{Session: rec, Receipt: rc}, "", nil
+		},
+	})
+}
+
+// Navigate loads a URL in a browsing context of the session. The origin policy is enforced by
+// the browser for the navigation and everything it loads.
+func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req page.NavigateRequest, timeoutMs int, r Responder) (Response, error) {
+	if _, err := s.browserOrUnavailable(); err != nil {
+		return Response{}, err
+	}
+	taskID, err := s.sessionTask(ctx, call.Actor, sessionID)
+	if err != nil {
+		return Response{}, err
+	}
+	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+		sideEffecting: false, // a GET navigation is safe (CONTRACT "Mutating requests")
+		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+			rec, err := c.prepareOnSession(ctx, sessionID)
+			if err != nil {
+				return nil, err
+			}
+			return &sessionPlan{rec: rec, timeout: timeoutOf(timeoutMs)}, nil
+		},
+		dispatch: func(ctx context.Context, plan any) (any, error) {
+			p := plan.(*sessionPlan)
+			sess, err := s.liveSession(ctx, p.rec)
+			if err != nil {
+				return nil, err
+			}
+			ctx, cancel := context.WithTimeout(ctx, p.timeout)
+			defer cancel()
+			req.Timeout = p.timeout
+			return sess.Navigate(ctx, req)
+		},
+		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
+			if dispatchErr != nil {
+				return s.finishFailed(ctx, c, plan.(*sessionPlan).rec, dispatchErr, false)
+			}
+			res := out.(*page.NavigateResult)
+			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, plan.(*sessionPlan).rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
+				return nil, "", err
+			}
+			rc, err := c.receipt(ctx, task.Applied, "", "")
+			if err != nil {
+				return nil, "", err
+			}
+			return &NavigateResult{NavigateResult: *res, Receipt: rc}, "", nil
+		},
+	})
+}
+
+// finishFailed records a browser command that failed: its problem, the loss of the session, and
+// for an interrupted side effect a reconciliation.
+func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionRecord, err error, sideEffecting bool) (any, task.Outcome, error) {
+	e, outcome := browserProblem(err, sideEffecting)
+	if e == nil {
+		return nil, "", err
+	}
+	if e.Code == CodeBrowserSessionLost && rec.State == SessionOpen {
+		end := c.now
+		rec.State, rec.EndedAt = SessionLost, &end
+		if err := c.tx.UpdateSession(ctx, rec); err != nil {
+			return nil, "", err
+		}
+		if err := c.emit(ctx, c.t, "browser_session.lost", c.cmd.Operation, map[string]any{"session_id": rec.ID}); err != nil {
+			return nil, "", err
+		}
+	}
+	if outcome == task.ReconciliationRequired {
+		recID := ids.New(ids.Reconciliation)
+		if err := c.tx.OpenReconciliation(ctx, c.t.Tenant, recID, c.t.ID, c.cmd.ID); err != nil {
+			return nil, "", err
+		}
+		if err := c.emit(ctx, c.t, "reconciliation.opened", c.cmd.Operation, map[string]any{
+			"reconciliation_id": recID, "command_id": c.cmd.ID, "operation": c.cmd.Operation,
+		}); err != nil {
+			return nil, "", err
+		}
+		if c.t.State == task.Running {
+			if err := c.transition(ctx, c.t, task.AwaitExternalInput, "reconciliation"); err != nil {
+				return nil, "", err
+			}
+		}
+	}
+	return nil, outcome, e
+}
+
+// Act performs an action on the page. It is recorded before it is dispatched and its receipt
+// after, so a retry with the same key never acts twice.
+func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page.ActRequest, timeoutMs int, r Responder) (Response, error) {
+	if _, err := s.browserOrUnavailable(); err != nil {
+		return Response{}, err
+	}
+	taskID, err := s.sessionTask(ctx, call.Actor, sessionID)
+	if err != nil {
+		return Response{}, err
+	}
+	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+		sideEffecting: true,
+		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+			rec, err := c.prepareOnSession(ctx, sessionID)
+			if err != nil {
+				return nil, err
+			}
+			return &sessionPlan{rec: rec, timeout: timeoutOf(timeoutMs)}, nil
+		},
+		dispatch: func(ctx context.Context, plan any) (any, error) {
+			p := plan.(*sessionPlan)
+			sess, err := s.liveSession(ctx, p.rec)
+			if err != nil {
+				return nil, err
+			}
+			// The action's own timeout bounds the actionability wait; the extra margin lets the
+			// browser report what blocked before our deadline cuts it off.
+			ctx, cancel := context.WithTimeout(ctx, p.timeout+5*time.Second)
+			defer cancel()
+			req.Timeout = p.timeout
+			return sess.Act(ctx, req)
+		},
+		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
+			rec := plan.(*sessionPlan).rec
+			if dispatchErr != nil {
+				return s.finishFailed(ctx, c, rec, dispatchErr, true)
+			}
+			res := out.(*page.ActResult)
+			data := map[string]any{
+				"session_id": rec.ID, "action": req.Action, "context_id": res.ContextID, "epoch_id": res.EpochID,
+				"navigated": res.Navigated, "effect": res.Effect,
+			}
+			if req.NodeID != "" {
+				data["node_id"] = req.NodeID
+			}
+			if len(res.NewContexts) > 0 {
+				data["new_contexts"] = res.NewContexts
+			}
+			if len(res.Dialogs) > 0 {
+				data["dialogs"] = len(res.Dialogs)
+			}
+			if err := c.emit(ctx, c.t, "action.performed", "act", data); err != nil {
+				return nil, "", err
+			}
+			if res.Navigated {
+				if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
+					return nil, "", err
+				}
+			}
+			rc, err := c.receipt(ctx, task.Applied, "", "")
+			if err != nil {
+				return nil, "", err
+			}
+			return &ActResult{ActResult: *res, Receipt: rc}, "", nil
+		},
+	})
+}
+
+// readTimeout bounds observe, query_nodes and extract.
+const readTimeout = defaultCommandTimeout
+
+// Observe returns a compact snapshot of a browsing context, with handles on every node an
+// action can target. It is a read: no command, no receipt.
+func (s *Service) Observe(ctx context.Context, actor Actor, sessionID string, req page.ObserveRequest) (*page.Snapshot, error) {
+	_, sess, err := s.sessionFor(ctx, actor, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	snap, err := sess.Observe(ctx, req)
+	return snap, s.readError(ctx, actor, sessionID, err)
+}
+
+// QueryNodes finds nodes by a typed query, best match first.
+func (s *Service) QueryNodes(ctx context.Context, actor Actor, sessionID string, req page.QueryRequest) (*page.QueryResult, error) {
+	_, sess, err := s.sessionFor(ctx, actor, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	res, err := sess.QueryNodes(ctx, req)
+	return res, s.readError(ctx, actor, sessionID, err)
+}
+
+// Extract reads structured data from the page.
+func (s *Service) Extract(ctx context.Context, actor Actor, sessionID string, req page.ExtractRequest) (*page.ExtractResult, error) {
+	_, sess, err := s.sessionFor(ctx, actor, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	res, err := sess.Extract(ctx, req)
+	return res, s.readError(ctx, actor, sessionID, err)
+}
+
+// readError maps the error of a read to its problem, marking a lost session.
+func (s *Service) readError(ctx context.Context, actor Actor, sessionID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	e, _ := browserProblem(err, false)
+	if e == nil {
+		return err
+	}
+	if e.Code == CodeBrowserSessionLost {
+		if merr := s.markSessionLost(context.WithoutCancel(ctx), actor.Tenant, sessionID, "lost during a read"); merr != nil {
+			s.cfg.Logger.Error("marking session lost", "session_id", sessionID, "err", merr)
+		}
+	}
+	return e
+}
+
+// markSessionLost records that an open session is gone.
+func (s *Service) markSessionLost(ctx context.Context, tenant, sessionID, why string) error {
+	return s.store.InTx(ctx, func(tx Tx) error {
+		peek, err := s.store.GetSession(ctx, tenant, sessionID)
+		if err != nil {
+			return err
+		}
+		t, err := tx.LockTask(ctx, tenant, peek.TaskID)
+		if err != nil {
+			return err
+		}
+		rec, err := tx.LockSession(ctx, tenant, sessionID)
+		if err != nil || rec.State != SessionOpen {
+			return err
+		}
+		c := &commandCtx{s: s, tx: tx, cmd: &Command{Actor: systemActor, Tenant: tenant, Operation: "browser"}, t: t, now: s.cfg.Now()}
+		end := c.now
+		rec.State, rec.EndedAt = SessionLost, &end
+		if err := tx.UpdateSession(ctx, rec); err != nil {
+			return err
+		}
+		if err := c.emit(ctx, t, "browser_session.lost", why, map[string]any{"session_id": sessionID}); err != nil {
+			return err
+		}
+		return tx.UpdateTask(ctx, t)
+	})
+}

@@ -1,0 +1,210 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/originweave/bap/server/internal/idempotency"
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// A two-phase command has an effect outside the database (the browser). Its key and command are
+// recorded and committed before dispatch (phase 1); the effect runs with no transaction open
+// (phase 2); its receipt, events and stored response commit afterwards (phase 3). A crash between
+// phase 1 and phase 3 leaves an in-flight claim whose command has no receipt: recovery classifies
+// it (unknown_outcome for a safe command, reconciliation_required for a side-effecting one) and
+// the command is never run again.
+
+// twoPhase describes one two-phase command.
+type twoPhase struct {
+	// sideEffecting commands go to reconciliation when interrupted; safe ones become unknown_outcome.
+	sideEffecting bool
+	// prepare runs in phase 1's transaction after the command is recorded: check the task, load
+	// what dispatch needs. An *Error from prepare is recorded as a rejection.
+	prepare func(ctx context.Context, c *commandCtx) (plan any, err error)
+	// dispatch performs the effect, with no transaction open.
+	dispatch func(ctx context.Context, plan any) (out any, err error)
+	// finish runs in phase 3's transaction: record what happened (events, rows) and return the
+	// result to render, or an *Error to record as a rejection (with outcome from rejectOutcome).
+	finish func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (result any, outcome task.Outcome, err error)
+}
+
+// runTwoPhase executes a two-phase command for call.
+func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r Responder, op twoPhase) (Response, error) {
+	var resp Response
+	var plan any
+	var cmd *Command
+	dispatched := false
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		resp, plan, cmd, dispatched = Response{}, nil, nil, false
+		now := s.cfg.Now()
+		cmd = &Command{
+			ID: ids.New(ids.Command), Tenant: call.Actor.Tenant, Operation: call.Operation,
+			Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: now,
+		}
+		done, replay, err := s.claim(ctx, tx, call, cmd, now)
+		if err != nil || done {
+			resp = replay
+			return err
+		}
+		c, err := s.beginOnTask(ctx, tx, cmd, taskID, op.sideEffecting)
+		if err != nil {
+			return err
+		}
+		p, err := op.prepare(ctx, c)
+		var e *Error
+		if errors.As(err, &e) {
+			if rerr := c.reject(ctx, e); rerr != nil {
+				var rej *rejection
+				if !errors.As(rerr, &rej) {
+					return rerr
+				}
+				resp, err = r.Failure(rej.err, rej.receipt)
+				if err != nil {
+					return err
+				}
+				return tx.CompleteIdempotency(ctx, call.Actor.Tenant, call.IdempotencyKey, resp.Status, resp.Body)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		// Phase 1 writes the task row too (a first command starts an admitted task).
+		if err := tx.UpdateTask(ctx, c.t); err != nil {
+			return err
+		}
+		plan, dispatched = p, true
+		return nil
+	})
+	if err != nil || !dispatched {
+		return resp, err
+	}
+
+	// Phase 2: the effect. A client that goes away does not cancel an effect half-way; the
+	// command's own deadline (in plan) bounds it.
+	out, dispatchErr := op.dispatch(context.WithoutCancel(ctx), plan)
+
+	// Phase 3.
+	err = s.store.InTx(context.WithoutCancel(ctx), func(tx Tx) error {
+		c := &commandCtx{s: s, tx: tx, cmd: cmd, now: s.cfg.Now()}
+		t, err := tx.LockTask(ctx, cmd.Tenant, taskID)
+		if err != nil {
+			return err
+		}
+		c.t = t
+		result, outcome, err := op.finish(ctx, c, plan, out, dispatchErr)
+		var e *Error
+		switch {
+		case errors.As(err, &e):
+			rc, rerr := c.receipt(ctx, outcome, e.Code, e.Detail)
+			if rerr != nil {
+				return rerr
+			}
+			resp, err = r.Failure(e, rc)
+		case err != nil:
+			return err
+		default:
+			resp, err = r.Success(result)
+		}
+		if err != nil {
+			return fmt.Errorf("rendering response: %w", err)
+		}
+		return tx.CompleteIdempotency(ctx, cmd.Tenant, call.IdempotencyKey, resp.Status, resp.Body)
+	})
+	return resp, err
+}
+
+// claim claims call's key for cmd. done=true means the request is answered already (a replay in
+// resp) or refused (err).
+func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command, now time.Time) (done bool, resp Response, err error) {
+	existing, claimed, err := tx.ClaimIdempotency(ctx, IdempotencyClaim{
+		Tenant: call.Actor.Tenant, Key: call.IdempotencyKey, Operation: call.Operation,
+		Fingerprint: call.Fingerprint, CommandID: cmd.ID, NodeID: s.cfg.NodeID,
+		ExpiresAt: now.Add(s.cfg.IdempotencyTTL),
+	})
+	if err != nil {
+		return true, Response{}, fmt.Errorf("claiming idempotency key: %w", err)
+	}
+	if claimed {
+		return false, Response{}, nil
+	}
+	switch idempotency.Judge(existing.Operation, existing.Fingerprint, existing.Completed, call.Operation, call.Fingerprint) {
+	case idempotency.Replay:
+		return true, Response{Status: existing.Status, Body: existing.Body, Replayed: true}, nil
+	case idempotency.InFlight:
+		return true, Response{}, &Error{Code: CodeIdempotencyInFlight,
+			Detail: "a request with this Idempotency-Key is still executing; retry later", RetryAfter: s.cfg.InFlightRetryAfter}
+	default:
+		return true, Response{}, &Error{Code: CodeIdempotencyKeyReused,
+			Detail: "this Idempotency-Key was used with another operation or body"}
+	}
+}
+
+// RecoverInterrupted classifies the commands that nodes which stopped or stopped heartbeating
+// (before staleBefore) left between dispatch and receipt: a safe command gets unknown_outcome (the
+// client may retry it with a new key); a side-effecting one gets reconciliation_required, opens a
+// task_reconciliation and moves its running task to waiting_for_external_input. Its key then
+// replays `200 {"receipt": …}`. Nothing is ever dispatched again.
+func (s *Service) RecoverInterrupted(ctx context.Context, staleBefore time.Time) (int, error) {
+	claims, err := s.store.OrphanedClaims(ctx, staleBefore, 100)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, cl := range claims {
+		err := s.store.InTx(ctx, func(tx Tx) error {
+			cmd, err := tx.LockCommand(ctx, cl.Tenant, cl.CommandID)
+			if errors.Is(err, ErrNotFound) {
+				// The claim's command never committed, so nothing ran: forget the claim.
+				return tx.DeleteIdempotency(ctx, cl.Tenant, cl.Key)
+			}
+			if err != nil {
+				return err
+			}
+			t, err := tx.LockTask(ctx, cl.Tenant, cmd.TaskID)
+			if err != nil {
+				return err
+			}
+			c := &commandCtx{s: s, tx: tx, cmd: &Command{ID: cmd.ID, Tenant: cmd.Tenant, TaskID: cmd.TaskID,
+				Operation: cmd.Operation, Actor: systemActor}, t: t, now: s.cfg.Now()}
+			outcome := task.ClassifyInterrupted(cmd.SideEffecting)
+			detail := "the node running this command stopped before its outcome was recorded"
+			if cmd.SideEffecting {
+				recID := ids.New(ids.Reconciliation)
+				if err := tx.OpenReconciliation(ctx, cl.Tenant, recID, t.ID, cmd.ID); err != nil {
+					return err
+				}
+				if err := c.emit(ctx, t, "reconciliation.opened", "interrupted", map[string]any{
+					"reconciliation_id": recID, "command_id": cmd.ID, "operation": cmd.Operation,
+				}); err != nil {
+					return err
+				}
+				if t.State == task.Running {
+					if err := c.transition(ctx, t, task.AwaitExternalInput, "reconciliation"); err != nil {
+						return err
+					}
+				}
+			}
+			rc, err := c.receipt(ctx, outcome, "", detail)
+			if err != nil {
+				return err
+			}
+			if s.cfg.InterruptedResponse == nil {
+				return errors.New("app: Config.InterruptedResponse is not set")
+			}
+			resp, err := s.cfg.InterruptedResponse(rc)
+			if err != nil {
+				return err
+			}
+			return tx.CompleteIdempotency(ctx, cl.Tenant, cl.Key, resp.Status, resp.Body)
+		})
+		if err != nil {
+			return n, fmt.Errorf("recovering command %s: %w", cl.CommandID, err)
+		}
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,147 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/store"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+func interrupted(rc *app.Receipt) (app.Response, error) {
+	body, err := json.Marshal(map[string]any{"receipt": map[string]any{"receipt_id": rc.ID, "outcome": rc.Outcome}})
+	return app.Response{Status: 200, Body: body}, err
+}
+
+// The effect of a two-phase command runs once however many requests carry its key: while it
+// runs, the others are told it is in flight; afterwards they get the first response.
+func TestTwoPhaseDispatchesOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tk := b.create(t, app.CreateTaskInput{})
+	call := b.call(t, "act", []string{"bs_x"}, map[string]any{"action": "click"}, "click-once")
+
+	release := make(chan struct{})
+	started := make(chan struct{})
+	var dispatched atomic.Int64
+	dispatch := func(context.Context) (any, error) {
+		if dispatched.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return nil, nil
+	}
+	first := make(chan app.Response, 1)
+	go func() {
+		resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, true, dispatch, false)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- resp
+	}()
+	<-started
+	var wg sync.WaitGroup
+	var inFlight atomic.Int64
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, true, dispatch, false)
+			if e := app.AsError(err); e != nil && e.Code == app.CodeIdempotencyInFlight && e.RetryAfter > 0 {
+				inFlight.Add(1)
+			} else {
+				t.Errorf("while in flight: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(release)
+	resp := <-first
+	var replays sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		replays.Add(1)
+		go func() {
+			defer replays.Done()
+			r, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, true, dispatch, false)
+			if err != nil || !r.Replayed || string(r.Body) != string(resp.Body) {
+				t.Errorf("after completion: %v %+v", err, r)
+			}
+		}()
+	}
+	replays.Wait()
+	if dispatched.Load() != 1 || inFlight.Load() != 50 {
+		t.Fatalf("dispatched %d times, %d in-flight answers", dispatched.Load(), inFlight.Load())
+	}
+	if got, _ := b.svc.GetTask(ctx, b.actor, tk.ID); got.State != task.Running {
+		t.Fatalf("first command did not start the task: %s", got.State)
+	}
+}
+
+// A node that dies between dispatch and receipt leaves its command to recovery, which never runs
+// it again: a side-effecting command goes to reconciliation, a safe one to unknown_outcome.
+func TestRecoveryClassifiesInterruptedCommands(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name          string
+		sideEffecting bool
+		outcome       task.Outcome
+		state         task.State
+	}{
+		{"side-effecting", true, task.ReconciliationRequired, task.WaitingForExternalInput},
+		{"safe", false, task.UnknownOutcome, task.Running},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(c *app.Config) { c.InterruptedResponse = interrupted })
+			ctx := context.Background()
+			tk := b.create(t, app.CreateTaskInput{})
+			call := b.call(t, "act", []string{"bs_x"}, tt.name, "crash-key")
+			var dispatched atomic.Int64
+			dispatch := func(context.Context) (any, error) { dispatched.Add(1); return nil, nil }
+			if _, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, tt.sideEffecting, dispatch, true); err == nil {
+				t.Fatal("phase 3 was meant to fail")
+			}
+			// Until the node is known dead, the key is in flight.
+			if _, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, tt.sideEffecting, dispatch, false); app.AsError(err) == nil ||
+				app.AsError(err).Code != app.CodeIdempotencyInFlight {
+				t.Fatalf("before recovery: %v", err)
+			}
+			if n, err := b.svc.RecoverInterrupted(ctx, time.Now().Add(-time.Hour)); err != nil || n != 0 {
+				t.Fatalf("recovered %d commands of a live node (%v)", n, err)
+			}
+			if err := store.New(b.db).StopNode(ctx, "node_test"); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := b.svc.RecoverInterrupted(ctx, time.Now()); err != nil || n != 1 {
+				t.Fatalf("recovered %d (%v), want 1", n, err)
+			}
+			resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, tt.sideEffecting, dispatch, false)
+			var body struct {
+				Receipt struct{ Outcome task.Outcome } `json:"receipt"`
+			}
+			if err != nil || !resp.Replayed || resp.Status != 200 || json.Unmarshal(resp.Body, &body) != nil || body.Receipt.Outcome != tt.outcome {
+				t.Fatalf("replay after recovery: %v %d %s", err, resp.Status, resp.Body)
+			}
+			if dispatched.Load() != 1 {
+				t.Fatalf("dispatched %d times", dispatched.Load())
+			}
+			got, _ := b.svc.GetTask(ctx, b.actor, tk.ID)
+			if got.State != tt.state {
+				t.Fatalf("task %s, want %s", got.State, tt.state)
+			}
+			var open int
+			if err := b.db.QueryRow(ctx, `SELECT count(*) FROM task_reconciliation WHERE task_id = $1 AND state = 'open'`, tk.ID).Scan(&open); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{true: 1, false: 0}[tt.sideEffecting]; open != want {
+				t.Fatalf("%d open reconciliations, want %d", open, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,143 @@
+package auth
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/originweave/bap/server/internal/app"
+)
+
+// Audit writes authorization decisions to auth_decision in the background: recording never
+// blocks a request (the queue is bounded; when it is full the decision is dropped and counted), and
+// a flood of refused requests costs one batched insert per flush, not one round trip each.
+// RecordAuthDecision is safe for concurrent use; Start and Stop follow the Start/Stop contract of
+// background services (Stop waits until everything queued is written or its context ends).
+type Audit struct {
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	queue   chan app.AuthDecision
+	dropped atomic.Int64
+	stop    chan struct{}
+	flushes chan chan struct{}
+	running atomic.Bool
+	done    sync.WaitGroup
+	once    sync.Once
+}
+
+// NewAudit returns an audit writer on pool.
+func NewAudit(pool *pgxpool.Pool, log *slog.Logger) *Audit {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Audit{pool: pool, log: log, queue: make(chan app.AuthDecision, 4096), stop: make(chan struct{}),
+		flushes: make(chan chan struct{})}
+}
+
+// RecordAuthDecision queues d.
+func (a *Audit) RecordAuthDecision(_ context.Context, d app.AuthDecision) {
+	if d.Time.IsZero() {
+		d.Time = time.Now()
+	}
+	select {
+	case a.queue <- d:
+	default:
+		a.dropped.Add(1)
+	}
+}
+
+// Dropped counts decisions dropped because the queue was full.
+func (a *Audit) Dropped() int64 { return a.dropped.Load() }
+
+// Start runs the writer until Stop.
+func (a *Audit) Start(ctx context.Context) error {
+	a.done.Add(1)
+	a.running.Store(true)
+	go func() {
+		defer a.done.Done()
+		ctx := context.WithoutCancel(ctx)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		var batch []app.AuthDecision
+		for {
+			select {
+			case d := <-a.queue:
+				batch = append(batch, d)
+				if len(batch) >= 500 {
+					batch = a.flush(ctx, batch)
+				}
+			case <-tick.C:
+				batch = a.flush(ctx, batch)
+			case done := <-a.flushes:
+				batch = a.drain(ctx, batch)
+				close(done)
+			case <-a.stop:
+				a.drain(ctx, batch)
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// Stop writes what is queued and stops the writer.
+func (a *Audit) Stop() {
+	a.once.Do(func() { close(a.stop) })
+	a.done.Wait()
+}
+
+// Flush writes everything queued so far and returns when it is written (tests, shutdown).
+func (a *Audit) Flush(ctx context.Context) {
+	if !a.running.Load() {
+		a.drain(ctx, nil)
+		return
+	}
+	done := make(chan struct{})
+	select {
+	case a.flushes <- done:
+		<-done
+	case <-ctx.Done():
+	}
+}
+
+// drain writes batch and everything queued.
+func (a *Audit) drain(ctx context.Context, batch []app.AuthDecision) []app.AuthDecision {
+	for {
+		select {
+		case d := <-a.queue:
+			batch = append(batch, d)
+		default:
+			return a.flush(ctx, batch)
+		}
+	}
+}
+
+func (a *Audit) flush(ctx context.Context, batch []app.AuthDecision) []app.AuthDecision {
+	if len(batch) == 0 {
+		return batch
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var b pgx.Batch
+	for _, d := range batch {
+		b.Queue(`INSERT INTO auth_decision (occurred_at, tenant_id, subject, client_id, operation, task_id, scope, outcome, reason)
+			VALUES ($1, (SELECT tenant_id FROM tenant_account WHERE tenant_id = $2), $3, $4, $5, $6, $7, $8, left($9, 200))`,
+			d.Time, d.Tenant, d.Subject, d.ClientID, d.Operation, nullIfEmpty(d.TaskID), d.Scope, d.Outcome, d.Reason)
+	}
+	if err := a.pool.SendBatch(ctx, &b).Close(); err != nil {
+		a.log.Warn("writing the audit trail failed", "decisions", len(batch), "err", err)
+	}
+	return batch[:0]
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,336 @@
+package events_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/events"
+	"github.com/originweave/bap/server/internal/idempotency"
+	"github.com/originweave/bap/server/internal/pgtest"
+	"github.com/originweave/bap/server/internal/store"
+)
+
+// node is one bap serve's event delivery over a shared database: its service (whose commands
+// write the outbox), relay and broker.
+type node struct {
+	id     string
+	svc    *app.Service
+	store  *store.Store
+	broker *app.Broker
+	relay  *events.Relay
+}
+
+func startNode(t *testing.T, db *pgxpool.Pool, id string, mutate ...func(*events.RelayConfig)) *node {
+	t.Helper()
+	ctx := context.Background()
+	if err := store.New(db).RegisterNode(ctx, app.NodeInfo{ID: id, SoftwareVersion: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	n := &node{id: id, broker: app.NewBroker(app.BrokerConfig{Buffer: 100000})}
+	cfg := events.RelayConfig{DB: wsql.BeginnerFromPgx(db), Broker: n.broker, NodeID: id,
+		IdlePoll: time.Minute} // a long poll: delivery in these tests must come from wake-ups
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	relay, err := events.NewRelay(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.relay = relay
+	n.store = store.New(db, store.Options{Outbox: events.NewOutbox(), EventsCommitted: relay.Wake})
+	if n.svc, err = app.NewService(n.store, app.Config{NodeID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = n.store.Listen(lctx, relay.NotifyChannel(), 100*time.Millisecond, func(from string) {
+			if from != id {
+				relay.Woken()
+			}
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done; relay.Stop() })
+	return n
+}
+
+type responder struct{}
+
+func (responder) Success(result any) (app.Response, error) {
+	body, err := json.Marshal(map[string]any{"task_id": result.(*app.TaskResult).Task.ID})
+	return app.Response{Status: 201, Body: body}, err
+}
+
+func (responder) Failure(e *app.Error, _ *app.Receipt) (app.Response, error) {
+	return app.Response{Status: 409, Body: []byte(`{}`)}, nil
+}
+
+var keys atomic.Int64
+
+func call(t *testing.T, op string, target ...string) app.Call {
+	t.Helper()
+	k := fmt.Sprintf("key-%d", keys.Add(1))
+	fp, err := idempotency.NewFingerprint(op, target, []byte(`{"k":"`+k+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app.Call{Actor: app.Actor{Tenant: "local", Subject: "operator:local"}, Operation: op, IdempotencyKey: k, Fingerprint: fp}
+}
+
+func (n *node) createTask(t *testing.T) string {
+	t.Helper()
+	resp, err := n.svc.CreateTask(context.Background(), call(t, "create_task"),
+		app.CreateTaskInput{Goal: "relay test", Policy: app.PolicySpec{AllowedOrigins: []string{"https://shop.example.com"}}}, responder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		TaskID string `json:"task_id"`
+	}
+	_ = json.Unmarshal(resp.Body, &body)
+	return body.TaskID
+}
+
+func (n *node) cancelTask(t *testing.T, id string) {
+	t.Helper()
+	if _, err := n.svc.CancelTask(context.Background(), call(t, "cancel_task", id), id, "", responder{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// collect reads n events from sub, failing the test if they do not arrive within a generous bound.
+func collect(t *testing.T, sub *app.Subscription, n int) []app.FeedEvent {
+	t.Helper()
+	out := make([]app.FeedEvent, 0, n)
+	deadline := time.After(30 * time.Second)
+	for len(out) < n {
+		select {
+		case e, ok := <-sub.C():
+			if !ok {
+				t.Fatalf("subscription ended after %d of %d events: %v", len(out), n, sub.Err())
+			}
+			out = append(out, e)
+		case <-deadline:
+			t.Fatalf("only %d of %d events arrived", len(out), n)
+		}
+	}
+	return out
+}
+
+// checkFeed asserts feed order, exactly once, and per-task seq 1, 2, 3, … without gaps.
+func checkFeed(t *testing.T, evs []app.FeedEvent) map[string]int64 {
+	t.Helper()
+	last := map[string]int64{}
+	seen := map[string]bool{}
+	for i, e := range evs {
+		if i > 0 && !evs[i-1].Pos.Less(e.Pos) {
+			t.Fatalf("event %d: position %v not after %v", i, e.Pos, evs[i-1].Pos)
+		}
+		if seen[e.ID] {
+			t.Fatalf("event %s delivered twice", e.ID)
+		}
+		seen[e.ID] = true
+		if e.Seq != last[e.TaskID]+1 {
+			t.Fatalf("task %s: seq %d after %d", e.TaskID, e.Seq, last[e.TaskID])
+		}
+		last[e.TaskID] = e.Seq
+	}
+	return last
+}
+
+func TestRelayDeliversCommittedEventsOnceInOrder(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	n := startNode(t, db, "node_a")
+	sub, err := n.broker.Subscribe("local", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tasks = 40
+	var wg sync.WaitGroup
+	for i := 0; i < tasks; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := n.createTask(t)
+			n.cancelTask(t, id) // 4 events each: command.recorded, state_changed, receipt.issued … on the same task
+		}()
+	}
+	wg.Wait()
+	// create_task: task.created, command.recorded, task.state_changed, receipt.issued;
+	// cancel_task: command.recorded, task.state_changed, receipt.issued.
+	last := checkFeed(t, collect(t, sub, tasks*7))
+	if len(last) != tasks {
+		t.Fatalf("%d tasks seen, want %d", len(last), tasks)
+	}
+	var msgs int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event`).Scan(&msgs); err != nil {
+		t.Fatal(err)
+	}
+	if msgs != tasks*2 {
+		t.Fatalf("%d outbox messages, want one per command (%d)", msgs, tasks*2)
+	}
+	// The replay path reads the same feed in the same order.
+	replayed, err := n.store.ReadFeed(context.Background(), "local", app.FeedPosition{}, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFeed(t, replayed)
+	if len(replayed) != tasks*7 {
+		t.Fatalf("ReadFeed: %d events, want %d", len(replayed), tasks*7)
+	}
+	if other, _ := n.store.ReadFeed(context.Background(), "globex", app.FeedPosition{}, 10); len(other) != 0 {
+		t.Fatalf("ReadFeed of another tenant returned %d events", len(other))
+	}
+}
+
+func TestRolledBackCommandPublishesNothing(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	n := startNode(t, db, "node_a")
+	sub, _ := n.broker.Subscribe("local", "")
+	id := n.createTask(t)
+	boom := errors.New("boom")
+	err := n.store.InTx(context.Background(), func(tx app.Tx) error {
+		if err := tx.AppendEvent(context.Background(), &app.Event{ID: "evt_rolledback", TaskID: id, Tenant: "local", Seq: 5,
+			Type: "task.state_changed", Time: time.Now(), Actor: "operator:local", Data: map[string]any{}}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("InTx: %v", err)
+	}
+	n.cancelTask(t, id) // seq 5, 6, 7 for real
+	evs := checkFeed(t, collect(t, sub, 7))
+	if evs[id] != 7 {
+		t.Fatalf("last seq %d, want 7", evs[id])
+	}
+	var leaked int
+	_ = db.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event WHERE uuid = 'evt_rolledback'`).Scan(&leaked)
+	if leaked != 0 {
+		t.Fatal("the rolled-back command's outbox message exists")
+	}
+}
+
+func TestEveryNodeSeesEveryNodesEvents(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	a := startNode(t, db, "node_a")
+	b := startNode(t, db, "node_b")
+	subA, _ := a.broker.Subscribe("local", "")
+	subB, _ := b.broker.Subscribe("local", "")
+	for i := 0; i < 10; i++ {
+		a.createTask(t)
+		b.createTask(t)
+	}
+	// node_b's relay learns of node_a's commits only through NOTIFY (its poll is a minute).
+	fa, fb := checkFeed(t, collect(t, subA, 80)), checkFeed(t, collect(t, subB, 80))
+	if len(fa) != 20 || len(fb) != 20 {
+		t.Fatalf("tasks seen: node_a %d, node_b %d; want 20 each", len(fa), len(fb))
+	}
+}
+
+// TestFeedOrderFollowsTaskOrderNotXidOrder builds the case xid ordering gets wrong: a transaction
+// that took its xid first commits its event of a task after a younger transaction's earlier
+// event of the same task. The feed must still give seq n before n+1.
+func TestFeedOrderFollowsTaskOrderNotXidOrder(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	n := startNode(t, db, "node_a")
+	sub, _ := n.broker.Subscribe("local", "")
+	id := n.createTask(t) // seq 1..4
+	ctx := context.Background()
+	older, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = older.Rollback(ctx) }()
+	if _, err := older.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // takes its xid now
+		t.Fatal(err)
+	}
+	write := func(exec func(string, ...any) error, seq int64) {
+		t.Helper()
+		evID := fmt.Sprintf("evt_order%d", seq)
+		if err := exec(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', $1, $2, $3, 'task.state_changed', 'operator:local')`, id, seq, evID); err != nil {
+			t.Fatal(err)
+		}
+		payload, _ := json.Marshal([]map[string]any{{"event_id": evID, "task_id": id, "tenant_id": "local", "seq": seq,
+			"type": "task.state_changed", "time": time.Now().UTC(), "data": map[string]any{}}})
+		if err := exec(`INSERT INTO outbox_event (uuid, payload, tenant_id, task_id, seq, last_seq) VALUES ($1, $2, 'local', $3, $4, $4)`,
+			evID, payload, id, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	younger, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(func(q string, a ...any) error { _, err := younger.Exec(ctx, q, a...); return err }, 5)
+	if err := younger.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	write(func(q string, a ...any) error { _, err := older.Exec(ctx, q, a...); return err }, 6)
+	if err := older.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n.relay.Wake()
+	got := collect(t, sub, 6)[4:]
+	if got[0].Seq != 5 || got[1].Seq != 6 || !got[0].Pos.Less(got[1].Pos) {
+		t.Fatalf("relayed seq %d at %v then %d at %v; want 5 then 6 in feed order", got[0].Seq, got[0].Pos, got[1].Seq, got[1].Pos)
+	}
+	replayed, err := n.store.ReadFeed(ctx, "local", app.FeedPosition{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFeed(t, replayed)
+}
+
+func TestPruneDropsDeadGroupsThenReadMessages(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx := context.Background()
+	n := startNode(t, db, "node_a", func(c *events.RelayConfig) { c.Retention = time.Millisecond })
+	sub, _ := n.broker.Subscribe("local", "")
+	if _, err := db.Exec(ctx, `INSERT INTO outbox_consumer_offset (consumer_group, order_xid, order_offset, seq, updated_at)
+		VALUES ('relay:node_gone', '0', 0, 0, now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		n.createTask(t)
+	}
+	collect(t, sub, 12) // node_a's relay has read (and acked) all three messages
+	var acked int
+	for acked == 0 { // the ack commits just after the last message is handed over
+		_ = db.QueryRow(ctx, `SELECT count(*) FROM outbox_consumer_offset c,
+			(SELECT order_xid, order_offset FROM outbox_event ORDER BY order_xid DESC, order_offset DESC LIMIT 1) m
+			WHERE c.consumer_group = 'relay:node_a' AND c.order_xid = m.order_xid AND c.order_offset = m.order_offset`).Scan(&acked)
+		if acked == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	deleted, err := n.relay.Prune(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var groups, left int
+	_ = db.QueryRow(ctx, `SELECT count(*) FROM outbox_consumer_offset`).Scan(&groups)
+	_ = db.QueryRow(ctx, `SELECT count(*) FROM outbox_event`).Scan(&left)
+	if deleted != 3 || left != 0 || groups != 1 {
+		t.Fatalf("pruned %d messages, %d left, %d groups; want 3, 0 and only node_a's group", deleted, left, groups)
+	}
+}

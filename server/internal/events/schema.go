@@ -1,0 +1,171 @@
+package events
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Topic is the watermill topic of the outbox. Schema ignores it: there is one outbox table.
+const Topic = "outbox_event"
+
+// Metadata keys of an outbox message.
+const (
+	metaTenant      = "tenant_id"
+	metaTask        = "task_id"
+	metaSeq         = "seq"
+	metaLastSeq     = "last_seq"
+	metaOrderXID    = "order_xid"    // set when read back: the message's feed position
+	metaOrderOffset = "order_offset" // set when read back
+)
+
+// Schema is the watermill-sql SchemaAdapter of the `outbox_event` table: one row per (command,
+// task) whose payload holds that command's events of the task, read back in feed order
+// (order_xid, order_offset, seq) and only once the position is final (below the snapshot's xmin).
+type Schema struct {
+	// BatchSize is how many messages one read returns (default 100).
+	BatchSize int
+}
+
+var _ wsql.SchemaAdapter = Schema{}
+
+// InsertQuery implements wsql.SchemaAdapter. Each message must carry the metadata tenant_id,
+// task_id, seq and last_seq; transaction_id, the offset and the feed position are filled in by the
+// table's defaults and trigger.
+func (s Schema) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
+	if len(params.Msgs) == 0 {
+		return wsql.Query{}, fmt.Errorf("no messages to insert")
+	}
+	var b strings.Builder
+	b.WriteString(`INSERT INTO outbox_event (uuid, payload, metadata, tenant_id, task_id, seq, last_seq) VALUES `)
+	args := make([]any, 0, 7*len(params.Msgs))
+	for i, m := range params.Msgs {
+		seq, err1 := strconv.ParseInt(m.Metadata.Get(metaSeq), 10, 64)
+		last, err2 := strconv.ParseInt(m.Metadata.Get(metaLastSeq), 10, 64)
+		tenant, task := m.Metadata.Get(metaTenant), m.Metadata.Get(metaTask)
+		if err1 != nil || err2 != nil || tenant == "" || task == "" {
+			return wsql.Query{}, fmt.Errorf("outbox message %s lacks tenant_id, task_id, seq or last_seq metadata", m.UUID)
+		}
+		meta, err := json.Marshal(m.Metadata)
+		if err != nil {
+			return wsql.Query{}, fmt.Errorf("encoding metadata of %s: %w", m.UUID, err)
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		n := len(args)
+		fmt.Fprintf(&b, "($%d, $%d, $%d::jsonb, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7)
+		args = append(args, m.UUID, []byte(m.Payload), string(meta), tenant, task, seq, last)
+	}
+	return wsql.Query{Query: b.String(), Args: args}, nil
+}
+
+// SelectQuery implements wsql.SchemaAdapter: the next messages after the consumer group's
+// position, in feed order, whose position no running transaction can still precede.
+func (s Schema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
+	next, err := params.OffsetsAdapter.NextOffsetQuery(wsql.NextOffsetQueryParams{Topic: params.Topic, ConsumerGroup: params.ConsumerGroup})
+	if err != nil {
+		return wsql.Query{}, err
+	}
+	batch := s.BatchSize
+	if batch <= 0 {
+		batch = 100
+	}
+	q := `WITH last_processed AS (` + next.Query + `)
+		SELECT "offset", order_xid::text, order_offset, last_seq, uuid, payload, metadata FROM outbox_event
+		WHERE (order_xid, order_offset, seq) > (SELECT order_xid, order_offset, seq FROM last_processed)
+		  AND order_xid < pg_snapshot_xmin(pg_current_snapshot())
+		ORDER BY order_xid, order_offset, seq
+		LIMIT ` + strconv.Itoa(batch)
+	return wsql.Query{Query: q, Args: next.Args}, nil
+}
+
+// UnmarshalMessage implements wsql.SchemaAdapter. The message's feed position is added to its
+// metadata (order_xid, order_offset) and to the row's ExtraData for the ack.
+func (s Schema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
+	var r wsql.Row
+	var xid, uuid string
+	var orderOffset, lastSeq int64
+	if err := params.Row.Scan(&r.Offset, &xid, &orderOffset, &lastSeq, &uuid, &r.Payload, &r.Metadata); err != nil {
+		return wsql.Row{}, fmt.Errorf("scanning an outbox row: %w", err)
+	}
+	r.UUID = []byte(uuid)
+	msg := message.NewMessage(uuid, r.Payload)
+	if len(r.Metadata) > 0 {
+		if err := json.Unmarshal(r.Metadata, &msg.Metadata); err != nil {
+			return wsql.Row{}, fmt.Errorf("decoding metadata of outbox message %s: %w", uuid, err)
+		}
+	}
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	msg.Metadata.Set(metaOrderXID, xid)
+	msg.Metadata.Set(metaOrderOffset, strconv.FormatInt(orderOffset, 10))
+	r.Msg = msg
+	r.ExtraData = map[string]any{metaOrderXID: xid, metaOrderOffset: orderOffset, metaLastSeq: lastSeq}
+	return r, nil
+}
+
+// SchemaInitializingQueries implements wsql.SchemaAdapter: none, the migrations own the schema.
+func (s Schema) SchemaInitializingQueries(wsql.SchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	return nil, nil
+}
+
+// SubscribeIsolationLevel implements wsql.SchemaAdapter.
+func (s Schema) SubscribeIsolationLevel() sql.IsolationLevel { return sql.LevelRepeatableRead }
+
+// Offsets is the watermill-sql OffsetsAdapter of `outbox_consumer_offset`: one row per consumer
+// group holding the feed position acked last. Each group has exactly one subscriber (a node's
+// relay), so reads take no row lock; that keeps the relay's read transaction without an xid, so
+// it never holds back other nodes' view of the feed.
+type Offsets struct{}
+
+var _ wsql.OffsetsAdapter = Offsets{}
+
+// AckMessageQuery implements wsql.OffsetsAdapter.
+func (Offsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query, error) {
+	x := params.LastRow.ExtraData
+	return wsql.Query{
+		Query: `UPDATE outbox_consumer_offset SET order_xid = $1::text::xid8, order_offset = $2, seq = $3, updated_at = now()
+			WHERE consumer_group = $4`,
+		Args: []any{x[metaOrderXID], x[metaOrderOffset], x[metaLastSeq], params.ConsumerGroup},
+	}, nil
+}
+
+// ConsumedMessageQuery implements wsql.OffsetsAdapter: nothing to record per message.
+func (Offsets) ConsumedMessageQuery(wsql.ConsumedMessageQueryParams) (wsql.Query, error) {
+	return wsql.Query{}, nil
+}
+
+// NextOffsetQuery implements wsql.OffsetsAdapter.
+func (Offsets) NextOffsetQuery(params wsql.NextOffsetQueryParams) (wsql.Query, error) {
+	return wsql.Query{
+		Query: `SELECT order_xid, order_offset, seq FROM outbox_consumer_offset WHERE consumer_group = $1`,
+		Args:  []any{params.ConsumerGroup},
+	}, nil
+}
+
+// SchemaInitializingQueries implements wsql.OffsetsAdapter: none, the migrations own the schema.
+func (Offsets) SchemaInitializingQueries(wsql.OffsetsSchemaInitializingQueriesParams) ([]wsql.Query, error) {
+	return nil, nil
+}
+
+// BeforeSubscribingQueries implements wsql.OffsetsAdapter: a new group starts at the head of the
+// feed (the last final position), not at its beginning; streams replay older events themselves.
+func (Offsets) BeforeSubscribingQueries(params wsql.BeforeSubscribingQueriesParams) ([]wsql.Query, error) {
+	return []wsql.Query{{
+		Query: `INSERT INTO outbox_consumer_offset (consumer_group, order_xid, order_offset, seq)
+			SELECT $1, coalesce(h.order_xid, '0'::xid8), coalesce(h.order_offset, 0), coalesce(h.last_seq, 0)
+			FROM (SELECT 1) AS one LEFT JOIN LATERAL (
+				SELECT order_xid, order_offset, last_seq FROM outbox_event
+				WHERE order_xid < pg_snapshot_xmin(pg_current_snapshot())
+				ORDER BY order_xid DESC, order_offset DESC, seq DESC LIMIT 1) AS h ON true
+			ON CONFLICT (consumer_group) DO NOTHING`,
+		Args: []any{params.ConsumerGroup},
+	}}, nil
+}

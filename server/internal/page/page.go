@@ -1,0 +1,369 @@
+package page
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrUnavailable reports that no browser can be run on this node: no binary
+// was found, or the browser would not start. Its message names the Debian
+// package to install.
+var ErrUnavailable = errors.New("browser unavailable: install the Debian package `chromium` (apt-get install chromium) or set BAP_CHROMIUM")
+
+// ErrStaleNodeHandle reports a node handle whose document epoch has ended
+// (the browsing context navigated, reloaded or replaced its document, or the
+// frame holding the node did).
+var ErrStaleNodeHandle = errors.New("stale node handle")
+
+// ErrSessionLost reports a session whose browser or renderer crashed; the
+// session cannot be used any more.
+var ErrSessionLost = errors.New("browser session lost")
+
+// ErrNoSuchContext reports a context_id that is not an open browsing context
+// of the session.
+var ErrNoSuchContext = errors.New("no such browsing context")
+
+// ErrNoSuchNode reports a node handle that this session never issued, or a
+// query that matched nothing.
+var ErrNoSuchNode = errors.New("no such node")
+
+// ErrSessionClosed reports an operation on a session that was closed (by the
+// caller, by the idle reaper or by [Browser.Close]).
+var ErrSessionClosed = errors.New("browser session closed")
+
+// ErrTooManySessions reports that the node already runs MaxSessions
+// sessions.
+var ErrTooManySessions = errors.New("too many browser sessions on this node")
+
+// ErrSessionExists reports an OpenSession with the id of an open session.
+var ErrSessionExists = errors.New("browser session id already in use")
+
+// ErrInvalidRequest is wrapped by errors about a request's arguments (an
+// unknown action or extract kind, a missing value, an action the target node
+// does not support); the message says what is wrong.
+var ErrInvalidRequest = errors.New("invalid browser request")
+
+// OriginNotAllowedError reports a navigation (or a request it needs) to an
+// origin the session's policy does not allow. Nothing was loaded.
+type OriginNotAllowedError struct {
+	// URL is the refused URL without userinfo, query or fragment.
+	URL string
+}
+
+// Error names the refused origin and path, never a query string.
+func (e *OriginNotAllowedError) Error() string {
+	return fmt.Sprintf("origin not allowed by the task policy: %s", e.URL)
+}
+
+// ActionTimeoutError reports an action whose target did not become actionable
+// within the timeout.
+type ActionTimeoutError struct {
+	// Reason names the blocker: "not attached", "not visible", "not
+	// stable", "disabled", "covered by another element (div#overlay)",
+	// "read-only", "navigation did not finish", ….
+	Reason string
+}
+
+// Error names the blocker.
+func (e *ActionTimeoutError) Error() string { return "action timed out: " + e.Reason }
+
+// NavigationError reports a navigation the browser could not complete
+// (connection refused, DNS failure, …) for a reason other than the policy.
+type NavigationError struct {
+	// URL is the URL without userinfo, query or fragment.
+	URL string
+	// Reason is the browser's error text, such as net::ERR_CONNECTION_REFUSED.
+	Reason string
+}
+
+// Error names the URL and the reason.
+func (e *NavigationError) Error() string {
+	return fmt.Sprintf("navigation to %s failed: %s", e.URL, e.Reason)
+}
+
+// Wait conditions of NavigateRequest.WaitUntil.
+const (
+	WaitLoad             = "load"
+	WaitDOMContentLoaded = "domcontentloaded"
+	WaitNetworkIdle      = "network_idle"
+)
+
+// Observe modes.
+const (
+	ModeInteractive = "interactive"
+	ModeFull        = "full"
+)
+
+// Actions of ActRequest.Action (CONTRACT "Actions and queries").
+const (
+	ActionClick          = "click"
+	ActionFill           = "fill"
+	ActionClear          = "clear"
+	ActionSelectOption   = "select_option"
+	ActionCheck          = "check"
+	ActionUncheck        = "uncheck"
+	ActionPressKey       = "press_key"
+	ActionHover          = "hover"
+	ActionFocus          = "focus"
+	ActionScrollIntoView = "scroll_into_view"
+	ActionUploadFile     = "upload_file"
+)
+
+// Effects returned by ClassifyAction and set in ActResult.Effect (the
+// policy.Effect values).
+const (
+	EffectFormSubmission = "form_submission"
+	EffectFileUpload     = "file_upload"
+	EffectAnyAction      = "any_action"
+)
+
+// Extract kinds.
+const (
+	ExtractText       = "text"
+	ExtractTable      = "table"
+	ExtractAttributes = "attributes"
+	ExtractLinks      = "links"
+	ExtractSchema     = "schema"
+)
+
+// Event types passed to the onEvent callback of OpenSession.
+const (
+	EventNavigationCommitted = "navigation.committed"
+	EventRequestBlocked      = "request.blocked"
+	EventContextOpened       = "context.opened"
+	EventContextClosed       = "context.closed"
+	EventDialogHandled       = "dialog.handled"
+	EventDownloadCompleted   = "download.completed"
+	EventSessionLost         = "session.lost"
+)
+
+// NavigateRequest is the input of Session.Navigate.
+type NavigateRequest struct {
+	// ContextID is the browsing context; "" means the session's default.
+	ContextID string `json:"context_id,omitempty"`
+	// URL is an absolute http(s) URL or about:blank.
+	URL string `json:"url"`
+	// WaitUntil is load (default), domcontentloaded or network_idle.
+	WaitUntil string `json:"wait_until,omitempty"`
+	// Timeout bounds the navigation; 0 means 30 s.
+	Timeout time.Duration `json:"-"`
+}
+
+// NavigateResult is the outcome of a navigation.
+type NavigateResult struct {
+	ContextID string `json:"context_id"`
+	EpochID   string `json:"epoch_id"`
+	URL       string `json:"url"`
+	Title     string `json:"title"`
+	// Status is the HTTP status of the main document (0 for about:blank).
+	Status int `json:"status,omitempty"`
+}
+
+// ObserveRequest is the input of Session.Observe.
+type ObserveRequest struct {
+	ContextID string `json:"context_id,omitempty"`
+	// Within limits the snapshot to the subtree of this node handle.
+	Within string `json:"within,omitempty"`
+	// MaxNodes caps the number of nodes; 0 means 5000.
+	MaxNodes int `json:"max_nodes,omitempty"`
+	// Mode is "interactive" (default: actionable nodes plus the headings,
+	// landmarks, text and structure that give them meaning) or "full".
+	Mode string `json:"mode,omitempty"`
+}
+
+// Snapshot is the compact accessibility-oriented view of a browsing context.
+type Snapshot struct {
+	ContextID string `json:"context_id"`
+	EpochID   string `json:"epoch_id"`
+	URL       string `json:"url"`
+	Title     string `json:"title"`
+	Nodes     []Node `json:"nodes"`
+	// Truncated is true when MaxNodes cut the snapshot short.
+	Truncated bool `json:"truncated,omitempty"`
+	// Contexts lists every open browsing context of the session (popups
+	// included).
+	Contexts []ContextInfo `json:"contexts,omitempty"`
+}
+
+// ContextInfo describes one browsing context (tab or popup) of a session.
+type ContextInfo struct {
+	ContextID string `json:"context_id"`
+	URL       string `json:"url"`
+	Title     string `json:"title,omitempty"`
+	// Opener is the context that opened this one ("" for the first tab).
+	Opener string `json:"opener,omitempty"`
+}
+
+// Node is one node of a snapshot or query result.
+type Node struct {
+	// NodeID is the handle (nd_…), set on every node an action can target
+	// and on containers used as "within" scopes.
+	NodeID string `json:"node_id,omitempty"`
+	// Role is the WAI-ARIA role as Chromium computes it ("text" for a text
+	// run, "iframe" for a frame whose document is in Children).
+	Role string `json:"role"`
+	// Name is the accessible name, trimmed.
+	Name string `json:"name,omitempty"`
+	// Value is the current value of a form control (never of a password
+	// field), or the text of a "text" node.
+	Value       string `json:"value,omitempty"`
+	Description string `json:"description,omitempty"`
+	// URL is the target of a link, or the document URL of an iframe.
+	URL         string `json:"url,omitempty"`
+	Placeholder string `json:"placeholder,omitempty"`
+	// InputType is the type attribute of an input element (email, password, file, …).
+	InputType string   `json:"input_type,omitempty"`
+	Options   []string `json:"options,omitempty"` // option labels of a select (up to 50)
+	Checked   *bool    `json:"checked,omitempty"`
+	// Mixed is true for a tri-state control in the mixed state.
+	Mixed    bool  `json:"mixed,omitempty"`
+	Disabled *bool `json:"disabled,omitempty"`
+	Expanded *bool `json:"expanded,omitempty"`
+	Focused  *bool `json:"focused,omitempty"`
+	Required *bool `json:"required,omitempty"`
+	Selected *bool `json:"selected,omitempty"`
+	ReadOnly *bool `json:"readonly,omitempty"`
+	Level    int   `json:"level,omitempty"`
+	Children []Node `json:"children,omitempty"`
+}
+
+// Query is a typed node query (CONTRACT "Actions and queries").
+type Query struct {
+	Role        string `json:"role,omitempty"`
+	Name        string `json:"name,omitempty"`
+	Text        string `json:"text,omitempty"`
+	Label       string `json:"label,omitempty"`
+	Placeholder string `json:"placeholder,omitempty"`
+	TestID      string `json:"test_id,omitempty"`
+	// Within is a node handle limiting the search to its subtree.
+	Within string `json:"within,omitempty"`
+	// Exact requires whole, case-sensitive matches (after trimming and
+	// collapsing white space); otherwise matching is a case-insensitive
+	// substring and exact matches rank first.
+	Exact bool `json:"exact,omitempty"`
+}
+
+// QueryRequest is the input of Session.QueryNodes.
+type QueryRequest struct {
+	ContextID string `json:"context_id,omitempty"`
+	Query     Query  `json:"query"`
+	// Limit caps the result; 0 means 50.
+	Limit int `json:"limit,omitempty"`
+}
+
+// QueryResult holds the matches, best first.
+type QueryResult struct {
+	EpochID string `json:"epoch_id"`
+	Nodes   []Node `json:"nodes"`
+}
+
+// ActRequest is the input of Session.Act and Session.ClassifyAction. The
+// target is NodeID or, when it is empty, Query (resolved just before acting
+// to its best match).
+type ActRequest struct {
+	ContextID string `json:"context_id,omitempty"`
+	Action    string `json:"action"`
+	NodeID    string `json:"node_id,omitempty"`
+	Query     *Query `json:"query,omitempty"`
+	// Value is the text of fill (protected: never logged), or the option of
+	// select_option (matched by value, then label).
+	Value  string   `json:"-"`
+	Values []string `json:"values,omitempty"`
+	// Key is the key of press_key ("Enter", "Tab", "Control+A", "a", …).
+	Key   string `json:"key,omitempty"`
+	Files []File `json:"-"`
+	// Timeout bounds the actionability wait and the navigation the action
+	// starts; 0 means 30 s.
+	Timeout time.Duration `json:"-"`
+}
+
+// File is a file for upload_file.
+type File struct {
+	Name      string
+	MediaType string
+	Content   []byte
+}
+
+// ActResult is the outcome of an action.
+type ActResult struct {
+	ContextID string `json:"context_id"`
+	EpochID   string `json:"epoch_id"`
+	// Navigated is true when the action made the context load a new
+	// document; EpochID is then the new document's epoch.
+	Navigated   bool       `json:"navigated"`
+	URL         string     `json:"url,omitempty"`
+	NewContexts []string   `json:"new_contexts,omitempty"`
+	Dialogs     []Dialog   `json:"dialogs,omitempty"`
+	Downloads   []Download `json:"downloads,omitempty"`
+	// Effect is the effect ClassifyAction gives for the action.
+	Effect string `json:"effect"`
+}
+
+// ExtractRequest is the input of Session.Extract.
+type ExtractRequest struct {
+	ContextID string `json:"context_id,omitempty"`
+	Kind      string `json:"kind"`
+	NodeID    string `json:"node_id,omitempty"`
+	Query     *Query `json:"query,omitempty"`
+	// Schema is a JSON Schema the schema kind validates its result against.
+	Schema json.RawMessage `json:"schema,omitempty"`
+	// Fields maps each property of the schema kind to the query that finds
+	// its value (the text, or the value of a form control, of the best match).
+	Fields map[string]Query `json:"fields,omitempty"`
+}
+
+// ExtractResult holds the extracted data: a string (text), a *Table
+// (table), a map[string]string (attributes), a []Link (links) or the
+// validated JSON value (schema).
+type ExtractResult struct {
+	EpochID string `json:"epoch_id"`
+	Data    any    `json:"data"`
+}
+
+// Table is the data of a table extract.
+type Table struct {
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
+}
+
+// Link is one entry of a links extract.
+type Link struct {
+	Text string `json:"text"`
+	URL  string `json:"url"`
+	// NodeID is the link's handle.
+	NodeID string `json:"node_id,omitempty"`
+}
+
+// Dialog is a JavaScript dialog the session handled.
+type Dialog struct {
+	// Type is alert, confirm, prompt or beforeunload.
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	// Accepted is false when the dialog was dismissed (the default).
+	Accepted bool `json:"accepted"`
+}
+
+// Download is a file the page downloaded during an action.
+type Download struct {
+	Name      string `json:"name"`
+	MediaType string `json:"media_type,omitempty"`
+	Size      int64  `json:"size"`
+	// Content is nil when the download exceeded the size limit, failed,
+	// or was cancelled; Reason then says why.
+	Content []byte `json:"-"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Event is something that happened in a session, reported to the onEvent
+// callback given to OpenSession. It never holds a raw CDP id or protected
+// input; URLs carry no query string.
+type Event struct {
+	// Type is one of the Event* constants.
+	Type      string         `json:"type"`
+	ContextID string         `json:"context_id,omitempty"`
+	EpochID   string         `json:"epoch_id,omitempty"`
+	URL       string         `json:"url,omitempty"`
+	Data      map[string]any `json:"data,omitempty"`
+}
