@@ -218,14 +218,14 @@ type Node struct {
 	Options   []string `json:"options,omitempty"` // option labels of a select (up to 50)
 	Checked   *bool    `json:"checked,omitempty"`
 	// Mixed is true for a tri-state control in the mixed state.
-	Mixed    bool  `json:"mixed,omitempty"`
-	Disabled *bool `json:"disabled,omitempty"`
-	Expanded *bool `json:"expanded,omitempty"`
-	Focused  *bool `json:"focused,omitempty"`
-	Required *bool `json:"required,omitempty"`
-	Selected *bool `json:"selected,omitempty"`
-	ReadOnly *bool `json:"readonly,omitempty"`
-	Level    int   `json:"level,omitempty"`
+	Mixed    bool   `json:"mixed,omitempty"`
+	Disabled *bool  `json:"disabled,omitempty"`
+	Expanded *bool  `json:"expanded,omitempty"`
+	Focused  *bool  `json:"focused,omitempty"`
+	Required *bool  `json:"required,omitempty"`
+	Selected *bool  `json:"selected,omitempty"`
+	ReadOnly *bool  `json:"readonly,omitempty"`
+	Level    int    `json:"level,omitempty"`
 	Children []Node `json:"children,omitempty"`
 }
 
