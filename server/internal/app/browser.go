@@ -498,38 +498,39 @@ const readTimeout = defaultCommandTimeout
 // Observe returns a compact snapshot of a browsing context, with handles on every node an
 // action can target. It is a read: no command, no receipt.
 func (s *Service) Observe(ctx context.Context, actor Actor, sessionID string, req page.ObserveRequest) (*page.Snapshot, error) {
-	_, sess, err := s.sessionFor(ctx, actor, sessionID)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
-	snap, err := sess.Observe(ctx, req)
-	return snap, s.readError(ctx, actor, sessionID, err)
+	return read(ctx, s, actor, sessionID, func(ctx context.Context, sess BrowserSession) (*page.Snapshot, error) {
+		return sess.Observe(ctx, req)
+	})
 }
 
 // QueryNodes finds nodes by a typed query, best match first.
 func (s *Service) QueryNodes(ctx context.Context, actor Actor, sessionID string, req page.QueryRequest) (*page.QueryResult, error) {
-	_, sess, err := s.sessionFor(ctx, actor, sessionID)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, readTimeout)
-	defer cancel()
-	res, err := sess.QueryNodes(ctx, req)
-	return res, s.readError(ctx, actor, sessionID, err)
+	return read(ctx, s, actor, sessionID, func(ctx context.Context, sess BrowserSession) (*page.QueryResult, error) {
+		return sess.QueryNodes(ctx, req)
+	})
 }
 
 // Extract reads structured data from the page.
 func (s *Service) Extract(ctx context.Context, actor Actor, sessionID string, req page.ExtractRequest) (*page.ExtractResult, error) {
+	return read(ctx, s, actor, sessionID, func(ctx context.Context, sess BrowserSession) (*page.ExtractResult, error) {
+		return sess.Extract(ctx, req)
+	})
+}
+
+// read runs a read operation on an open session of the actor's tenant, within readTimeout.
+func read[T any](ctx context.Context, s *Service, actor Actor, sessionID string, op func(context.Context, BrowserSession) (T, error)) (T, error) {
+	var zero T
 	_, sess, err := s.sessionFor(ctx, actor, sessionID)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	res, err := sess.Extract(ctx, req)
-	return res, s.readError(ctx, actor, sessionID, err)
+	res, err := op(ctx, sess)
+	if err != nil {
+		return zero, s.readError(ctx, actor, sessionID, err)
+	}
+	return res, nil
 }
 
 // readError maps the error of a read to its problem, marking a lost session.
