@@ -124,6 +124,10 @@ var rules = []rule{
 		why: "ratelimit (token buckets) and redact (the log redaction layer) are standard-library helpers every layer may use",
 	},
 	{
+		name: "end-to-end tests", packages: internal("e2e"), forbid: []string{nonStd},
+		why: "e2e holds tests only (its test files wire the whole stack); its non-test code is a doc comment",
+	},
+	{
 		name: "archtest", packages: selfPkg, forbid: []string{nonStd},
 		why: "the architecture test uses the standard library and the go command only",
 	},
@@ -137,6 +141,10 @@ var reverseRules = []reverseRule{
 	{
 		name: "the test harness", imported: internal("pgtest"),
 		why: "pgtest starts databases for tests; only _test.go files import it",
+	},
+	{
+		name: "the end-to-end tests", imported: internal("e2e"),
+		why: "e2e holds tests only",
 	},
 	{
 		name: "the architecture test", imported: selfPkg,

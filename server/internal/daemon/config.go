@@ -45,6 +45,8 @@ type Config struct {
 	MaxActiveTasksPerTenant int
 	// SeparationOfDuties forbids resolving an approval one requested oneself (off by default).
 	SeparationOfDuties bool
+	// MaxSessionsPerTenant caps open browser sessions per tenant (0: no cap) → 429.
+	MaxSessionsPerTenant int
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger → 413.
 	MaxBodyBytes int64
 	// UpkeepInterval is the period of deadline expiry, key purge and heartbeat (default 1 s).

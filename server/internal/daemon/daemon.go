@@ -133,8 +133,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	br, closeBrowser := startBrowser(ctx, cfg, log)
+	defer closeBrowser()
 	svc, err := app.NewService(store.New(db.Pool, ev.storeOptions()), app.Config{
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
+		Browser: br, MaxSessionsPerTenant: cfg.MaxSessionsPerTenant,
 		SeparationOfDuties:  cfg.SeparationOfDuties,
 		InterruptedResponse: api.InterruptedResponse,
 	})
@@ -166,10 +169,15 @@ func Run(ctx context.Context, cfg Config) error {
 		defer rm.auth.Stop()
 		log.Info("authorization server", "issuer", rm.auth.Issuer(), "resource", rm.auth.Resource(), "tls", cfg.TLSCert != "")
 	}
+	setMCPAPI, err := mountMCP(cfg, &opts, log)
+	if err != nil {
+		return err
+	}
 	handler, err := api.New(opts)
 	if err != nil {
 		return err
 	}
+	setMCPAPI(handler)
 	if cfg.Profile == ProfileLocal {
 		handler = api.LoopbackHostOnly(handler)
 	}
@@ -214,10 +222,14 @@ func Run(ctx context.Context, cfg Config) error {
 
 	upkeepCtx, stopUpkeep := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		svc.Upkeep(upkeepCtx, cfg.UpkeepInterval, cfg.AdvertiseURL, version.Software)
+	}()
+	go func() {
+		defer wg.Done()
+		svc.RunBrowserEvents(upkeepCtx)
 	}()
 
 	errc := make(chan error, len(listeners))

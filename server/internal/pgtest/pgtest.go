@@ -59,6 +59,12 @@ func Main(m *testing.M, setup func(ctx context.Context, connString string) error
 	os.Exit(run(m, setup))
 }
 
+// Run is Main without the exit: it returns m.Run's code after stopping the database, for a
+// TestMain that has more to tear down (a browser) before it exits.
+func Run(m *testing.M, setup func(ctx context.Context, connString string) error) int {
+	return run(m, setup)
+}
+
 func run(m *testing.M, setup func(ctx context.Context, connString string) error) int {
 	h := &harness{setup: setup, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	h.open = sync.OnceValues(h.prepare)

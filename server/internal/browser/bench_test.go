@@ -1,0 +1,395 @@
+package browser
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/accessibility"
+	"github.com/chromedp/chromedp"
+
+	"github.com/originweave/bap/server/internal/ids"
+)
+
+// The benchmarks compare this package with raw chromedp doing the same steps
+// on the same pages, in one run:
+//
+//	go test ./server/internal/browser/ -run '^$' -bench . -benchtime 20x
+//
+// Raw chromedp runs in a Chromium of its own (started on first use, same
+// flags), so that neither side shares the other's tabs.
+
+var (
+	rawOnce   sync.Once
+	rawCtx    context.Context
+	rawCancel context.CancelFunc
+	rawErr    error
+)
+
+// rawBrowser returns a chromedp browser context.
+func rawBrowser(b *testing.B) context.Context {
+	rawOnce.Do(func() {
+		opts := []chromedp.ExecAllocatorOption{chromedp.ExecPath("chromium"), chromedp.UserDataDir(b.TempDir())}
+		for _, f := range baseFlags {
+			name, val, ok := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+			if name == "remote-debugging-pipe" {
+				continue
+			}
+			if ok {
+				opts = append(opts, chromedp.Flag(name, val))
+			} else {
+				opts = append(opts, chromedp.Flag(name, true))
+			}
+		}
+		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancel := chromedp.NewContext(alloc)
+		rawErr = chromedp.Do(ctx) // start the browser
+		rawCtx = ctx
+		rawCancel = func() { cancel(); cancelAlloc() }
+		cleanups = append(cleanups, rawCancel)
+	})
+	if rawErr != nil {
+		b.Fatal(rawErr)
+	}
+	return rawCtx
+}
+
+// steps records per-step durations.
+type steps struct {
+	mu sync.Mutex
+	d  map[string][]time.Duration
+}
+
+func (s *steps) time(name string, fn func() error) error {
+	t0 := time.Now()
+	err := fn()
+	s.mu.Lock()
+	if s.d == nil {
+		s.d = map[string][]time.Duration{}
+	}
+	s.d[name] = append(s.d[name], time.Since(t0))
+	s.mu.Unlock()
+	return err
+}
+
+func p50(ds []time.Duration) time.Duration {
+	c := append([]time.Duration(nil), ds...)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	return c[len(c)/2]
+}
+
+func (s *steps) report(b *testing.B) {
+	for name, ds := range s.d {
+		b.ReportMetric(float64(p50(ds).Microseconds())/1000, name+"_p50_ms")
+	}
+}
+
+// bapWorkflow runs navigate → observe → fill → click (submits, waits for the
+// next page) → extract → screenshot through this package.
+func bapWorkflow(ctx context.Context, s *Session, st *steps) error {
+	var snap *Snapshot
+	return firstErr(
+		st.time("navigate", func() error {
+			_, err := s.Navigate(ctx, NavigateRequest{URL: fx.A + "/bench.html"})
+			return err
+		}),
+		st.time("observe", func() (err error) {
+			snap, err = s.Observe(ctx, ObserveRequest{})
+			return err
+		}),
+		st.time("fill", func() error {
+			n, ok := find(snap.Nodes, func(n Node) bool { return n.Name == "Search" && n.Role == "textbox" })
+			if !ok {
+				return fmt.Errorf("no search box")
+			}
+			_, err := s.Act(ctx, ActRequest{Action: ActionFill, NodeID: n.NodeID, Value: "teapot"})
+			return err
+		}),
+		st.time("click", func() error {
+			n, _ := find(snap.Nodes, func(n Node) bool { return n.Name == "Search" && n.Role == "button" })
+			res, err := s.Act(ctx, ActRequest{Action: ActionClick, NodeID: n.NodeID})
+			if err == nil && !res.Navigated {
+				err = fmt.Errorf("the click did not navigate")
+			}
+			return err
+		}),
+		st.time("extract", func() error {
+			_, err := s.Extract(ctx, ExtractRequest{Kind: ExtractText})
+			return err
+		}),
+		st.time("screenshot", func() error {
+			_, err := s.Screenshot(ctx, "")
+			return err
+		}),
+	)
+}
+
+// rawWorkflow does the same with chromedp: the accessibility tree stands for
+// observe, a CSS selector for the handle.
+func rawWorkflow(ctx context.Context, st *steps) error {
+	return firstErr(
+		st.time("navigate", func() error { return chromedp.Do(ctx, chromedp.Navigate(fx.A+"/bench.html")) }),
+		st.time("observe", func() error {
+			_, err := chromedp.Call(ctx, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+			return err
+		}),
+		st.time("fill", func() error { return chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("q"), "teapot")) }),
+		st.time("click", func() error {
+			return chromedp.Do(ctx, chromedp.Click(chromedp.ID("go")), chromedp.WaitVisible(chromedp.ID("msg")))
+		}),
+		st.time("extract", func() error {
+			_, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+			return err
+		}),
+		st.time("screenshot", func() error {
+			_, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+			return err
+		}),
+	)
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func benchSession(b *testing.B) *Session {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := testBrowser.OpenSession(ctx, ids.New(ids.BrowserSession), testPolicy(b), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close(context.Background()) })
+	return s
+}
+
+// BenchmarkWorkflow runs the workflow through this package (with and
+// without the WebSocket CSP of Config.NoDocumentCSP) and through raw
+// chromedp, one after the other in each iteration, so that the three see the
+// same machine load; it reports each step's p50 per variant.
+func BenchmarkWorkflow(b *testing.B) {
+	ctx := context.Background()
+	s := benchSession(b)
+	plain := benchSession(b)
+	plain.mu.Lock()
+	plain.csp = ""
+	plain.mu.Unlock()
+	rctx, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
+	defer cancel()
+	variants := []struct {
+		name string
+		run  func(*steps) error
+	}{
+		{"bap", func(st *steps) error { return bapWorkflow(ctx, s, st) }},
+		{"bap_nodoccsp", func(st *steps) error { return bapWorkflow(ctx, plain, st) }},
+		{"chromedp", func(st *steps) error { return rawWorkflow(rctx, st) }},
+	}
+	sts := make([]*steps, len(variants))
+	for i, v := range variants {
+		if err := v.run(&steps{}); err != nil { // warm up
+			b.Fatal(v.name, err)
+		}
+		sts[i] = &steps{}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		for i, v := range variants {
+			st := sts[i]
+			if err := st.time("workflow", func() error { return v.run(st) }); err != nil {
+				b.Fatal(v.name, err)
+			}
+		}
+	}
+	for i, v := range variants {
+		for name, ds := range sts[i].d {
+			b.ReportMetric(float64(p50(ds).Microseconds())/1000, v.name+"_"+name+"_p50_ms")
+		}
+	}
+}
+
+// BenchmarkObserveBig observes the 5,000-element page; bytes is the size of
+// the snapshot's JSON, as a client receives it.
+func BenchmarkObserveBig(b *testing.B) {
+	for _, mode := range []string{ModeInteractive, ModeFull} {
+		b.Run(mode, func(b *testing.B) {
+			s := benchSession(b)
+			ctx := context.Background()
+			if _, err := s.Navigate(ctx, NavigateRequest{URL: fx.A + "/big.html"}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.Observe(ctx, ObserveRequest{Mode: mode}); err != nil {
+				b.Fatal(err)
+			}
+			var size int
+			var nodes int
+			st := &steps{}
+			b.ResetTimer()
+			for b.Loop() {
+				var snap *Snapshot
+				if err := st.time("observe", func() (err error) {
+					snap, err = s.Observe(ctx, ObserveRequest{Mode: mode})
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+				j, _ := json.Marshal(snap)
+				size = len(j)
+				nodes = countNodes(snap.Nodes)
+			}
+			st.report(b)
+			b.ReportMetric(float64(size), "json_bytes")
+			b.ReportMetric(float64(nodes), "nodes")
+		})
+	}
+	b.Run("chromedp_axtree", func(b *testing.B) {
+		ctx, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
+		defer cancel()
+		if err := chromedp.Do(ctx, chromedp.Navigate(fx.A+"/big.html")); err != nil {
+			b.Fatal(err)
+		}
+		var size int
+		st := &steps{}
+		b.ResetTimer()
+		for b.Loop() {
+			var res *accessibility.GetFullAXTreeResult
+			if err := st.time("observe", func() error {
+				r, err := chromedp.Call(ctx, accessibility.GetFullAXTree, accessibility.GetFullAXTreeParams{})
+				res = &r
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+			j, _ := json.Marshal(res)
+			size = len(j)
+		}
+		st.report(b)
+		b.ReportMetric(float64(size), "json_bytes")
+	})
+}
+
+func countNodes(ns []Node) int {
+	n := len(ns)
+	for _, c := range ns {
+		n += countNodes(c.Children)
+	}
+	return n
+}
+
+// BenchmarkOpenSession: a session from a warm browser versus a fresh
+// chromedp browser context and tab.
+func BenchmarkOpenSession(b *testing.B) {
+	b.Run("bap_warm", func(b *testing.B) {
+		st := &steps{}
+		for b.Loop() {
+			var s *Session
+			if err := st.time("open", func() (err error) {
+				s, err = testBrowser.OpenSession(context.Background(), ids.New(ids.BrowserSession), testPolicy(b), nil)
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			_ = s.Close(context.Background())
+			// Let the pool refill, as between real session requests.
+			waitWarm(b)
+			b.StartTimer()
+		}
+		st.report(b)
+	})
+	b.Run("chromedp_fresh", func(b *testing.B) {
+		parent := rawBrowser(b)
+		st := &steps{}
+		for b.Loop() {
+			var cancel context.CancelFunc
+			if err := st.time("open", func() error {
+				var ctx context.Context
+				ctx, cancel = chromedp.NewContext(parent, chromedp.WithNewBrowserContext())
+				return chromedp.Do(ctx)
+			}); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			cancel()
+			b.StartTimer()
+		}
+		st.report(b)
+	})
+}
+
+func waitWarm(b *testing.B) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		testBrowser.mu.Lock()
+		n := 0
+		if testBrowser.proc != nil {
+			n = len(testBrowser.proc.warm)
+		}
+		testBrowser.mu.Unlock()
+		if n >= testBrowser.cfg.WarmContexts {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // benchmark pacing only, outside the timed region
+	}
+}
+
+// BenchmarkConcurrent runs the workflow in n sessions at once; workflows/s
+// is the throughput.
+func BenchmarkConcurrent(b *testing.B) {
+	for _, n := range []int{4, 16} {
+		b.Run(fmt.Sprintf("bap_%d", n), func(b *testing.B) {
+			sessions := make([]*Session, n)
+			for i := range sessions {
+				sessions[i] = benchSession(b)
+			}
+			runConcurrent(b, n, func(i int) error { return bapWorkflow(context.Background(), sessions[i], &steps{}) })
+		})
+		b.Run(fmt.Sprintf("chromedp_%d", n), func(b *testing.B) {
+			ctxs := make([]context.Context, n)
+			for i := range ctxs {
+				ctx, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
+				defer cancel()
+				if err := chromedp.Do(ctx); err != nil {
+					b.Fatal(err)
+				}
+				ctxs[i] = ctx
+			}
+			runConcurrent(b, n, func(i int) error { return rawWorkflow(ctxs[i], &steps{}) })
+		})
+	}
+}
+
+func runConcurrent(b *testing.B, n int, fn func(i int) error) {
+	var mu sync.Mutex
+	var errs []error
+	t0 := time.Now()
+	total := 0
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				if err := fn(i); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		total += n
+	}
+	b.ReportMetric(float64(total)/time.Since(t0).Seconds(), "workflows/s")
+	b.ReportMetric(float64(len(errs)), "errors")
+	if len(errs) > 0 {
+		b.Logf("first error: %v", errs[0])
+	}
+}

@@ -1,0 +1,32 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/browser"
+)
+
+// startBrowser starts this node's Chromium. Without one the server still runs: browser operations
+// answer 503 browser_unavailable (naming the Debian package) and everything else works.
+func startBrowser(ctx context.Context, cfg Config, log *slog.Logger) (app.Browser, func()) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	b, err := browser.Start(ctx, browser.Config{Binary: cfg.Chromium, Logger: log.With("component", "browser")})
+	if err != nil {
+		if errors.Is(err, browser.ErrUnavailable) {
+			log.Warn("no browser: browser operations will answer 503 browser_unavailable", "err", err)
+		} else {
+			log.Error("starting the browser failed: browser operations will answer 503 browser_unavailable", "err", err)
+		}
+		return nil, func() {}
+	}
+	return browser.Port{Browser: b}, func() {
+		if err := b.Close(); err != nil {
+			log.Warn("closing the browser", "err", err)
+		}
+	}
+}

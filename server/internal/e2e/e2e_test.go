@@ -1,0 +1,320 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/originweave/bap/server/internal/api"
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/browser"
+	"github.com/originweave/bap/server/internal/pgtest"
+	"github.com/originweave/bap/server/internal/store"
+)
+
+// shared is the one browser of this test binary (STYLE: one browser per package, a fresh
+// session per test).
+var shared *browser.Browser
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	br, err := browser.Start(ctx, browser.Config{Binary: os.Getenv("BAP_CHROMIUM")})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting Chromium:", err)
+		os.Exit(1)
+	}
+	shared = br
+	code := pgtest.Run(m, store.MigrateURL)
+	_ = br.Close()
+	os.Exit(code)
+}
+
+// shop is the fixture site: a checkout that counts the orders it receives.
+type shop struct {
+	srv    *httptest.Server
+	orders atomic.Int64
+	hits   atomic.Int64
+}
+
+func newShop(t *testing.T) *shop {
+	t.Helper()
+	page, err := os.ReadFile("testdata/shop.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &shop{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /checkout", func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(bytes.ReplaceAll(page, []byte("{{COUNT}}"), []byte(fmt.Sprint(s.orders.Load()))))
+	})
+	mux.HandleFunc("POST /order", func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		n := s.orders.Add(1)
+		http.Redirect(w, r, fmt.Sprintf("/thanks?order=%d", n), http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET /thanks", func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>Thank you</title><h1>Thank you for your order %s</h1>`, r.URL.Query().Get("order"))
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>Elsewhere</title><p>elsewhere</p>`)
+	})
+	s.srv = httptest.NewServer(mux)
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// stack is the BAP API over a fresh database and the shared browser.
+type stack struct {
+	srv *httptest.Server
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	db := pgtest.NewDB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := store.New(db).RegisterNode(ctx, app.NodeInfo{ID: "node_e2e", SoftwareVersion: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := app.NewService(store.New(db), app.Config{NodeID: "node_e2e", Browser: browser.Port{Browser: shared},
+		InterruptedResponse: api.InterruptedResponse})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go svc.RunBrowserEvents(ctx)
+	h, err := api.New(api.Options{Service: svc, Authenticator: api.LocalOperator{}, Registry: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &stack{srv: srv}
+}
+
+type reply struct {
+	status int
+	raw    []byte
+	body   map[string]any
+}
+
+func (r reply) str(path ...string) string {
+	var v any = r.body
+	for _, p := range path {
+		m, _ := v.(map[string]any)
+		v = m[p]
+	}
+	s, _ := v.(string)
+	return s
+}
+
+func (s *stack) call(t *testing.T, method, path, key string, body any) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, s.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, raw: raw}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+func (s *stack) must(t *testing.T, want int, method, path, key string, body any) reply {
+	t.Helper()
+	r := s.call(t, method, path, key, body)
+	if r.status != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, path, r.status, r.raw, want)
+	}
+	assertNoCDPIDs(t, r.raw)
+	return r
+}
+
+// cdpID matches the shapes of raw CDP identifiers: 32 upper-case hex characters (target, frame,
+// loader and browser-context ids) or the "N.M" form of remote object ids.
+var cdpID = regexp.MustCompile(`\b[0-9A-F]{32}\b|"-?\d+\.\d+\.\d+"`)
+
+func assertNoCDPIDs(t *testing.T, raw []byte) {
+	t.Helper()
+	if m := cdpID.Find(raw); m != nil {
+		t.Fatalf("a client-visible response carries a CDP-shaped id %q: %s", m, raw)
+	}
+}
+
+// openShop creates a task allowed on the shop and a session on its checkout page.
+func openShop(t *testing.T, s *stack, sh *shop, name string) (taskID, sessionID string) {
+	t.Helper()
+	r := s.must(t, 201, "POST", "/bap/v1/tasks", name+"-task", map[string]any{
+		"goal": "place an order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+		"postcondition": map[string]any{"all": []any{map[string]any{"text_present": "Thank you"}}},
+	})
+	taskID = r.str("task", "task_id")
+	r = s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", name+"-session", map[string]any{})
+	sessionID = r.str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", name+"-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+	return taskID, sessionID
+}
+
+func (s *stack) query(t *testing.T, sessionID string, q map[string]any) string {
+	t.Helper()
+	r := s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/query-nodes", "", map[string]any{"query": q})
+	nodes, _ := r.body["nodes"].([]any)
+	if len(nodes) == 0 {
+		t.Fatalf("query %v matched nothing: %s", q, r.raw)
+	}
+	id, _ := nodes[0].(map[string]any)["node_id"].(string)
+	return id
+}
+
+// A new user's checkout: observe, query fields by label, fill, select, check and click.
+func TestCheckoutThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t)
+	taskID, sess := openShop(t, s, sh, "checkout")
+	base := "/bap/v1/browser-sessions/" + sess
+
+	obs := s.must(t, 200, "POST", base+"/observe", "", map[string]any{})
+	if !strings.Contains(string(obs.raw), "Place order") || obs.str("epoch_id") == "" {
+		t.Fatalf("observe lacks the page: %s", obs.raw)
+	}
+	name := s.query(t, sess, map[string]any{"label": "Full name"})
+	s.must(t, 200, "POST", base+"/act", "fill-name", map[string]any{"action": "fill", "node_id": name, "value": "Ada Lovelace"})
+	s.must(t, 200, "POST", base+"/act", "fill-email", map[string]any{"action": "fill", "query": map[string]any{"label": "Email"}, "value": "ada@example.com"})
+	s.must(t, 200, "POST", base+"/act", "select", map[string]any{"action": "select_option", "query": map[string]any{"label": "Country"}, "values": []string{"France"}})
+	s.must(t, 200, "POST", base+"/act", "terms", map[string]any{"action": "check", "query": map[string]any{"role": "checkbox", "name": "terms"}})
+	r := s.must(t, 200, "POST", base+"/act", "place", map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": "Place order"}})
+	if r.body["navigated"] != true || sh.orders.Load() != 1 {
+		t.Fatalf("click did not place the order (orders %d): %s", sh.orders.Load(), r.raw)
+	}
+	ex := s.must(t, 200, "POST", base+"/extract", "", map[string]any{"kind": "text"})
+	if !strings.Contains(string(ex.raw), "Thank you for your order 1") {
+		t.Fatalf("extract text: %s", ex.raw)
+	}
+	// Filled values are protected input: never in the task's history.
+	evs := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
+	if strings.Contains(string(evs.raw), "Ada Lovelace") || strings.Contains(string(evs.raw), "ada@example.com") {
+		t.Fatalf("history holds filled values: %s", evs.raw)
+	}
+	if !strings.Contains(string(evs.raw), `"action.performed"`) {
+		t.Fatalf("history lacks the actions: %s", evs.raw)
+	}
+}
+
+// 100 requests with one key place one order: the click is recorded before dispatch and replayed
+// after, never run twice.
+func TestHundredSameKeyClicksPlaceOneOrder(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t)
+	_, sess := openShop(t, s, sh, "once")
+	base := "/bap/v1/browser-sessions/" + sess
+	for _, step := range []map[string]any{
+		{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Grace"},
+		{"action": "fill", "query": map[string]any{"label": "Email"}, "value": "grace@example.com"},
+		{"action": "check", "query": map[string]any{"role": "checkbox"}},
+	} {
+		s.must(t, 200, "POST", base+"/act", fmt.Sprint(step["action"], step["value"]), step)
+	}
+	click := map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": "Place order"}}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	outcomes := map[int]int{}
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := s.call(t, "POST", base+"/act", "the-click", click)
+			mu.Lock()
+			outcomes[r.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	// Whatever was in flight, the key settles to the one response.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := s.call(t, "POST", base+"/act", "the-click", click)
+		if r.status == 200 {
+			break
+		}
+		if r.status != 409 || time.Now().After(deadline) {
+			t.Fatalf("replay: %d %s", r.status, r.raw)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a key we know settles: the first click is running
+	}
+	if sh.orders.Load() != 1 || outcomes[200]+outcomes[409] != 100 {
+		t.Fatalf("orders %d, outcomes %v", sh.orders.Load(), outcomes)
+	}
+}
+
+// After a navigation, a handle of the old document is stale: 409, never another element.
+func TestStaleHandleAfterNavigation(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t)
+	_, sess := openShop(t, s, sh, "stale")
+	base := "/bap/v1/browser-sessions/" + sess
+	old := s.query(t, sess, map[string]any{"label": "Full name"})
+	s.must(t, 200, "POST", base+"/navigate", "reload", map[string]any{"url": sh.srv.URL + "/checkout"})
+	r := s.call(t, "POST", base+"/act", "stale-fill", map[string]any{"action": "fill", "node_id": old, "value": "x"})
+	if r.status != 409 || r.body["code"] != "stale_node_handle" {
+		t.Fatalf("old handle: %d %s", r.status, r.raw)
+	}
+}
+
+// A navigation outside the task's origins is refused before anything loads.
+func TestOffOriginNavigationLoadsNothing(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	other := newShop(t)
+	s := newStack(t)
+	_, sess := openShop(t, s, sh, "origin")
+	r := s.call(t, "POST", "/bap/v1/browser-sessions/"+sess+"/navigate", "off", map[string]any{"url": other.srv.URL + "/checkout?secret=1"})
+	if r.status != 403 || r.body["code"] != "origin_not_allowed" || strings.Contains(string(r.raw), "secret=1") {
+		t.Fatalf("off-origin navigation: %d %s", r.status, r.raw)
+	}
+	if other.hits.Load() != 0 {
+		t.Fatalf("the other origin received %d requests", other.hits.Load())
+	}
+	// The refusal is a recorded command: the same key replays it.
+	again := s.call(t, "POST", "/bap/v1/browser-sessions/"+sess+"/navigate", "off", map[string]any{"url": other.srv.URL + "/checkout?secret=1"})
+	if again.status != 403 || !bytes.Equal(again.raw, r.raw) {
+		t.Fatalf("replay of the refusal: %d %s", again.status, again.raw)
+	}
+}
