@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/originweave/bap/server/internal/apigen"
@@ -156,16 +157,23 @@ type responder struct {
 	render func(result any) (any, error)
 }
 
+// accepted marks a rendered result that answers 202 instead of the operation's usual status.
+type accepted struct{ v any }
+
 func (r responder) Success(result any) (app.Response, error) {
 	v, err := r.render(result)
 	if err != nil {
 		return app.Response{}, err
 	}
+	status := r.status
+	if a, ok := v.(accepted); ok {
+		v, status = a.v, http.StatusAccepted
+	}
 	body, err := json.Marshal(v)
 	if err != nil {
 		return app.Response{}, err
 	}
-	return app.Response{Status: r.status, Body: body}, nil
+	return app.Response{Status: status, Body: body}, nil
 }
 
 func (r responder) Failure(e *app.Error, rc *app.Receipt) (app.Response, error) {
@@ -349,6 +357,9 @@ type actResponse struct {
 }
 
 var actResponder = responder{status: 200, render: func(result any) (any, error) {
+	if h, ok := result.(*app.HeldResult); ok {
+		return accepted{apigen.ActPendingApprovalResponse{Approval: toApproval(h.Approval), Receipt: toReceipt(h.Receipt)}}, nil
+	}
 	res, ok := result.(*app.ActResult)
 	if !ok {
 		return nil, fmt.Errorf("unexpected result %T", result)

@@ -66,6 +66,15 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 	if decision != "approve" && decision != "deny" {
 		return Response{}, Errorf(CodeInvalidRequest, "decision must be approve or deny")
 	}
+	if held, ok := s.heldAction(approvalID); ok && decision == "approve" {
+		return s.approveHeldAction(ctx, call, approvalID, reason, held, r)
+	}
+	defer func() {
+		// Denied (or found closed): whatever it held never runs.
+		if a, err := s.store.GetApproval(context.WithoutCancel(ctx), call.Actor.Tenant, approvalID); err == nil && a.State != task.ApprovalPending {
+			s.held.Delete(approvalID)
+		}
+	}()
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
 		// Lock the task before the approval: the same order as cancel_task, so the two never deadlock.
 		peek, err := tx.GetApproval(ctx, call.Actor.Tenant, approvalID)
@@ -76,39 +85,9 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 		if err != nil {
 			return nil, err
 		}
-		a, err := tx.LockApproval(ctx, call.Actor.Tenant, approvalID)
+		a, err := c.decide(ctx, call, approvalID, decision, reason)
 		if err != nil {
 			return nil, err
-		}
-		if s.cfg.SeparationOfDuties && a.RequestedBy == call.Actor.Subject {
-			return nil, c.reject(ctx, Errorf(CodeInsufficientScope, "separation of duties: whoever requested an approval may not resolve it"))
-		}
-		next, err := a.State.Resolve(task.Decision(decision))
-		if err != nil {
-			return nil, c.reject(ctx, Errorf(CodeApprovalNotPending, "approval is %s, not pending", a.State))
-		}
-		a.State = next
-		closed := c.now
-		a.ClosedAt = &closed
-		a.Decision = &Decision{Decision: decision, DecidedBy: call.Actor.Subject, Reason: reason, DecidedAt: c.now}
-		if err := tx.CloseApproval(ctx, a, cmd.ID); err != nil {
-			return nil, fmt.Errorf("closing approval: %w", err)
-		}
-		if err := c.emit(ctx, c.t, "approval.resolved", "resolve_approval", map[string]any{
-			"approval_id": a.ID, "state": string(a.State), "decision": decision, "decided_by": call.Actor.Subject,
-		}); err != nil {
-			return nil, err
-		}
-		if c.t.State == task.WaitingForApproval {
-			pending, err := tx.PendingApprovals(ctx, c.t.Tenant, c.t.ID)
-			if err != nil {
-				return nil, err
-			}
-			if len(pending) == 0 {
-				if err := c.transition(ctx, c.t, task.ApprovalResolved, "resolve_approval"); err != nil {
-					return nil, err
-				}
-			}
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")
 		if err != nil {
@@ -116,4 +95,44 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 		}
 		return &ApprovalResult{Approval: a, Receipt: rc}, nil
 	})
+}
+
+// decide records the caller's decision on a pending approval (a refusal is returned as an
+// *Error to record as rejected) and lets the task run again when none is left pending.
+func (c *commandCtx) decide(ctx context.Context, call Call, approvalID, decision, reason string) (*Approval, error) {
+	a, err := c.tx.LockApproval(ctx, call.Actor.Tenant, approvalID)
+	if err != nil {
+		return nil, err
+	}
+	if c.s.cfg.SeparationOfDuties && a.RequestedBy == call.Actor.Subject {
+		return nil, c.reject(ctx, Errorf(CodeInsufficientScope, "separation of duties: whoever requested an approval may not resolve it"))
+	}
+	next, err := a.State.Resolve(task.Decision(decision))
+	if err != nil {
+		return nil, c.reject(ctx, Errorf(CodeApprovalNotPending, "approval is %s, not pending", a.State))
+	}
+	a.State = next
+	closed := c.now
+	a.ClosedAt = &closed
+	a.Decision = &Decision{Decision: decision, DecidedBy: call.Actor.Subject, Reason: reason, DecidedAt: c.now}
+	if err := c.tx.CloseApproval(ctx, a, c.cmd.ID); err != nil {
+		return nil, fmt.Errorf("closing approval: %w", err)
+	}
+	if err := c.emit(ctx, c.t, "approval.resolved", "resolve_approval", map[string]any{
+		"approval_id": a.ID, "state": string(a.State), "decision": decision, "decided_by": call.Actor.Subject,
+	}); err != nil {
+		return nil, err
+	}
+	if c.t.State == task.WaitingForApproval {
+		pending, err := c.tx.PendingApprovals(ctx, c.t.Tenant, c.t.ID)
+		if err != nil {
+			return nil, err
+		}
+		if len(pending) == 0 {
+			if err := c.transition(ctx, c.t, task.ApprovalResolved, "resolve_approval"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return a, nil
 }

@@ -430,9 +430,22 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
-	taskID, err := s.sessionTask(ctx, call.Actor, sessionID)
+	rec, err := s.store.GetSession(ctx, call.Actor.Tenant, sessionID)
 	if err != nil {
 		return Response{}, err
+	}
+	taskID := rec.TaskID
+	if rec.State == SessionOpen {
+		effect, rule, needs, err := s.approvalRule(ctx, call.Actor, rec, req)
+		if err != nil {
+			if e, _ := browserProblem(err, false); e != nil {
+				return Response{}, e
+			}
+			return Response{}, err
+		}
+		if needs {
+			return s.holdAction(ctx, call, rec, req, timeoutMs, effect, rule, r)
+		}
 	}
 	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
 		sideEffecting: true,

@@ -89,6 +89,7 @@ type Approval struct {
 	State       task.ApprovalState
 	Reason      string
 	Effect      string
+	Digest      []byte // SHA-256 of the held action, when an action is held
 	RequestedBy string
 	RequestedAt time.Time
 	ClosedAt    *time.Time

@@ -23,6 +23,8 @@ type Store interface {
 	DueForExpiry(ctx context.Context, now time.Time, limit int) ([]TaskRef, error)
 	// PurgeIdempotency deletes completed idempotency records that expired before now.
 	PurgeIdempotency(ctx context.Context, now time.Time) (int64, error)
+	// GetApproval reads an approval of tenant.
+	GetApproval(ctx context.Context, tenant, approvalID string) (*Approval, error)
 	// GetSession reads a browser session of tenant.
 	GetSession(ctx context.Context, tenant, sessionID string) (*SessionRecord, error)
 	// OrphanedClaims lists in-flight idempotency claims whose node stopped, or last heartbeat

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/originweave/bap/server/internal/idempotency"
@@ -77,6 +78,7 @@ type Service struct {
 	store         Store
 	cfg           Config
 	browserEvents chan browserEvent
+	held          sync.Map // approval id → held: actions waiting for their approval
 }
 
 // NewService builds a Service over store.
@@ -319,6 +321,7 @@ func (c *commandCtx) cancelPendingApprovals(ctx context.Context, t *Task, state 
 		return err
 	}
 	for _, a := range pending {
+		c.s.held.Delete(a.ID) // a held action of a closed approval never runs
 		a.State = state
 		closed := c.now
 		a.ClosedAt = &closed

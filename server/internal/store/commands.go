@@ -131,9 +131,13 @@ func scanApproval(row pgx.Row) (*app.Approval, error) {
 
 // InsertApproval implements app.Tx.
 func (t *pgTx) InsertApproval(ctx context.Context, a *app.Approval) error {
-	t.queue(`INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, effect, requested_by, requested_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		a.Tenant, a.ID, a.TaskID, a.CommandID, string(a.State), a.Reason, nullIfEmpty(a.Effect), a.RequestedBy, a.RequestedAt)
+	var digest any
+	if len(a.Digest) > 0 {
+		digest = a.Digest
+	}
+	t.queue(`INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, effect, action_digest,
+		requested_by, requested_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		a.Tenant, a.ID, a.TaskID, a.CommandID, string(a.State), a.Reason, nullIfEmpty(a.Effect), digest, a.RequestedBy, a.RequestedAt)
 	return nil
 }
 
@@ -144,6 +148,11 @@ func (t *pgTx) GetApproval(ctx context.Context, tenant, approvalID string) (*app
 		return nil, err
 	}
 	return scanApproval(q.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+` WHERE a.tenant_id = $1 AND a.approval_id = $2`, tenant, approvalID))
+}
+
+// GetApproval implements app.Store.
+func (s *Store) GetApproval(ctx context.Context, tenant, approvalID string) (*app.Approval, error) {
+	return scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+` WHERE a.tenant_id = $1 AND a.approval_id = $2`, tenant, approvalID))
 }
 
 // LockApproval implements app.Tx.

@@ -1,0 +1,191 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// An act that a task's approval rules mark is held: it is recorded with a pending approval and
+// the task waits; resolve_approval with approve runs it exactly once (against the handle's epoch:
+// a page that changed meanwhile answers stale_node_handle) and deny never runs it.
+//
+// The held action lives in this node's memory only, so protected input (fill values) is never
+// written to the database. Browser sessions live in memory too: a node that restarts loses both,
+// and approving then answers browser_session_lost.
+
+// held is an action waiting for its approval.
+type held struct {
+	tenant, taskID, sessionID string
+	req                       page.ActRequest
+	timeoutMs                 int
+}
+
+// HeldResult is the result of an act held for approval (202).
+type HeldResult struct {
+	Approval *Approval
+	Receipt  *Receipt
+}
+
+func (s *Service) heldAction(approvalID string) (held, bool) {
+	v, ok := s.held.Load(approvalID)
+	if !ok {
+		return held{}, false
+	}
+	return v.(held), true
+}
+
+// approvalRule reports whether an act must wait for approval: the effect the browser gives the
+// action (before dispatch, without acting) matched against the task's rules.
+func (s *Service) approvalRule(ctx context.Context, actor Actor, rec *SessionRecord, req page.ActRequest) (effect string, rule int, needs bool, err error) {
+	t, err := s.store.GetTask(ctx, actor.Tenant, rec.TaskID)
+	if err != nil {
+		return "", 0, false, err
+	}
+	if len(t.Policy.ApprovalRules) == 0 {
+		return "", 0, false, nil
+	}
+	pol, err := taskPolicy(t)
+	if err != nil {
+		return "", 0, false, err
+	}
+	sess, err := s.liveSession(ctx, rec)
+	if err != nil {
+		return "", 0, false, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeoutOf(0))
+	defer cancel()
+	effect, origin, err := sess.ClassifyAction(cctx, req)
+	if err != nil {
+		return "", 0, false, err
+	}
+	u, _ := url.Parse(origin) // an unparsable origin is nil: NeedsApproval then applies every rule of the effect
+	rule, needs = pol.NeedsApproval(policy.Effect(effect), u)
+	return effect, rule, needs, nil
+}
+
+// actionDigest binds an approval to the exact action: operation, target, arguments (values
+// included, hashed, never stored) and context.
+func actionDigest(sessionID string, req page.ActRequest) []byte {
+	b, _ := json.Marshal(struct {
+		Op, Session, Context, Action, Node, Value, Key string
+		Values                                         []string
+		Query                                          *page.Query
+	}{"act", sessionID, req.ContextID, req.Action, req.NodeID, req.Value, req.Key, req.Values, req.Query})
+	sum := sha256.Sum256(b)
+	return sum[:]
+}
+
+// holdAction records a held act: its command with outcome pending_approval, a pending approval,
+// and the task waiting for it.
+func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, effect string, rule int, r Responder) (Response, error) {
+	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+		c, err := s.beginOnTask(ctx, tx, cmd, rec.TaskID, true)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.prepareOnSession(ctx, rec.ID); err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				return nil, c.reject(ctx, e)
+			}
+			return nil, err
+		}
+		if err := c.transition(ctx, c.t, task.AwaitApproval, "approval_rule"); err != nil {
+			return nil, err
+		}
+		a := &Approval{
+			ID: ids.New(ids.Approval), TaskID: c.t.ID, Tenant: c.t.Tenant, CommandID: cmd.ID, State: task.ApprovalPending,
+			Reason: fmt.Sprintf("approval rule %d holds this %s (%s)", rule, req.Action, effect),
+			Effect: effect, Digest: actionDigest(rec.ID, req),
+			RequestedBy: call.Actor.Subject, RequestedAt: c.now,
+		}
+		if err := tx.InsertApproval(ctx, a); err != nil {
+			return nil, fmt.Errorf("inserting approval: %w", err)
+		}
+		if err := c.emit(ctx, c.t, "approval.requested", "act", map[string]any{
+			"approval_id": a.ID, "reason": a.Reason, "effect": effect, "session_id": rec.ID, "action": req.Action,
+		}); err != nil {
+			return nil, err
+		}
+		rc, err := c.receipt(ctx, task.PendingApproval, "", "")
+		if err != nil {
+			return nil, err
+		}
+		s.held.Store(a.ID, held{tenant: c.t.Tenant, taskID: c.t.ID, sessionID: rec.ID, req: req, timeoutMs: timeoutMs})
+		return &HeldResult{Approval: a, Receipt: rc}, nil
+	})
+}
+
+// approveHeldAction records the approval and runs the held action, once: phase 1 records the
+// decision (a second resolve finds the approval no longer pending and never dispatches), phase 2
+// acts, phase 3 records its receipt, which the response carries as action_receipt.
+func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, reason string, h held, r Responder) (Response, error) {
+	if h.tenant != call.Actor.Tenant {
+		return Response{}, ErrNotFound
+	}
+	var approval *Approval
+	return s.runTwoPhase(ctx, call, h.taskID, r, twoPhase{
+		sideEffecting: true,
+		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+			a, err := c.decide(ctx, call, approvalID, "approve", reason)
+			if err != nil {
+				return nil, err
+			}
+			approval = a
+			rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, h.sessionID)
+			if err != nil {
+				return nil, err
+			}
+			return &sessionPlan{rec: rec, timeout: timeoutOf(h.timeoutMs)}, nil
+		},
+		dispatch: func(ctx context.Context, plan any) (any, error) {
+			s.held.Delete(approvalID)
+			p := plan.(*sessionPlan)
+			if p.rec.State != SessionOpen {
+				return nil, page.ErrSessionLost
+			}
+			sess, err := s.liveSession(ctx, p.rec)
+			if err != nil {
+				return nil, err
+			}
+			ctx, cancel := context.WithTimeout(ctx, p.timeout+5*time.Second)
+			defer cancel()
+			req := h.req
+			req.Timeout = p.timeout
+			return sess.Act(ctx, req)
+		},
+		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
+			rec := plan.(*sessionPlan).rec
+			if dispatchErr != nil {
+				return s.finishFailed(ctx, c, rec, dispatchErr, true)
+			}
+			res := out.(*page.ActResult)
+			if err := c.emit(ctx, c.t, "action.performed", "resolve_approval", map[string]any{
+				"session_id": rec.ID, "action": h.req.Action, "context_id": res.ContextID, "epoch_id": res.EpochID,
+				"navigated": res.Navigated, "effect": res.Effect, "approval_id": approvalID,
+			}); err != nil {
+				return nil, "", err
+			}
+			if res.Navigated {
+				if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
+					return nil, "", err
+				}
+			}
+			rc, err := c.receipt(ctx, task.Applied, "", "")
+			if err != nil {
+				return nil, "", err
+			}
+			return &ApprovalResult{Approval: approval, Receipt: rc, ActionReceipt: rc}, "", nil
+		},
+	})
+}
