@@ -355,6 +355,7 @@ if [[ ${BENCH_STREAMS:-1} == 1 ]]; then
 	stream_items=()
 	for spec in "1 500" "10 500" "1 0" "10 0"; do
 		read -r subs rate <<<"$spec"
+		sql bap 'CHECKPOINT' >/dev/null
 		log "bapstreambench: $subs subscriber(s), $([[ $rate == 0 ]] && echo "writers at full speed" || echo "$rate events/s"), ${stream_secs}s"
 		line=$(bin/bapstreambench -url "$base_url" -subscribers "$subs" -rate "$rate" -writers "$clients" \
 			-duration "${stream_secs}s" -warmup 2s) || die "bapstreambench failed"

@@ -19,7 +19,8 @@ import (
 // Events. The iterator resumes by itself: when the connection drops or the server restarts it
 // reconnects with the last seq it yielded (Last-Event-ID), so every event is yielded exactly once
 // and in seq order. It ends when the loop breaks, when ctx ends (yielding ctx's error), or on a
-// problem a reconnect cannot fix (404, 401, 403, 400: yielded as *Problem).
+// problem a reconnect cannot fix (404, 401, 403, 400: yielded as *Problem). A Timeout on the
+// client's http.Client also ends each connection; the iterator then simply reconnects.
 //
 //	for ev, err := range c.Subscribe(ctx, taskID, 0) {
 //		if err != nil { return err }

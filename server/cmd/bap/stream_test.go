@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -123,6 +124,7 @@ func (s *subscriber) followWS(ctx context.Context, after string) {
 // WebSocket subscriber (and the Go SDK's Subscribe iterator) each received every committed event exactly once, in feed order (so in seq
 // order per task), the same sequence a fresh reader of the whole feed sees.
 func TestStreamsLoseAndRepeatNothingAcrossKill(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir := dataDir(t)
 	r := start(t, bin, dir)
@@ -296,6 +298,7 @@ func post(listen, path, key, body string) (int, map[string]any) {
 // uses the first one's embedded cluster through BAP_DATABASE_URL): a subscriber on either node
 // sees the events committed on both, in the same feed order.
 func TestStreamsSpanNodesOnOneDatabase(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dirA := dataDir(t)
 	a := start(t, bin, dirA)
@@ -346,5 +349,49 @@ func TestStreamsSpanNodesOnOneDatabase(t *testing.T) {
 		if evA[i].ID != evB[i].ID {
 			t.Fatalf("event %d: %s on node A, %s on node B; the feed order must be the same everywhere", i, evA[i].ID, evB[i].ID)
 		}
+	}
+}
+
+// TestPythonSDKFollowsARealServer runs the Python SDK's resuming generator (sdk-py, stdlib only)
+// against `bap serve`: a task's history, then its live events, in seq order.
+func TestPythonSDKFollowsARealServer(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed (scripts/install-deps.sh installs it)")
+	}
+	bin := buildBinary(t)
+	r := start(t, bin, dataDir(t))
+	status, body := tryCreate(r.listen, "py-sdk")
+	if status != 201 {
+		t.Fatalf("create_task: %d %v", status, body)
+	}
+	id := body["task"].(map[string]any)["task_id"].(string)
+	script := `
+import sys, urllib.request
+sys.path.insert(0, sys.argv[1])
+import bap
+c = bap.Client("http://" + sys.argv[2])
+seqs = []
+for ev in c.subscribe(sys.argv[3], after=1):
+    seqs.append((ev["seq"], ev["type"]))
+    if ev["seq"] == 4:
+        req = urllib.request.Request("http://" + sys.argv[2] + "/bap/v1/tasks/" + sys.argv[3] + "/cancel", data=b"{}",
+            headers={"Content-Type": "application/json", "Idempotency-Key": "py-cancel"}, method="POST")
+        urllib.request.urlopen(req).read()
+    if ev["seq"] == 7:
+        break
+print(seqs)
+`
+	root, _ := filepath.Abs(filepath.Join("..", "..", "..", "sdk-py"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, python, "-c", script, root, r.listen, id).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	want := "[(2, 'command.recorded'), (3, 'task.state_changed'), (4, 'receipt.issued'), (5, 'command.recorded'), (6, 'task.state_changed'), (7, 'receipt.issued')]"
+	if strings.TrimSpace(string(out)) != want {
+		t.Fatalf("python saw %s\nwant %s", out, want)
 	}
 }

@@ -73,6 +73,13 @@ type arrival struct {
 	at   time.Time
 }
 
+// inbox is what one subscriber received; its own lock keeps subscribers from waiting on each other.
+type inbox struct {
+	mu       sync.Mutex
+	arrivals []arrival
+	perTask  map[string]int
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bapstreambench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -90,9 +97,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var mu sync.Mutex // guards arrivals and measured
+	var mu sync.Mutex // guards measured while the writers run
 	// Subscribers first, from now on.
-	arrivals := make([][]arrival, *subscribers)
+	inboxes := make([]*inbox, *subscribers)
+	for i := range inboxes {
+		inboxes[i] = &inbox{perTask: map[string]int{}}
+	}
 	var ready sync.WaitGroup
 	var subs sync.WaitGroup
 	for i := 0; i < *subscribers; i++ {
@@ -100,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		subs.Add(1)
 		go func() {
 			defer subs.Done()
-			if err := subscribe(ctx, hc, *baseURL, &ready, &arrivals[i], &mu); err != nil && ctx.Err() == nil {
+			if err := subscribe(ctx, hc, *baseURL, &ready, inboxes[i]); err != nil && ctx.Err() == nil {
 				fmt.Fprintln(stderr, "bapstreambench: subscriber:", err)
 				os.Exit(1)
 			}
@@ -150,7 +160,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	want := len(measured) * eventsPerCreate
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if allArrived(&mu, arrivals, measured, want) {
+		if allArrived(inboxes, measured) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -169,9 +179,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, c := range measured {
 		cmdLat = append(cmdLat, ms(c.answered.Sub(c.sent)))
 	}
-	for i := range arrivals {
+	for _, in := range inboxes {
 		per := map[string]int{}
-		for _, a := range arrivals[i] {
+		for _, a := range in.arrivals {
 			c, ok := measured[a.task]
 			if !ok {
 				continue
@@ -199,19 +209,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func allArrived(mu *sync.Mutex, arrivals [][]arrival, measured map[string]command, want int) bool {
-	mu.Lock()
-	defer mu.Unlock()
-	for i := range arrivals {
-		n := 0
-		for _, a := range arrivals[i] {
-			if _, ok := measured[a.task]; ok {
-				n++
+// allArrived reports whether every subscriber has every event of the measured commands (called
+// once the writers are done, so measured no longer changes).
+func allArrived(inboxes []*inbox, measured map[string]command) bool {
+	for _, in := range inboxes {
+		in.mu.Lock()
+		for task := range measured {
+			if in.perTask[task] < eventsPerCreate {
+				in.mu.Unlock()
+				return false
 			}
 		}
-		if n < want {
-			return false
-		}
+		in.mu.Unlock()
 	}
 	return true
 }
@@ -237,7 +246,7 @@ func pace(ctx context.Context, tokens chan<- struct{}, perSecond float64, end ti
 	}
 }
 
-func subscribe(ctx context.Context, hc *http.Client, base string, ready *sync.WaitGroup, out *[]arrival, mu *sync.Mutex) error {
+func subscribe(ctx context.Context, hc *http.Client, base string, ready *sync.WaitGroup, in *inbox) error {
 	once := sync.OnceFunc(ready.Done)
 	defer once()
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/bap/v1/events/stream", nil)
@@ -269,9 +278,10 @@ func subscribe(ctx context.Context, hc *http.Client, base string, ready *sync.Wa
 			TaskID string `json:"task_id"`
 		}
 		if json.Unmarshal(data, &e) == nil {
-			mu.Lock()
-			*out = append(*out, arrival{task: e.TaskID, at: at})
-			mu.Unlock()
+			in.mu.Lock()
+			in.arrivals = append(in.arrivals, arrival{task: e.TaskID, at: at})
+			in.perTask[e.TaskID]++
+			in.mu.Unlock()
 		}
 	}
 }

@@ -128,8 +128,8 @@ func wantsWebSocket(r *http.Request) bool {
 	return false
 }
 
-// serveStream answers an accepted stream as WebSocket or SSE. all marks the all-tasks stream
-// (cursor ids); announceStart sends the start cursor first (an all-tasks stream opened without one).
+// serveStream answers an accepted stream as WebSocket or SSE; announceStart sends the start cursor
+// first (an all-tasks stream opened without one).
 func (s *server) serveStream(w http.ResponseWriter, r *http.Request, st *app.Stream, announceStart bool) {
 	defer st.Close()
 	all := r.PathValue("task_id") == ""
@@ -211,7 +211,10 @@ func (s *server) serveSSE(w http.ResponseWriter, r *http.Request, rc *http.Respo
 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	// The heartbeat must be gone before the handler returns: the ResponseWriter is dead after that.
+	beat := make(chan struct{})
 	go func() {
+		defer close(beat)
 		t := time.NewTicker(s.stream.heartbeat)
 		defer t.Stop()
 		for {
@@ -219,7 +222,7 @@ func (s *server) serveSSE(w http.ResponseWriter, r *http.Request, rc *http.Respo
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if write([]byte(": keep-alive\n\n")) != nil {
+				if ctx.Err() != nil || write([]byte(": keep-alive\n\n")) != nil {
 					cancel()
 					return
 				}
@@ -244,6 +247,7 @@ func (s *server) serveSSE(w http.ResponseWriter, r *http.Request, rc *http.Respo
 		return writeEvent(buf.Bytes())
 	})
 	cancel()
+	<-beat
 	if code, text := closeReason(err); code != "" {
 		_ = write([]byte(": closed " + code + ": " + text + "\n\n"))
 	}
@@ -258,8 +262,10 @@ func (s *server) serveWebSocket(w http.ResponseWriter, r *http.Request, st *app.
 	// The client never sends data: CloseRead answers pings and closes, and ends ctx on disconnect.
 	ctx := c.CloseRead(context.WithoutCancel(r.Context()))
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	beat := make(chan struct{})
+	defer func() { cancel(); <-beat }()
 	go func() {
+		defer close(beat)
 		t := time.NewTicker(s.stream.heartbeat)
 		defer t.Stop()
 		for {
@@ -291,14 +297,13 @@ func (s *server) serveWebSocket(w http.ResponseWriter, r *http.Request, st *app.
 		last = id
 		return nil
 	})
-	code, text := closeReason(err)
+	code, _ := closeReason(err)
 	switch code {
 	case "slow_consumer":
 		_ = c.Close(websocket.StatusTryAgainLater, closeText(code, last))
 	case "server_shutdown":
 		_ = c.Close(websocket.StatusGoingAway, closeText(code, last))
 	default:
-		_ = text
 		if ctx.Err() == nil {
 			_ = c.Close(websocket.StatusInternalError, "stream ended")
 		}

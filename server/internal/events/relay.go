@@ -85,6 +85,8 @@ type Relay struct {
 	notify chan struct{}
 	stop   chan struct{}
 
+	// pos is the position handed to the broker (written to the database at most once a second).
+	pos *position
 	// handled counts the messages of the current read, so that the waker knows a full batch.
 	handled atomic.Int64
 	relayed atomic.Int64
@@ -102,7 +104,7 @@ func NewRelay(cfg RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{cfg: cfg, group: "relay:" + cfg.NodeID, wake: make(chan struct{}, 1), notify: make(chan struct{}, 1),
-		stop: make(chan struct{})}, nil
+		stop: make(chan struct{}), pos: &position{}}, nil
 }
 
 // Wake tells the relay that a local transaction committed outbox messages: it reads at once and
@@ -134,10 +136,11 @@ func (r *Relay) NotifyChannel() string { return r.cfg.NotifyChannel }
 func (r *Relay) Start(ctx context.Context) error {
 	wlog := watermill.NewSlogLoggerWithLevelMapping(r.cfg.Logger.With("component", "relay"),
 		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	pos := r.pos
 	sub, err := wsql.NewSubscriber(r.cfg.DB, wsql.SubscriberConfig{
 		ConsumerGroup:  r.group,
-		SchemaAdapter:  Schema{BatchSize: batchSize},
-		OffsetsAdapter: Offsets{},
+		SchemaAdapter:  Schema{BatchSize: batchSize, pos: pos},
+		OffsetsAdapter: Offsets{pos: pos, persistEvery: persistEvery},
 		BackoffManager: &waker{r: r},
 		PollInterval:   r.cfg.IdlePoll,
 		ResendInterval: 100 * time.Millisecond,
@@ -317,8 +320,16 @@ func (r *Relay) pruner(ctx context.Context) {
 	}
 }
 
-// Prune runs one round of pruning and reports how many outbox messages it deleted.
+// Prune runs one round of pruning and reports how many outbox messages it deleted. It first
+// writes this relay's current position, so that what it has read can go.
 func (r *Relay) Prune(ctx context.Context) (int64, error) {
+	if xid, off, seq, ok := r.pos.get(); ok {
+		if _, err := r.cfg.DB.ExecContext(ctx, `UPDATE outbox_consumer_offset SET order_xid = $1::text::xid8, order_offset = $2,
+			seq = $3, updated_at = now() WHERE consumer_group = $4 AND (order_xid, order_offset, seq) < ($1::text::xid8, $2, $3)`,
+			xid, off, seq, r.group); err != nil {
+			return 0, fmt.Errorf("writing the relay's position: %w", err)
+		}
+	}
 	stale := strconv.FormatInt(int64(r.cfg.StaleAfter/time.Millisecond), 10) + " milliseconds"
 	if _, err := r.cfg.DB.ExecContext(ctx, `DELETE FROM outbox_consumer_offset c
 		WHERE c.consumer_group <> $1 AND c.consumer_group LIKE 'relay:%'
@@ -372,6 +383,8 @@ const (
 	pendingFor  = 15 * time.Second
 	// readGap is the least time between two reads caused by wake-ups.
 	readGap = 2 * time.Millisecond
+	// persistEvery is how often the relay writes its position (for pruning).
+	persistEvery = time.Second
 )
 
 // HandleError implements wsql.BackoffManager. It blocks (rather than returning a pause) so that a

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -30,6 +32,25 @@ const (
 type Schema struct {
 	// BatchSize is how many messages one read returns (default 100).
 	BatchSize int
+	// pos, when set (the relay's), is the position the relay has handed over, read from memory so
+	// that the acked position need not be written by every read (see Offsets).
+	pos *position
+}
+
+// position is a relay's feed position, shared by its Schema and Offsets. Safe for concurrent use.
+type position struct {
+	mu        sync.Mutex
+	set       bool
+	xid       string
+	offset    int64
+	seq       int64
+	persisted time.Time // when the position was last written to outbox_consumer_offset
+}
+
+func (p *position) get() (xid string, offset, seq int64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.xid, p.offset, p.seq, p.set
 }
 
 var _ wsql.SchemaAdapter = Schema{}
@@ -76,13 +97,22 @@ func (s Schema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	if batch <= 0 {
 		batch = 100
 	}
+	args := next.Args
+	after := ""
+	if s.pos != nil {
+		if xid, off, seq, ok := s.pos.get(); ok {
+			n := len(args)
+			after = fmt.Sprintf(" AND (order_xid, order_offset, seq) > ($%d::text::xid8, $%d, $%d)", n+1, n+2, n+3)
+			args = append(append([]any(nil), args...), xid, off, seq)
+		}
+	}
 	q := `WITH last_processed AS (` + next.Query + `)
 		SELECT "offset", order_xid::text, order_offset, last_seq, uuid, payload, metadata FROM outbox_event
-		WHERE (order_xid, order_offset, seq) > (SELECT order_xid, order_offset, seq FROM last_processed)
+		WHERE (order_xid, order_offset, seq) > (SELECT order_xid, order_offset, seq FROM last_processed)` + after + `
 		  AND order_xid < pg_snapshot_xmin(pg_current_snapshot())
 		ORDER BY order_xid, order_offset, seq
 		LIMIT ` + strconv.Itoa(batch)
-	return wsql.Query{Query: q, Args: next.Args}, nil
+	return wsql.Query{Query: q, Args: args}, nil
 }
 
 // UnmarshalMessage implements wsql.SchemaAdapter. The message's feed position is added to its
@@ -123,13 +153,36 @@ func (s Schema) SubscribeIsolationLevel() sql.IsolationLevel { return sql.LevelR
 // group holding the feed position acked last. Each group has exactly one subscriber (a node's
 // relay), so reads take no row lock; that keeps the relay's read transaction without an xid, so
 // it never holds back other nodes' view of the feed.
-type Offsets struct{}
+//
+// With a shared position (the relay's), the acked position is kept in memory and written at most
+// once per persistEvery: a read transaction that writes nothing takes no xid, and a read that held
+// an xid would delay every other reader of the feed (the xmin rule) for as long as it ran. The
+// written position only serves pruning; a relay never resumes a group after a restart.
+type Offsets struct {
+	pos          *position
+	persistEvery time.Duration
+}
 
 var _ wsql.OffsetsAdapter = Offsets{}
 
 // AckMessageQuery implements wsql.OffsetsAdapter.
-func (Offsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query, error) {
+func (o Offsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query, error) {
 	x := params.LastRow.ExtraData
+	if o.pos != nil {
+		xid, _ := x[metaOrderXID].(string)
+		off, _ := x[metaOrderOffset].(int64)
+		seq, _ := x[metaLastSeq].(int64)
+		o.pos.mu.Lock()
+		o.pos.xid, o.pos.offset, o.pos.seq, o.pos.set = xid, off, seq, true
+		skip := time.Since(o.pos.persisted) < o.persistEvery
+		if !skip {
+			o.pos.persisted = time.Now()
+		}
+		o.pos.mu.Unlock()
+		if skip {
+			return wsql.Query{Query: `SELECT 1`}, nil
+		}
+	}
 	return wsql.Query{
 		Query: `UPDATE outbox_consumer_offset SET order_xid = $1::text::xid8, order_offset = $2, seq = $3, updated_at = now()
 			WHERE consumer_group = $4`,

@@ -56,7 +56,7 @@ func (s *Store) ReadFeed(ctx context.Context, tenant string, after app.FeedPosit
 		FROM outbox_event o
 		JOIN agent_task_event e ON e.task_id = o.task_id AND e.seq BETWEEN o.seq AND o.last_seq
 		WHERE o.tenant_id = $1
-		  AND (o.order_xid, o.order_offset, o.last_seq) > ($2::text::xid8, $3, $4)
+		  AND (o.order_xid, o.order_offset) >= ($2::text::xid8, $3)
 		  AND (o.order_xid, o.order_offset, e.seq) > ($2::text::xid8, $3, $4)
 		  AND o.order_xid < pg_snapshot_xmin(pg_current_snapshot())
 		ORDER BY o.order_xid, o.order_offset, e.seq
