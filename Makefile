@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/bap
 
-.PHONY: run build deps generate check-generated lint-spec vet test test-go test-sdks bench clean
+.PHONY: run build deps generate check-generated lint-spec vet test test-go test-sdks test-mcp-conformance bench clean
 
 ## run: install what is missing, build, and serve (local profile, embedded PostgreSQL)
 run: deps build
@@ -39,7 +39,7 @@ vet:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 ## test: every test (installs what is missing; starts its own PostgreSQL)
-test: deps lint-spec check-generated vet test-go test-sdks
+test: deps lint-spec check-generated vet test-go test-sdks test-mcp-conformance
 
 test-go:
 	$(GO) test -count=1 ./...
@@ -47,6 +47,10 @@ test-go:
 ## test-sdks: the Python and TypeScript SDK tests (Go's run in test-go)
 test-sdks:
 	scripts/test-sdks.sh
+
+## test-mcp-conformance: the official MCP conformance suite against a real `bap serve` (/mcp-conformance and /mcp)
+test-mcp-conformance:
+	scripts/test-mcp-conformance.sh
 
 ## bench: benchmarks with a baseline in the same run (see docs/benchmarks.md)
 bench: deps build

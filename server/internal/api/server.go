@@ -176,7 +176,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		}
 		setOpLabel(r.Context(), oh.op.ID)
 		challenger, _ := s.auth.(Challenger)
-		p, err := s.auth.Authenticate(r)
+		p, err := authenticateCaller(s.auth, r)
 		if err != nil {
 			e := app.AsError(err)
 			if e == nil {

@@ -1,0 +1,610 @@
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The Tasks extension (io.modelcontextprotocol/tasks, SEP-2663). When a tools/call declares the
+// extension in its per-request capabilities, a task-eligible tool may answer a CreateTaskResult
+// (resultType "task") instead of its result; the client then polls tasks/get, answers input
+// requests with tasks/update and may ask tasks/cancel.
+//
+// An MCP task here is a transport-level projection of one tool call. For BAP tools that call is
+// one BAP command: its durable record (task_command, receipt, the stored response under the
+// idempotency key) is the authority, and the MCP task only remembers how to present it. The
+// registry is therefore in memory: if this node restarts, tasks/get answers -32602 and the client
+// re-sends the tools/call with the same idempotency_key, which replays the command's stored
+// result without running it again.
+
+const (
+	tasksExtension    = "io.modelcontextprotocol/tasks"
+	methodTasksGet    = "tasks/get"
+	methodTasksUpdate = "tasks/update"
+	methodTasksCancel = "tasks/cancel"
+)
+
+// Task statuses.
+const (
+	statusWorking       = "working"
+	statusInputRequired = "input_required"
+	statusCompleted     = "completed"
+	statusFailed        = "failed"
+	statusCancelled     = "cancelled"
+)
+
+func terminal(status string) bool {
+	return status == statusCompleted || status == statusFailed || status == statusCancelled
+}
+
+// errTaskCancelled is returned by a task's run function that stopped because of tasks/cancel.
+var errTaskCancelled = errors.New("task cancelled")
+
+// taskFunc runs a task to its end. It returns the tool result (completed, isError included), a
+// *jsonrpc.Error (failed), or errTaskCancelled / the context's error after tasks/cancel
+// (cancelled).
+type taskFunc func(ctx context.Context, run *taskRun) (*mcp.CallToolResult, error)
+
+// taskTool is the task behaviour of one tool.
+type taskTool struct {
+	// required tools cannot run without the extension: such calls get -32021.
+	required bool
+	// syncWindow is how long the call may take before it becomes a task: a call that ends within
+	// it is answered with its plain result (the immediate-result shortcut). 0: always a task.
+	syncWindow time.Duration
+	// plan decides for one call: a run function to execute as a task, or nil to answer it
+	// synchronously through the tool's handler (e.g. an MRTR round, or arguments the handler
+	// refuses).
+	plan func(ctx context.Context, req *mcp.CallToolRequest) (taskFunc, error)
+}
+
+// task is one MCP task.
+type task struct {
+	id, owner        string
+	status           string
+	message          string
+	created, updated time.Time
+	ttl              time.Duration
+	result           *mcp.CallToolResult
+	rpcErr           *jsonrpc.Error
+	pending          map[string]json.RawMessage // outstanding input requests, wire form
+	issued           map[string]bool            // every key ever issued (keys are never reused)
+	answers          map[string]json.RawMessage // answers not yet taken by the run function
+	wake             chan struct{}              // signalled on answers and cancellation
+	changed          chan struct{}              // closed and replaced on every status change
+	cancel           context.CancelFunc
+	cancelRequested  bool
+	onCancel         func() // optional: withdraws the underlying work (e.g. denies a held approval)
+}
+
+// taskStore holds the tasks of this node.
+type taskStore struct {
+	mu       sync.Mutex
+	tasks    map[string]*task
+	now      func() time.Time
+	ttl      time.Duration
+	poll     time.Duration
+	maxOwner int
+}
+
+func newTaskStore(now func() time.Time, ttl, poll time.Duration) *taskStore {
+	return &taskStore{tasks: map[string]*task{}, now: now, ttl: ttl, poll: poll, maxOwner: 1000}
+}
+
+func newTaskID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "mtk_" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// create registers a working task of owner.
+func (s *taskStore) create(owner string) (*task, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	n := 0
+	for id, t := range s.tasks {
+		if now.Sub(t.created) > t.ttl {
+			delete(s.tasks, id)
+			continue
+		}
+		if t.owner == owner && !terminal(t.status) {
+			n++
+		}
+	}
+	if n >= s.maxOwner {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "too many unfinished tasks for this caller"}
+	}
+	t := &task{
+		id: newTaskID(), owner: owner, status: statusWorking, created: now, updated: now, ttl: s.ttl,
+		pending: map[string]json.RawMessage{}, issued: map[string]bool{}, answers: map[string]json.RawMessage{},
+		wake: make(chan struct{}, 1), changed: make(chan struct{}),
+	}
+	s.tasks[t.id] = t
+	return t, nil
+}
+
+// lookup returns owner's task id (expired tasks and other owners' tasks are unknown).
+func (s *taskStore) lookup(owner, id string) (*task, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tasks[id]
+	if !ok || t.owner != owner {
+		return nil, false
+	}
+	if s.now().Sub(t.created) > t.ttl {
+		delete(s.tasks, id)
+		return nil, false
+	}
+	return t, true
+}
+
+func (s *taskStore) remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.tasks, id)
+}
+
+// setStatus changes t's status (s.mu held).
+func (s *taskStore) setStatusLocked(t *task, status, message string) {
+	t.status, t.message, t.updated = status, message, s.now()
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// finish records the end of t's run.
+func (s *taskStore) finish(t *task, res *mcp.CallToolResult, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if terminal(t.status) {
+		return
+	}
+	var rpcErr *jsonrpc.Error
+	switch {
+	case t.cancelRequested && (err != nil || res == nil):
+		s.setStatusLocked(t, statusCancelled, "cancelled by the client")
+	case errors.Is(err, errTaskCancelled):
+		s.setStatusLocked(t, statusCancelled, "cancelled")
+	case errors.As(err, &rpcErr):
+		t.rpcErr = rpcErr
+		s.setStatusLocked(t, statusFailed, rpcErr.Message)
+	case err != nil:
+		t.rpcErr = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the tool failed: " + err.Error()}
+		s.setStatusLocked(t, statusFailed, t.rpcErr.Message)
+	default:
+		if res.Content == nil {
+			res.Content = []mcp.Content{}
+		}
+		t.result = res
+		s.setStatusLocked(t, statusCompleted, "")
+	}
+	t.pending = map[string]json.RawMessage{}
+}
+
+// taskRun is what a run function sees of its task.
+type taskRun struct {
+	s *taskStore
+	t *task
+}
+
+// ID is the MCP task id.
+func (r *taskRun) ID() string { return r.t.id }
+
+// SetMessage updates the task's statusMessage.
+func (r *taskRun) SetMessage(msg string) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.t.message, r.t.updated = msg, r.s.now()
+}
+
+// Ask parks the task in input_required with reqs (keys unique over the task's lifetime) and
+// returns the answers to every one of them, delivered by tasks/update (a partial update keeps the
+// task waiting for the rest). It returns ctx's error when the task is cancelled.
+func (r *taskRun) Ask(ctx context.Context, reqs map[string]mcp.InputRequest) (map[string]json.RawMessage, error) {
+	r.s.mu.Lock()
+	for k, req := range reqs {
+		if r.t.issued[k] {
+			r.s.mu.Unlock()
+			return nil, fmt.Errorf("input request key %q reused", k)
+		}
+		wire, err := inputRequestWire(req)
+		if err != nil {
+			r.s.mu.Unlock()
+			return nil, err
+		}
+		r.t.issued[k] = true
+		r.t.pending[k] = wire
+	}
+	r.s.setStatusLocked(r.t, statusInputRequired, "waiting for the client's input")
+	r.s.mu.Unlock()
+	got := map[string]json.RawMessage{}
+	for {
+		r.s.mu.Lock()
+		for k := range reqs {
+			if a, ok := r.t.answers[k]; ok {
+				got[k] = a
+				delete(r.t.answers, k)
+			}
+		}
+		if len(got) == len(reqs) {
+			if !terminal(r.t.status) && len(r.t.pending) == 0 {
+				r.s.setStatusLocked(r.t, statusWorking, "")
+			}
+			r.s.mu.Unlock()
+			return got, nil
+		}
+		r.s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-r.t.wake:
+		}
+	}
+}
+
+// Withdraw withdraws pending input requests (the question was settled another way).
+func (r *taskRun) Withdraw(keys ...string) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	for _, k := range keys {
+		delete(r.t.pending, k)
+	}
+	if r.t.status == statusInputRequired && len(r.t.pending) == 0 {
+		r.s.setStatusLocked(r.t, statusWorking, "")
+	}
+}
+
+// OnCancel registers how tasks/cancel withdraws the underlying work (besides cancelling ctx).
+func (r *taskRun) OnCancel(f func()) {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.t.onCancel = f
+}
+
+func inputRequestWire(req mcp.InputRequest) (json.RawMessage, error) {
+	var method string
+	switch req.(type) {
+	case *mcp.ElicitParams:
+		method = "elicitation/create"
+	case *mcp.CreateMessageParams:
+		method = "sampling/createMessage"
+	case *mcp.ListRootsParams:
+		method = "roots/list"
+	default:
+		return nil, fmt.Errorf("unknown input request %T", req)
+	}
+	if e, ok := req.(*mcp.ElicitParams); ok && e.Mode == "" {
+		c := *e
+		c.Mode = "form"
+		req = &c
+	}
+	return json.Marshal(struct {
+		Method string           `json:"method"`
+		Params mcp.InputRequest `json:"params"`
+	}{method, req})
+}
+
+// update delivers answers to t's outstanding input requests; unknown or already answered keys
+// are ignored.
+func (s *taskStore) update(t *task, answers map[string]json.RawMessage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delivered := false
+	for k, a := range answers {
+		if _, ok := t.pending[k]; !ok {
+			continue
+		}
+		delete(t.pending, k)
+		t.answers[k] = a
+		delivered = true
+	}
+	if !delivered {
+		return
+	}
+	if t.status == statusInputRequired && len(t.pending) == 0 {
+		s.setStatusLocked(t, statusWorking, "")
+	} else {
+		t.updated = s.now()
+	}
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// requestCancel asks t's run to stop.
+func (s *taskStore) requestCancel(t *task) {
+	s.mu.Lock()
+	if terminal(t.status) || t.cancelRequested {
+		s.mu.Unlock()
+		return
+	}
+	t.cancelRequested = true
+	cancel, onCancel := t.cancel, t.onCancel
+	s.mu.Unlock()
+	if onCancel != nil {
+		onCancel()
+	}
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// Wire shapes of the extension.
+
+type taskWire struct {
+	TaskID         string `json:"taskId"`
+	Status         string `json:"status"`
+	StatusMessage  string `json:"statusMessage,omitempty"`
+	CreatedAt      string `json:"createdAt"`
+	LastUpdatedAt  string `json:"lastUpdatedAt"`
+	TTLMs          *int64 `json:"ttlMs"`
+	PollIntervalMs int64  `json:"pollIntervalMs,omitempty"`
+}
+
+// createTaskResult is the flat CreateTaskResult (Result & Task) of a tools/call.
+type createTaskResult struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+	taskWire
+}
+
+// getTaskResult is the DetailedTask answer of tasks/get.
+type getTaskResult struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+	taskWire
+	InputRequests map[string]json.RawMessage `json:"inputRequests,omitempty"`
+	Result        *mcp.CallToolResult        `json:"result,omitempty"`
+	Error         *jsonrpc.Error             `json:"error,omitempty"`
+}
+
+// syncToolResult is a CallToolResult answered from the Tasks middleware (the immediate-result
+// shortcut), which bypasses the SDK's tool dispatch and so must carry resultType itself.
+type syncToolResult struct {
+	mcp.ResultBase
+	ResultType        string        `json:"resultType"`
+	Content           []mcp.Content `json:"content"`
+	StructuredContent any           `json:"structuredContent,omitempty"`
+	IsError           bool          `json:"isError,omitempty"`
+}
+
+func completeResult(res *mcp.CallToolResult) *syncToolResult {
+	out := &syncToolResult{ResultType: "complete", Content: res.Content, StructuredContent: res.StructuredContent, IsError: res.IsError}
+	if out.Content == nil {
+		out.Content = []mcp.Content{}
+	}
+	out.Meta = res.Meta
+	return out
+}
+
+// ackResult is the empty acknowledgement of tasks/update and tasks/cancel.
+type ackResult struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+}
+
+type taskIDParams struct {
+	mcp.ParamsBase
+	TaskID *string `json:"taskId"`
+}
+
+type taskUpdateParams struct {
+	mcp.ParamsBase
+	TaskID         *string                    `json:"taskId"`
+	InputResponses map[string]json.RawMessage `json:"inputResponses"`
+}
+
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+func (s *taskStore) wireLocked(t *task) taskWire {
+	ttl := t.ttl.Milliseconds()
+	return taskWire{
+		TaskID: t.id, Status: t.status, StatusMessage: t.message,
+		CreatedAt: t.created.UTC().Format(timeFormat), LastUpdatedAt: t.updated.UTC().Format(timeFormat),
+		TTLMs: &ttl, PollIntervalMs: s.poll.Milliseconds(),
+	}
+}
+
+// taskEngine serves the extension on one MCP server.
+type taskEngine struct {
+	store *taskStore
+	tools map[string]*taskTool
+}
+
+// declaresTasks reports whether the request's capabilities declare the extension.
+func declaresTasks(caps *mcp.ClientCapabilities) bool {
+	if caps == nil {
+		return false
+	}
+	_, ok := caps.Extensions[tasksExtension]
+	return ok
+}
+
+// metaDeclaresTasks reads the extension from a request's raw _meta.
+func metaDeclaresTasks(meta map[string]any) bool {
+	raw, ok := meta[mcp.MetaKeyClientCapabilities]
+	if !ok {
+		return false
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return false
+	}
+	var caps struct {
+		Extensions map[string]json.RawMessage `json:"extensions"`
+	}
+	if json.Unmarshal(b, &caps) != nil {
+		return false
+	}
+	_, ok = caps.Extensions[tasksExtension]
+	return ok
+}
+
+func missingTasksCapability() error {
+	data, _ := json.Marshal(mcp.MissingRequiredClientCapabilityData{RequiredCapabilities: &mcp.ClientCapabilities{
+		Extensions: map[string]any{tasksExtension: map[string]any{}},
+	}})
+	return &jsonrpc.Error{Code: mcp.CodeMissingRequiredClientCapabilities,
+		Message: "this request needs the " + tasksExtension + " extension in the request's client capabilities", Data: data}
+}
+
+// middleware routes task-eligible tools/call requests.
+func (e *taskEngine) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		call, ok := req.(*mcp.CallToolRequest)
+		if !ok || call.Params == nil {
+			return next(ctx, method, req)
+		}
+		tt, ok := e.tools[call.Params.Name]
+		if !ok {
+			return next(ctx, method, req)
+		}
+		if !declaresTasks(call.ClientCapabilities()) {
+			if tt.required {
+				return nil, missingTasksCapability()
+			}
+			return next(ctx, method, req)
+		}
+		run, err := tt.plan(ctx, call)
+		if err != nil {
+			return nil, err
+		}
+		if run == nil {
+			return next(ctx, method, req)
+		}
+		caller, _ := CallerFrom(ctx)
+		return e.start(ctx, caller, run, tt.syncWindow)
+	}
+}
+
+// start runs fn as a task. The task exists (tasks/get resolves it) before its CreateTaskResult
+// is returned. If fn ends within window, the call is answered with its plain result instead.
+func (e *taskEngine) start(ctx context.Context, caller Caller, fn taskFunc, window time.Duration) (mcp.Result, error) {
+	t, err := e.store.create(caller.owner())
+	if err != nil {
+		return nil, err
+	}
+	// The run outlives the HTTP request that started it; tasks/cancel (or the TTL) ends it.
+	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.ttl)
+	e.store.mu.Lock()
+	t.cancel = cancel
+	changed := t.changed
+	e.store.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		res, err := fn(runCtx, &taskRun{s: e.store, t: t})
+		e.store.finish(t, res, err)
+	}()
+	if window > 0 {
+		timer := time.NewTimer(window)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-changed: // finished, or waiting for input: either way the client gets an answer now
+		case <-timer.C:
+		}
+		e.store.mu.Lock()
+		status, res, rpcErr := t.status, t.result, t.rpcErr
+		e.store.mu.Unlock()
+		switch status {
+		case statusCompleted:
+			e.store.remove(t.id)
+			return completeResult(res), nil
+		case statusFailed:
+			e.store.remove(t.id)
+			return nil, rpcErr
+		}
+	}
+	e.store.mu.Lock()
+	defer e.store.mu.Unlock()
+	return &createTaskResult{ResultType: "task", taskWire: e.store.wireLocked(t)}, nil
+}
+
+// register adds tasks/get, tasks/update and tasks/cancel to srv.
+func (e *taskEngine) register(srv *mcp.Server) error {
+	if err := mcp.AddReceivingCustomMethod(srv, methodTasksGet, e.get); err != nil {
+		return err
+	}
+	if err := mcp.AddReceivingCustomMethod(srv, methodTasksUpdate, e.update); err != nil {
+		return err
+	}
+	return mcp.AddReceivingCustomMethod(srv, methodTasksCancel, e.cancel)
+}
+
+func unknownTask() error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown taskId (expired, never issued, or not yours)"}
+}
+
+// resolve checks the extension and finds the caller's task.
+func (e *taskEngine) resolve(ctx context.Context, meta map[string]any, id *string) (*task, error) {
+	if !metaDeclaresTasks(meta) {
+		return nil, missingTasksCapability()
+	}
+	if id == nil || *id == "" {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "params.taskId is required"}
+	}
+	caller, _ := CallerFrom(ctx)
+	t, ok := e.store.lookup(caller.owner(), *id)
+	if !ok {
+		return nil, unknownTask()
+	}
+	return t, nil
+}
+
+func (e *taskEngine) get(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (*getTaskResult, error) {
+	t, err := e.resolve(ctx, p.GetMeta(), p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	e.store.mu.Lock()
+	defer e.store.mu.Unlock()
+	res := &getTaskResult{ResultType: "complete", taskWire: e.store.wireLocked(t)}
+	switch t.status {
+	case statusInputRequired:
+		res.InputRequests = make(map[string]json.RawMessage, len(t.pending))
+		for k, v := range t.pending {
+			res.InputRequests[k] = v
+		}
+	case statusCompleted:
+		res.Result = t.result
+	case statusFailed:
+		res.Error = t.rpcErr
+	}
+	return res, nil
+}
+
+func (e *taskEngine) update(ctx context.Context, _ *mcp.ServerSession, p *taskUpdateParams) (*ackResult, error) {
+	t, err := e.resolve(ctx, p.GetMeta(), p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if p.InputResponses == nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "params.inputResponses must be an object"}
+	}
+	e.store.update(t, p.InputResponses)
+	return &ackResult{ResultType: "complete"}, nil
+}
+
+func (e *taskEngine) cancel(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (*ackResult, error) {
+	t, err := e.resolve(ctx, p.GetMeta(), p.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	e.store.requestCancel(t)
+	return &ackResult{ResultType: "complete"}, nil
+}

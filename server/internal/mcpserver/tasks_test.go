@@ -1,0 +1,259 @@
+package mcpserver_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/mcpserver"
+)
+
+type taskState struct {
+	ResultType    string                     `json:"resultType"`
+	TaskID        string                     `json:"taskId"`
+	Status        string                     `json:"status"`
+	StatusMessage string                     `json:"statusMessage"`
+	TTLMs         *int64                     `json:"ttlMs"`
+	InputRequests map[string]json.RawMessage `json:"inputRequests"`
+	Result        *toolResult                `json:"result"`
+	Error         *struct{ Code int64 }      `json:"error"`
+}
+
+func (b *bundle) taskGet(t *testing.T, id string, headers ...string) taskState {
+	t.Helper()
+	var st taskState
+	b.rpc(t, "/mcp", "tasks/get", map[string]any{"taskId": id, "_meta": meta(taskCaps)}, headers...).result(t, &st)
+	return st
+}
+
+// awaitTask polls tasks/get (as a client does) until the task leaves the statuses in skip.
+func (b *bundle) awaitTask(t *testing.T, id string, skip ...string) taskState {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := b.taskGet(t, id)
+		waiting := false
+		for _, s := range skip {
+			waiting = waiting || st.Status == s
+		}
+		if !waiting {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %s still %s", id, st.Status)
+		}
+		time.Sleep(20 * time.Millisecond) // the server's own poll interval is 50 ms
+	}
+}
+
+// TestTaskProjectsOneBAPCommand: close_task of a client that declared the Tasks extension becomes an
+// MCP task whose result is the command's BAP answer; the command itself is BAP's (its key replays
+// it), the MCP task is the caller's only.
+func TestTaskProjectsOneBAPCommand(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	taskID := field(t, b.call(t, "create_task", args(t, createArgs, "idempotency_key", "k1")).StructuredContent, "task", "task_id")
+	closeArgs := map[string]any{"task_id": taskID, "idempotency_key": "k-close"}
+	var created toolResult
+	b.rpc(t, "/mcp", "tools/call", map[string]any{"name": "close_task", "arguments": closeArgs, "_meta": meta(taskCaps)}).result(t, &created)
+	if created.ResultType != "task" || !strings.HasPrefix(created.TaskID, "mtk_") || created.Status == "" {
+		t.Fatalf("CreateTaskResult: %+v", created)
+	}
+	st := b.awaitTask(t, created.TaskID, "working")
+	if st.Status != "completed" || st.Result == nil || st.Result.IsError || st.ResultType != "complete" || st.TTLMs == nil {
+		t.Fatalf("task: %+v", st)
+	}
+	if field(t, st.Result.StructuredContent, "task", "state") != "succeeded" {
+		t.Fatalf("close result: %s", st.Result.StructuredContent)
+	}
+	// The BAP command is durable: the same call without the extension replays its answer.
+	replay := b.call(t, "close_task", closeArgs)
+	if !jsonEqual(t, replay.StructuredContent, st.Result.StructuredContent) || replay.Meta["io.originweave.bap/replayed"] != true {
+		t.Fatalf("replay: %s vs %s", replay.StructuredContent, st.Result.StructuredContent)
+	}
+	// Another caller cannot see it; a caller that did not declare the extension cannot ask.
+	r := b.rpc(t, "/mcp", "tasks/get", map[string]any{"taskId": created.TaskID, "_meta": meta(taskCaps)}, "X-Test-Tenant", "globex")
+	if r.code() != -32602 {
+		t.Errorf("another tenant's tasks/get: %s", r.raw)
+	}
+	r = b.rpc(t, "/mcp", "tasks/get", map[string]any{"taskId": created.TaskID})
+	if r.status != http.StatusBadRequest || r.code() != -32021 || !strings.Contains(string(r.msg.Error.Data), "io.modelcontextprotocol/tasks") {
+		t.Errorf("tasks/get without the extension: %d %s", r.status, r.raw)
+	}
+	// Cancelling a finished task is acknowledged and changes nothing.
+	var ack map[string]any
+	b.rpc(t, "/mcp", "tasks/cancel", map[string]any{"taskId": created.TaskID, "_meta": meta(taskCaps)}).result(t, &ack)
+	if ack["resultType"] != "complete" || ack["taskId"] != nil || b.taskGet(t, created.TaskID).Status != "completed" {
+		t.Errorf("cancel of a completed task: %v", ack)
+	}
+}
+
+// A BAP refusal (here: no browser on this node) is a completed tool call (isError), never a
+// failed task.
+func TestRefusedCommandCompletesTheTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var created toolResult
+	b.rpc(t, "/mcp", "tools/call", map[string]any{"name": "navigate", "_meta": meta(taskCaps), "arguments": map[string]any{
+		"session_id": "bs_nosuchsession", "url": "https://shop.example.com/", "idempotency_key": "k-nav"}}).result(t, &created)
+	if created.ResultType != "task" {
+		t.Fatalf("navigate: %+v", created)
+	}
+	st := b.awaitTask(t, created.TaskID, "working")
+	if st.Status != "completed" || st.Result == nil || !st.Result.IsError || field(t, st.Result.StructuredContent, "code") != "browser_unavailable" {
+		t.Fatalf("refused navigate: %+v %s", st, st.Result.StructuredContent)
+	}
+}
+
+func TestFastCallsStaySynchronous(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *mcpserver.Options) { o.TaskSyncWindow = 10 * time.Second })
+	taskID := field(t, b.call(t, "create_task", args(t, createArgs, "idempotency_key", "k1")).StructuredContent, "task", "task_id")
+	var res toolResult
+	b.rpc(t, "/mcp", "tools/call", map[string]any{"name": "close_task",
+		"arguments": map[string]any{"task_id": taskID, "idempotency_key": "k2"}, "_meta": meta(taskCaps)}).result(t, &res)
+	if res.ResultType != "complete" || res.TaskID != "" || field(t, res.StructuredContent, "task", "state") != "succeeded" {
+		t.Fatalf("fast close_task: %+v", res)
+	}
+}
+
+// fakeAPI stands in for BAP when an act is held for approval (202 with a pending approval).
+type fakeAPI struct {
+	mu       sync.Mutex
+	resolved []string // "decision key"
+	decided  string   // an approval.resolved event's state, once someone decided elsewhere
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, ok := mcpserver.CallerFrom(r.Context()); !ok {
+		http.Error(w, "no caller", http.StatusInternalServerError)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.URL.Path == "/bap/v1/browser-sessions/bs_1/act":
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = io.WriteString(w, `{"approval":{"approval_id":"apr_1","task_id":"tsk_1","state":"pending","reason":"Submit the order"},`+
+			`"receipt":{"receipt_id":"rcp_1","command_id":"cmd_1","outcome":"pending_approval"}}`)
+	case r.URL.Path == "/bap/v1/approvals/apr_1/resolve":
+		var body struct{ Decision string }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		f.resolved = append(f.resolved, body.Decision+" "+r.Header.Get("Idempotency-Key"))
+		state := map[string]string{"approve": "approved", "deny": "denied"}[body.Decision]
+		_, _ = io.WriteString(w, `{"approval":{"approval_id":"apr_1","state":"`+state+`"},"action_receipt":{"receipt_id":"rcp_2","command_id":"cmd_1","outcome":"applied"}}`)
+	case r.URL.Path == "/bap/v1/tasks/tsk_1/events":
+		events := `[{"seq":1,"type":"approval.requested","data":{"approval_id":"apr_1"}}]`
+		if f.decided != "" {
+			events = `[{"seq":1,"type":"approval.requested","data":{"approval_id":"apr_1"}},{"seq":2,"type":"approval.resolved","data":{"approval_id":"apr_1","state":"` + f.decided + `"}}]`
+		}
+		_, _ = io.WriteString(w, `{"events":`+events+`,"next_after":null}`)
+	default:
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, `{"type":"urn:bap:problem:not_found","title":"Not found","status":404,"detail":"no such route","code":"not_found"}`)
+	}
+}
+
+func (f *fakeAPI) decisions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.resolved...)
+}
+
+func setupFake(t *testing.T) (*bundle, *fakeAPI) {
+	t.Helper()
+	f := &fakeAPI{}
+	h, err := mcpserver.New(mcpserver.Options{API: f, Authenticator: mcpAuth{}, Logger: quiet, TaskSyncWindow: -1,
+		TaskPollInterval: 50 * time.Millisecond, ApprovalPoll: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{srv: httptest.NewServer(h)}
+	t.Cleanup(b.srv.Close)
+	return b, f
+}
+
+func (b *bundle) heldAct(t *testing.T, c caps) string {
+	t.Helper()
+	var created toolResult
+	b.rpc(t, "/mcp", "tools/call", map[string]any{"name": "act", "_meta": meta(c), "arguments": map[string]any{
+		"session_id": "bs_1", "action": "click", "node_id": "nd_1", "idempotency_key": "k-act"}}).result(t, &created)
+	if created.ResultType != "task" {
+		t.Fatalf("act: %+v", created)
+	}
+	return created.TaskID
+}
+
+func TestHeldActionAsksTheClientForTheDecision(t *testing.T) {
+	t.Parallel()
+	b, f := setupFake(t)
+	id := b.heldAct(t, taskElcit)
+	st := b.awaitTask(t, id, "working")
+	if st.Status != "input_required" || len(st.InputRequests) != 1 {
+		t.Fatalf("held act: %+v", st)
+	}
+	var key string
+	for k, v := range st.InputRequests {
+		key = k
+		if !strings.Contains(string(v), `"elicitation/create"`) || !strings.Contains(string(v), "apr_1") {
+			t.Fatalf("input request %s", v)
+		}
+	}
+	var ack map[string]any
+	b.rpc(t, "/mcp", "tasks/update", map[string]any{"taskId": id, "_meta": meta(taskElcit),
+		"inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"decision": "approve"}}}}).result(t, &ack)
+	if ack["resultType"] != "complete" {
+		t.Fatalf("update ack %v", ack)
+	}
+	st = b.awaitTask(t, id, "working", "input_required")
+	if st.Status != "completed" || field(t, st.Result.StructuredContent, "approval", "state") != "approved" ||
+		field(t, st.Result.StructuredContent, "action_receipt", "outcome") != "applied" {
+		t.Fatalf("after approval: %+v %s", st, st.Result.StructuredContent)
+	}
+	if d := f.decisions(); len(d) != 1 || d[0] != "approve mcp-task:"+id {
+		t.Fatalf("resolve_approval calls: %v", d)
+	}
+}
+
+func TestHeldActionFollowsADecisionMadeElsewhere(t *testing.T) {
+	t.Parallel()
+	b, f := setupFake(t)
+	id := b.heldAct(t, taskCaps) // no elicitation: the task waits, working
+	st := b.taskGet(t, id)
+	if st.Status != "working" || !strings.Contains(st.StatusMessage, "apr_1") {
+		t.Fatalf("held act without elicitation: %+v", st)
+	}
+	f.mu.Lock()
+	f.decided = "denied"
+	f.mu.Unlock()
+	st = b.awaitTask(t, id, "working")
+	if st.Status != "completed" || field(t, st.Result.StructuredContent, "approval", "state") != "denied" ||
+		field(t, st.Result.StructuredContent, "receipt", "outcome") != "pending_approval" {
+		t.Fatalf("decided elsewhere: %+v", st)
+	}
+	if d := f.decisions(); len(d) != 0 {
+		t.Fatalf("the adapter resolved the approval itself: %v", d)
+	}
+}
+
+func TestCancellingAHeldActionWithdrawsIt(t *testing.T) {
+	t.Parallel()
+	b, f := setupFake(t)
+	id := b.heldAct(t, taskElcit)
+	b.awaitTask(t, id, "working")
+	var ack map[string]any
+	b.rpc(t, "/mcp", "tasks/cancel", map[string]any{"taskId": id, "_meta": meta(taskElcit)}).result(t, &ack)
+	st := b.awaitTask(t, id, "working", "input_required")
+	if st.Status != "cancelled" {
+		t.Fatalf("cancelled held act: %+v", st)
+	}
+	if d := f.decisions(); len(d) != 1 || d[0] != "deny mcp-task-cancel:"+id {
+		t.Fatalf("resolve_approval calls: %v", d)
+	}
+}
