@@ -226,7 +226,8 @@ var closeTaskResponder = responder{status: 200, render: func(result any) (any, e
 	}
 	return apigen.CloseTaskResponse{
 		Task: t, Receipt: toReceipt(res.Receipt), Evidence: []apigen.Artifact{},
-		Postcondition: apigen.PostconditionResult{Satisfied: res.Postcondition.Satisfied, Unmet: unmet},
+		Postcondition: apigen.PostconditionResult{Satisfied: res.Postcondition.Satisfied, Unmet: unmet,
+			ContextId: nonEmpty(res.Postcondition.ContextID)},
 	}, nil
 }}
 

@@ -376,6 +376,7 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 				return s.finishFailed(ctx, c, plan.(*sessionPlan).rec, dispatchErr, false)
 			}
 			res := out.(*page.NavigateResult)
+			s.noteUse(c.t.ID, plan.(*sessionPlan).rec.ID, res.ContextID)
 			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, plan.(*sessionPlan).rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
 				return nil, "", err
 			}
@@ -475,6 +476,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)
 			}
 			res := out.(*page.ActResult)
+			s.noteUse(c.t.ID, rec.ID, res.ContextID)
 			data := map[string]any{
 				"session_id": rec.ID, "action": req.Action, "context_id": res.ContextID, "epoch_id": res.EpochID,
 				"navigated": res.Navigated, "effect": res.Effect,
@@ -533,10 +535,13 @@ func (s *Service) Extract(ctx context.Context, actor Actor, sessionID string, re
 // read runs a read operation on an open session of the actor's tenant, within readTimeout.
 func read[T any](ctx context.Context, s *Service, actor Actor, sessionID string, op func(context.Context, BrowserSession) (T, error)) (T, error) {
 	var zero T
-	_, sess, err := s.sessionFor(ctx, actor, sessionID)
+	rec, sess, err := s.sessionFor(ctx, actor, sessionID)
 	if err != nil {
 		return zero, err
 	}
+	// A read notes the session's first context only if the task has used none yet: navigations
+	// and actions say precisely which context they used.
+	s.lastUsed.LoadOrStore(rec.TaskID, lastUse{sessionID: rec.ID, contextID: sess.DefaultContext()})
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	res, err := op(ctx, sess)

@@ -108,4 +108,5 @@ type Decision struct {
 type PostconditionResult struct {
 	Satisfied bool
 	Unmet     []json.RawMessage
+	ContextID string // the browsing context it was evaluated on ("" when none was live)
 }

@@ -79,6 +79,7 @@ type Service struct {
 	cfg           Config
 	browserEvents chan browserEvent
 	held          sync.Map // approval id → held: actions waiting for their approval
+	lastUsed      sync.Map // task id → lastUse: where its postcondition is evaluated
 }
 
 // NewService builds a Service over store.

@@ -165,10 +165,19 @@ func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason stri
 	})
 }
 
-// CloseTask ends a task by its postcondition: succeeded when every clause holds, failed listing
-// the unmet clauses otherwise. Without a browser there is nothing to evaluate clauses against, so
-// a declared postcondition is unmet; a task without one closes succeeded, unverified.
+// CloseTask ends a task by its postcondition, evaluated on the task's most recently used browsing
+// context: succeeded (verified) when every clause holds, failed listing the unmet clauses
+// otherwise. Without a live browsing context no clause can be shown to hold; a task without a
+// postcondition closes succeeded, unverified.
 func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Responder) (Response, error) {
+	// Evaluate the postcondition on the page first, with no transaction open.
+	var holds []bool
+	var evaluatedOn string
+	if t, err := s.store.GetTask(ctx, call.Actor.Tenant, taskID); err == nil && len(t.Postcondition) > 0 {
+		if clauses, err := postconditionClauses(t.Postcondition); err == nil {
+			holds, evaluatedOn = s.evaluatePostcondition(ctx, taskID, clauses)
+		}
+	}
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
 		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
 		if err != nil {
@@ -182,10 +191,18 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 			if err != nil {
 				return nil, err
 			}
-			// No browsing context exists yet: no clause can be shown to hold.
-			res = PostconditionResult{Satisfied: false, Unmet: clauses}
-			verification = "unmet"
-			trig = task.CloseFailed
+			res = PostconditionResult{Satisfied: true, Unmet: []json.RawMessage{}, ContextID: evaluatedOn}
+			for i, cl := range clauses {
+				// A clause evaluated before the postcondition changed (it cannot) or not at all is unmet.
+				if i >= len(holds) || !holds[i] {
+					res.Satisfied = false
+					res.Unmet = append(res.Unmet, cl)
+				}
+			}
+			verification, trig = "verified", task.CloseSucceeded
+			if !res.Satisfied {
+				verification, trig = "unmet", task.CloseFailed
+			}
 		}
 		if _, err := task.Next(c.t.State, trig); err != nil {
 			return nil, c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; close_task is not possible from that state", c.t.State))

@@ -234,6 +234,12 @@ func TestCheckoutThroughTheAPI(t *testing.T) {
 	if !strings.Contains(string(evs.raw), `"action.performed"`) {
 		t.Fatalf("history lacks the actions: %s", evs.raw)
 	}
+	// The postcondition ("Thank you" on the page) holds on the context the task used last.
+	closed := s.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/close", "close", map[string]any{})
+	if closed.str("task", "state") != "succeeded" || closed.str("task", "verification") != "verified" ||
+		closed.body["postcondition"].(map[string]any)["satisfied"] != true {
+		t.Fatalf("close_task: %s", closed.raw)
+	}
 }
 
 // 100 requests with one key place one order: the click is recorded before dispatch and replayed
@@ -288,13 +294,19 @@ func TestStaleHandleAfterNavigation(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
 	s := newStack(t)
-	_, sess := openShop(t, s, sh, "stale")
+	taskID, sess := openShop(t, s, sh, "stale")
 	base := "/bap/v1/browser-sessions/" + sess
 	old := s.query(t, sess, map[string]any{"label": "Full name"})
 	s.must(t, 200, "POST", base+"/navigate", "reload", map[string]any{"url": sh.srv.URL + "/checkout"})
 	r := s.call(t, "POST", base+"/act", "stale-fill", map[string]any{"action": "fill", "node_id": old, "value": "x"})
 	if r.status != 409 || r.body["code"] != "stale_node_handle" {
 		t.Fatalf("old handle: %d %s", r.status, r.raw)
+	}
+	// No order was placed: the postcondition does not hold and the task fails, naming the clause.
+	closed := s.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/close", "close", map[string]any{})
+	pc := closed.body["postcondition"].(map[string]any)
+	if closed.str("task", "state") != "failed" || pc["satisfied"] != false || len(pc["unmet"].([]any)) != 1 {
+		t.Fatalf("close_task: %s", closed.raw)
 	}
 }
 
