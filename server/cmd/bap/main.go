@@ -32,6 +32,7 @@ commands:
   version   print the BAP, MCP and schema versions
   client    register (client create) or revoke (client revoke) an OAuth client
   user      add a person who signs in on the login page (user create)
+  reconcile settle commands a crash interrupted (reconcile list | reconcile resolve ID --outcome applied|no_side_effect --note TEXT)
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -52,6 +53,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = clientCommand(ctx, args[1:], stdout, logger, stderr)
 	case "user":
 		err = userCommand(ctx, args[1:], os.Stdin, stdout, logger, stderr)
+	case "reconcile":
+		err = reconcileCommand(ctx, args[1:], stdout, logger, stderr)
 	case "migrate":
 		err = migrate(ctx, args[1:], logger, stderr)
 	case "version":

@@ -25,6 +25,8 @@ type Store interface {
 	PurgeIdempotency(ctx context.Context, now time.Time) (int64, error)
 	// GetApproval reads an approval of tenant.
 	GetApproval(ctx context.Context, tenant, approvalID string) (*Approval, error)
+	// ListReconciliations lists reconciliations of every tenant (open ones unless all).
+	ListReconciliations(ctx context.Context, all bool) ([]Reconciliation, error)
 	// GetSession reads a browser session of tenant.
 	GetSession(ctx context.Context, tenant, sessionID string) (*SessionRecord, error)
 	// OrphanedClaims lists in-flight idempotency claims whose node stopped, or last heartbeat
@@ -75,6 +77,12 @@ type Tx interface {
 	// LockCommand reads a recorded command that has no receipt yet and locks it; ErrNotFound when
 	// it was never recorded or already has a receipt.
 	LockCommand(ctx context.Context, tenant, commandID string) (*Command, error)
+	// GetReconciliation reads a reconciliation of any tenant (operators settle them), locking it.
+	GetReconciliation(ctx context.Context, id string) (*Reconciliation, error)
+	// ResolveReconciliation writes a reconciliation's resolution.
+	ResolveReconciliation(ctx context.Context, r *Reconciliation) error
+	// CountOpenReconciliations counts a task's open reconciliations.
+	CountOpenReconciliations(ctx context.Context, taskID string) (int, error)
 	// OpenReconciliation opens a reconciliation for an interrupted side-effecting command.
 	OpenReconciliation(ctx context.Context, tenant, reconciliationID, taskID, commandID string) error
 

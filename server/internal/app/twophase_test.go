@@ -142,6 +142,28 @@ func TestRecoveryClassifiesInterruptedCommands(t *testing.T) {
 			if want := map[bool]int{true: 1, false: 0}[tt.sideEffecting]; open != want {
 				t.Fatalf("%d open reconciliations, want %d", open, want)
 			}
+			if !tt.sideEffecting {
+				return
+			}
+			// An operator settles it; the task runs again; settling twice is refused.
+			recs, err := b.svc.ListReconciliations(ctx, false)
+			if err != nil || len(recs) != 1 || recs[0].TaskID != tk.ID || recs[0].Operation != "act" {
+				t.Fatalf("list: %v %+v", err, recs)
+			}
+			rec, err := b.svc.ResolveReconciliation(ctx, "operator:test", recs[0].ID, "no_side_effect", "the order never reached the shop")
+			if err != nil || rec.State != "resolved" || rec.Resolution != "no_side_effect" || rec.ResolvedBy != "operator:test" {
+				t.Fatalf("resolve: %v %+v", err, rec)
+			}
+			if got, _ := b.svc.GetTask(ctx, b.actor, tk.ID); got.State != task.Running {
+				t.Fatalf("after the reconciliation, task %s", got.State)
+			}
+			if _, err := b.svc.ResolveReconciliation(ctx, "operator:test", recs[0].ID, "applied", "again"); app.AsError(err) == nil ||
+				app.AsError(err).Code != app.CodeInvalidTransition {
+				t.Fatalf("second resolve: %v", err)
+			}
+			if _, err := b.svc.ResolveReconciliation(ctx, "operator:test", recs[0].ID, "maybe", "x"); app.AsError(err) == nil {
+				t.Fatal("an unknown outcome was accepted")
+			}
 		})
 	}
 }

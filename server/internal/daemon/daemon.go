@@ -326,3 +326,9 @@ func newNodeID() string {
 	_, _ = rand.Read(b[:])
 	return "node_" + hex.EncodeToString(b[:])
 }
+
+// OperatorService builds the use-cases over an admin database connection, for the operator
+// commands of the CLI (bap reconcile): no browser, no event delivery, a node id of its own.
+func (d *Database) OperatorService(log *slog.Logger) (*app.Service, error) {
+	return app.NewService(store.New(d.Pool), app.Config{NodeID: "cli_" + newNodeID(), Logger: log})
+}
