@@ -202,6 +202,7 @@ func (c *commandCtx) transition(ctx context.Context, t *Task, trig task.Trigger,
 	if next.Terminal() {
 		end := c.now
 		t.EndedAt = &end
+		c.s.lastUsed.Delete(t.ID) // nothing evaluates an ended task's page again
 	}
 	return c.emit(ctx, t, "task.state_changed", cause, map[string]any{
 		"from": string(from), "to": string(next), "trigger": string(trig),
