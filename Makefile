@@ -39,7 +39,7 @@ vet:
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 ## test: every test (installs what is missing; starts its own PostgreSQL)
-test: deps lint-spec check-generated vet test-go test-sdks test-mcp-conformance
+test: deps lint-spec check-generated vet test-go test-sdks test-mcp-conformance conformance
 
 test-go:
 	$(GO) test -count=1 ./...
@@ -51,6 +51,11 @@ test-sdks:
 ## test-mcp-conformance: the official MCP conformance suite against a real `bap serve` (/mcp-conformance and /mcp)
 test-mcp-conformance:
 	scripts/test-mcp-conformance.sh
+
+## conformance: the conformance/ fixtures through the Go, TS and Python SDKs against one `bap serve`; results must be identical
+.PHONY: conformance
+conformance:
+	scripts/conformance.sh
 
 ## bench: benchmarks with a baseline in the same run (see docs/benchmarks.md)
 bench: deps build

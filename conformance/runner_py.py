@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Conformance runner for sdk-py: runs every conformance/scenarios/*.json against a live server.
+
+    python3 conformance/runner_py.py --base-url http://127.0.0.1:PORT --out DIR
+
+Writes DIR/py.json (normalized results, see conformance/README.md); exits 1 when a step fails.
+Uses only the standard library and sdk-py from this repository (by path).
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "sdk-py"))
+import bap  # noqa: E402
+
+LANG = "py"
+
+
+def call(client, op, args, key):
+    kw = {} if key is None else {"idempotency_key": key}
+    body = args.get("body")
+    if op == "create_task":
+        return client.create_task(body, **kw)
+    if op == "get_task":
+        return client.get_task(args["task_id"])
+    if op == "cancel_task":
+        return client.cancel_task(args["task_id"], body, **kw)
+    if op == "close_task":
+        return client.close_task(args["task_id"], body, **kw)
+    if op == "request_approval":
+        return client.request_approval(args["task_id"], body, **kw)
+    if op == "resolve_approval":
+        return client.resolve_approval(args["approval_id"], body, **kw)
+    if op == "list_task_events":
+        return client.list_task_events(args["task_id"], after=args.get("after"), limit=args.get("limit"))
+    raise ValueError("unknown op " + op)
+
+
+def pointer(doc, ptr):
+    """RFC 6901; a missing member answers None (recorded as null)."""
+    if ptr == "":
+        return doc
+    cur = doc
+    for tok in ptr[1:].split("/"):
+        tok = tok.replace("~1", "/").replace("~0", "~")
+        if isinstance(cur, dict) and tok in cur:
+            cur = cur[tok]
+        elif isinstance(cur, list) and tok.isdigit() and int(tok) < len(cur):
+            cur = cur[int(tok)]
+        else:
+            return None
+    return cur
+
+
+def subst(v, vars_):
+    if isinstance(v, str) and v.startswith("$") and v[1:] in vars_:
+        return vars_[v[1:]]
+    if isinstance(v, str) and v.startswith("$"):
+        raise KeyError("unset variable " + v)
+    if isinstance(v, dict):
+        return {k: subst(x, vars_) for k, x in v.items()}
+    if isinstance(v, list):
+        return [subst(x, vars_) for x in v]
+    return v
+
+
+def normalize(v, vars_):
+    if isinstance(v, str):
+        for name in sorted(vars_):
+            if vars_[name] == v:
+                return "$" + name
+        return v
+    if isinstance(v, dict):
+        return {k: normalize(x, vars_) for k, x in v.items()}
+    if isinstance(v, list):
+        return [normalize(x, vars_) for x in v]
+    return v
+
+
+def same(a, b):
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def run_scenario(client, sc, nonce, errors):
+    vars_ = {}
+    steps = []
+    ok = True
+    for i, step in enumerate(sc["steps"]):
+        exp = step["expect"]
+        key = None
+        if "key" in step:
+            key = "conf-%s-%s-%s-%s" % (LANG, nonce, sc["name"], step["key"])
+        status, code, doc = "ok", None, {}
+        try:
+            doc = call(client, step["op"], subst(step.get("args", {}), vars_), key)
+        except bap.ProblemError as e:
+            status, code, doc = e.status, e.code, e.problem or {}
+        except Exception as e:  # transport or runner error
+            status, code, doc = "error", None, {}
+            errors.append("%s step %d: %r" % (sc["name"], i + 1, e))
+        if hasattr(doc, "__dataclass_fields__"):
+            import dataclasses
+            doc = dataclasses.asdict(doc)
+        for name, ptr in step.get("save", {}).items():
+            v = pointer(doc, ptr)
+            if v is not None:
+                vars_[name] = v
+        fields = {p: pointer(doc, p) for p in exp.get("fields", {})}
+        passed = status == exp["status"] and code == exp.get("code")
+        for p, want in exp.get("fields", {}).items():
+            try:
+                want = subst(want, vars_)
+            except KeyError:
+                passed = False
+                continue
+            if not same(fields[p], want):
+                passed = False
+        if not passed:
+            errors.append("%s step %d (%s): got status=%s code=%s fields=%s; want %s" % (
+                sc["name"], i + 1, step["op"], status, code, json.dumps(fields), json.dumps(exp)))
+        ok = ok and passed
+        steps.append({"op": step["op"], "status": status, "code": code,
+                      "fields": normalize(fields, vars_), "pass": passed})
+        if status == "error":
+            break
+    return {"name": sc["name"], "pass": ok, "steps": steps}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base-url", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--scenarios", default=os.path.join(ROOT, "conformance", "scenarios"))
+    a = ap.parse_args()
+    client = bap.Client(a.base_url)
+    nonce = os.environ.get("CONFORMANCE_RUN") or uuid.uuid4().hex[:12]
+    errors = []
+    results = []
+    for path in sorted(glob.glob(os.path.join(a.scenarios, "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            results.append(run_scenario(client, json.load(f), nonce, errors))
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, LANG + ".json"), "w", encoding="utf-8") as f:
+        f.write(json.dumps({"scenarios": results}, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    for e in errors:
+        print("conformance[%s]: FAIL %s" % (LANG, e), file=sys.stderr)
+    passed = sum(1 for r in results if r["pass"])
+    print("conformance[%s]: %d/%d scenarios pass" % (LANG, passed, len(results)), file=sys.stderr)
+    sys.exit(0 if not errors else 1)
+
+
+if __name__ == "__main__":
+    main()
