@@ -31,6 +31,10 @@ type BrowserSession interface {
 	Act(ctx context.Context, req page.ActRequest) (*page.ActResult, error)
 	ClassifyAction(ctx context.Context, req page.ActRequest) (effect, origin string, err error)
 	Extract(ctx context.Context, req page.ExtractRequest) (*page.ExtractResult, error)
+	// Screenshot returns a PNG of a browsing context's viewport ("" for the default context).
+	Screenshot(ctx context.Context, contextID string) ([]byte, error)
+	// CaptureMHTML returns an MHTML snapshot of a browsing context's document.
+	CaptureMHTML(ctx context.Context, contextID string) ([]byte, error)
 	Close(ctx context.Context) error
 }
 

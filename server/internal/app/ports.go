@@ -29,6 +29,10 @@ type Store interface {
 	ListReconciliations(ctx context.Context, all bool) ([]Reconciliation, error)
 	// GetSession reads a browser session of tenant.
 	GetSession(ctx context.Context, tenant, sessionID string) (*SessionRecord, error)
+	// GetArtifact reads an artifact reference of tenant with its stored bytes.
+	GetArtifact(ctx context.Context, tenant, artifactID string) (*Artifact, []byte, error)
+	// ArtifactChain checks the provenance rows an artifact reference names.
+	ArtifactChain(ctx context.Context, a *Artifact) (*ArtifactChain, error)
 	// OrphanedClaims lists in-flight idempotency claims whose node stopped, or last heartbeat
 	// before staleBefore.
 	OrphanedClaims(ctx context.Context, staleBefore time.Time, limit int) ([]IdempotencyClaim, error)
@@ -116,6 +120,8 @@ type Tx interface {
 	RecordContext(ctx context.Context, tenant, sessionID, contextID, openerContextID string) error
 	// RecordEpoch records a document epoch of a context (idempotent; records the context too).
 	RecordEpoch(ctx context.Context, tenant, sessionID, contextID, epochID, url string) error
+	// InsertArtifact stores content by its SHA-256 (once) and records the artifact reference.
+	InsertArtifact(ctx context.Context, a *Artifact, content []byte) error
 
 	// InsertApproval records a pending approval.
 	InsertApproval(ctx context.Context, a *Approval) error

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/originweave/bap/server/internal/api"
@@ -86,6 +87,7 @@ func newShop(t *testing.T) *shop {
 // stack is the BAP API over a fresh database and the shared browser.
 type stack struct {
 	srv *httptest.Server
+	db  *pgxpool.Pool
 }
 
 func newStack(t *testing.T) *stack {
@@ -108,7 +110,7 @@ func newStack(t *testing.T) *stack {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &stack{srv: srv}
+	return &stack{srv: srv, db: db}
 }
 
 type reply struct {
