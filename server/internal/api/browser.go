@@ -69,15 +69,11 @@ func (s *server) Act(w http.ResponseWriter, r *http.Request, id apigen.SessionId
 	if !s.decodeBody(w, req, &body) {
 		return
 	}
-	if body.ArtifactId != nil {
-		writeProblem(w, &app.Error{Code: app.CodeNotFound, Detail: "no such artifact"})
-		return
-	}
 	in := page.ActRequest{
 		ContextID: deref(body.ContextId), Action: string(body.Action), NodeID: deref(body.NodeId),
 		Value: deref(body.Value), Values: deref(body.Values), Key: deref(body.Key), Query: fromQuery(body.Query),
 	}
-	resp, err := s.svc.Act(r.Context(), req.call, id, in, deref(body.TimeoutMs), actResponder)
+	resp, err := s.svc.Act(r.Context(), req.call, id, in, deref(body.ArtifactId), deref(body.TimeoutMs), actResponder)
 	s.reply(w, r, resp, err)
 }
 

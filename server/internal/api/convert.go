@@ -351,10 +351,16 @@ var navigateResponder = responder{status: 200, render: func(result any) (any, er
 // actResponse is ActResponse with the action's side facts the spec's open object allows.
 type actResponse struct {
 	apigen.ActResponse
-	NewContexts []string        `json:"new_contexts,omitempty"`
-	Dialogs     []page.Dialog   `json:"dialogs,omitempty"`
-	Downloads   []page.Download `json:"downloads,omitempty"`
-	Effect      string          `json:"effect,omitempty"`
+	NewContexts []string      `json:"new_contexts,omitempty"`
+	Dialogs     []page.Dialog `json:"dialogs,omitempty"`
+	Downloads   []download    `json:"downloads,omitempty"`
+	Effect      string        `json:"effect,omitempty"`
+}
+
+// download is a downloaded file in an act result, with the artifact that keeps its content.
+type download struct {
+	page.Download
+	ArtifactID string `json:"artifact_id,omitempty"`
 }
 
 var actResponder = responder{status: 200, render: func(result any) (any, error) {
@@ -365,9 +371,17 @@ var actResponder = responder{status: 200, render: func(result any) (any, error) 
 	if !ok {
 		return nil, fmt.Errorf("unexpected result %T", result)
 	}
+	downloads := make([]download, 0, len(res.Downloads))
+	for i, d := range res.Downloads {
+		dl := download{Download: d}
+		if i < len(res.DownloadArtifacts) {
+			dl.ArtifactID = res.DownloadArtifacts[i]
+		}
+		downloads = append(downloads, dl)
+	}
 	return actResponse{
 		ActResponse: apigen.ActResponse{ContextId: nonEmpty(res.ContextID), EpochId: res.EpochID, Navigated: res.Navigated,
 			Url: nonEmpty(res.URL), Receipt: toReceipt(res.Receipt)},
-		NewContexts: res.NewContexts, Dialogs: res.Dialogs, Downloads: res.Downloads, Effect: res.Effect,
+		NewContexts: res.NewContexts, Dialogs: res.Dialogs, Downloads: downloads, Effect: res.Effect,
 	}, nil
 }}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/originweave/bap/server/internal/ids"
@@ -73,6 +74,9 @@ type NavigateResult struct {
 type ActResult struct {
 	page.ActResult
 	Receipt *Receipt
+	// DownloadArtifacts holds, per entry of Downloads, the artifact its content was stored as
+	// ("" when the browser kept no content: over the size limit, failed, cancelled).
+	DownloadArtifacts []string
 }
 
 // defaultCommandTimeout bounds a browser command without timeout_ms (CONTRACT: 30 s).
@@ -431,9 +435,17 @@ func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionR
 
 // Act performs an action on the page. It is recorded before it is dispatched and its receipt
 // after, so a retry with the same key never acts twice.
-func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page.ActRequest, timeoutMs int, r Responder) (Response, error) {
+func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, r Responder) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
+	}
+	if artifactID != "" {
+		// upload_file sends an artifact of the caller's tenant: its bytes, its media type.
+		a, content, err := s.store.GetArtifact(ctx, call.Actor.Tenant, artifactID)
+		if err != nil {
+			return Response{}, err
+		}
+		req.Files = []page.File{{Name: artifactID + extensionOf(a.MediaType), MediaType: a.MediaType, Content: content}}
 	}
 	rec, err := s.store.GetSession(ctx, call.Actor.Tenant, sessionID)
 	if err != nil {
@@ -494,6 +506,13 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			if len(res.Dialogs) > 0 {
 				data["dialogs"] = len(res.Dialogs)
 			}
+			stored, err := s.storeDownloads(ctx, c, rec, res)
+			if err != nil {
+				return nil, "", err
+			}
+			if len(stored) > 0 {
+				data["download_artifacts"] = stored
+			}
 			if err := c.emit(ctx, c.t, "action.performed", "act", data); err != nil {
 				return nil, "", err
 			}
@@ -506,7 +525,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			if err != nil {
 				return nil, "", err
 			}
-			return &ActResult{ActResult: *res, Receipt: rc}, "", nil
+			return &ActResult{ActResult: *res, Receipt: rc, DownloadArtifacts: stored}, "", nil
 		},
 	})
 }
@@ -598,4 +617,53 @@ func (s *Service) markSessionLost(ctx context.Context, tenant, sessionID, why st
 		}
 		return tx.UpdateTask(ctx, t)
 	})
+}
+
+// storeDownloads keeps what an action downloaded as artifacts of the task (kind "other"), with the
+// action's provenance; the action.performed event names them (the browser's own
+// download.completed event reports the file).
+func (s *Service) storeDownloads(ctx context.Context, c *commandCtx, rec *SessionRecord, res *page.ActResult) ([]string, error) {
+	if len(res.Downloads) == 0 {
+		return nil, nil
+	}
+	out := make([]string, len(res.Downloads))
+	for i, d := range res.Downloads {
+		if d.Content == nil {
+			continue
+		}
+		mt := d.MediaType
+		if mt == "" || !mediaTypeRE.MatchString(mt) {
+			mt = "application/octet-stream"
+		}
+		a := &Artifact{
+			ID: ids.New(ids.Artifact), Tenant: c.t.Tenant, SHA256: sha256Hex(d.Content), Size: int64(len(d.Content)),
+			MediaType: mt, Kind: "other", TaskID: c.t.ID, SessionID: rec.ID, ContextID: res.ContextID,
+			EpochID: res.EpochID, CommandID: c.cmd.ID, SourceURL: res.URL, CreatedAt: c.now,
+		}
+		if err := c.tx.InsertArtifact(ctx, a, d.Content); err != nil {
+			return nil, err
+		}
+		out[i] = a.ID
+	}
+	return out, nil
+}
+
+// mediaTypeRE is the shape artifact_reference.media_type accepts.
+var mediaTypeRE = regexp.MustCompile(`^[a-z]+/[A-Za-z0-9.+-]+$`)
+
+// extensionOf gives an uploaded artifact a file name extension pages commonly check.
+func extensionOf(mediaType string) string {
+	switch mediaType {
+	case "image/png":
+		return ".png"
+	case "application/pdf":
+		return ".pdf"
+	case "text/plain":
+		return ".txt"
+	case "application/json":
+		return ".json"
+	case "multipart/related":
+		return ".mhtml"
+	}
+	return ""
 }

@@ -46,10 +46,13 @@ func TestMain(m *testing.M) {
 
 // shop is the fixture site: a checkout that counts the orders it receives.
 type shop struct {
-	srv    *httptest.Server
-	orders atomic.Int64
-	hits   atomic.Int64
+	srv      *httptest.Server
+	orders   atomic.Int64
+	hits     atomic.Int64
+	uploaded atomic.Pointer[[]byte]
 }
+
+const invoiceText = "INVOICE 42: 2 items, 16.50 EUR\n"
 
 func newShop(t *testing.T) *shop {
 	t.Helper()
@@ -73,6 +76,32 @@ func newShop(t *testing.T) *shop {
 		s.hits.Add(1)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, `<!doctype html><title>Thank you</title><h1>Thank you for your order %s</h1>`, r.URL.Query().Get("order"))
+	})
+	mux.HandleFunc("GET /upload", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>Upload</title><form method="post" action="/upload" enctype="multipart/form-data">
+<label for="doc">Document</label><input id="doc" name="doc" type="file"><button type="submit">Send</button></form>`)
+	})
+	mux.HandleFunc("POST /upload", func(w http.ResponseWriter, r *http.Request) {
+		f, _, err := r.FormFile("doc")
+		if err != nil {
+			http.Error(w, "no file", http.StatusBadRequest)
+			return
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(f)
+		s.uploaded.Store(&b)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>Received</title><p>Received %d bytes</p>`, len(b))
+	})
+	mux.HandleFunc("GET /files", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>Files</title><a href="/invoice.txt">Invoice</a>`)
+	})
+	mux.HandleFunc("GET /invoice.txt", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Disposition", `attachment; filename="invoice.txt"`)
+		fmt.Fprint(w, invoiceText)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
