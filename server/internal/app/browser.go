@@ -492,34 +492,9 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)
 			}
 			res := out.(*page.ActResult)
-			s.noteUse(c.t.ID, rec.ID, res.ContextID)
-			data := map[string]any{
-				"session_id": rec.ID, "action": req.Action, "context_id": res.ContextID, "epoch_id": res.EpochID,
-				"navigated": res.Navigated, "effect": res.Effect,
-			}
-			if req.NodeID != "" {
-				data["node_id"] = req.NodeID
-			}
-			if len(res.NewContexts) > 0 {
-				data["new_contexts"] = res.NewContexts
-			}
-			if len(res.Dialogs) > 0 {
-				data["dialogs"] = len(res.Dialogs)
-			}
-			stored, err := s.storeDownloads(ctx, c, rec, res)
+			stored, err := s.recordAction(ctx, c, rec, req, res, "act", nil)
 			if err != nil {
 				return nil, "", err
-			}
-			if len(stored) > 0 {
-				data["download_artifacts"] = stored
-			}
-			if err := c.emit(ctx, c.t, "action.performed", "act", data); err != nil {
-				return nil, "", err
-			}
-			if res.Navigated {
-				if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
-					return nil, "", err
-				}
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {
@@ -528,6 +503,47 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			return &ActResult{ActResult: *res, Receipt: rc, DownloadArtifacts: stored}, "", nil
 		},
 	})
+}
+
+// recordAction records an action that ran (directly, or released by its approval): where the
+// task acted, its downloads as artifacts, the action.performed event (never the filled value),
+// and a new document's epoch.
+func (s *Service) recordAction(ctx context.Context, c *commandCtx, rec *SessionRecord, req page.ActRequest, res *page.ActResult,
+	cause string, extra map[string]any,
+) ([]string, error) {
+	s.noteUse(c.t.ID, rec.ID, res.ContextID)
+	data := map[string]any{
+		"session_id": rec.ID, "action": req.Action, "context_id": res.ContextID, "epoch_id": res.EpochID,
+		"navigated": res.Navigated, "effect": res.Effect,
+	}
+	for k, v := range extra {
+		data[k] = v
+	}
+	if req.NodeID != "" {
+		data["node_id"] = req.NodeID
+	}
+	if len(res.NewContexts) > 0 {
+		data["new_contexts"] = res.NewContexts
+	}
+	if len(res.Dialogs) > 0 {
+		data["dialogs"] = len(res.Dialogs)
+	}
+	stored, err := s.storeDownloads(ctx, c, rec, res)
+	if err != nil {
+		return nil, err
+	}
+	if len(stored) > 0 {
+		data["download_artifacts"] = stored
+	}
+	if err := c.emit(ctx, c.t, "action.performed", cause, data); err != nil {
+		return nil, err
+	}
+	if res.Navigated {
+		if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
+			return nil, err
+		}
+	}
+	return stored, nil
 }
 
 // readTimeout bounds observe, query_nodes and extract.

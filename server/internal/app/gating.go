@@ -170,16 +170,8 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)
 			}
 			res := out.(*page.ActResult)
-			if err := c.emit(ctx, c.t, "action.performed", "resolve_approval", map[string]any{
-				"session_id": rec.ID, "action": h.req.Action, "context_id": res.ContextID, "epoch_id": res.EpochID,
-				"navigated": res.Navigated, "effect": res.Effect, "approval_id": approvalID,
-			}); err != nil {
+			if _, err := s.recordAction(ctx, c, rec, h.req, res, "resolve_approval", map[string]any{"approval_id": approvalID}); err != nil {
 				return nil, "", err
-			}
-			if res.Navigated {
-				if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
-					return nil, "", err
-				}
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {

@@ -136,12 +136,8 @@ func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
 	var resp Response
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		resp = Response{}
-		now := s.cfg.Now()
-		cmd := &Command{
-			ID: ids.New(ids.Command), Tenant: call.Actor.Tenant, Operation: call.Operation,
-			Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: now,
-		}
-		done, replay, err := s.claim(ctx, tx, call, cmd, now)
+		cmd := s.newCommand(call)
+		done, replay, err := s.claim(ctx, tx, call, cmd)
 		if err != nil || done {
 			resp = replay
 			return err
@@ -162,6 +158,14 @@ func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
 		return tx.CompleteIdempotency(ctx, call.Actor.Tenant, call.IdempotencyKey, resp.Status, resp.Body)
 	})
 	return resp, err
+}
+
+// newCommand is the record of call's command, bound to its actor and this node.
+func (s *Service) newCommand(call Call) *Command {
+	return &Command{
+		ID: ids.New(ids.Command), Tenant: call.Actor.Tenant, Operation: call.Operation,
+		Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: s.cfg.Now(),
+	}
 }
 
 // commandCtx carries one command's task, transaction and actor through its steps.

@@ -40,12 +40,8 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 	dispatched := false
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		resp, plan, cmd, dispatched = Response{}, nil, nil, false
-		now := s.cfg.Now()
-		cmd = &Command{
-			ID: ids.New(ids.Command), Tenant: call.Actor.Tenant, Operation: call.Operation,
-			Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: now,
-		}
-		done, replay, err := s.claim(ctx, tx, call, cmd, now)
+		cmd = s.newCommand(call)
+		done, replay, err := s.claim(ctx, tx, call, cmd)
 		if err != nil || done {
 			resp = replay
 			return err
@@ -119,11 +115,11 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 
 // claim claims call's key for cmd. done=true means the request is answered already (a replay in
 // resp) or refused (err).
-func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command, now time.Time) (done bool, resp Response, err error) {
+func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (done bool, resp Response, err error) {
 	existing, claimed, err := tx.ClaimIdempotency(ctx, IdempotencyClaim{
 		Tenant: call.Actor.Tenant, Key: call.IdempotencyKey, Operation: call.Operation,
 		Fingerprint: call.Fingerprint, CommandID: cmd.ID, NodeID: s.cfg.NodeID,
-		ExpiresAt: now.Add(s.cfg.IdempotencyTTL),
+		ExpiresAt: cmd.RecordedAt.Add(s.cfg.IdempotencyTTL),
 	})
 	if err != nil {
 		return true, Response{}, fmt.Errorf("claiming idempotency key: %w", err)
