@@ -125,6 +125,19 @@ func (f *fixtures) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/png")
 		_, _ = w.Write(pixelPNG)
 		return
+	case "/signin":
+		// Signs in with an HttpOnly cookie, then lets the page keep state of its own.
+		http.SetCookie(w, &http.Cookie{Name: "sid", Value: "s3cret-session", Path: "/", HttpOnly: true})
+		http.Redirect(w, r, "/signin.html", http.StatusFound)
+		return
+	case "/whoami":
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if c, err := r.Cookie("sid"); err == nil {
+			fmt.Fprintf(w, "<!doctype html><title>Who</title><p>signed in: %s</p>", c.Value)
+		} else {
+			fmt.Fprint(w, "<!doctype html><title>Who</title><p>signed out</p>")
+		}
+		return
 	case "/status/404":
 		http.Error(w, "not here", http.StatusNotFound)
 		return

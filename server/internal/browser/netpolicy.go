@@ -56,6 +56,9 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 	if ev.Request != nil {
 		raw = ev.Request.URL + ev.Request.URLFragment
 	}
+	if s.fulfillSeed(tc, ev, raw) {
+		return
+	}
 	u, err := url.Parse(raw)
 	s.mu.Lock()
 	pol := s.pol

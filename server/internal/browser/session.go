@@ -53,6 +53,7 @@ type Session struct {
 	lastUsed   time.Time
 	busy       int
 	changed    chan struct{} // closed and replaced on every state change
+	seedURL    string        // the stand-in document of a restore (state.go)
 
 	// life ends when the session is lost or closed.
 	life    context.Context
@@ -60,6 +61,7 @@ type Session struct {
 
 	evMu    sync.Mutex
 	evQueue []Event
+	muted   bool // a restore is loading stand-in documents: drop their events
 	evWake  chan struct{}
 	evStop  chan struct{}
 }
@@ -716,6 +718,10 @@ func (s *Session) cleanupFiles() {
 // emit queues an event for the caller's onEvent.
 func (s *Session) emit(ev Event) {
 	s.evMu.Lock()
+	if s.muted && ev.Type != EventSessionLost {
+		s.evMu.Unlock()
+		return
+	}
 	s.evQueue = append(s.evQueue, ev)
 	s.evMu.Unlock()
 	select {

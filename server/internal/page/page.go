@@ -367,3 +367,52 @@ type Event struct {
 	URL       string         `json:"url,omitempty"`
 	Data      map[string]any `json:"data,omitempty"`
 }
+
+// StorageState is the restorable state of a session that a checkpoint keeps:
+// its cookies, the local storage of the origins its documents showed, and per
+// browsing context the URL, session storage and viewport. It holds
+// credentials (cookies, tokens in storage) and must never reach a client,
+// a log or an event.
+type StorageState struct {
+	Cookies      []Cookie        `json:"cookies"`
+	LocalStorage []OriginStorage `json:"local_storage"`
+	Contexts     []ContextState  `json:"contexts"`
+}
+
+// Cookie is one cookie of a session (the fields a browser needs to set it
+// again).
+type Cookie struct {
+	Name     string  `json:"name"`
+	Value    string  `json:"value"`
+	Domain   string  `json:"domain"`
+	Path     string  `json:"path"`
+	Expires  float64 `json:"expires,omitempty"` // seconds since the epoch; 0 for a session cookie
+	HTTPOnly bool    `json:"http_only,omitempty"`
+	Secure   bool    `json:"secure,omitempty"`
+	SameSite string  `json:"same_site,omitempty"` // Strict, Lax, None or ""
+}
+
+// OriginStorage is the content of one origin's Web Storage area.
+type OriginStorage struct {
+	Origin string            `json:"origin"`
+	Items  map[string]string `json:"items"`
+}
+
+// ContextState is one browsing context of a checkpoint.
+type ContextState struct {
+	ContextID      string          `json:"context_id"`
+	Primary        bool            `json:"primary,omitempty"`
+	URL            string          `json:"url"`
+	EpochID        string          `json:"epoch_id,omitempty"`
+	SessionStorage []OriginStorage `json:"session_storage,omitempty"`
+	Width          int             `json:"width,omitempty"` // viewport in CSS pixels
+	Height         int             `json:"height,omitempty"`
+}
+
+// RestoreResult is the outcome of restoring a StorageState into a fresh
+// session: the primary context's new document (a new epoch).
+type RestoreResult struct {
+	NavigateResult
+	Cookies int // cookies set
+	Origins int // origins whose storage was written
+}

@@ -1,0 +1,65 @@
+package browser
+
+import (
+	"strings"
+	"testing"
+)
+
+// A session's cookies (HttpOnly too), local and session storage and URL survive an export into a
+// fresh session, which gets a new epoch; the stand-in documents of the restore leave no events.
+func TestExportRestoreState(t *testing.T) {
+	old := setup(t)
+	old.navigate("/signin")
+	before := old.navigate("/account.html")
+	old.waitText("local=3 items session=payment js=theme=dark")
+
+	st, err := old.s.ExportState(tctx(t))
+	if err != nil {
+		t.Fatalf("ExportState: %v", err)
+	}
+	names := map[string]bool{}
+	for _, c := range st.Cookies {
+		names[c.Name] = true
+		if c.Name == "sid" && !c.HTTPOnly {
+			t.Errorf("sid lost its HttpOnly flag: %+v", c)
+		}
+	}
+	if !names["sid"] || !names["theme"] {
+		t.Fatalf("cookies = %+v, want sid and theme", st.Cookies)
+	}
+	if len(st.LocalStorage) != 1 || st.LocalStorage[0].Origin != fx.A || st.LocalStorage[0].Items["cart"] != "3 items" {
+		t.Fatalf("local storage = %+v", st.LocalStorage)
+	}
+	if len(st.Contexts) != 1 || !st.Contexts[0].Primary || !strings.HasSuffix(st.Contexts[0].URL, "/account.html") ||
+		len(st.Contexts[0].SessionStorage) != 1 || st.Contexts[0].SessionStorage[0].Items["step"] != "payment" {
+		t.Fatalf("contexts = %+v", st.Contexts)
+	}
+	if st.Contexts[0].Width <= 0 || st.Contexts[0].Height <= 0 {
+		t.Errorf("viewport not recorded: %+v", st.Contexts[0])
+	}
+
+	fresh := setup(t)
+	res, err := fresh.s.RestoreState(tctx(t), st)
+	if err != nil {
+		t.Fatalf("RestoreState: %v", err)
+	}
+	if !strings.HasSuffix(res.URL, "/account.html") || res.EpochID == "" || res.EpochID == before.EpochID {
+		t.Fatalf("restore result = %+v (old epoch %s)", res, before.EpochID)
+	}
+	if res.Cookies != 2 || res.Origins != 1 {
+		t.Errorf("restored %d cookies, %d origins; want 2, 1", res.Cookies, res.Origins)
+	}
+	fresh.waitText("local=3 items session=payment js=theme=dark")
+	fresh.navigate("/whoami")
+	fresh.waitText("signed in: s3cret-session")
+	for _, e := range fresh.ev.all() {
+		if e.Type == EventNavigationCommitted && !strings.HasSuffix(e.URL, "/account.html") && !strings.HasSuffix(e.URL, "/whoami") {
+			t.Errorf("restore leaked an event of its stand-in document: %+v", e)
+		}
+	}
+
+	// A session that never signed in stays signed out: the state came from the checkpoint.
+	other := setup(t)
+	other.navigate("/whoami")
+	other.waitText("signed out")
+}
