@@ -99,6 +99,7 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.BoolVar(&cfg.MCPConformanceFixtures, "mcp-conformance-fixtures", false, "mount /mcp-conformance fixtures (local profile, tests)")
 	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-retention", 0, "how long completed Idempotency-Keys are kept (default 24h)")
 	fs.IntVar(&cfg.MaxActiveTasksPerTenant, "max-active-tasks", 0, "admitted tasks per tenant before new ones wait in created (0: no cap)")
+	fs.DurationVar(&cfg.CheckpointMaxAge, "checkpoint-max-age", 0, "how old a checkpoint may be when a session is restored from it (default 24h)")
 	fs.BoolVar(&cfg.SeparationOfDuties, "separation-of-duties", false, "refuse resolve_approval by the caller who requested the approval")
 	if err := fs.Parse(args); err != nil {
 		return err

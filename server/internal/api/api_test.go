@@ -270,8 +270,8 @@ func TestLifecycleOverHTTP(t *testing.T) {
 		t.Fatalf("second resolve: %d %s", r.status, r.raw)
 	}
 	r = b.do(t, "POST", "/bap/v1/tasks/"+id+"/resume", `{"checkpoint_id":"chk_1"}`, "Idempotency-Key", "rm1")
-	if r.status != 409 || r.code() != "invalid_transition" {
-		t.Fatalf("resume of a running task: %d %s", r.status, r.raw)
+	if r.status != 404 || r.code() != "not_found" {
+		t.Fatalf("resume from an unknown checkpoint: %d %s", r.status, r.raw)
 	}
 	r = b.do(t, "POST", "/bap/v1/tasks/"+id+"/close", "", "Idempotency-Key", "cl1")
 	if r.status != 200 || r.field("task", "state") != "succeeded" || r.field("task", "verification") != "unverified" ||

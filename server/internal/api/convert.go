@@ -232,7 +232,15 @@ var closeTaskResponder = responder{status: 200, render: func(result any) (any, e
 }}
 
 var resumeTaskResponder = responder{status: 200, render: func(result any) (any, error) {
-	return nil, fmt.Errorf("resume_task has no result without the browser adapter (got %T)", result)
+	res, ok := result.(*app.ResumeResult)
+	if !ok {
+		return nil, fmt.Errorf("unexpected result %T", result)
+	}
+	t, err := toTask(res.Task)
+	if err != nil {
+		return nil, err
+	}
+	return apigen.ResumeTaskResponse{Task: t, Session: toSession(res.Session), Receipt: toReceipt(res.Receipt)}, nil
 }}
 
 var requestApprovalResponder = responder{status: 201, render: func(result any) (any, error) {
@@ -318,7 +326,7 @@ func toNode(n *page.Node) apigen.Node {
 func toSession(rec *app.SessionRecord) apigen.BrowserSession {
 	return apigen.BrowserSession{
 		SessionId: rec.ID, TaskId: rec.TaskID, ContextId: rec.ContextID, State: apigen.BrowserSessionState(rec.State),
-		CreatedAt: rec.CreatedAt, ClosedAt: rec.EndedAt,
+		CreatedAt: rec.CreatedAt, ClosedAt: rec.EndedAt, FromCheckpoint: nonEmpty(rec.FromCheckpoint),
 	}
 }
 

@@ -36,6 +36,11 @@ type BrowserSession interface {
 	Screenshot(ctx context.Context, contextID string) ([]byte, error)
 	// CaptureMHTML returns an MHTML snapshot of a browsing context's document.
 	CaptureMHTML(ctx context.Context, contextID string) ([]byte, error)
+	// ExportState returns the session's restorable state (cookies, storage, URLs, viewport).
+	ExportState(ctx context.Context) (*page.StorageState, error)
+	// RestoreState writes a state into this fresh session and navigates its primary context to
+	// the state's URL (a new epoch).
+	RestoreState(ctx context.Context, st *page.StorageState) (*page.RestoreResult, error)
 	Close(ctx context.Context) error
 }
 
@@ -54,8 +59,10 @@ type SessionRecord struct {
 	NodeID    string
 	State     string
 	ContextID string // the session's first browsing context
-	CreatedAt time.Time
-	EndedAt   *time.Time
+	// FromCheckpoint is the checkpoint the session was restored from ("" for a fresh one).
+	FromCheckpoint string
+	CreatedAt      time.Time
+	EndedAt        *time.Time
 }
 
 // SessionResult is the result of create_browser_session and close_browser_session.
@@ -111,6 +118,8 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 		return &Error{Code: CodeNotFound, Detail: "no such node (unknown handle, or the query matched nothing)"}, task.Rejected
 	case errors.Is(err, page.ErrInvalidRequest):
 		return &Error{Code: CodeInvalidRequest, Detail: err.Error()}, task.Rejected
+	case errors.Is(err, errSessionNotHeld):
+		return &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}, task.Rejected
 	case errors.Is(err, page.ErrSessionLost), errors.Is(err, page.ErrSessionClosed):
 		return &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}, task.ClassifyInterrupted(sideEffecting)
 	case errors.Is(err, page.ErrUnavailable):
@@ -172,8 +181,12 @@ func (s *Service) liveSession(ctx context.Context, rec *SessionRecord) (BrowserS
 	if err := s.markSessionLost(ctx, rec.Tenant, rec.ID, "not held by this node"); err != nil {
 		s.cfg.Logger.Error("marking session lost", "session_id", rec.ID, "err", err)
 	}
-	return nil, page.ErrSessionLost
+	return nil, errSessionNotHeld
 }
+
+// errSessionNotHeld reports a session found gone before anything was sent to it: the command had
+// no effect, whatever it was.
+var errSessionNotHeld = fmt.Errorf("%w: not held by this node", page.ErrSessionLost)
 
 // sessionFor reads a session of the actor's tenant for a read operation.
 func (s *Service) sessionFor(ctx context.Context, actor Actor, sessionID string) (*SessionRecord, BrowserSession, error) {
@@ -205,22 +218,46 @@ func timeoutOf(ms int) time.Duration {
 }
 
 // CreateBrowserSession opens an isolated browser session for a task; the task's first session
-// starts it.
+// starts it. With fromCheckpoint the session is restored from a checkpoint of the same (running)
+// task: see checkpoint.go.
 func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID, fromCheckpoint string, r Responder) (Response, error) {
+	return s.openSession(ctx, call, taskID, fromCheckpoint, false, r)
+}
+
+// openSession opens a session, fresh or restored from a checkpoint; resume also moves a
+// checkpointed task back to running (resume_task).
+func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpointID string, resume bool, r Responder) (Response, error) {
+	var cp *Checkpoint
+	var state *page.StorageState
+	if checkpointID != "" {
+		// An unknown checkpoint (or another tenant's) is refused before it becomes a command.
+		var err error
+		if cp, state, err = s.loadCheckpoint(ctx, call.Actor, checkpointID); err != nil {
+			return Response{}, err
+		}
+	}
 	b, err := s.browserOrUnavailable()
 	if err != nil {
 		return Response{}, err
 	}
-	if fromCheckpoint != "" {
-		return Response{}, &Error{Code: CodeNotFound, Detail: "no such checkpoint"}
-	}
 	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
 		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
-			if err := c.startIfAdmitted(ctx); err != nil {
-				return nil, err
+			if resume {
+				if _, err := task.Next(c.t.State, task.Resume); err != nil {
+					return nil, Errorf(CodeInvalidTransition, "task is %s; only a checkpointed task can be resumed", c.t.State)
+				}
+			} else {
+				if err := c.startIfAdmitted(ctx); err != nil {
+					return nil, err
+				}
+				if c.t.State != task.Running {
+					return nil, Errorf(CodeInvalidTransition, "task is %s; browser sessions need a running task", c.t.State)
+				}
 			}
-			if c.t.State != task.Running {
-				return nil, Errorf(CodeInvalidTransition, "task is %s; browser sessions need a running task", c.t.State)
+			if cp != nil {
+				if err := s.checkCheckpoint(cp, c.t, c.now); err != nil {
+					return nil, err
+				}
 			}
 			if max := s.cfg.MaxSessionsPerTenant; max > 0 {
 				n, err := c.tx.CountOpenSessions(ctx, c.t.Tenant)
@@ -235,13 +272,25 @@ func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID, f
 			if err != nil {
 				return nil, err
 			}
-			return &openPlan{id: ids.New(ids.BrowserSession), pol: pol, tenant: c.t.Tenant, taskID: c.t.ID}, nil
+			return &openPlan{id: ids.New(ids.BrowserSession), pol: pol, tenant: c.t.Tenant, taskID: c.t.ID, state: state}, nil
 		},
 		dispatch: func(ctx context.Context, plan any) (any, error) {
 			p := plan.(*openPlan)
 			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 			defer cancel()
-			return b.OpenSession(ctx, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
+			sess, err := b.OpenSession(ctx, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
+			if err != nil || p.state == nil {
+				return &opened{sess: sess}, err
+			}
+			res, err := sess.RestoreState(ctx, p.state)
+			if err != nil {
+				// A half-restored session is of no use: close it, report why.
+				cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer ccancel()
+				_ = sess.Close(cctx)
+				return nil, err
+			}
+			return &opened{sess: sess, restored: res}, nil
 		},
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			p := plan.(*openPlan)
@@ -249,25 +298,47 @@ func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID, f
 				if e, outcome := browserProblem(dispatchErr, false); e != nil {
 					return nil, outcome, e
 				}
+				if p.state != nil {
+					return nil, task.Rejected, Errorf(CodeBrowserUnavailable, "the checkpoint could not be restored: %v", dispatchErr)
+				}
 				return nil, "", dispatchErr
 			}
-			sess := out.(BrowserSession)
+			o := out.(*opened)
 			rec := &SessionRecord{ID: p.id, Tenant: c.t.Tenant, TaskID: c.t.ID, NodeID: s.cfg.NodeID, State: SessionOpen,
-				ContextID: sess.DefaultContext(), CreatedAt: c.now}
+				ContextID: o.sess.DefaultContext(), CreatedAt: c.now}
+			if cp != nil {
+				rec.FromCheckpoint = cp.ID
+			}
 			if err := c.tx.InsertSession(ctx, rec); err != nil {
 				return nil, "", err
 			}
 			if err := c.tx.RecordContext(ctx, rec.Tenant, rec.ID, rec.ContextID, ""); err != nil {
 				return nil, "", err
 			}
-			if err := c.emit(ctx, c.t, "browser_session.opened", "create_browser_session", map[string]any{
-				"session_id": rec.ID, "context_id": rec.ContextID,
-			}); err != nil {
+			data := map[string]any{"session_id": rec.ID, "context_id": rec.ContextID}
+			if cp != nil {
+				data["from_checkpoint"] = cp.ID
+			}
+			if err := c.emit(ctx, c.t, "browser_session.opened", c.cmd.Operation, data); err != nil {
 				return nil, "", err
+			}
+			if o.restored != nil {
+				if err := c.tx.RecordEpoch(ctx, rec.Tenant, rec.ID, o.restored.ContextID, o.restored.EpochID, o.restored.URL); err != nil {
+					return nil, "", err
+				}
+				s.noteUse(c.t.ID, rec.ID, o.restored.ContextID)
+			}
+			if resume {
+				if err := c.transition(ctx, c.t, task.Resume, "resume_task"); err != nil {
+					return nil, "", err
+				}
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {
 				return nil, "", err
+			}
+			if resume {
+				return &ResumeResult{Task: c.t, Session: rec, Receipt: rc}, "", nil
 			}
 			return &SessionResult{Session: rec, Receipt: rc}, "", nil
 		},
@@ -277,6 +348,12 @@ func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID, f
 type openPlan struct {
 	id, tenant, taskID string
 	pol                *policy.Policy
+	state              *page.StorageState // restore this (from a checkpoint) when set
+}
+
+type opened struct {
+	sess     BrowserSession
+	restored *page.RestoreResult
 }
 
 func taskPolicy(t *Task) (*policy.Policy, error) {
@@ -404,6 +481,14 @@ func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionR
 	if e == nil {
 		return nil, "", err
 	}
+	if e.Code == CodeBrowserSessionLost {
+		// Read it again: the dispatch may have found it gone and recorded that already.
+		cur, err := c.tx.LockSession(ctx, rec.Tenant, rec.ID)
+		if err != nil {
+			return nil, "", err
+		}
+		rec = cur
+	}
 	if e.Code == CodeBrowserSessionLost && rec.State == SessionOpen {
 		end := c.now
 		rec.State, rec.EndedAt = SessionLost, &end
@@ -412,6 +497,11 @@ func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionR
 		}
 		if err := c.emit(ctx, c.t, "browser_session.lost", c.cmd.Operation, map[string]any{"session_id": rec.ID}); err != nil {
 			return nil, "", err
+		}
+		if outcome != task.ReconciliationRequired {
+			if err := c.afterSessionLost(ctx, c.t, c.cmd.Operation); err != nil {
+				return nil, "", err
+			}
 		}
 	}
 	if outcome == task.ReconciliationRequired {
@@ -629,6 +719,9 @@ func (s *Service) markSessionLost(ctx context.Context, tenant, sessionID, why st
 			return err
 		}
 		if err := c.emit(ctx, t, "browser_session.lost", why, map[string]any{"session_id": sessionID}); err != nil {
+			return err
+		}
+		if err := c.afterSessionLost(ctx, t, why); err != nil {
 			return err
 		}
 		return tx.UpdateTask(ctx, t)

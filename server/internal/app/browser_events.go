@@ -103,6 +103,11 @@ func (s *Service) recordBrowserEvent(ctx context.Context, be browserEvent) error
 		if err := c.emit(ctx, t, typ, "browser", data); err != nil {
 			return err
 		}
+		if be.ev.Type == page.EventSessionLost {
+			if err := c.afterSessionLost(ctx, t, "browser"); err != nil {
+				return err
+			}
+		}
 		return tx.UpdateTask(ctx, t)
 	})
 }

@@ -199,8 +199,16 @@ func captureEvidence(ctx context.Context, sess BrowserSession, contextID string,
 }
 
 // GetArtifact reads an artifact of the actor's tenant with its bytes.
+// A checkpoint's state holds credentials (cookies, storage) and is never served.
 func (s *Service) GetArtifact(ctx context.Context, actor Actor, artifactID string) (*Artifact, []byte, error) {
-	return s.store.GetArtifact(ctx, actor.Tenant, artifactID)
+	a, content, err := s.store.GetArtifact(ctx, actor.Tenant, artifactID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.Kind == ArtifactKindCheckpoint {
+		return nil, nil, &Error{Code: CodeNotFound, Detail: "checkpoint state is never served: it holds the session's credentials"}
+	}
+	return a, content, nil
 }
 
 // VerifyArtifact re-hashes an artifact's stored bytes and checks its provenance chain: the task,

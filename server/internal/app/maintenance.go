@@ -93,6 +93,11 @@ func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseU
 			} else if n > 0 {
 				s.cfg.Logger.Warn("interrupted commands classified", "count", n)
 			}
+			if n, err := s.RecoverLostSessions(ctx, stale); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Error("recovering lost browser sessions failed", "err", err)
+			} else if n > 0 {
+				s.cfg.Logger.Warn("browser sessions of stopped nodes marked lost", "count", n)
+			}
 		}
 		if err := s.RegisterNode(ctx, advertiseURL, version); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("node heartbeat failed", "err", err)

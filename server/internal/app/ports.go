@@ -36,6 +36,11 @@ type Store interface {
 	// OrphanedClaims lists in-flight idempotency claims whose node stopped, or last heartbeat
 	// before staleBefore.
 	OrphanedClaims(ctx context.Context, staleBefore time.Time, limit int) ([]IdempotencyClaim, error)
+	// GetCheckpoint reads a checkpoint of tenant.
+	GetCheckpoint(ctx context.Context, tenant, checkpointID string) (*Checkpoint, error)
+	// OrphanedSessions lists up to limit open browser sessions whose node stopped, or last
+	// heartbeat before staleBefore.
+	OrphanedSessions(ctx context.Context, staleBefore time.Time, limit int) ([]SessionRecord, error)
 	// RegisterNode records a running node (or refreshes its heartbeat).
 	RegisterNode(ctx context.Context, n NodeInfo) error
 	// StopNode marks a node stopped.
@@ -122,6 +127,12 @@ type Tx interface {
 	RecordEpoch(ctx context.Context, tenant, sessionID, contextID, epochID, url string) error
 	// InsertArtifact stores content by its SHA-256 (once) and records the artifact reference.
 	InsertArtifact(ctx context.Context, a *Artifact, content []byte) error
+	// InsertCheckpoint records a checkpoint (its state artifact is inserted first).
+	InsertCheckpoint(ctx context.Context, c *Checkpoint) error
+	// TaskHasCheckpoint tells whether a task has any checkpoint.
+	TaskHasCheckpoint(ctx context.Context, tenant, taskID string) (bool, error)
+	// CountTaskOpenSessions counts a task's open browser sessions.
+	CountTaskOpenSessions(ctx context.Context, tenant, taskID string) (int, error)
 
 	// InsertApproval records a pending approval.
 	InsertApproval(ctx context.Context, a *Approval) error

@@ -34,6 +34,12 @@ type Config struct {
 	// NodeStaleAfter is how long a node may miss heartbeats before its in-flight commands are
 	// classified as interrupted (default 10 s; the heartbeat runs every upkeep round).
 	NodeStaleAfter time.Duration
+	// SoftwareVersion and ProtocolVersion are this build's versions, recorded with each
+	// checkpoint; a checkpoint restores only under the same major.minor of both.
+	SoftwareVersion, ProtocolVersion string
+	// CheckpointMaxAge is how old a checkpoint may be when a session is restored from it
+	// (default 24 h); an older one answers 409 checkpoint_stale.
+	CheckpointMaxAge time.Duration
 	// SeparationOfDuties refuses resolve_approval by the subject who requested the approval
 	// (403 insufficient_scope, recorded as a rejected command). Off by default: in the local
 	// profile the operator approves its own actions.
@@ -53,6 +59,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.NodeStaleAfter <= 0 {
 		c.NodeStaleAfter = 10 * time.Second
+	}
+	if c.CheckpointMaxAge <= 0 {
+		c.CheckpointMaxAge = 24 * time.Hour
 	}
 	if c.Now == nil {
 		c.Now = time.Now

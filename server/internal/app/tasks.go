@@ -227,21 +227,6 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 	})
 }
 
-// ResumeTask resumes a checkpointed task from a checkpoint. Only a `checkpointed` task can be
-// resumed; restoring browser state needs the browser adapter.
-func (s *Service) ResumeTask(ctx context.Context, call Call, taskID, checkpointID string, r Responder) (Response, error) {
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
-		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := task.Next(c.t.State, task.Resume); err != nil {
-			return nil, c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; only a checkpointed task can be resumed", c.t.State))
-		}
-		return nil, &Error{Code: CodeBrowserUnavailable, Detail: "restoring a checkpoint needs the browser adapter, which this server does not run"}
-	})
-}
-
 func validatePolicy(p PolicySpec) error {
 	rules := make([]policy.ApprovalRule, 0, len(p.ApprovalRules))
 	for _, r := range p.ApprovalRules {

@@ -43,6 +43,8 @@ type Config struct {
 	IdempotencyTTL time.Duration
 	// MaxActiveTasksPerTenant caps admitted tasks per tenant (0: no cap).
 	MaxActiveTasksPerTenant int
+	// CheckpointMaxAge is how old a checkpoint may be when restored (default 24 h).
+	CheckpointMaxAge time.Duration
 	// SeparationOfDuties forbids resolving an approval one requested oneself (off by default).
 	SeparationOfDuties bool
 	// MaxSessionsPerTenant caps open browser sessions per tenant (0: no cap) → 429.
@@ -151,6 +153,9 @@ func (c *Config) Validate() error {
 	}
 	if c.AccessTokenTTL < 0 || c.AccessTokenTTL > 15*time.Minute {
 		return fmt.Errorf("--access-token-ttl %s: must be positive and at most 15m", c.AccessTokenTTL)
+	}
+	if c.CheckpointMaxAge < 0 {
+		return fmt.Errorf("--checkpoint-max-age must not be negative")
 	}
 	if c.IdempotencyTTL < 0 {
 		return errors.New("idempotency retention must not be negative")

@@ -140,6 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Browser: br, MaxSessionsPerTenant: cfg.MaxSessionsPerTenant,
 		SeparationOfDuties:  cfg.SeparationOfDuties,
 		InterruptedResponse: api.InterruptedResponse,
+		SoftwareVersion:     version.Software, ProtocolVersion: version.BAP, CheckpointMaxAge: cfg.CheckpointMaxAge,
 	})
 	if err != nil {
 		return err

@@ -103,6 +103,22 @@ func newShop(t *testing.T) *shop {
 		w.Header().Set("Content-Disposition", `attachment; filename="invoice.txt"`)
 		fmt.Fprint(w, invoiceText)
 	})
+	mux.HandleFunc("GET /signin", func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "sid", Value: signedInAs, Path: "/", HttpOnly: true})
+		http.Redirect(w, r, "/account?first=1", http.StatusFound)
+	})
+	mux.HandleFunc("GET /account", func(w http.ResponseWriter, r *http.Request) {
+		who := "nobody"
+		if c, err := r.Cookie("sid"); err == nil {
+			who = c.Value
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>Account</title><p>signed in: %s</p><p id="out"></p><button>Log out</button>
+<script>
+if (location.search.includes("first")) { localStorage.setItem("cart", "3 items"); sessionStorage.setItem("step", "payment"); }
+document.getElementById("out").textContent = "local=" + (localStorage.getItem("cart") || "none") + " session=" + (sessionStorage.getItem("step") || "none");
+</script>`, who)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -117,6 +133,7 @@ func newShop(t *testing.T) *shop {
 type stack struct {
 	srv *httptest.Server
 	db  *pgxpool.Pool
+	svc *app.Service
 }
 
 func newStack(t *testing.T) *stack {
@@ -128,7 +145,7 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	svc, err := app.NewService(store.New(db), app.Config{NodeID: "node_e2e", Browser: browser.Port{Browser: shared},
-		InterruptedResponse: api.InterruptedResponse})
+		InterruptedResponse: api.InterruptedResponse, SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +156,7 @@ func newStack(t *testing.T) *stack {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &stack{srv: srv, db: db}
+	return &stack{srv: srv, db: db, svc: svc}
 }
 
 type reply struct {
@@ -197,8 +214,9 @@ func (s *stack) must(t *testing.T, want int, method, path, key string, body any)
 }
 
 // cdpID matches the shapes of raw CDP identifiers: 32 upper-case hex characters (target, frame,
-// loader and browser-context ids) or the "N.M" form of remote object ids.
-var cdpID = regexp.MustCompile(`\b[0-9A-F]{32}\b|"-?\d+\.\d+\.\d+"`)
+// loader and browser-context ids) or the "N.M.K" form of remote object ids, whose first part is
+// a large random number (a version such as "1.0.0" is not one).
+var cdpID = regexp.MustCompile(`\b[0-9A-F]{32}\b|"-?\d{4,}\.\d+\.\d+"`)
 
 func assertNoCDPIDs(t *testing.T, raw []byte) {
 	t.Helper()

@@ -1,0 +1,278 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// Checkpoints (ADR 0010). checkpoint_browser_session stores a session's restorable state (cookies,
+// Web Storage per origin, URLs, viewport) as an artifact of kind "checkpoint" and records a
+// task_checkpoint naming it with the versions and policy digest it was taken under.
+// create_browser_session {from_checkpoint} and resume_task restore it into a fresh session (a new
+// epoch: node handles and epochs are never revived) after checking that the checkpoint is the
+// task's own (409 checkpoint_foreign), was taken by a compatible build under the same policy
+// (409 checkpoint_incompatible) and is fresh enough (409 checkpoint_stale). The state holds
+// credentials, so its artifact is never served by get_artifact and no event carries it.
+
+// Checkpoint is a task_checkpoint row.
+type Checkpoint struct {
+	ID              string
+	Tenant          string
+	TaskID          string
+	SessionID       string
+	ArtifactID      string // the state, an artifact of kind "checkpoint"
+	SoftwareVersion string
+	ProtocolVersion string
+	PolicyDigest    string // SHA-256 (hex) of the task policy's JSON
+	Format          string // of the state artifact
+	URL             string // of the primary context
+	EpochID         string // of the primary context
+	CreatedAt       time.Time
+}
+
+// CheckpointResult is the result of checkpoint_browser_session.
+type CheckpointResult struct {
+	Checkpoint *Checkpoint
+	Receipt    *Receipt
+}
+
+// ResumeResult is the result of resume_task.
+type ResumeResult struct {
+	Task    *Task
+	Session *SessionRecord
+	Receipt *Receipt
+}
+
+// checkpointFormat names the layout of the state artifact; a build reads only its own.
+const checkpointFormat = "bap.checkpoint/1"
+
+// ArtifactKindCheckpoint is the kind of a checkpoint's state artifact, which holds credentials
+// and is never served to clients.
+const ArtifactKindCheckpoint = "checkpoint"
+
+// checkpointDoc is the content of a state artifact.
+type checkpointDoc struct {
+	Format string             `json:"format"`
+	State  *page.StorageState `json:"state"`
+}
+
+// policyDigest is the SHA-256 of the task policy's JSON encoding (its fields in a fixed order).
+func policyDigest(t *Task) (string, error) {
+	b, err := json.Marshal(t.Policy)
+	if err != nil {
+		return "", fmt.Errorf("encoding the task policy: %w", err)
+	}
+	return sha256Hex(b), nil
+}
+
+// CheckpointBrowserSession stores the restorable state of an open session of a running task.
+// Reading the state changes nothing in the browser.
+func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessionID string, r Responder) (Response, error) {
+	if _, err := s.browserOrUnavailable(); err != nil {
+		return Response{}, err
+	}
+	taskID, err := s.sessionTask(ctx, call.Actor, sessionID)
+	if err != nil {
+		return Response{}, err
+	}
+	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+			rec, err := c.prepareOnSession(ctx, sessionID)
+			if err != nil {
+				return nil, err
+			}
+			return &sessionPlan{rec: rec, timeout: defaultCommandTimeout}, nil
+		},
+		dispatch: func(ctx context.Context, plan any) (any, error) {
+			p := plan.(*sessionPlan)
+			sess, err := s.liveSession(ctx, p.rec)
+			if err != nil {
+				return nil, err
+			}
+			ctx, cancel := context.WithTimeout(ctx, p.timeout)
+			defer cancel()
+			return sess.ExportState(ctx)
+		},
+		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
+			rec := plan.(*sessionPlan).rec
+			if dispatchErr != nil {
+				return s.finishFailed(ctx, c, rec, dispatchErr, false)
+			}
+			st := out.(*page.StorageState)
+			content, err := json.Marshal(checkpointDoc{Format: checkpointFormat, State: st})
+			if err != nil {
+				return nil, "", fmt.Errorf("encoding the checkpoint: %w", err)
+			}
+			digest, err := policyDigest(c.t)
+			if err != nil {
+				return nil, "", err
+			}
+			var primary page.ContextState
+			for _, cs := range st.Contexts {
+				if cs.Primary {
+					primary = cs
+				}
+			}
+			art := &Artifact{
+				ID: ids.New(ids.Artifact), Tenant: c.t.Tenant, SHA256: sha256Hex(content), Size: int64(len(content)),
+				MediaType: "application/json", Kind: ArtifactKindCheckpoint, TaskID: c.t.ID, SessionID: rec.ID,
+				ContextID: primary.ContextID, EpochID: primary.EpochID, CommandID: c.cmd.ID, SourceURL: primary.URL, CreatedAt: c.now,
+			}
+			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, primary.ContextID, primary.EpochID, primary.URL); err != nil {
+				return nil, "", err
+			}
+			if err := c.tx.InsertArtifact(ctx, art, content); err != nil {
+				return nil, "", err
+			}
+			cp := &Checkpoint{
+				ID: ids.New(ids.Checkpoint), Tenant: c.t.Tenant, TaskID: c.t.ID, SessionID: rec.ID, ArtifactID: art.ID,
+				SoftwareVersion: s.cfg.SoftwareVersion, ProtocolVersion: s.cfg.ProtocolVersion, PolicyDigest: digest,
+				Format: checkpointFormat, URL: primary.URL, EpochID: primary.EpochID, CreatedAt: c.now,
+			}
+			if err := c.tx.InsertCheckpoint(ctx, cp); err != nil {
+				return nil, "", err
+			}
+			// The event names the checkpoint, never its content.
+			if err := c.emit(ctx, c.t, "checkpoint.created", "checkpoint_browser_session", map[string]any{
+				"checkpoint_id": cp.ID, "session_id": rec.ID,
+			}); err != nil {
+				return nil, "", err
+			}
+			rc, err := c.receipt(ctx, task.Applied, "", "")
+			if err != nil {
+				return nil, "", err
+			}
+			return &CheckpointResult{Checkpoint: cp, Receipt: rc}, "", nil
+		},
+	})
+}
+
+// ResumeTask restores a checkpointed task from a compatible checkpoint into a new browser session
+// and moves it back to running.
+func (s *Service) ResumeTask(ctx context.Context, call Call, taskID, checkpointID string, r Responder) (Response, error) {
+	return s.openSession(ctx, call, taskID, checkpointID, true, r)
+}
+
+// loadCheckpoint reads a checkpoint of the actor's tenant and decodes its state.
+func (s *Service) loadCheckpoint(ctx context.Context, actor Actor, checkpointID string) (*Checkpoint, *page.StorageState, error) {
+	cp, err := s.store.GetCheckpoint(ctx, actor.Tenant, checkpointID)
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return nil, nil, &Error{Code: CodeNotFound, Detail: "no such checkpoint"}
+		}
+		return nil, nil, err
+	}
+	if cp.Format != checkpointFormat {
+		return cp, nil, nil // refused by checkCheckpoint, recorded as a command
+	}
+	_, content, err := s.store.GetArtifact(ctx, actor.Tenant, cp.ArtifactID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading checkpoint %s: %w", cp.ID, err)
+	}
+	var doc checkpointDoc
+	if err := json.Unmarshal(content, &doc); err != nil || doc.State == nil || doc.Format != cp.Format {
+		return nil, nil, fmt.Errorf("checkpoint %s has an unreadable state artifact", cp.ID)
+	}
+	return cp, doc.State, nil
+}
+
+// checkCheckpoint decides whether cp may be restored into a session of t now.
+func (s *Service) checkCheckpoint(cp *Checkpoint, t *Task, now time.Time) *Error {
+	if cp.TaskID != t.ID {
+		return &Error{Code: CodeCheckpointForeign, Detail: "the checkpoint belongs to another task"}
+	}
+	switch digest, err := policyDigest(t); {
+	case err != nil || digest != cp.PolicyDigest:
+		return &Error{Code: CodeCheckpointIncompatible, Detail: "the checkpoint was taken under another policy"}
+	case cp.Format != checkpointFormat:
+		return Errorf(CodeCheckpointIncompatible, "the checkpoint's format %s is not %s", cp.Format, checkpointFormat)
+	case !sameMinor(cp.SoftwareVersion, s.cfg.SoftwareVersion):
+		return Errorf(CodeCheckpointIncompatible, "the checkpoint was taken by runtime %s; this is %s", cp.SoftwareVersion, s.cfg.SoftwareVersion)
+	case !sameMinor(cp.ProtocolVersion, s.cfg.ProtocolVersion):
+		return Errorf(CodeCheckpointIncompatible, "the checkpoint was taken under BAP %s; this is %s", cp.ProtocolVersion, s.cfg.ProtocolVersion)
+	}
+	if age := now.Sub(cp.CreatedAt); age > s.cfg.CheckpointMaxAge {
+		return Errorf(CodeCheckpointStale, "the checkpoint is %s old; at most %s is restored", age.Round(time.Second), s.cfg.CheckpointMaxAge)
+	}
+	return nil
+}
+
+// sameMinor tells whether two versions agree in major and minor ("1.4.2" and "1.4.0-rc1" do).
+func sameMinor(a, b string) bool {
+	cut := func(v string) string {
+		v = strings.TrimPrefix(v, "v")
+		parts := strings.SplitN(v, ".", 3)
+		if len(parts) < 2 {
+			return v
+		}
+		return parts[0] + "." + strings.SplitN(parts[1], "-", 2)[0]
+	}
+	return cut(a) == cut(b)
+}
+
+// afterSessionLost moves a running task whose last open session is gone to checkpointed when it
+// has a checkpoint to resume from (CONTRACT lifecycle); without one the task stays running and
+// the client opens a new session.
+func (c *commandCtx) afterSessionLost(ctx context.Context, t *Task, cause string) error {
+	if t.State != task.Running {
+		return nil
+	}
+	n, err := c.tx.CountTaskOpenSessions(ctx, t.Tenant, t.ID)
+	if err != nil || n > 0 {
+		return err
+	}
+	ok, err := c.tx.TaskHasCheckpoint(ctx, t.Tenant, t.ID)
+	if err != nil || !ok {
+		return err
+	}
+	return c.transition(ctx, t, task.SessionsLost, cause)
+}
+
+// RecoverLostSessions marks lost the open sessions of nodes that stopped or stopped heartbeating
+// (before staleBefore): their browsers are gone with them. A running task left without sessions
+// and with a checkpoint becomes checkpointed.
+func (s *Service) RecoverLostSessions(ctx context.Context, staleBefore time.Time) (int, error) {
+	recs, err := s.store.OrphanedSessions(ctx, staleBefore, 100)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, rec := range recs {
+		err := s.store.InTx(ctx, func(tx Tx) error {
+			t, err := tx.LockTask(ctx, rec.Tenant, rec.TaskID)
+			if err != nil {
+				return err
+			}
+			cur, err := tx.LockSession(ctx, rec.Tenant, rec.ID)
+			if err != nil || cur.State != SessionOpen {
+				return err
+			}
+			c := &commandCtx{s: s, tx: tx, cmd: &Command{Actor: systemActor, Tenant: rec.Tenant, Operation: "recovery"}, t: t, now: s.cfg.Now()}
+			end := c.now
+			cur.State, cur.EndedAt = SessionLost, &end
+			if err := tx.UpdateSession(ctx, cur); err != nil {
+				return err
+			}
+			if err := c.emit(ctx, t, "browser_session.lost", "node_stopped", map[string]any{"session_id": rec.ID}); err != nil {
+				return err
+			}
+			if err := c.afterSessionLost(ctx, t, "node_stopped"); err != nil {
+				return err
+			}
+			return tx.UpdateTask(ctx, t)
+		})
+		if err != nil {
+			return n, fmt.Errorf("recovering session %s: %w", rec.ID, err)
+		}
+		n++
+	}
+	return n, nil
+}
