@@ -605,9 +605,13 @@ class CaptureEvidenceRequest(TypedDict):
 
     #: Browsing context identifier (a tab or frame tree root).
     context_id: NotRequired[str]
-    #: Screenshot the whole page, not only the viewport.
+    #: Screenshot the whole page (up to 16384 CSS pixels high), not only the viewport.
     full_page: NotRequired[bool]
     kinds: list["EvidenceKind"]
+    #: Screenshot only this node's box (a handle from observe or query_nodes; scrolled into view
+    #: first, in any frame). Not with full_page. A handle of an older epoch answers 409
+    #: stale_node_handle.
+    node_id: NotRequired[str]
 
 
 class CaptureEvidenceResponse(TypedDict):
@@ -738,8 +742,13 @@ CommandOperation = Literal[
 class CommandRecordedData(TypedDict):
     """`data` of a `command.recorded` event: a command was recorded before dispatch."""
 
+    #: For an action an approval released: the approval.
+    approval_id: NotRequired[str]
     #: Command identifier.
     command_id: str
+    #: For an action an approval released: the act command that was held (its receipt stays
+    #: pending_approval).
+    held_command_id: NotRequired[str]
     operation: "CommandOperation"
     plan_step: NotRequired[int]
     #: Browser session identifier.
@@ -1656,7 +1665,9 @@ class ResolveApprovalRequest(TypedDict):
 class ResolveApprovalResponse(TypedDict):
     """Answer of resolve_approval; with `approve` it returns only after the held action ran."""
 
-    #: Receipt of the held action, which ran exactly once (approve only).
+    #: Receipt of the held action, which ran exactly once (approve only): the action is recorded as
+    #: a command of its own (operation act) when the approval releases it; the held act command
+    #: keeps its pending_approval receipt.
     action_receipt: NotRequired["Receipt"]
     approval: "Approval"
     #: Receipt of the resolve command itself.

@@ -1294,11 +1294,13 @@ export interface components {
              */
             context_id?: string;
             /**
-             * @description Screenshot the whole page, not only the viewport.
+             * @description Screenshot the whole page (up to 16384 CSS pixels high), not only the viewport.
              * @default false
              */
             full_page?: boolean;
             kinds: components["schemas"]["EvidenceKind"][];
+            /** @description Screenshot only this node's box (a handle from observe or query_nodes; scrolled into view first, in any frame). Not with full_page. A handle of an older epoch answers 409 stale_node_handle. */
+            node_id?: string;
         };
         /**
          * CaptureEvidenceResponse
@@ -1565,11 +1567,15 @@ export interface components {
          *     }
          */
         CommandRecordedData: {
+            /** @description For an action an approval released: the approval. */
+            approval_id?: string;
             /**
              * @description Command identifier.
              * @example cmd_1hJ3kL5mN7pQ
              */
             command_id: string;
+            /** @description For an action an approval released: the act command that was held (its receipt stays pending_approval). */
+            held_command_id?: string;
             operation: components["schemas"]["CommandOperation"];
             plan_step?: number;
             /**
@@ -3207,7 +3213,7 @@ export interface components {
          *     }
          */
         ResolveApprovalResponse: {
-            /** @description Receipt of the held action, which ran exactly once (approve only). */
+            /** @description Receipt of the held action, which ran exactly once (approve only): the action is recorded as a command of its own (operation act) when the approval releases it; the held act command keeps its pending_approval receipt. */
             action_receipt?: components["schemas"]["Receipt"];
             approval: components["schemas"]["Approval"];
             /** @description Receipt of the resolve command itself. */

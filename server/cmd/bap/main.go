@@ -101,6 +101,7 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.IntVar(&cfg.MaxActiveTasksPerTenant, "max-active-tasks", 0, "admitted tasks per tenant before new ones wait in created (0: no cap)")
 	fs.DurationVar(&cfg.CheckpointMaxAge, "checkpoint-max-age", 0, "how old a checkpoint may be when a session is restored from it (default 24h)")
 	fs.BoolVar(&cfg.SeparationOfDuties, "separation-of-duties", false, "refuse resolve_approval by the caller who requested the approval")
+	fs.DurationVar(&cfg.CancelDeadline, "cancel-deadline", 0, "how long cancel_task waits for the task's in-flight browser commands to stop and record their outcome (default 3s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

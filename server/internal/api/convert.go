@@ -224,8 +224,12 @@ var closeTaskResponder = responder{status: 200, render: func(result any) (any, e
 		}
 		unmet = append(unmet, c)
 	}
+	evidence := make([]apigen.Artifact, 0, len(res.Evidence))
+	for _, a := range res.Evidence {
+		evidence = append(evidence, toArtifact(a))
+	}
 	return apigen.CloseTaskResponse{
-		Task: t, Receipt: toReceipt(res.Receipt), Evidence: []apigen.Artifact{},
+		Task: t, Receipt: toReceipt(res.Receipt), Evidence: evidence,
 		Postcondition: apigen.PostconditionResult{Satisfied: res.Postcondition.Satisfied, Unmet: unmet,
 			ContextId: nonEmpty(res.Postcondition.ContextID)},
 	}, nil

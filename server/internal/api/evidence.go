@@ -49,15 +49,13 @@ func (s *server) CaptureEvidence(w http.ResponseWriter, r *http.Request, id apig
 	if !s.decodeBody(w, req, &body) {
 		return
 	}
-	if deref(body.FullPage) {
-		writeProblem(w, &app.Error{Code: app.CodeNotImplemented, Detail: "full-page screenshots are not implemented yet; capture the viewport"})
-		return
-	}
 	kinds := make([]string, 0, len(body.Kinds))
 	for _, k := range body.Kinds {
 		kinds = append(kinds, string(k))
 	}
-	resp, err := s.svc.CaptureEvidence(r.Context(), req.call, id, deref(body.ContextId), kinds, evidenceResponder)
+	resp, err := s.svc.CaptureEvidence(r.Context(), req.call, id, app.EvidenceRequest{
+		ContextID: deref(body.ContextId), Kinds: kinds, FullPage: deref(body.FullPage), NodeID: deref(body.NodeId),
+	}, evidenceResponder)
 	s.reply(w, r, resp, err)
 }
 

@@ -1441,9 +1441,12 @@ type CaptureEvidenceRequest struct {
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
 
-	// FullPage Screenshot the whole page, not only the viewport.
+	// FullPage Screenshot the whole page (up to 16384 CSS pixels high), not only the viewport.
 	FullPage *bool          `json:"full_page,omitempty"`
 	Kinds    []EvidenceKind `json:"kinds"`
+
+	// NodeId Screenshot only this node's box (a handle from observe or query_nodes; scrolled into view first, in any frame). Not with full_page. A handle of an older epoch answers 409 stale_node_handle.
+	NodeId *string `json:"node_id,omitempty"`
 }
 
 // CaptureEvidenceResponse Answer of capture_evidence.
@@ -1628,10 +1631,16 @@ type CommandOperation string
 //
 // Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","operation":"navigate","session_id":"bs_4fT8nQ2rL6vY"}
 type CommandRecordedData struct {
+	// ApprovalId For an action an approval released: the approval.
+	ApprovalId *string `json:"approval_id,omitempty"`
+
 	// CommandId Command identifier.
 	//
 	// Examples: cmd_1hJ3kL5mN7pQ
 	CommandId string `json:"command_id"`
+
+	// HeldCommandId For an action an approval released: the act command that was held (its receipt stays pending_approval).
+	HeldCommandId *string `json:"held_command_id,omitempty"`
 
 	// Operation The operation a command executes (its operationId).
 	Operation CommandOperation `json:"operation"`
@@ -2998,7 +3007,7 @@ type ResolveApprovalRequest struct {
 //
 // Examples: {"action_receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"approval":{"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","effect":"form_submission","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","resolved_at":"2026-11-20T09:15:02Z","resolved_by":"local","state":"approved","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_2bC4dE6fG8hJ","issued_at":"2026-11-20T09:15:02Z","operation":"resolve_approval","outcome":"applied","receipt_id":"rcp_4aB6cD8eF0gH","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type ResolveApprovalResponse struct {
-	// ActionReceipt Receipt of the held action, which ran exactly once (approve only).
+	// ActionReceipt Receipt of the held action, which ran exactly once (approve only): the action is recorded as a command of its own (operation act) when the approval releases it; the held act command keeps its pending_approval receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	ActionReceipt *Receipt `json:"action_receipt,omitempty"`

@@ -32,8 +32,9 @@ type BrowserSession interface {
 	Act(ctx context.Context, req page.ActRequest) (*page.ActResult, error)
 	ClassifyAction(ctx context.Context, req page.ActRequest) (effect, origin string, err error)
 	Extract(ctx context.Context, req page.ExtractRequest) (*page.ExtractResult, error)
-	// Screenshot returns a PNG of a browsing context's viewport ("" for the default context).
-	Screenshot(ctx context.Context, contextID string) ([]byte, error)
+	// Screenshot returns a PNG of a browsing context ("" for the default context): its viewport,
+	// the whole page, or one node's box.
+	Screenshot(ctx context.Context, req page.ScreenshotRequest) ([]byte, error)
 	// CaptureMHTML returns an MHTML snapshot of a browsing context's document.
 	CaptureMHTML(ctx context.Context, contextID string) ([]byte, error)
 	// ExportState returns the session's restorable state (cookies, storage, URLs, viewport).
@@ -100,6 +101,9 @@ func (s *Service) browserOrUnavailable() (Browser, error) {
 // browserProblem maps a browser error to the problem the client gets and the receipt outcome
 // the command is recorded with.
 func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
+	if e, outcome, ok := cancelProblem(err, sideEffecting); ok {
+		return e, outcome
+	}
 	var origin *page.OriginNotAllowedError
 	var timeout *page.ActionTimeoutError
 	var nav *page.NavigationError
@@ -389,13 +393,13 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 			if err != nil {
 				return nil, err
 			}
-			if rec.State != SessionOpen {
+			if rec.State == SessionLost {
 				return nil, Errorf(CodeInvalidTransition, "the browser session is %s", rec.State)
 			}
-			return rec, nil
+			return rec, nil // a closed one (by its client, or because its task ended) stays closed
 		},
 		dispatch: func(ctx context.Context, plan any) (any, error) {
-			if s.cfg.Browser == nil {
+			if s.cfg.Browser == nil || plan.(*SessionRecord).State != SessionOpen {
 				return nil, nil
 			}
 			if sess, ok := s.cfg.Browser.Session(sessionID); ok {
@@ -408,7 +412,18 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 			return nil, nil
 		},
 		finish: func(ctx context.Context, c *commandCtx, plan, _ any, _ error) (any, task.Outcome, error) {
-			rec := plan.(*SessionRecord)
+			rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, plan.(*SessionRecord).ID)
+			if err != nil {
+				return nil, "", err
+			}
+			if rec.State != SessionOpen {
+				// Closed already (before this command, or meanwhile because its task ended).
+				rc, err := c.receipt(ctx, task.NoSideEffect, "", "the browser session was closed already")
+				if err != nil {
+					return nil, "", err
+				}
+				return &SessionResult{Session: rec, Receipt: rc}, "", nil
+			}
 			end := c.now
 			rec.State, rec.EndedAt = SessionClosed, &end
 			if err := c.tx.UpdateSession(ctx, rec); err != nil {

@@ -79,9 +79,13 @@ func sha256Hex(b []byte) string {
 
 // CaptureEvidence captures screenshots, DOM (MHTML) and accessibility snapshots of a browsing
 // context and stores them as artifacts with their provenance.
-func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID, contextID string, kinds []string, r Responder) (Response, error) {
+func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID string, req EvidenceRequest, r Responder) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
+	}
+	kinds := req.Kinds
+	if req.FullPage && req.NodeID != "" {
+		return Response{}, &Error{Code: CodeInvalidRequest, Detail: "give full_page or node_id, not both"}
 	}
 	if len(kinds) == 0 {
 		return Response{}, &Error{Code: CodeInvalidRequest, Detail: "kinds must name at least one evidence kind"}
@@ -114,7 +118,7 @@ func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID, con
 			}
 			ctx, cancel := context.WithTimeout(ctx, p.timeout)
 			defer cancel()
-			return captureEvidence(ctx, sess, contextID, kinds)
+			return captureEvidence(ctx, sess, req)
 		},
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			rec := plan.(*sessionPlan).rec
@@ -158,10 +162,21 @@ func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID, con
 	})
 }
 
+// EvidenceRequest is the input of capture_evidence: the kinds to capture of a browsing context
+// ("" for the session's default one); a screenshot covers the viewport, the whole page
+// (FullPage) or one node's box (NodeID).
+type EvidenceRequest struct {
+	ContextID string
+	Kinds     []string
+	FullPage  bool
+	NodeID    string
+}
+
 // captureEvidence captures each kind once, in the order asked. A full observe first names the
 // context, epoch and URL the evidence belongs to (and is itself the AX snapshot).
-func captureEvidence(ctx context.Context, sess BrowserSession, contextID string, kinds []string) (*evidenceOut, error) {
-	snap, err := sess.Observe(ctx, page.ObserveRequest{ContextID: contextID, Mode: "full"})
+func captureEvidence(ctx context.Context, sess BrowserSession, req EvidenceRequest) (*evidenceOut, error) {
+	kinds := req.Kinds
+	snap, err := sess.Observe(ctx, page.ObserveRequest{ContextID: req.ContextID, Mode: "full"})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +190,7 @@ func captureEvidence(ctx context.Context, sess BrowserSession, contextID string,
 		var b capturedBlob
 		switch k {
 		case EvidenceScreenshot:
-			png, err := sess.Screenshot(ctx, snap.ContextID)
+			png, err := sess.Screenshot(ctx, page.ScreenshotRequest{ContextID: snap.ContextID, FullPage: req.FullPage, NodeID: req.NodeID})
 			if err != nil {
 				return nil, err
 			}

@@ -29,6 +29,9 @@ func (s *Service) RunTwoPhaseForTest(ctx context.Context, call Call, taskID stri
 			if finishFails {
 				return nil, "", context.DeadlineExceeded // not an *Error: phase 3 rolls back, as in a crash
 			}
+			if e, outcome := browserProblem(err, sideEffecting); e != nil {
+				return nil, outcome, e // a browser error, or an interruption by cancel_task
+			}
 			if err != nil {
 				return nil, task.Rejected, AsError(err)
 			}

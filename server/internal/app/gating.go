@@ -173,11 +173,36 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			if _, err := s.recordAction(ctx, c, rec, h.req, res, "resolve_approval", map[string]any{"approval_id": approvalID}); err != nil {
 				return nil, "", err
 			}
+			arc, err := c.releasedActReceipt(ctx, approval)
+			if err != nil {
+				return nil, "", err
+			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {
 				return nil, "", err
 			}
-			return &ApprovalResult{Approval: approval, Receipt: rc, ActionReceipt: rc}, "", nil
+			return &ApprovalResult{Approval: approval, Receipt: rc, ActionReceipt: arc}, "", nil
 		},
 	})
+}
+
+// releasedActReceipt records the held action that the approval released and ran as a command of
+// its own (operation act, on behalf of whoever asked for it) with its receipt: the held command
+// keeps its final pending_approval receipt, the resolve command gets its own, and the action's
+// outcome is this one's.
+func (c *commandCtx) releasedActReceipt(ctx context.Context, a *Approval) (*Receipt, error) {
+	act := &Command{
+		ID: ids.New(ids.Command), Tenant: c.t.Tenant, TaskID: c.t.ID, Operation: "act", Actor: a.RequestedBy,
+		SideEffecting: true, NodeID: c.s.cfg.NodeID, RecordedAt: c.now,
+	}
+	ac := &commandCtx{s: c.s, tx: c.tx, cmd: act, t: c.t, now: c.now}
+	if err := ac.tx.RecordCommand(ctx, act); err != nil {
+		return nil, fmt.Errorf("recording the released action: %w", err)
+	}
+	if err := ac.emit(ctx, c.t, "command.recorded", "resolve_approval", map[string]any{
+		"command_id": act.ID, "operation": act.Operation, "approval_id": a.ID, "held_command_id": a.CommandID,
+	}); err != nil {
+		return nil, err
+	}
+	return ac.receipt(ctx, task.Applied, "", "")
 }

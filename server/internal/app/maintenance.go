@@ -99,6 +99,11 @@ func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseU
 				s.cfg.Logger.Warn("browser sessions of stopped nodes marked lost", "count", n)
 			}
 		}
+		if n, err := s.CloseEndedSessions(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("closing sessions of ended tasks failed", "err", err)
+		} else if n > 0 {
+			s.cfg.Logger.Info("sessions of ended tasks closed", "count", n)
+		}
 		if err := s.RegisterNode(ctx, advertiseURL, version); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("node heartbeat failed", "err", err)
 		}

@@ -41,6 +41,8 @@ type Store interface {
 	// OrphanedSessions lists up to limit open browser sessions whose node stopped, or last
 	// heartbeat before staleBefore.
 	OrphanedSessions(ctx context.Context, staleBefore time.Time, limit int) ([]SessionRecord, error)
+	// OpenSessionsOfEndedTasks lists up to limit open browser sessions whose task has ended.
+	OpenSessionsOfEndedTasks(ctx context.Context, limit int) ([]SessionRecord, error)
 	// RegisterNode records a running node (or refreshes its heartbeat).
 	RegisterNode(ctx context.Context, n NodeInfo) error
 	// StopNode marks a node stopped.

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/page"
 )
 
@@ -84,4 +85,60 @@ func (s *Service) evaluatePostcondition(ctx context.Context, taskID string, clau
 		}
 	}
 	return holds, lu.contextID
+}
+
+// closeEvidence is what close_task captured of the page its postcondition was evaluated on.
+type closeEvidence struct {
+	sessionID string
+	out       *evidenceOut
+}
+
+// captureCloseEvidence captures a screenshot and an MHTML snapshot of the task's most recently
+// used browsing context (nil when there is none, or it cannot be captured). Browser work: no
+// transaction is open.
+func (s *Service) captureCloseEvidence(ctx context.Context, taskID string) *closeEvidence {
+	v, ok := s.lastUsed.Load(taskID)
+	if !ok || s.cfg.Browser == nil {
+		return nil
+	}
+	lu := v.(lastUse)
+	sess, ok := s.cfg.Browser.Session(lu.sessionID)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	out, err := captureEvidence(ctx, sess, EvidenceRequest{ContextID: lu.contextID, Kinds: []string{EvidenceScreenshot, EvidenceDOMSnapshot}})
+	if err != nil {
+		s.cfg.Logger.Warn("close_task could not capture evidence", "task_id", taskID, "err", err)
+		return nil
+	}
+	return &closeEvidence{sessionID: lu.sessionID, out: out}
+}
+
+// storeCloseEvidence stores close_task's evidence as artifacts of its command.
+func (c *commandCtx) storeCloseEvidence(ctx context.Context, ev *closeEvidence) ([]*Artifact, error) {
+	arts := []*Artifact{}
+	if ev == nil {
+		return arts, nil
+	}
+	if err := c.tx.RecordEpoch(ctx, c.t.Tenant, ev.sessionID, ev.out.contextID, ev.out.epochID, ev.out.url); err != nil {
+		return nil, err
+	}
+	data := make([]map[string]any, 0, len(ev.out.blobs))
+	for _, b := range ev.out.blobs {
+		a := &Artifact{
+			ID: ids.New(ids.Artifact), Tenant: c.t.Tenant, SHA256: sha256Hex(b.content), Size: int64(len(b.content)),
+			MediaType: b.mediaType, Kind: b.kind, TaskID: c.t.ID, SessionID: ev.sessionID, ContextID: ev.out.contextID,
+			EpochID: ev.out.epochID, CommandID: c.cmd.ID, SourceURL: ev.out.url, CreatedAt: c.now,
+		}
+		if err := c.tx.InsertArtifact(ctx, a, b.content); err != nil {
+			return nil, err
+		}
+		arts = append(arts, a)
+		data = append(data, map[string]any{"artifact_id": a.ID, "kind": a.Kind, "media_type": a.MediaType, "sha256": a.SHA256, "size": a.Size})
+	}
+	return arts, c.emit(ctx, c.t, "evidence.captured", "close_task", map[string]any{
+		"session_id": ev.sessionID, "context_id": ev.out.contextID, "epoch_id": ev.out.epochID, "artifacts": data,
+	})
 }

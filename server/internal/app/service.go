@@ -44,6 +44,9 @@ type Config struct {
 	// (403 insufficient_scope, recorded as a rejected command). Off by default: in the local
 	// profile the operator approves its own actions.
 	SeparationOfDuties bool
+	// CancelDeadline bounds how long cancel_task waits for the task's in-flight commands to stop
+	// and record their receipts before it cancels the task (default 3 s).
+	CancelDeadline time.Duration
 	// Now is the clock (default time.Now); tests may fix it.
 	Now func() time.Time
 	// Logger receives operational logs (default slog.Default()).
@@ -62,6 +65,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CheckpointMaxAge <= 0 {
 		c.CheckpointMaxAge = 24 * time.Hour
+	}
+	if c.CancelDeadline <= 0 {
+		c.CancelDeadline = 3 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -87,8 +93,10 @@ type Service struct {
 	store         Store
 	cfg           Config
 	browserEvents chan browserEvent
-	held          sync.Map // approval id → held: actions waiting for their approval
-	lastUsed      sync.Map // task id → lastUse: where its postcondition is evaluated
+	endedTasks    chan struct{} // wakes RunSessionCloser (session_end.go)
+	held          sync.Map      // approval id → held: actions waiting for their approval
+	lastUsed      sync.Map      // task id → lastUse: where its postcondition is evaluated
+	flights       flights       // two-phase commands between phase 1 and phase 3 (cancel.go)
 }
 
 // NewService builds a Service over store.
@@ -97,7 +105,8 @@ func NewService(store Store, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Service{store: store, cfg: cfg, browserEvents: make(chan browserEvent, 4096)}, nil
+	return &Service{store: store, cfg: cfg, browserEvents: make(chan browserEvent, 4096),
+		endedTasks: make(chan struct{}, 1)}, nil
 }
 
 // Call is one mutating request as a transport received it, after authentication and validation.
@@ -216,6 +225,7 @@ func (c *commandCtx) transition(ctx context.Context, t *Task, trig task.Trigger,
 		end := c.now
 		t.EndedAt = &end
 		c.s.lastUsed.Delete(t.ID) // nothing evaluates an ended task's page again
+		c.s.closeSessionsSoon()   // an ended task's browser sessions are closed (session_end.go)
 	}
 	return c.emit(ctx, t, "task.state_changed", cause, map[string]any{
 		"from": string(from), "to": string(next), "trigger": string(trig),

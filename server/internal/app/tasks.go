@@ -32,7 +32,10 @@ type TaskResult struct {
 type CloseResult struct {
 	Task          *Task
 	Postcondition PostconditionResult
-	Receipt       *Receipt
+	// Evidence is what close_task captured of the page it evaluated (a screenshot and an MHTML
+	// snapshot), empty when the task had no live browsing context.
+	Evidence []*Artifact
+	Receipt  *Receipt
 }
 
 // CreateTask records a new task and admits it when the tenant has capacity.
@@ -137,31 +140,47 @@ func (s *Service) ListTaskEvents(ctx context.Context, actor Actor, taskID string
 	return evs, next, nil
 }
 
-// CancelTask cancels a non-terminal task and closes its pending approvals.
+// CancelTask cancels a non-terminal task and closes its pending approvals, after stopping its
+// in-flight commands (each one records its outcome class) within Config.CancelDeadline.
+//
+// It is a two-phase command (cancel.go): phase 1 records it (a task that cannot be cancelled is
+// refused there, and stops nothing); phase 2 stops the task's in-flight commands and waits for
+// their receipts with no row lock held; phase 3 cancels the task.
 func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason string, r Responder) (Response, error) {
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
-		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
-		if err != nil {
-			return nil, err
-		}
-		cause := "cancel_task"
-		if reason != "" {
-			cause = "cancel_task: " + reason
-		}
-		if err := c.transition(ctx, c.t, task.Cancel, cause); err != nil {
-			return nil, c.reject(ctx, AsError(err))
-		}
-		if err := c.cancelPendingApprovals(ctx, c.t, task.ApprovalCancelled); err != nil {
-			return nil, err
-		}
-		if err := c.admitWaiting(ctx, c.t); err != nil {
-			return nil, err
-		}
-		rc, err := c.receipt(ctx, task.Applied, "", "")
-		if err != nil {
-			return nil, err
-		}
-		return &TaskResult{Task: c.t, Receipt: rc}, nil
+	release := func() {}
+	defer func() { release() }()
+	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+		unregistered: true,
+		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+			if _, err := task.Next(c.t.State, task.Cancel); err != nil {
+				return nil, Errorf(CodeInvalidTransition, "task is %s; cancel is not possible from that state", c.t.State)
+			}
+			return nil, nil
+		},
+		dispatch: func(ctx context.Context, _ any) (any, error) {
+			release = s.stopInFlight(ctx, call.Actor.Tenant, taskID)
+			return nil, nil
+		},
+		finish: func(ctx context.Context, c *commandCtx, _, _ any, _ error) (any, task.Outcome, error) {
+			cause := "cancel_task"
+			if reason != "" {
+				cause = "cancel_task: " + reason
+			}
+			if err := c.transition(ctx, c.t, task.Cancel, cause); err != nil {
+				return nil, task.Rejected, AsError(err) // ended meanwhile (closed, expired, cancelled)
+			}
+			if err := c.cancelPendingApprovals(ctx, c.t, task.ApprovalCancelled); err != nil {
+				return nil, "", err
+			}
+			if err := c.admitWaiting(ctx, c.t); err != nil {
+				return nil, "", err
+			}
+			rc, err := c.receipt(ctx, task.Applied, "", "")
+			if err != nil {
+				return nil, "", err
+			}
+			return &TaskResult{Task: c.t, Receipt: rc}, "", nil
+		},
 	})
 }
 
@@ -170,12 +189,20 @@ func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason stri
 // otherwise. Without a live browsing context no clause can be shown to hold; a task without a
 // postcondition closes succeeded, unverified.
 func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Responder) (Response, error) {
-	// Evaluate the postcondition on the page first, with no transaction open.
+	// Evaluate the postcondition on the page and capture its evidence first, with no transaction
+	// open. A clause holds only with evidence of the page it held on.
 	var holds []bool
 	var evaluatedOn string
-	if t, err := s.store.GetTask(ctx, call.Actor.Tenant, taskID); err == nil && len(t.Postcondition) > 0 {
-		if clauses, err := postconditionClauses(t.Postcondition); err == nil {
-			holds, evaluatedOn = s.evaluatePostcondition(ctx, taskID, clauses)
+	var evidence *closeEvidence
+	if t, err := s.store.GetTask(ctx, call.Actor.Tenant, taskID); err == nil && !t.State.Terminal() {
+		if len(t.Postcondition) > 0 {
+			if clauses, err := postconditionClauses(t.Postcondition); err == nil {
+				holds, evaluatedOn = s.evaluatePostcondition(ctx, taskID, clauses)
+			}
+		}
+		evidence = s.captureCloseEvidence(ctx, taskID)
+		if evidence == nil {
+			clear(holds)
 		}
 	}
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
@@ -213,6 +240,10 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 			return nil, err
 		}
 		c.t.Verification = verification
+		arts, err := c.storeCloseEvidence(ctx, evidence)
+		if err != nil {
+			return nil, err
+		}
 		if err := c.transition(ctx, c.t, trig, "close_task"); err != nil {
 			return nil, err
 		}
@@ -223,7 +254,7 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 		if err != nil {
 			return nil, err
 		}
-		return &CloseResult{Task: c.t, Postcondition: res, Receipt: rc}, nil
+		return &CloseResult{Task: c.t, Postcondition: res, Evidence: arts, Receipt: rc}, nil
 	})
 }
 

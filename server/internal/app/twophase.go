@@ -30,6 +30,9 @@ type twoPhase struct {
 	// finish runs in phase 3's transaction: record what happened (events, rows) and return the
 	// result to render, or an *Error to record as a rejection (with outcome from rejectOutcome).
 	finish func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (result any, outcome task.Outcome, err error)
+	// unregistered commands are not in the registry cancel_task stops and waits for (cancel_task
+	// itself).
+	unregistered bool
 }
 
 // runTwoPhase executes a two-phase command for call.
@@ -37,9 +40,13 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 	var resp Response
 	var plan any
 	var cmd *Command
+	var fl *flight // registered for cancel_task from phase 1 until phase 3 committed (cancel.go)
+	defer func() { s.flights.end(fl) }()
 	dispatched := false
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		resp, plan, cmd, dispatched = Response{}, nil, nil, false
+		s.flights.end(fl) // a retried transaction registers again
+		fl = nil
 		cmd = s.newCommand(call)
 		done, replay, err := s.claim(ctx, tx, call, cmd)
 		if err != nil || done {
@@ -73,6 +80,11 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 			return err
 		}
 		plan, dispatched = p, true
+		// Registered while the task's row is locked: a cancel_task that commits after this
+		// transaction finds the command registered, one that committed before was seen above.
+		if !op.unregistered {
+			fl = s.flights.begin(ctx, cmd.Tenant, taskID, cancellableOps[call.Operation])
+		}
 		return nil
 	})
 	if err != nil || !dispatched {
@@ -80,8 +92,21 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 	}
 
 	// Phase 2: the effect. A client that goes away does not cancel an effect half-way; the
-	// command's own deadline (in plan) bounds it.
-	out, dispatchErr := op.dispatch(context.WithoutCancel(ctx), plan)
+	// command's own deadline (in plan) bounds it, and cancel_task stops it through fl.ctx.
+	dctx := context.WithoutCancel(ctx)
+	if fl != nil {
+		dctx = fl.ctx
+	}
+	var out any
+	var dispatchErr error
+	if errors.Is(context.Cause(dctx), errTaskCancelled) {
+		dispatchErr = &cancelledError{} // stopped before dispatch
+	} else {
+		out, dispatchErr = op.dispatch(dctx, plan)
+		if dispatchErr != nil && errors.Is(context.Cause(dctx), errTaskCancelled) {
+			dispatchErr = &cancelledError{err: dispatchErr}
+		}
+	}
 
 	// Phase 3.
 	err = s.store.InTx(context.WithoutCancel(ctx), func(tx Tx) error {
@@ -95,7 +120,11 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 		var e *Error
 		switch {
 		case errors.As(err, &e):
-			rc, rerr := c.receipt(ctx, outcome, e.Code, e.Detail)
+			code := e.Code
+			if outcome != task.Rejected {
+				code = "" // a receipt names a problem code only when it is rejected (task_receipt_check)
+			}
+			rc, rerr := c.receipt(ctx, outcome, code, e.Detail)
 			if rerr != nil {
 				return rerr
 			}

@@ -244,12 +244,21 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 
 	tg, err := s.resolveTarget(ctx, req)
 	if err != nil {
+		if s.stopped(ctx) {
+			return nil, &StoppedError{}
+		}
 		return nil, err
 	}
 	t := tg.t
 	c, err := s.classify(ctx, tg, req)
 	if err != nil {
+		if s.stopped(ctx) {
+			return nil, &StoppedError{}
+		}
 		return nil, err
+	}
+	if s.stopped(ctx) {
+		return nil, &StoppedError{} // stopped before any input
 	}
 	s.bringToFront(ctx, t)
 	win := s.window(t, req)
@@ -263,8 +272,13 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 			return nil, derr
 		}
 		var ate *ActionTimeoutError
-		if errors.As(err, &ate) || errors.Is(err, ErrStaleNodeHandle) || errors.Is(err, ErrInvalidRequest) {
+		var se *StoppedError
+		if errors.As(err, &ate) || errors.As(err, &se) || errors.Is(err, ErrStaleNodeHandle) || errors.Is(err, ErrInvalidRequest) {
 			return nil, err
+		}
+		if s.stopped(ctx) {
+			// Input may have been dispatched: what it did is not known.
+			return nil, &StoppedError{Started: true}
 		}
 		if ctx.Err() != nil {
 			return nil, &ActionTimeoutError{Reason: "the action did not complete in time"}
@@ -274,6 +288,10 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 	res := s.settle(ctx, t, win, req)
 	if derr := s.deadErr(); derr != nil {
 		return nil, derr
+	}
+	if s.stopped(ctx) {
+		// Stopped while the page reacted: the action ran; what it started loading stops.
+		fireCmd(t.page.sess, page.StopLoading, cdp.Empty{})
 	}
 	res.Effect = c.Effect
 	return res, nil
@@ -456,6 +474,9 @@ func (s *Session) actionable(ctx context.Context, tg *actTarget, action string) 
 	for i := 0; ; i++ {
 		x, y, st, err := s.checkOnce(ctx, tg, action)
 		if err != nil {
+			if s.stopped(ctx) {
+				return 0, 0, &StoppedError{} // no input was sent yet
+			}
 			if ctx.Err() != nil {
 				return 0, 0, &ActionTimeoutError{Reason: reason}
 			}
@@ -475,6 +496,9 @@ func (s *Session) actionable(ctx context.Context, tg *actTarget, action string) 
 		}
 		select {
 		case <-ctx.Done():
+			if s.stopped(ctx) {
+				return 0, 0, &StoppedError{}
+			}
 			return 0, 0, &ActionTimeoutError{Reason: reason}
 		case <-time.After(d):
 		}

@@ -824,6 +824,16 @@
     return null;
   };
 
+  // box scrolls element i into view and returns its border box in the frame's viewport.
+  const box = (i) => {
+    const e = get(i);
+    if (!e || !e.isConnected) return { st: 'detached' };
+    e.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) return { st: 'hidden' };
+    return { st: 'ok', x: r.left, y: r.top, w: r.width, h: r.height };
+  };
+
   const scrollIntoView = (i) => {
     const e = get(i);
     if (!e) return false;
@@ -968,7 +978,7 @@
 
   globalThis.__bap = {
     snapshot, query, check, frameBox, focus, selectText, setValue, textKind, selectOption,
-    checkedState, scrollIntoView, fileInput, classify, visibleText, table, attributes, links,
+    checkedState, scrollIntoView, box, fileInput, classify, visibleText, table, attributes, links,
     fieldValue, info, get, reg, contains,
   };
 })();

@@ -63,6 +63,9 @@ type (
 	ActionTimeoutError = page.ActionTimeoutError
 	// NavigationError reports a navigation the browser could not complete.
 	NavigationError = page.NavigationError
+	// StoppedError reports a navigation or action its caller's context
+	// cancelled (cancel_task) before it finished.
+	StoppedError = page.StoppedError
 )
 
 // Request and result types.
@@ -105,6 +108,8 @@ type (
 	Download = page.Download
 	// Event is something that happened in a session.
 	Event = page.Event
+	// ScreenshotRequest is the input of Session.Screenshot.
+	ScreenshotRequest = page.ScreenshotRequest
 )
 
 // Wait conditions of NavigateRequest.WaitUntil.

@@ -123,7 +123,7 @@ func bapWorkflow(ctx context.Context, s *Session, st *steps) error {
 			return err
 		}),
 		st.time("screenshot", func() error {
-			_, err := s.Screenshot(ctx, "")
+			_, err := s.Screenshot(ctx, ScreenshotRequest{})
 			return err
 		}),
 	)

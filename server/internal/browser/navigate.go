@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 )
 
@@ -59,7 +60,13 @@ func (s *Session) Navigate(ctx context.Context, req NavigateRequest) (*NavigateR
 	s.actMu.Lock()
 	defer s.actMu.Unlock()
 	t, err := s.readyTab(ctx, req.ContextID)
+	if err == nil && s.stopped(ctx) {
+		err = ctx.Err()
+	}
 	if err != nil {
+		if s.stopped(ctx) {
+			return nil, &StoppedError{} // nothing was requested
+		}
 		return nil, err
 	}
 	s.mu.Lock()
@@ -73,10 +80,36 @@ func (s *Session) Navigate(ctx context.Context, req NavigateRequest) (*NavigateR
 		s.mu.Unlock()
 	}()
 
-	res, err := call(ctx, t.page.sess, page.Navigate, page.NavigateParams{URL: u.String()})
+	// Page.navigate answers once the navigation commits or fails. Its reply is awaited apart from
+	// ctx, so that a navigation stopped half-way (cancel_task, timeout) can still learn whether it
+	// had committed.
+	replied := make(chan navReply, 1)
+	wctx, stopWaiting := context.WithCancel(s.life)
+	defer stopWaiting()
+	f := start(ctx, t.page.sess, page.Navigate, page.NavigateParams{URL: u.String()})
+	go func() {
+		var r page.NavigateResult
+		err := f.wait(wctx, &r)
+		replied <- navReply{res: r, err: err}
+	}()
+	var res page.NavigateResult
+	select {
+	case r := <-replied:
+		res, err = r.res, r.err
+	case <-ctx.Done():
+		if derr := s.deadErr(); derr != nil {
+			return nil, derr
+		}
+		return nil, s.stopNavigation(ctx, t, replied, commits0, timeout)
+	}
 	if err != nil {
 		if derr := s.deadErr(); derr != nil {
 			return nil, derr
+		}
+		if s.stopped(ctx) {
+			// Stopped as the request was being sent: whether it reached the browser is unknown.
+			fireCmd(t.page.sess, page.StopLoading, cdp.Empty{})
+			return nil, &StoppedError{Started: true, Committed: true}
 		}
 		if ctx.Err() != nil {
 			return nil, &ActionTimeoutError{Reason: fmt.Sprintf("navigation did not start within %s", timeout)}
@@ -136,6 +169,12 @@ func (s *Session) Navigate(ctx context.Context, req NavigateRequest) (*NavigateR
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, &ActionTimeoutError{Reason: fmt.Sprintf("the page did not reach %s within %s", waitName(req.WaitUntil), timeout)}
 		}
+		if s.stopped(ctx) {
+			// The new document committed (Page.navigate answered without an error); what is
+			// still loading stops.
+			fireCmd(t.page.sess, page.StopLoading, cdp.Empty{})
+			return nil, &StoppedError{Started: true, Committed: true}
+		}
 		return nil, err
 	}
 	s.mu.Lock()
@@ -160,6 +199,45 @@ func (s *Session) Navigate(ctx context.Context, req NavigateRequest) (*NavigateR
 	case <-ctx.Done():
 	}
 	return s.navResult(ctx, t)
+}
+
+// navReply is the browser's answer to Page.navigate.
+type navReply struct {
+	res page.NavigateResult
+	err error
+}
+
+// stopGrace bounds how long a stopped navigation waits for the browser to confirm that it was
+// aborted before commit.
+const stopGrace = time.Second
+
+// stopNavigation stops a navigation whose context ended before Page.navigate answered:
+// Page.stopLoading aborts it in the browser, so nothing of it goes on loading (and the server it
+// was waiting for sees its connection closed). The browser then answers Page.navigate with
+// net::ERR_ABORTED if the navigation had not committed.
+func (s *Session) stopNavigation(ctx context.Context, t *tab, replied <-chan navReply, commits0 int, timeout time.Duration) error {
+	fireCmd(t.page.sess, page.StopLoading, cdp.Empty{})
+	if !s.stopped(ctx) {
+		return &ActionTimeoutError{Reason: fmt.Sprintf("navigation did not start within %s", timeout)}
+	}
+	committed := true
+	select {
+	case r := <-replied:
+		committed = r.err != nil || r.res.ErrorText != "net::ERR_ABORTED"
+	case <-time.After(stopGrace):
+	}
+	s.mu.Lock()
+	if t.commits != commits0 {
+		committed = true
+	}
+	s.mu.Unlock()
+	return &StoppedError{Started: true, Committed: committed}
+}
+
+// stopped reports whether ctx ended because the caller cancelled it (as cancel_task does) rather
+// than by its deadline or because the session was lost or closed.
+func (s *Session) stopped(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled) && s.deadErr() == nil
 }
 
 func waitName(w string) string {

@@ -1,6 +1,9 @@
 package browser
 
 import (
+	"bytes"
+	"errors"
+	pngpkg "image/png"
 	"strings"
 	"testing"
 )
@@ -62,4 +65,49 @@ func TestExportRestoreState(t *testing.T) {
 	other := setup(t)
 	other.navigate("/whoami")
 	other.waitText("signed out")
+}
+
+// A full-page screenshot covers the whole document; a node screenshot only that node's box.
+func TestScreenshotFullPageAndNode(t *testing.T) {
+	b := setup(t)
+	b.navigate("/big.html")
+	size := func(png []byte) (int, int) {
+		t.Helper()
+		cfg, err := pngpkg.DecodeConfig(bytes.NewReader(png))
+		if err != nil {
+			t.Fatalf("not a PNG: %v", err)
+		}
+		return cfg.Width, cfg.Height
+	}
+	view, err := b.s.Screenshot(tctx(t), ScreenshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := b.s.Screenshot(tctx(t), ScreenshotRequest{FullPage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vw, vh := size(view)
+	fw, fh := size(full)
+	if fh <= vh*2 || fw < vw-20 {
+		t.Fatalf("full page %dx%d is not taller than the viewport %dx%d", fw, fh, vw, vh)
+	}
+
+	b.navigate("/shop.html")
+	place := b.query(Query{Role: "button", Name: "Place order"})
+	shot, err := b.s.Screenshot(tctx(t), ScreenshotRequest{NodeID: place.NodeID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw, nh := size(shot)
+	if nw <= 0 || nh <= 0 || nw >= vw/2 || nh >= vh/4 {
+		t.Fatalf("node screenshot %dx%d is not a button's box (viewport %dx%d)", nw, nh, vw, vh)
+	}
+	if _, err := b.s.Screenshot(tctx(t), ScreenshotRequest{FullPage: true, NodeID: place.NodeID}); err == nil {
+		t.Fatal("full_page with node_id was accepted")
+	}
+	b.navigate("/nav.html")
+	if _, err := b.s.Screenshot(tctx(t), ScreenshotRequest{NodeID: place.NodeID}); !errors.Is(err, ErrStaleNodeHandle) {
+		t.Fatalf("screenshot of a node of an old document: %v, want stale", err)
+	}
 }

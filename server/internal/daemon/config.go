@@ -47,6 +47,8 @@ type Config struct {
 	CheckpointMaxAge time.Duration
 	// SeparationOfDuties forbids resolving an approval one requested oneself (off by default).
 	SeparationOfDuties bool
+	// CancelDeadline bounds how long cancel_task waits for in-flight browser commands (default 3 s).
+	CancelDeadline time.Duration
 	// MaxSessionsPerTenant caps open browser sessions per tenant (0: no cap) → 429.
 	MaxSessionsPerTenant int
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger → 413.
@@ -159,6 +161,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdempotencyTTL < 0 {
 		return errors.New("idempotency retention must not be negative")
+	}
+	if c.CancelDeadline < 0 {
+		return errors.New("--cancel-deadline must not be negative")
 	}
 	return nil
 }

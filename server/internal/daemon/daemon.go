@@ -139,6 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
 		Browser: br, MaxSessionsPerTenant: cfg.MaxSessionsPerTenant,
 		SeparationOfDuties:  cfg.SeparationOfDuties,
+		CancelDeadline:      cfg.CancelDeadline,
 		InterruptedResponse: api.InterruptedResponse,
 		SoftwareVersion:     version.Software, ProtocolVersion: version.BAP, CheckpointMaxAge: cfg.CheckpointMaxAge,
 	})
@@ -223,7 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	upkeepCtx, stopUpkeep := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		svc.Upkeep(upkeepCtx, cfg.UpkeepInterval, cfg.AdvertiseURL, version.Software)
@@ -231,6 +232,10 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		defer wg.Done()
 		svc.RunBrowserEvents(upkeepCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		svc.RunSessionCloser(upkeepCtx)
 	}()
 
 	errc := make(chan error, len(listeners))

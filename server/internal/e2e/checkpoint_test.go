@@ -232,3 +232,30 @@ func TestSessionsOfAStoppedNodeAreLost(t *testing.T) {
 		t.Errorf("second recovery = %d, %v; want nothing left", n, err)
 	}
 }
+
+// An ended task's sessions are closed, in the history and in the browser: they no longer count
+// against the node's cap.
+func TestEndedTaskClosesItsSessions(t *testing.T) {
+	s, sh := newStack(t), newShop(t)
+	taskID, sid := signIn(t, s, sh, "ended")
+	s.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/cancel", "ended-cancel", map[string]any{})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, open := shared.Session(sid)
+		var state string
+		if err := s.db.QueryRow(context.Background(), `SELECT state FROM browser_session WHERE session_id = $1`, sid).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if !open && state == "closed" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session of a cancelled task: in browser %v, state %s", open, state)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ev := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
+	if !strings.Contains(string(ev.raw), `"browser_session.closed"`) {
+		t.Fatalf("history lacks the closing: %s", ev.raw)
+	}
+}

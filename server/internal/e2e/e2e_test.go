@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -150,6 +152,7 @@ func newStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 	go svc.RunBrowserEvents(ctx)
+	go svc.RunSessionCloser(ctx)
 	h, err := api.New(api.Options{Service: svc, Authenticator: api.LocalOperator{}, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -288,6 +291,26 @@ func TestCheckoutThroughTheAPI(t *testing.T) {
 	if closed.str("task", "state") != "succeeded" || closed.str("task", "verification") != "verified" ||
 		closed.body["postcondition"].(map[string]any)["satisfied"] != true {
 		t.Fatalf("close_task: %s", closed.raw)
+	}
+	// Success comes with evidence of the page it held on: a screenshot and an MHTML snapshot whose
+	// bytes match their SHA-256, tied to the close command.
+	evidence, _ := closed.body["evidence"].([]any)
+	kinds := map[string]bool{}
+	for _, e := range evidence {
+		a := e.(map[string]any)
+		kinds[a["kind"].(string)] = true
+		status, _, b := s.getRaw(t, "/bap/v1/artifacts/"+a["artifact_id"].(string))
+		sum := sha256.Sum256(b)
+		if status != 200 || hex.EncodeToString(sum[:]) != a["sha256"] {
+			t.Fatalf("close evidence %v: status %d, bytes hash %x", a, status, sum)
+		}
+		v := s.must(t, 200, "POST", "/bap/v1/artifacts/"+a["artifact_id"].(string)+"/verify", "", map[string]any{})
+		if v.body["valid"] != true || !strings.Contains(string(v.raw), "close_task") && !strings.Contains(string(v.raw), "cmd_") {
+			t.Fatalf("close evidence does not verify: %s", v.raw)
+		}
+	}
+	if len(evidence) != 2 || !kinds["screenshot"] || !kinds["dom_snapshot"] {
+		t.Fatalf("close_task evidence: %s", closed.raw)
 	}
 }
 

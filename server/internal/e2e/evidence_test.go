@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"image/png"
 	"io"
 	"net/http"
 	"regexp"
@@ -128,4 +130,37 @@ func TestEvidenceArtifactsMatchTheirDigests(t *testing.T) {
 	// Unknown artifacts are 404.
 	s.must(t, 404, "GET", "/bap/v1/artifacts/art_doesnotexist", "", nil)
 	s.must(t, 404, "POST", "/bap/v1/artifacts/art_doesnotexist/verify", "", nil)
+}
+
+// Screenshots of the whole page and of one node go through the API too; both at once is a 400.
+func TestEvidenceFullPageAndNodeScreenshots(t *testing.T) {
+	sh := newShop(t)
+	s := newStack(t)
+	_, sessionID := openShop(t, s, sh, "shots")
+	base := "/bap/v1/browser-sessions/" + sessionID + "/evidence"
+	button := s.query(t, sessionID, map[string]any{"role": "button", "name": "Place order"})
+	sizes := map[string][2]int{}
+	for name, body := range map[string]map[string]any{
+		"view": {"kinds": []string{"screenshot"}},
+		"full": {"kinds": []string{"screenshot"}, "full_page": true},
+		"node": {"kinds": []string{"screenshot"}, "node_id": button},
+	} {
+		r := s.must(t, 200, "POST", base, "shot-"+name, body)
+		id := r.body["artifacts"].([]any)[0].(map[string]any)["artifact_id"].(string)
+		_, _, b := s.getRaw(t, "/bap/v1/artifacts/"+id)
+		cfg, err := png.DecodeConfig(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: not a PNG: %v", name, err)
+		}
+		sizes[name] = [2]int{cfg.Width, cfg.Height}
+	}
+	if v, n := sizes["view"], sizes["node"]; n[0] >= v[0]/2 || n[1] >= v[1]/4 {
+		t.Errorf("node screenshot %v is not a button's box (viewport %v)", n, v)
+	}
+	if v, f := sizes["view"], sizes["full"]; f[1] < v[1]/2 || f[0] < v[0]/2 {
+		t.Errorf("full-page screenshot %v (viewport %v)", f, v)
+	}
+	if r := s.call(t, "POST", base, "shot-both", map[string]any{"kinds": []string{"screenshot"}, "full_page": true, "node_id": button}); r.status != 400 {
+		t.Errorf("full_page with node_id: %d %s", r.status, r.raw)
+	}
 }

@@ -83,6 +83,34 @@ func (e *NavigationError) Error() string {
 	return fmt.Sprintf("navigation to %s failed: %s", e.URL, e.Reason)
 }
 
+// StoppedError reports a navigation or action that its caller stopped (its
+// context was cancelled, as cancel_task does; a deadline is an
+// ActionTimeoutError instead) before it finished. A stopped navigation is
+// stopped in the browser too (nothing of it goes on loading).
+type StoppedError struct {
+	// Started reports that the operation may have reached the page: a
+	// navigation was requested, or an action's input may have been
+	// dispatched. False means provably nothing was sent.
+	Started bool
+	// Committed reports, for a navigation, that it committed a new document
+	// before it was stopped, or that the browser did not confirm it had not
+	// (the browsing context's document may have changed). False with
+	// Started means the browser reported the navigation aborted before
+	// commit: the context keeps its document.
+	Committed bool
+}
+
+// Error says how far the operation got.
+func (e *StoppedError) Error() string {
+	switch {
+	case !e.Started:
+		return "stopped before it reached the page"
+	case e.Committed:
+		return "stopped after it may have changed the page"
+	}
+	return "stopped before the new document committed"
+}
+
 // Wait conditions of NavigateRequest.WaitUntil.
 const (
 	WaitLoad             = "load"
@@ -415,4 +443,13 @@ type RestoreResult struct {
 	NavigateResult
 	Cookies int // cookies set
 	Origins int // origins whose storage was written
+}
+
+// ScreenshotRequest is the input of Session.Screenshot: the viewport of a
+// browsing context by default, the whole page with FullPage, or one node's
+// box with NodeID.
+type ScreenshotRequest struct {
+	ContextID string
+	FullPage  bool
+	NodeID    string
 }

@@ -80,3 +80,21 @@ func (s *Store) OrphanedSessions(ctx context.Context, staleBefore time.Time, lim
 		return *rec, nil
 	})
 }
+
+// OpenSessionsOfEndedTasks implements app.Store.
+func (s *Store) OpenSessionsOfEndedTasks(ctx context.Context, limit int) ([]app.SessionRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+sessionColumns+` FROM browser_session s
+		JOIN agent_task t ON t.tenant_id = s.tenant_id AND t.task_id = s.task_id
+		WHERE s.state = 'open' AND t.state IN ('succeeded', 'failed', 'cancelled', 'expired')
+		ORDER BY s.created_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing sessions of ended tasks: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.SessionRecord, error) {
+		rec, err := scanSession(r)
+		if err != nil {
+			return app.SessionRecord{}, err
+		}
+		return *rec, nil
+	})
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Crash recovery with real process kills (CONTRACT "Mutating requests"): `bap serve` is killed
+// with SIGKILL while a navigation and a form submission are in flight in its browser, then started
+// again on the same data dir. The interrupted commands are classified — the navigation
+// unknown_outcome, the submission reconciliation_required with its task waiting for an operator —
+// their keys replay 200 with those receipts, nothing is run again, and the browser sessions are
+// reported lost. A task's deadline expires through the server's own upkeep.
+
+// hangFixture is a site whose slow pages never answer; it counts what reaches it. Its handlers
+// return when the browser drops the connection (it dies with the killed server) or the test ends.
+type hangFixture struct {
+	srv     *httptest.Server
+	slow    atomic.Int64 // GET /slow
+	orders  atomic.Int64 // POST /order-slow
+	arrived chan string
+	release chan struct{}
+}
+
+func newHangFixture(t *testing.T) *hangFixture {
+	t.Helper()
+	h := &hangFixture{arrived: make(chan string, 16), release: make(chan struct{})}
+	hang := func(w http.ResponseWriter, r *http.Request) {
+		h.arrived <- r.URL.Path
+		select {
+		case <-r.Context().Done():
+		case <-h.release:
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /start", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>Start</title><h1>Start</h1>`+
+			`<form method="post" action="/order-slow"><button type="submit">Pay</button></form>`)
+	})
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		h.slow.Add(1)
+		hang(w, r)
+	})
+	mux.HandleFunc("POST /order-slow", func(w http.ResponseWriter, r *http.Request) {
+		h.orders.Add(1)
+		hang(w, r)
+	})
+	h.srv = httptest.NewServer(mux)
+	t.Cleanup(h.srv.Close)
+	t.Cleanup(func() { close(h.release) }) // before Close, which waits for hanging handlers
+	return h
+}
+
+func (h *hangFixture) await(t *testing.T, path string) {
+	t.Helper()
+	select {
+	case p := <-h.arrived:
+		if p != path {
+			t.Fatalf("request for %s, want %s", p, path)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no request for %s within 60 s", path)
+	}
+}
+
+// api sends one request to the server at listen; a transport error is status 0.
+func api(listen, method, path, key, body string) (int, map[string]any, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequestWithContext(ctx, method, "http://"+listen+path, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err.Error()
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	return resp.StatusCode, m, string(raw)
+}
+
+func mustAPI(t *testing.T, want int, listen, method, path, key, body string) map[string]any {
+	t.Helper()
+	status, m, raw := api(listen, method, path, key, body)
+	if status != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, path, status, raw, want)
+	}
+	return m
+}
+
+func field(m map[string]any, path ...string) string {
+	var v any = m
+	for _, p := range path {
+		mm, _ := v.(map[string]any)
+		v = mm[p]
+	}
+	s, _ := v.(string)
+	return s
+}
+
+// replayUntilClassified sends the key of an interrupted command again until recovery classified
+// it: 409 idempotency_in_flight until the dead node is stale (10 s without heartbeat), then 200
+// with the receipt.
+func replayUntilClassified(t *testing.T, listen, path, key, body string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		status, m, raw := api(listen, "POST", path, key, body)
+		switch {
+		case status == 200:
+			return m
+		case status == 409 && m["code"] == "idempotency_in_flight" && time.Now().Before(deadline):
+			time.Sleep(250 * time.Millisecond) // the server's upkeep classifies it; its Retry-After is 1 s
+		default:
+			t.Fatalf("replay of %s: %d %s", key, status, raw)
+		}
+	}
+}
+
+func TestKilledServerClassifiesInterruptedBrowserCommands(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dir := dataDir(t)
+	site := newHangFixture(t)
+	r := start(t, bin, dir)
+
+	task := mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", "crash-task",
+		`{"goal":"survive a crash","policy":{"allowed_origins":["`+site.srv.URL+`"]}}`)
+	taskID := field(task, "task", "task_id")
+	open := func(name string) string {
+		s := mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", name, `{}`)
+		id := field(s, "session", "session_id")
+		mustAPI(t, 200, r.listen, "POST", "/bap/v1/browser-sessions/"+id+"/navigate", name+"-start", `{"url":"`+site.srv.URL+`/start"}`)
+		return id
+	}
+	if status, m, _ := api(r.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "probe", `{}`); status == 503 {
+		t.Skipf("bap serve has no browser: %v", m)
+	}
+	navSession, actSession := open("nav-session"), open("act-session")
+
+	// In flight when the server dies: a navigation to a page that never answers, and a form
+	// submission whose response never comes (the order reached the site).
+	navPath, navBody := "/bap/v1/browser-sessions/"+navSession+"/navigate", `{"url":"`+site.srv.URL+`/slow"}`
+	actPath, actBody := "/bap/v1/browser-sessions/"+actSession+"/act", `{"action":"click","query":{"role":"button","name":"Pay"}}`
+	go api(r.listen, "POST", navPath, "crash-nav", navBody)
+	site.await(t, "/slow")
+	go api(r.listen, "POST", actPath, "crash-act", actBody)
+	site.await(t, "/order-slow")
+	_ = r.stop(t, syscall.SIGKILL)
+
+	r = start(t, bin, dir)
+	nav := replayUntilClassified(t, r.listen, navPath, "crash-nav", navBody)
+	if field(nav, "receipt", "outcome") != "unknown_outcome" {
+		t.Fatalf("interrupted navigation: %v", nav)
+	}
+	act := replayUntilClassified(t, r.listen, actPath, "crash-act", actBody)
+	if field(act, "receipt", "outcome") != "reconciliation_required" {
+		t.Fatalf("interrupted submission: %v", act)
+	}
+	// Replayed again: the same answer, and nothing ran twice.
+	if again := replayUntilClassified(t, r.listen, navPath, "crash-nav", navBody); field(again, "receipt", "receipt_id") != field(nav, "receipt", "receipt_id") {
+		t.Fatalf("second replay: %v, first %v", again, nav)
+	}
+	if n, o := site.slow.Load(), site.orders.Load(); n != 1 || o != 1 {
+		t.Fatalf("the hanging page was requested %d times and the order posted %d times; want 1 and 1", n, o)
+	}
+	got := mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID, "", "")
+	if field(got, "task", "state") != "waiting_for_external_input" {
+		t.Fatalf("task after the interrupted submission: %v", got)
+	}
+	// The sessions died with the server: reported lost, never silently reopened.
+	for _, id := range []string{navSession, actSession} {
+		status, m, raw := api(r.listen, "POST", "/bap/v1/browser-sessions/"+id+"/observe", "", `{}`)
+		if status != 409 || m["code"] != "browser_session_lost" {
+			t.Fatalf("observe on a session of the killed server: %d %s", status, raw)
+		}
+	}
+	status, m, raw := api(r.listen, "POST", navPath, "crash-nav-again", navBody)
+	if status != 409 || m["code"] != "browser_session_lost" {
+		t.Fatalf("navigate on a lost session: %d %s", status, raw)
+	}
+	evs := mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")
+	types := map[string]int{}
+	for _, e := range evs["events"].([]any) {
+		types[e.(map[string]any)["type"].(string)]++
+	}
+	if types["reconciliation.opened"] != 1 || types["browser_session.lost"] < 2 {
+		t.Fatalf("history after recovery: %v", types)
+	}
+
+	// A deadline passes with nobody reading the task: the upkeep expires it.
+	deadline := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339Nano)
+	short := mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", "crash-deadline",
+		`{"goal":"run out of time","policy":{"allowed_origins":["`+site.srv.URL+`"]},"deadline":"`+deadline+`"}`)
+	shortID := field(short, "task", "task_id")
+	until := time.Now().Add(30 * time.Second)
+	for expired := false; !expired; {
+		evs := mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+shortID+"/events", "", "")
+		for _, e := range evs["events"].([]any) {
+			d, _ := e.(map[string]any)["data"].(map[string]any)
+			if e.(map[string]any)["type"] == "task.state_changed" && d["to"] == "expired" {
+				expired = true
+			}
+		}
+		if !expired && time.Now().After(until) {
+			t.Fatalf("task not expired 30 s after its deadline: %v", evs)
+		}
+		if !expired {
+			time.Sleep(200 * time.Millisecond) // the upkeep runs every second
+		}
+	}
+	if st := field(mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+shortID, "", ""), "task", "state"); st != "expired" {
+		t.Fatalf("get_task after the deadline: %s", st)
+	}
+	status, m, raw = api(r.listen, "POST", "/bap/v1/tasks/"+shortID+"/cancel", "cancel-expired", `{}`)
+	if status != 409 || m["code"] != "invalid_transition" {
+		t.Fatalf("cancel_task of an expired task: %d %s", status, raw)
+	}
+}
