@@ -18,11 +18,12 @@ build:
 deps:
 	scripts/install-deps.sh
 
-## generate: rebuild every generated file from spec/
+## generate: rebuild every generated file from spec/ (code, and docs/api.html with the pinned Redocly CLI)
 generate:
 	$(GO) run ./codegen/cmd/bapgen
 	$(GO) tool oapi-codegen -config codegen/oapi-server.yaml server/internal/apigen/openapi.gen.json
 	$(GO) tool oapi-codegen -config codegen/oapi-sdk-go.yaml server/internal/apigen/openapi.gen.json
+	scripts/build-api-docs.sh
 
 ## check-generated: fail when `make generate` would change the tree
 check-generated:
@@ -44,7 +45,7 @@ test: deps lint-spec check-generated vet test-go test-sdks test-mcp-conformance 
 test-go:
 	$(GO) test -count=1 ./...
 
-## test-sdks: the Python and TypeScript SDK tests (Go's run in test-go)
+## test-sdks: the Python, TypeScript and Rust SDK tests (Go's run in test-go)
 test-sdks:
 	scripts/test-sdks.sh
 
@@ -52,7 +53,7 @@ test-sdks:
 test-mcp-conformance:
 	scripts/test-mcp-conformance.sh
 
-## conformance: the conformance/ fixtures through the Go, TS and Python SDKs against one `bap serve`; results must be identical
+## conformance: the conformance/ fixtures through the Go, TS, Python and Rust SDKs (and MCP) against one `bap serve`; results must be identical
 .PHONY: conformance
 conformance:
 	scripts/conformance.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Conformance runner for sdk-py: runs every conformance/scenarios/*.json against a live server.
 
-    python3 conformance/runner_py.py --base-url http://127.0.0.1:PORT --out DIR
+    python3 conformance/runner_py.py --base-url http://127.0.0.1:PORT --out DIR [--pages ORIGIN]
 
 Writes DIR/py.json (normalized results, see conformance/README.md); exits 1 when a step fails.
 Uses only the standard library and sdk-py from this repository (by path).
@@ -10,6 +10,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 import uuid
 
@@ -27,16 +28,42 @@ def call(client, op, args, key):
         return client.create_task(body, **kw)
     if op == "get_task":
         return client.get_task(args["task_id"])
+    if op == "list_task_events":
+        return client.list_task_events(args["task_id"], after=args.get("after"), limit=args.get("limit"))
     if op == "cancel_task":
         return client.cancel_task(args["task_id"], body, **kw)
+    if op == "resume_task":
+        return client.resume_task(args["task_id"], body, **kw)
     if op == "close_task":
         return client.close_task(args["task_id"], body, **kw)
+    if op == "create_browser_session":
+        return client.create_browser_session(args["task_id"], body, **kw)
+    if op == "checkpoint_browser_session":
+        return client.checkpoint_browser_session(args["session_id"], body, **kw)
+    if op == "close_browser_session":
+        return client.close_browser_session(args["session_id"], body, **kw)
+    if op == "navigate":
+        return client.navigate(args["session_id"], body, **kw)
+    if op == "observe":
+        return client.observe(args["session_id"], body)
+    if op == "query_nodes":
+        return client.query_nodes(args["session_id"], body)
+    if op == "act":
+        return client.act(args["session_id"], body, **kw)
+    if op == "extract":
+        return client.extract(args["session_id"], body)
+    if op == "capture_evidence":
+        return client.capture_evidence(args["session_id"], body, **kw)
     if op == "request_approval":
         return client.request_approval(args["task_id"], body, **kw)
     if op == "resolve_approval":
         return client.resolve_approval(args["approval_id"], body, **kw)
-    if op == "list_task_events":
-        return client.list_task_events(args["task_id"], after=args.get("after"), limit=args.get("limit"))
+    if op == "get_artifact":
+        # The runner-neutral document of get_artifact (conformance/README.md).
+        blob = client.get_artifact(args["artifact_id"])
+        return {"media_type": blob.media_type, "sha256": blob.sha256, "size": len(blob.body)}
+    if op == "verify_artifact":
+        return client.verify_artifact(args["artifact_id"], body)
     raise ValueError("unknown op " + op)
 
 
@@ -68,16 +95,32 @@ def subst(v, vars_):
     return v
 
 
-def normalize(v, vars_):
+PAGES = "${PAGES}"
+ID_RE = re.compile(r"^(tsk|bs|ctx|ep|nd|apr|art|chk|cmd|rcp|evt|rec)_[A-Za-z0-9_-]+$")
+HEX_RE = re.compile(r"^[0-9a-f]{64}$")
+TIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$")
+
+
+def normalize(v, vars_, pages):
+    """A saved variable's value -> "$name" (names sorted); else an opaque id -> "<id:prefix>", a
+    SHA-256 hex digest -> "<sha256>", an RFC 3339 time -> "<time>"; else the pages origin ->
+    "${PAGES}"."""
     if isinstance(v, str):
         for name in sorted(vars_):
-            if vars_[name] == v:
+            if isinstance(vars_[name], str) and vars_[name] == v:
                 return "$" + name
-        return v
+        m = ID_RE.fullmatch(v)
+        if m:
+            return "<id:%s>" % m.group(1)
+        if HEX_RE.fullmatch(v):
+            return "<sha256>"
+        if TIME_RE.fullmatch(v):
+            return "<time>"
+        return v.replace(pages, PAGES) if pages else v
     if isinstance(v, dict):
-        return {k: normalize(x, vars_) for k, x in v.items()}
+        return {k: normalize(x, vars_, pages) for k, x in v.items()}
     if isinstance(v, list):
-        return [normalize(x, vars_) for x in v]
+        return [normalize(x, vars_, pages) for x in v]
     return v
 
 
@@ -85,7 +128,7 @@ def same(a, b):
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def run_scenario(client, sc, nonce, errors):
+def run_scenario(client, sc, nonce, pages, errors):
     vars_ = {}
     steps = []
     ok = True
@@ -105,26 +148,27 @@ def run_scenario(client, sc, nonce, errors):
         if hasattr(doc, "__dataclass_fields__"):
             import dataclasses
             doc = dataclasses.asdict(doc)
-        for name, ptr in step.get("save", {}).items():
-            v = pointer(doc, ptr)
-            if v is not None:
-                vars_[name] = v
-        fields = {p: pointer(doc, p) for p in exp.get("fields", {})}
-        passed = status == exp["status"] and code == exp.get("code")
+        fields = normalize({p: pointer(doc, p) for p in exp.get("fields", {})}, vars_, pages)
+        passed = same(status, exp["status"]) and code == exp.get("code")
         for p, want in exp.get("fields", {}).items():
             try:
                 want = subst(want, vars_)
             except KeyError:
                 passed = False
                 continue
-            if not same(fields[p], want):
+            if not same(fields[p], normalize(want, vars_, pages)):
                 passed = False
         if not passed:
             errors.append("%s step %d (%s): got status=%s code=%s fields=%s; want %s" % (
                 sc["name"], i + 1, step["op"], status, code, json.dumps(fields), json.dumps(exp)))
+        # Saved after the checks: a step compares with what earlier steps saved.
+        for name, ptr in step.get("save", {}).items():
+            v = pointer(doc, ptr)
+            if v is not None:
+                vars_[name] = v
         ok = ok and passed
         steps.append({"op": step["op"], "status": status, "code": code,
-                      "fields": normalize(fields, vars_), "pass": passed})
+                      "fields": fields, "pass": passed})
         if status == "error":
             break
     return {"name": sc["name"], "pass": ok, "steps": steps}
@@ -135,14 +179,22 @@ def main():
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--scenarios", default=os.path.join(ROOT, "conformance", "scenarios"))
+    ap.add_argument("--pages", default=os.environ.get("CONFORMANCE_PAGES", ""))
     a = ap.parse_args()
+    pages = a.pages.rstrip("/")
     client = bap.Client(a.base_url)
     nonce = os.environ.get("CONFORMANCE_RUN") or uuid.uuid4().hex[:12]
     errors = []
     results = []
     for path in sorted(glob.glob(os.path.join(a.scenarios, "*.json"))):
         with open(path, encoding="utf-8") as f:
-            results.append(run_scenario(client, json.load(f), nonce, errors))
+            text = f.read()
+        if PAGES in text:
+            if not pages:
+                print("conformance[%s]: %s uses %s: pass --pages or set CONFORMANCE_PAGES" % (LANG, path, PAGES), file=sys.stderr)
+                sys.exit(2)
+            text = text.replace(PAGES, pages)
+        results.append(run_scenario(client, json.loads(text), nonce, pages, errors))
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, LANG + ".json"), "w", encoding="utf-8") as f:
         f.write(json.dumps({"scenarios": results}, indent=2, sort_keys=True, ensure_ascii=False) + "\n")

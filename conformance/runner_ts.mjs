@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Conformance runner for sdk-ts: runs every conformance/scenarios/*.json against a live server.
 //
-//	node conformance/runner_ts.mjs --base-url http://127.0.0.1:PORT --out DIR
+//	node conformance/runner_ts.mjs --base-url http://127.0.0.1:PORT --out DIR [--pages ORIGIN]
 //
 // Needs the built SDK (sdk-ts/dist/, built by scripts/test-sdks.sh or scripts/conformance.sh).
 // Writes DIR/ts.json (normalized results, see conformance/README.md); exits 1 when a step fails.
@@ -23,14 +23,31 @@ function arg(name, dflt) {
 
 async function call(client, op, args, key) {
   const o = key === null ? undefined : { idempotencyKey: key };
+  const b = args.body;
   switch (op) {
-    case "create_task": return client.createTask(args.body, o);
+    case "create_task": return client.createTask(b, o);
     case "get_task": return client.getTask(args.task_id);
-    case "cancel_task": return client.cancelTask(args.task_id, args.body, o);
-    case "close_task": return client.closeTask(args.task_id, args.body, o);
-    case "request_approval": return client.requestApproval(args.task_id, args.body, o);
-    case "resolve_approval": return client.resolveApproval(args.approval_id, args.body, o);
     case "list_task_events": return client.listTaskEvents(args.task_id, { after: args.after, limit: args.limit });
+    case "cancel_task": return client.cancelTask(args.task_id, b, o);
+    case "resume_task": return client.resumeTask(args.task_id, b, o);
+    case "close_task": return client.closeTask(args.task_id, b, o);
+    case "create_browser_session": return client.createBrowserSession(args.task_id, b, o);
+    case "checkpoint_browser_session": return client.checkpointBrowserSession(args.session_id, b, o);
+    case "close_browser_session": return client.closeBrowserSession(args.session_id, b, o);
+    case "navigate": return client.navigate(args.session_id, b, o);
+    case "observe": return client.observe(args.session_id, b);
+    case "query_nodes": return client.queryNodes(args.session_id, b);
+    case "act": return client.act(args.session_id, b, o);
+    case "extract": return client.extract(args.session_id, b);
+    case "capture_evidence": return client.captureEvidence(args.session_id, b, o);
+    case "request_approval": return client.requestApproval(args.task_id, b, o);
+    case "resolve_approval": return client.resolveApproval(args.approval_id, b, o);
+    case "get_artifact": {
+      // The runner-neutral document of get_artifact (conformance/README.md).
+      const blob = await client.getArtifact(args.artifact_id);
+      return { media_type: blob.mediaType, sha256: blob.sha256, size: blob.body.length };
+    }
+    case "verify_artifact": return client.verifyArtifact(args.artifact_id, b);
     default: throw new Error(`unknown op ${op}`);
   }
 }
@@ -58,13 +75,24 @@ function subst(v, vars) {
   return v;
 }
 
-function normalize(v, vars) {
+const PAGES = "${PAGES}";
+const ID_RE = /^(tsk|bs|ctx|ep|nd|apr|art|chk|cmd|rcp|evt|rec)_[A-Za-z0-9_-]+$/;
+const HEX_RE = /^[0-9a-f]{64}$/;
+const TIME_RE = /^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$/;
+
+// A saved variable's value → "$name" (names sorted); else an opaque id → "<id:prefix>", a SHA-256
+// hex digest → "<sha256>", an RFC 3339 time → "<time>"; else the pages origin → "${PAGES}".
+function normalize(v, vars, pages) {
   if (typeof v === "string") {
     for (const name of Object.keys(vars).sort()) if (vars[name] === v) return "$" + name;
-    return v;
+    const m = ID_RE.exec(v);
+    if (m) return `<id:${m[1]}>`;
+    if (HEX_RE.test(v)) return "<sha256>";
+    if (TIME_RE.test(v)) return "<time>";
+    return pages ? v.replaceAll(pages, PAGES) : v;
   }
-  if (Array.isArray(v)) return v.map((x) => normalize(x, vars));
-  if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, normalize(x, vars)]));
+  if (Array.isArray(v)) return v.map((x) => normalize(x, vars, pages));
+  if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, normalize(x, vars, pages)]));
   return v;
 }
 
@@ -78,7 +106,7 @@ function canon(v) {
 }
 const same = (a, b) => JSON.stringify(canon(a)) === JSON.stringify(canon(b));
 
-async function runScenario(client, sc, nonce, errors) {
+async function runScenario(client, sc, nonce, pages, errors) {
   const vars = {};
   const steps = [];
   let ok = true;
@@ -96,23 +124,25 @@ async function runScenario(client, sc, nonce, errors) {
         errors.push(`${sc.name} step ${i + 1}: ${e}`);
       }
     }
-    for (const [name, ptr] of Object.entries(step.save ?? {})) {
-      const v = pointer(doc, ptr);
-      if (v !== null) vars[name] = v;
-    }
-    const fields = {};
-    for (const p of Object.keys(exp.fields ?? {})) fields[p] = pointer(doc, p);
+    const raw = {};
+    for (const p of Object.keys(exp.fields ?? {})) raw[p] = pointer(doc, p);
+    const fields = normalize(raw, vars, pages);
     let passed = status === exp.status && code === (exp.code ?? null);
     for (const [p, want] of Object.entries(exp.fields ?? {})) {
       let w;
       try { w = subst(want, vars); } catch { passed = false; continue; }
-      if (!same(fields[p], w)) passed = false;
+      if (!same(fields[p], normalize(w, vars, pages))) passed = false;
     }
     if (!passed) {
       errors.push(`${sc.name} step ${i + 1} (${step.op}): got status=${status} code=${code} fields=${JSON.stringify(fields)}; want ${JSON.stringify(exp)}`);
     }
+    // Saved after the checks: a step compares with what earlier steps saved.
+    for (const [name, ptr] of Object.entries(step.save ?? {})) {
+      const v = pointer(doc, ptr);
+      if (v !== null) vars[name] = v;
+    }
     ok &&= passed;
-    steps.push({ op: step.op, status, code, fields: normalize(fields, vars), pass: passed });
+    steps.push({ op: step.op, status, code, fields, pass: passed });
     if (status === "error") break;
   }
   return { name: sc.name, pass: ok, steps };
@@ -121,12 +151,21 @@ async function runScenario(client, sc, nonce, errors) {
 const baseUrl = arg("--base-url");
 const out = arg("--out");
 const dir = arg("--scenarios", join(root, "conformance", "scenarios"));
+const pages = arg("--pages", process.env.CONFORMANCE_PAGES ?? "").replace(/\/+$/, "");
 const client = new Client({ baseUrl });
 const nonce = process.env.CONFORMANCE_RUN || randomUUID().replaceAll("-", "").slice(0, 12);
 const errors = [];
 const results = [];
 for (const f of readdirSync(dir).filter((f) => f.endsWith(".json")).sort()) {
-  results.push(await runScenario(client, JSON.parse(readFileSync(join(dir, f), "utf8")), nonce, errors));
+  let text = readFileSync(join(dir, f), "utf8");
+  if (text.includes(PAGES)) {
+    if (!pages) {
+      console.error(`conformance[${LANG}]: ${f} uses ${PAGES}: pass --pages or set CONFORMANCE_PAGES`);
+      process.exit(2);
+    }
+    text = text.replaceAll(PAGES, pages);
+  }
+  results.push(await runScenario(client, JSON.parse(text), nonce, pages, errors));
 }
 mkdirSync(out, { recursive: true });
 writeFileSync(join(out, `${LANG}.json`), JSON.stringify(canon({ scenarios: results }), null, 2) + "\n");

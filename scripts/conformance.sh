@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs the conformance fixtures (conformance/scenarios/*.json) through every SDK runner (Go, TS,
-# Python) against ONE live `bap serve` on a fresh data dir, then fails unless every runner passed
-# every step and all result files are byte-identical. See conformance/README.md.
+# Runs the conformance fixtures (conformance/scenarios/*.json) through every runner (the Go, TS,
+# Python and Rust SDKs, and MCP through the official Go MCP client) against ONE live `bap serve` on
+# a fresh data dir, with the fixture pages (conformance/pages/) served on 127.0.0.1, then fails unless every
+# runner passed every step — except the known failures conformance/baseline lists, which must still
+# fail — and all result files are byte-identical (conformance/compare.py). See conformance/README.md.
 #   scripts/conformance.sh [OUTDIR]   (default: a temporary directory, removed on success)
 set -euo pipefail
 
@@ -19,9 +21,11 @@ work="$(mktemp -d /tmp/bap-conformance.XXXXXX)"
 chmod 0755 "$work" # as root, embedded PostgreSQL runs as postgres and must traverse the data dir
 out="${1:-$work/results}"
 pid=""
+pages_pid=""
 ok=0
 keep_out=$(( $# >= 1 ))
 cleanup() {
+	if [[ -n "$pages_pid" ]]; then kill "$pages_pid" 2>/dev/null || true; fi
 	if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
 		kill "$pid" 2>/dev/null || true
 		for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -29,7 +33,7 @@ cleanup() {
 	fi
 	# Only after the server (and its PostgreSQL) stopped; keep everything on failure or with KEEP=1.
 	if [[ $ok == 1 && -z "${KEEP:-}" ]]; then
-		if [[ $keep_out == 1 ]]; then rm -rf "$work"/{data,bin,serve.log}; else rm -rf "$work"; fi
+		if [[ $keep_out == 1 ]]; then rm -rf "$work"/{data,bin,serve.log,pages.log}; else rm -rf "$work"; fi
 	fi
 }
 trap cleanup EXIT
@@ -38,6 +42,10 @@ echo "== conformance: build"
 go build -o bin/bap ./server/cmd/bap
 mkdir -p "$work/bin"
 go build -o "$work/bin/runner_go" ./conformance/runner_go
+go build -o "$work/bin/runner_mcp" ./conformance/runner_mcp
+# The Rust runner, with Debian's cargo and rustc (`make deps`), offline from /usr/share/cargo/registry.
+(cd conformance/runner_rs && env PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc /usr/bin/cargo build --quiet)
+cp conformance/runner_rs/target/debug/runner_rs "$work/bin/runner_rs"
 
 want="$(cat "$tools/package.json" "$tools/package-lock.json" | sha256sum | cut -d' ' -f1)"
 if [[ ! -x "$node" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
@@ -63,30 +71,50 @@ done
 base="http://$listen"
 echo "server: $base"
 
+# The fixture pages the browser scenarios visit (their ${PAGES} is this origin).
+python3 -u -m http.server --bind 127.0.0.1 --directory conformance/pages 0 >"$work/pages.log" 2>&1 &
+pages_pid=$!
+pages_port=""
+for _ in $(seq 100); do
+	pages_port="$(sed -n 's/^Serving HTTP on 127\.0\.0\.1 port \([0-9]*\).*/\1/p' "$work/pages.log" | head -1)"
+	[[ -n "$pages_port" ]] && break
+	kill -0 "$pages_pid" 2>/dev/null || { cat "$work/pages.log" >&2; echo "conformance: the pages server exited" >&2; exit 1; }
+	sleep 0.1
+done
+[[ -n "$pages_port" ]] || { echo "conformance: the pages server did not start" >&2; exit 1; }
+export CONFORMANCE_PAGES="http://127.0.0.1:$pages_port"
+echo "pages: $CONFORMANCE_PAGES"
+
 export CONFORMANCE_RUN="$(date +%s)-$$"
 status=0
+# A runner exits 1 when a step fails; conformance/compare.py judges the result files against the
+# baseline of known failures, so the exit statuses are only reported here.
+runners=(go ts py mcp rs)
 echo "== conformance: go"
-"$work/bin/runner_go" --base-url "$base" --out "$out" --scenarios conformance/scenarios || status=1
+"$work/bin/runner_go" --base-url "$base" --out "$out" --scenarios conformance/scenarios || echo "(runner_go: failed steps)"
 echo "== conformance: ts (node $("$node" --version))"
-"$node" conformance/runner_ts.mjs --base-url "$base" --out "$out" || status=1
+"$node" conformance/runner_ts.mjs --base-url "$base" --out "$out" || echo "(runner_ts: failed steps)"
 echo "== conformance: py ($(python3 --version))"
-python3 conformance/runner_py.py --base-url "$base" --out "$out" || status=1
+python3 conformance/runner_py.py --base-url "$base" --out "$out" || echo "(runner_py: failed steps)"
+echo "== conformance: mcp (official Go MCP client, /mcp)"
+"$work/bin/runner_mcp" --base-url "$base" --out "$out" --scenarios conformance/scenarios || echo "(runner_mcp: failed steps)"
+echo "== conformance: rs ($(/usr/bin/rustc --version))"
+"$work/bin/runner_rs" --base-url "$base" --out "$out" --scenarios conformance/scenarios || echo "(runner_rs: failed steps)"
 
-echo "== conformance: compare result files"
-for lang in go ts py; do
-	[[ -f "$out/$lang.json" ]] || { echo "missing $out/$lang.json" >&2; status=1; }
-done
-for lang in ts py; do
-	if [[ -f "$out/go.json" && -f "$out/$lang.json" ]] && ! cmp -s "$out/go.json" "$out/$lang.json"; then
-		echo "conformance: $lang.json differs from go.json:" >&2
-		diff -u "$out/go.json" "$out/$lang.json" >&2 || true
-		status=1
-	fi
-done
+echo "== conformance: compare result files (baseline: conformance/baseline)"
+if ! python3 conformance/compare.py --baseline conformance/baseline "$out" "${runners[@]}"; then
+	status=1
+	for lang in "${runners[@]:1}"; do
+		if [[ -f "$out/go.json" && -f "$out/$lang.json" ]] && ! cmp -s "$out/go.json" "$out/$lang.json"; then
+			echo "conformance: $lang.json differs from go.json:" >&2
+			diff -u "$out/go.json" "$out/$lang.json" >&2 || true
+		fi
+	done
+fi
 
 if [[ $status -ne 0 ]]; then
 	echo "conformance: FAILED (results in $out, server log $work/serve.log) after $((SECONDS - start)) s" >&2
 	exit 1
 fi
-echo "conformance: OK — $(ls conformance/scenarios/*.json | wc -l) scenarios, go/ts/py results identical ($((SECONDS - start)) s)"
+echo "conformance: OK — $(ls conformance/scenarios/*.json | wc -l) scenarios, ${runners[*]} results identical ($((SECONDS - start)) s)"
 ok=1

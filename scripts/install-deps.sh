@@ -17,6 +17,9 @@
 #   chromium            the browser BAP drives
 #   ca-certificates     TLS roots for the HTTPS clients
 #   make, git, curl     the build
+#   cargo, rustc, librust-{serde,serde-derive,serde-json,ureq}-dev
+#                       sdk-rs and its conformance runner, built offline from Debian's crates
+#                       (/usr/share/cargo/registry; rustc 1.63)
 #
 # Recommended packages are installed too (Debian's default): chromium's include the fonts pages render
 # with. Note that installing postgresql also creates and starts Debian's default cluster "main" on
@@ -24,7 +27,7 @@
 # `systemctl disable --now postgresql` stops it if it is not wanted.
 set -eu
 
-PACKAGES="postgresql postgresql-contrib chromium ca-certificates make git curl"
+PACKAGES="postgresql postgresql-contrib chromium ca-certificates make git curl cargo rustc librust-serde-dev librust-serde-derive-dev librust-serde-json-dev librust-ureq-dev"
 
 check_only=false
 case "${1:-}" in

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests the Python and TypeScript SDKs (sdk-go is tested by `go test ./...`):
+# Tests the Python, TypeScript and Rust SDKs (sdk-go is tested by `go test ./...`):
 #   - sdk-py: python3 -m unittest against a stdlib http.server fake, and an offline
 #     `pip install --no-build-isolation` of ./sdk-py into a temporary directory (without pip, a
 #     wheel built by its in-tree backend);
@@ -60,15 +60,20 @@ rm -rf sdk-ts/dist
 "$node" "$modules/typescript/bin/tsc" -p sdk-ts/test/tsconfig.json || status=1
 
 echo "== sdk-ts: node --test (node $("$node" --version))"
-"$node" --test sdk-ts/test/client.test.mjs sdk-ts/test/subscribe.test.mjs || status=1
+"$node" --test sdk-ts/test/client.test.mjs sdk-ts/test/subscribe.test.mjs sdk-ts/test/credentials.test.mjs || status=1
 if command -v node >/dev/null; then
 	sys_major="$(node -p 'process.versions.node.split(".")[0]')"
 	pinned_major="$("$node" -p 'process.versions.node.split(".")[0]')"
 	if [[ "$sys_major" != "$pinned_major" && "$sys_major" -ge 20 ]]; then
 		echo "== sdk-ts: node --test (node $(node --version) from PATH)"
-		node --test sdk-ts/test/client.test.mjs sdk-ts/test/subscribe.test.mjs || status=1
+		node --test sdk-ts/test/client.test.mjs sdk-ts/test/subscribe.test.mjs sdk-ts/test/credentials.test.mjs || status=1
 	fi
 fi
+
+# sdk-rs: Debian's cargo and rustc (`make deps`; rustc 1.63), offline from /usr/share/cargo/registry
+# (sdk-rs/.cargo/config.toml): unit tests against a loopback fake, doc examples compiled.
+echo "== sdk-rs: cargo test ($(/usr/bin/rustc --version))"
+(cd sdk-rs && env PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo test --quiet) || status=1
 
 if [[ $status -ne 0 ]]; then
 	echo "test-sdks: FAILED" >&2

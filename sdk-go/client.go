@@ -40,6 +40,8 @@ type Client struct {
 	baseURL     string
 	hc          *http.Client
 	tokenSource func(context.Context) (string, error)
+	// credentials is the token cache of WithClientCredentials (dropped after a 401), or nil.
+	credentials *ClientCredentials
 	maxAttempts int
 	userAgent   string
 
@@ -60,6 +62,12 @@ func NewClient(baseURL string, opts ...Option) *Client {
 	if hc == nil {
 		hc = &http.Client{}
 	}
+	if cc := cfg.credentials; cc != nil {
+		if cc.HTTPClient == nil {
+			cc.HTTPClient = hc // the token endpoint is reached over TCP, never the Unix socket
+		}
+		cfg.tokenSource = cc.Token
+	}
 	if cfg.socket != "" {
 		cp := *hc
 		cp.Transport = unixTransport(hc.Transport, cfg.socket)
@@ -72,6 +80,7 @@ func NewClient(baseURL string, opts ...Option) *Client {
 		baseURL:     strings.TrimRight(baseURL, "/"),
 		hc:          hc,
 		tokenSource: cfg.tokenSource,
+		credentials: cfg.credentials,
 		maxAttempts: cfg.maxAttempts,
 		userAgent:   cfg.userAgent,
 		backoff:     defaultBackoff,
@@ -182,6 +191,7 @@ func (c *Client) do(ctx context.Context, r *request, accept string, opts []CallO
 	if cc.meta != nil {
 		*cc.meta = ResponseMeta{IdempotencyKey: key}
 	}
+	reauthenticated := false
 	for attempt := 1; ; attempt++ {
 		req, err := http.NewRequestWithContext(ctx, r.method, u, bytes.NewReader(payload))
 		if err != nil {
@@ -245,6 +255,12 @@ func (c *Client) do(ctx context.Context, r *request, accept string, opts []CallO
 			return resp.StatusCode, body, resp.Header, nil
 		}
 		p := newProblem(resp.StatusCode, resp.Header, body)
+		if p.Status == http.StatusUnauthorized && c.credentials != nil && !reauthenticated {
+			// The cached token was revoked or expired early: once more with a fresh one.
+			reauthenticated = true
+			c.credentials.Invalidate()
+			continue
+		}
 		if attempt < c.maxAttempts && retryable(p) {
 			wait, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now())
 			if !ok {

@@ -13,6 +13,7 @@ type Option func(*config)
 type config struct {
 	httpClient  *http.Client
 	tokenSource func(context.Context) (string, error)
+	credentials *ClientCredentials
 	socket      string
 	maxAttempts int
 	userAgent   string

@@ -1,9 +1,10 @@
-// Package sdkgen generates the operation methods and event types of the three SDKs (sdk-go,
-// sdk-py, sdk-ts) from the bundled OpenAPI and AsyncAPI documents. Each SDK's transport
+// Package sdkgen generates the operation methods and event types of the SDKs (sdk-go, sdk-py,
+// sdk-ts, sdk-rs) from the bundled OpenAPI and AsyncAPI documents. Each SDK's transport
 // (HTTP, retries, idempotency keys, problems) is hand-written next to the generated files; the
 // generated part is only what follows from the spec: names, signatures, routes, doc comments,
 // and the shapes Go's types.gen.go (oapi-codegen) and TypeScript's schema.gen.ts
-// (openapi-typescript) do not give.
+// (openapi-typescript) do not give. For Rust, which has no such tool here, the types too
+// (rsgen.go).
 package sdkgen
 
 import (

@@ -14,9 +14,19 @@ options (``idempotency_key=`` on mutating operations, ``timeout=``). They return
 """
 
 from ._client import Blob, Client, DigestMismatchError, ProblemError, new_idempotency_key
+from ._credentials import ClientCredentials, TokenError
 from ._generated import *  # noqa: F401,F403 (the wire types, Operations, events)
 from ._generated import __all__ as _generated_all
 
 __version__ = "1.0.0"
 
-__all__ = ["Blob", "Client", "DigestMismatchError", "ProblemError", "new_idempotency_key", *_generated_all]
+__all__ = [
+    "Blob",
+    "Client",
+    "ClientCredentials",
+    "DigestMismatchError",
+    "ProblemError",
+    "TokenError",
+    "new_idempotency_key",
+    *_generated_all,
+]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional, Union
 from urllib.parse import quote, urlencode, urlsplit
 
+from ._credentials import ClientCredentials
 from ._generated import Operations
 
 __all__ = ["Blob", "Client", "ProblemError", "new_idempotency_key"]
@@ -128,7 +129,10 @@ class Client(Operations):
     ``base_url`` is e.g. ``"http://127.0.0.1:7777"`` (a path prefix is kept); with
     ``unix_socket`` (the local profile's ``<data-dir>/bap.sock``) requests go through the socket
     and ``base_url`` may be ``""``. ``token`` is a bearer token, or a callable returning one
-    before every attempt. ``max_attempts`` bounds the client's own retries (network errors, 409
+    before every attempt; or ``client_credentials`` (a ``bap.ClientCredentials``, or a dict of its
+    arguments: ``token_url``, ``client_id``, ``client_secret``, ``resource``, ``scope``) gets and
+    caches OAuth tokens itself (a 401 drops the cached token and the call is retried once).
+    ``max_attempts`` bounds the client's own retries (network errors, 409
     ``idempotency_in_flight``, 429 and 503, honouring ``Retry-After``); mutating calls reuse the
     same ``Idempotency-Key`` on every attempt.
     """
@@ -142,6 +146,7 @@ class Client(Operations):
         max_attempts: int = 3,
         user_agent: str = "bap-sdk-py",
         ssl_context: Optional[ssl.SSLContext] = None,
+        client_credentials: Union[ClientCredentials, Mapping[str, Any], None] = None,
     ) -> None:
         if not base_url:
             if not unix_socket:
@@ -155,6 +160,14 @@ class Client(Operations):
         self._host = parts.hostname
         self._port = parts.port
         self._prefix = parts.path.rstrip("/")
+        self._credentials: Optional[ClientCredentials] = None
+        if client_credentials is not None:
+            if token is not None:
+                raise ValueError("give token or client_credentials, not both")
+            if not isinstance(client_credentials, ClientCredentials):
+                client_credentials = ClientCredentials(**dict(client_credentials), ssl_context=ssl_context)
+            self._credentials = client_credentials
+            token = client_credentials
         self._token = token
         self.timeout = timeout
         self.unix_socket = unix_socket
@@ -215,6 +228,7 @@ class Client(Operations):
         wait_timeout = self.timeout if timeout is None else timeout
 
         attempt = 0
+        reauthenticated = False
         while True:
             attempt += 1
             token = self._bearer()
@@ -234,6 +248,11 @@ class Client(Operations):
                     return None
                 return json.loads(data.decode("utf-8"))
             err = ProblemError(status, data, resp_headers)
+            if status == 401 and self._credentials is not None and not reauthenticated:
+                # The cached token was revoked or expired early: once more with a fresh one.
+                reauthenticated = True
+                self._credentials.invalidate()
+                continue
             if attempt < self.max_attempts and _retryable(err):
                 delay = _retry_after(resp_headers.get("retry-after"))
                 if delay is None:

@@ -30,12 +30,116 @@ export interface ClientOptions {
   baseUrl: string;
   /** Bearer token (remote profile), or a function returning one before every attempt. */
   token?: string | (() => string | undefined | Promise<string | undefined>);
+  /**
+   * OAuth 2.0 client credentials (remote profile): the client asks the token endpoint for an
+   * access token bound to `resource` and caches it until shortly before it expires. Takes the
+   * place of `token`.
+   */
+  clientCredentials?: ClientCredentialsOptions;
   /** The fetch implementation (default: the global `fetch`). */
   fetch?: typeof fetch;
   /** Attempts per call in all (default 3; 1 disables retries). */
   maxAttempts?: number;
   /** Headers sent on every request. */
   headers?: Record<string, string>;
+}
+
+/** Options of the client credentials grant (`new Client({ baseUrl, clientCredentials })`). */
+export interface ClientCredentialsOptions {
+  /** The token endpoint, e.g. `https://bap.example.com/oauth2/token`. */
+  tokenUrl: string;
+  clientId: string;
+  clientSecret: string;
+  /** RFC 8707 resource indicator: the BAP server's URL, e.g. `https://bap.example.com`. */
+  resource?: string;
+  /** Scopes to narrow the token to (absent: every scope the client was registered with). */
+  scope?: string | string[];
+  /** The clock in ms (default `Date.now`); tests move it. */
+  now?: () => number;
+}
+
+/** An error answer of the token endpoint (RFC 6749 §5.2). */
+export class TokenError extends Error {
+  readonly status: number;
+  /** The OAuth error code (`"invalid_client"`, `"invalid_target"`, …), if any. */
+  readonly code: string | undefined;
+  readonly description: string | undefined;
+
+  constructor(status: number, code?: string, description?: string) {
+    super(`bap: token endpoint: ${status}${code ? ` ${code}` : ""}${description ? `: ${description}` : ""}`);
+    this.name = "TokenError";
+    this.status = status;
+    this.code = code;
+    this.description = description;
+  }
+}
+
+/**
+ * A cached OAuth 2.0 client credentials token source (RFC 6749 §4.4, client_secret_basic, RFC 8707
+ * `resource`). `token()` returns the cached access token, or fetches a new one when none is cached
+ * or it expires within a quarter of its lifetime (at most 30 s); concurrent callers share one
+ * request.
+ */
+export class ClientCredentials {
+  readonly #options: ClientCredentialsOptions;
+  readonly #fetch: typeof fetch;
+  #token: string | undefined;
+  #refreshAt = 0;
+  #pending: Promise<string> | undefined;
+
+  constructor(options: ClientCredentialsOptions, fetchImpl: typeof fetch = globalThis.fetch.bind(globalThis)) {
+    this.#options = options;
+    this.#fetch = fetchImpl;
+  }
+
+  async token(): Promise<string> {
+    const now = (this.#options.now ?? Date.now)();
+    if (this.#token !== undefined && now < this.#refreshAt) return this.#token;
+    this.#pending ??= this.#request(now).finally(() => {
+      this.#pending = undefined;
+    });
+    return this.#pending;
+  }
+
+  /** Drops the cached token: the next `token()` asks for a new one. */
+  invalidate(): void {
+    this.#token = undefined;
+    this.#refreshAt = 0;
+  }
+
+  async #request(now: number): Promise<string> {
+    const o = this.#options;
+    const form = new URLSearchParams({ grant_type: "client_credentials" });
+    if (o.resource) form.set("resource", o.resource);
+    const scope = Array.isArray(o.scope) ? o.scope.join(" ") : o.scope;
+    if (scope) form.set("scope", scope);
+    // RFC 6749 §2.3.1: the client id and secret are form-urlencoded before Basic encoding.
+    const basic = btoa(`${encodeURIComponent(o.clientId)}:${encodeURIComponent(o.clientSecret)}`);
+    const res = await this.#fetch(o.tokenUrl, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", accept: "application/json", authorization: `Basic ${basic}` },
+      body: form.toString(),
+    });
+    const text = await res.text();
+    let doc: Record<string, unknown> = {};
+    try {
+      const v: unknown = JSON.parse(text);
+      if (v !== null && typeof v === "object" && !Array.isArray(v)) doc = v as Record<string, unknown>;
+    } catch {
+      doc = {};
+    }
+    const str = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
+    if (res.status !== 200) throw new TokenError(res.status, str(doc["error"]), str(doc["error_description"]));
+    const token = str(doc["access_token"]);
+    const type = str(doc["token_type"]);
+    if (!token || (type !== undefined && type.toLowerCase() !== "bearer")) {
+      throw new TokenError(res.status, undefined, "the answer holds no bearer access_token");
+    }
+    const expiresIn = typeof doc["expires_in"] === "number" && doc["expires_in"] > 0 ? doc["expires_in"] * 1000 : 60_000;
+    this.#token = token;
+    this.#refreshAt = now + expiresIn - Math.min(expiresIn / 4, 30_000);
+    return token;
+  }
 }
 
 /** What the client saw of the final answer of a call (see `CallOptions.onResponse`). */
@@ -158,6 +262,7 @@ export class Client extends Operations {
   readonly baseUrl: string;
   readonly maxAttempts: number;
   readonly #token: ClientOptions["token"];
+  readonly #credentials: ClientCredentials | undefined;
   readonly #fetch: typeof fetch;
   readonly #headers: Record<string, string>;
   /** Wait in ms before retry n (1-based) when the answer gives no Retry-After. */
@@ -167,8 +272,14 @@ export class Client extends Operations {
     super();
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
     this.maxAttempts = Math.max(1, Math.floor(options.maxAttempts ?? 3));
-    this.#token = options.token;
     this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    if (options.clientCredentials) {
+      const cc = new ClientCredentials(options.clientCredentials, this.#fetch);
+      this.#credentials = cc;
+      this.#token = () => cc.token();
+    } else {
+      this.#token = options.token;
+    }
     this.#headers = { ...options.headers };
   }
 
@@ -298,6 +409,7 @@ export class Client extends Operations {
       key = options.idempotencyKey ?? crypto.randomUUID();
       headers["idempotency-key"] = key;
     }
+    let reauthenticated = false;
     for (let attempt = 1; ; attempt++) {
       const token = typeof this.#token === "function" ? await this.#token() : this.#token;
       if (token) headers["authorization"] = `Bearer ${token}`;
@@ -327,6 +439,12 @@ export class Client extends Operations {
         return { status: res.status, headers: res.headers, body };
       }
       const problem = new ProblemError(res.status, new TextDecoder().decode(body), res.headers);
+      if (res.status === 401 && this.#credentials && !reauthenticated) {
+        // The cached token was revoked or expired early: once more with a fresh one.
+        reauthenticated = true;
+        this.#credentials.invalidate();
+        continue;
+      }
       if (attempt < this.maxAttempts && retryable(problem)) {
         const wait = retryAfterMs(res.headers.get("retry-after")) ?? this.backoff(attempt);
         if (wait <= MAX_WAIT_MS) {

@@ -5,6 +5,11 @@ import type { ActResponse, ActPendingApprovalResponse, TaskEvent, EventDataMap, 
 
 declare const client: Client;
 
+export const withCredentials = new Client({
+  baseUrl: "https://bap.example.com",
+  clientCredentials: { tokenUrl: "https://bap.example.com/oauth2/token", clientId: "cli_1", clientSecret: "s", resource: "https://bap.example.com", scope: "bap:tasks.read" },
+});
+
 export async function signatures(): Promise<void> {
   const req: NavigateRequest = { url: "https://example.com/" };
   const nav = await client.navigate("bs_1", req, { idempotencyKey: "k" });

@@ -4,8 +4,8 @@
 //
 // Our generators write: sdk-go/client.gen.go and events.gen.go, sdk-py/bap/_generated.py,
 // sdk-ts/src/client.gen.ts, events.gen.ts and schema.gen.ts (openapi-typescript, pinned in
-// tools/package.json, run on the Node of tools/node_modules), and the MCP tool catalog
-// server/internal/mcpcatalog/tools.gen.json.
+// tools/package.json, run on the Node of tools/node_modules), sdk-rs/src/types.gen.rs and
+// client.gen.rs, and the MCP tool catalog server/internal/mcpcatalog/tools.gen.json.
 package main
 
 import (
@@ -66,6 +66,8 @@ func run(skipNode bool) error {
 		{"sdk-py/bap/_generated.py", func() ([]byte, error) { return sdkgen.Python(doc, events) }},
 		{"sdk-ts/src/client.gen.ts", func() ([]byte, error) { return sdkgen.TSClient(doc) }},
 		{"sdk-ts/src/events.gen.ts", func() ([]byte, error) { return sdkgen.TSEvents(doc, events) }},
+		{"sdk-rs/src/types.gen.rs", func() ([]byte, error) { return sdkgen.RustTypes(doc, events) }},
+		{"sdk-rs/src/client.gen.rs", func() ([]byte, error) { return sdkgen.RustClient(doc) }},
 		{"server/internal/mcpcatalog/tools.gen.json", func() ([]byte, error) { return mcpcatalog.Generate(doc) }},
 	} {
 		out, err := g.gen()

@@ -1,0 +1,349 @@
+// Package harness is the scenario engine the Go conformance runners share (runner_go through
+// sdk-go, runner_mcp through the official Go MCP client): it loads conformance/scenarios/*.json,
+// substitutes variables and the fixture-pages origin, checks expectations, normalizes volatile
+// values and writes the result file. The TypeScript and Python runners implement the same rules
+// (conformance/README.md); the result files of all runners must be byte-identical.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Outcome is what one call answered, in runner-neutral terms.
+type Outcome struct {
+	// Status is "ok" for a successful call, the HTTP status (as a float64) of a problem.
+	Status any
+	// Code is the problem's code, or nil.
+	Code any
+	// Doc is the response body (or the problem document) as plain JSON values.
+	Doc any
+	// Err is a runner or transport error (the step records status "error").
+	Err error
+}
+
+// Caller performs op with args (path/query parameters by name, "body") and the Idempotency-Key
+// key ("" = let the client choose one).
+type Caller func(ctx context.Context, op string, args map[string]any, key string) Outcome
+
+// Setup prepares a Caller once the flags are parsed.
+type Setup func(ctx context.Context, baseURL string) (Caller, func(), error)
+
+type step struct {
+	Op     string            `json:"op"`
+	Args   map[string]any    `json:"args"`
+	Key    *string           `json:"key"`
+	Expect expect            `json:"expect"`
+	Save   map[string]string `json:"save"`
+}
+
+type expect struct {
+	Status any            `json:"status"`
+	Code   *string        `json:"code"`
+	Fields map[string]any `json:"fields"`
+}
+
+type scenario struct {
+	Name  string `json:"name"`
+	Steps []step `json:"steps"`
+}
+
+// PagesPlaceholder is replaced by the fixture pages' origin in scenario files, and the origin
+// by it in results.
+const PagesPlaceholder = "${PAGES}"
+
+var (
+	idRe   = regexp.MustCompile(`^(tsk|bs|ctx|ep|nd|apr|art|chk|cmd|rcp|evt|rec)_[A-Za-z0-9_-]+$`)
+	hexRe  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	timeRe = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`)
+)
+
+// Pointer is RFC 6901; a missing member answers nil (recorded as null).
+func Pointer(doc any, ptr string) any {
+	if ptr == "" {
+		return doc
+	}
+	cur := doc
+	for _, tok := range strings.Split(ptr[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch v := cur.(type) {
+		case map[string]any:
+			x, ok := v[tok]
+			if !ok {
+				return nil
+			}
+			cur = x
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(v) {
+				return nil
+			}
+			cur = v[i]
+		default:
+			return nil
+		}
+	}
+	return cur
+}
+
+func subst(v any, vars map[string]any) (any, error) {
+	switch x := v.(type) {
+	case string:
+		if strings.HasPrefix(x, "$") {
+			if val, ok := vars[x[1:]]; ok {
+				return val, nil
+			}
+			return nil, fmt.Errorf("unset variable %s", x)
+		}
+		return x, nil
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			s, err := subst(e, vars)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = s
+		}
+		return out, nil
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			s, err := subst(e, vars)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = s
+		}
+		return out, nil
+	}
+	return v, nil
+}
+
+// normalize replaces, in every string: a saved variable's value by "$name" (names in sorted
+// order); else an opaque id by "<id:prefix>", a SHA-256 hex digest by "<sha256>", an RFC 3339
+// time by "<time>"; else each occurrence of the pages origin by "${PAGES}".
+func normalize(v any, vars map[string]any, pages string) any {
+	switch x := v.(type) {
+	case string:
+		names := make([]string, 0, len(vars))
+		for n := range vars {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if s, ok := vars[n].(string); ok && s == x {
+				return "$" + n
+			}
+		}
+		if m := idRe.FindStringSubmatch(x); m != nil {
+			return "<id:" + m[1] + ">"
+		}
+		if hexRe.MatchString(x) {
+			return "<sha256>"
+		}
+		if timeRe.MatchString(x) {
+			return "<time>"
+		}
+		if pages != "" {
+			return strings.ReplaceAll(x, pages, PagesPlaceholder)
+		}
+		return x
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			out[k] = normalize(e, vars, pages)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = normalize(e, vars, pages)
+		}
+		return out
+	}
+	return v
+}
+
+func same(a, b any) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
+}
+
+// Generic turns a typed value into plain JSON values.
+func Generic(v any) any {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return map[string]any{}
+	}
+	return Decode(raw)
+}
+
+// Decode parses raw JSON into plain values ({} when it is not JSON).
+func Decode(raw []byte) any {
+	var out any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return map[string]any{}
+	}
+	return out
+}
+
+func runScenario(ctx context.Context, call Caller, lang string, sc scenario, nonce, pages string, errs *[]string) map[string]any {
+	vars := map[string]any{}
+	steps := []any{}
+	ok := true
+	for i, st := range sc.Steps {
+		key := ""
+		if st.Key != nil {
+			key = fmt.Sprintf("conf-%s-%s-%s-%s", lang, nonce, sc.Name, *st.Key)
+		}
+		var o Outcome
+		args, err := subst(map[string]any(st.Args), vars)
+		if err != nil {
+			o = Outcome{Err: err}
+		} else {
+			a, _ := args.(map[string]any)
+			if a == nil {
+				a = map[string]any{}
+			}
+			o = call(ctx, st.Op, a, key)
+		}
+		if o.Err != nil {
+			o.Status, o.Code, o.Doc = "error", nil, map[string]any{}
+			*errs = append(*errs, fmt.Sprintf("%s step %d: %v", sc.Name, i+1, o.Err))
+		}
+		if o.Doc == nil {
+			o.Doc = map[string]any{}
+		}
+		fields := map[string]any{}
+		for ptr := range st.Expect.Fields {
+			fields[ptr] = Pointer(o.Doc, ptr)
+		}
+		got := normalize(fields, vars, pages).(map[string]any)
+		var wantCode any
+		if st.Expect.Code != nil {
+			wantCode = *st.Expect.Code
+		}
+		passed := same(o.Status, st.Expect.Status) && same(o.Code, wantCode)
+		for ptr, want := range st.Expect.Fields {
+			w, err := subst(want, vars)
+			if err != nil || !same(got[ptr], normalize(w, vars, pages)) {
+				passed = false
+			}
+		}
+		if !passed {
+			f, _ := json.Marshal(got)
+			e, _ := json.Marshal(st.Expect)
+			*errs = append(*errs, fmt.Sprintf("%s step %d (%s): got status=%v code=%v fields=%s; want %s", sc.Name, i+1, st.Op, o.Status, o.Code, f, e))
+		}
+		// Saved after the checks: a step compares with what earlier steps saved.
+		for name, ptr := range st.Save {
+			if v := Pointer(o.Doc, ptr); v != nil {
+				vars[name] = v
+			}
+		}
+		ok = ok && passed
+		steps = append(steps, map[string]any{"op": st.Op, "status": o.Status, "code": o.Code, "fields": got, "pass": passed})
+		if o.Status == "error" {
+			break
+		}
+	}
+	return map[string]any{"name": sc.Name, "pass": ok, "steps": steps}
+}
+
+// Main parses the runner flags (--base-url, --out, --scenarios, --pages), runs every scenario
+// through the Caller of setup and writes <out>/<lang>.json; it exits 1 when a step failed.
+func Main(lang string, setup Setup) {
+	baseURL := flag.String("base-url", "", "server base URL")
+	out := flag.String("out", "", "output directory")
+	dir := flag.String("scenarios", "conformance/scenarios", "scenario directory")
+	pagesFlag := flag.String("pages", "", "origin of the fixture pages (default: $CONFORMANCE_PAGES)")
+	flag.Parse()
+	if *baseURL == "" || *out == "" {
+		fmt.Fprintf(os.Stderr, "usage: runner_%s --base-url URL --out DIR [--scenarios DIR] [--pages ORIGIN]\n", lang)
+		os.Exit(2)
+	}
+	pages := strings.TrimRight(*pagesFlag, "/")
+	if pages == "" {
+		pages = strings.TrimRight(os.Getenv("CONFORMANCE_PAGES"), "/")
+	}
+	nonce := os.Getenv("CONFORMANCE_RUN")
+	if nonce == "" {
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		nonce = hex.EncodeToString(b)
+	}
+	files, _ := filepath.Glob(filepath.Join(*dir, "*.json"))
+	sort.Strings(files)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	call, done, err := setup(ctx, strings.TrimRight(*baseURL, "/"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "conformance[%s]: %v\n", lang, err)
+		os.Exit(1)
+	}
+	var errs []string
+	results := []any{}
+	passed := 0
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if bytes.Contains(raw, []byte(PagesPlaceholder)) {
+			if pages == "" {
+				fmt.Fprintf(os.Stderr, "conformance[%s]: %s uses %s: pass --pages or set CONFORMANCE_PAGES\n", lang, f, PagesPlaceholder)
+				os.Exit(2)
+			}
+			raw = bytes.ReplaceAll(raw, []byte(PagesPlaceholder), []byte(pages))
+		}
+		var sc scenario
+		if err := json.Unmarshal(raw, &sc); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", f, err)
+			os.Exit(1)
+		}
+		r := runScenario(ctx, call, lang, sc, nonce, pages, &errs)
+		if r["pass"] == true {
+			passed++
+		}
+		results = append(results, r)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(map[string]any{"scenarios": results}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(filepath.Join(*out, lang+".json"), buf.Bytes(), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for _, e := range errs {
+		fmt.Fprintf(os.Stderr, "conformance[%s]: FAIL %s\n", lang, e)
+	}
+	fmt.Fprintf(os.Stderr, "conformance[%s]: %d/%d scenarios pass\n", lang, passed, len(results))
+	done()
+	if len(errs) > 0 {
+		os.Exit(1)
+	}
+}
