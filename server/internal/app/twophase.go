@@ -41,6 +41,7 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 	var plan any
 	var cmd *Command
 	var fl *flight // registered for cancel_task from phase 1 until phase 3 committed (cancel.go)
+	var taskDeadline *time.Time
 	defer func() { s.flights.end(fl) }()
 	dispatched := false
 	err := s.store.InTx(ctx, func(tx Tx) error {
@@ -80,6 +81,7 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 			return err
 		}
 		plan, dispatched = p, true
+		taskDeadline = c.t.Deadline
 		// Registered while the task's row is locked: a cancel_task that commits after this
 		// transaction finds the command registered, one that committed before was seen above.
 		if !op.unregistered {
@@ -96,6 +98,12 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 	dctx := context.WithoutCancel(ctx)
 	if fl != nil {
 		dctx = fl.ctx
+	}
+	if taskDeadline != nil {
+		// No command outlives its task: the task's deadline bounds it as well as its own timeout.
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithDeadline(dctx, *taskDeadline)
+		defer cancel()
 	}
 	var out any
 	var dispatchErr error

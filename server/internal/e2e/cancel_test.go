@@ -346,3 +346,35 @@ func TestCancelKeepsAnActionThatRan(t *testing.T) {
 		t.Fatal("history lacks the action that ran")
 	}
 }
+
+// A command never outlives its task: the task's deadline bounds a navigation that asked for a
+// longer timeout, which then reports action_timeout, and the task expires.
+func TestTaskDeadlineBoundsACommand(t *testing.T) {
+	h := newHangSite(t)
+	s := newStack(t)
+	deadline := time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
+	r := s.must(t, 201, "POST", "/bap/v1/tasks", "dl-task", map[string]any{
+		"goal": "finish in time", "deadline": deadline, "policy": map[string]any{"allowed_origins": []string{h.srv.URL}},
+	})
+	taskID := r.str("task", "task_id")
+	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "dl-session", map[string]any{}).str("session", "session_id")
+	s.closeAtEnd(t, sess)
+	begin := time.Now()
+	nav := s.call(t, "POST", "/bap/v1/browser-sessions/"+sess+"/navigate", "dl-nav", map[string]any{"url": h.srv.URL + "/slow", "timeout_ms": 60000})
+	if took := time.Since(begin); took > 10*time.Second {
+		t.Fatalf("the navigation ran %s past a 3 s task deadline", took)
+	}
+	if nav.status != 408 || nav.str("code") != "action_timeout" {
+		t.Fatalf("navigation past the task deadline: %d %s", nav.status, nav.raw)
+	}
+	waitUntil := time.Now().Add(10 * time.Second)
+	for {
+		if st := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st == "expired" {
+			break
+		}
+		if time.Now().After(waitUntil) {
+			t.Fatal("the task did not expire")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
