@@ -181,8 +181,10 @@ func TestRelayDeliversCommittedEventsOnceInOrder(t *testing.T) {
 	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event`).Scan(&msgs); err != nil {
 		t.Fatal(err)
 	}
-	if msgs != tasks*2 {
-		t.Fatalf("%d outbox messages, want one per command (%d)", msgs, tasks*2)
+	// One message per committing transaction: create_task commits once, cancel_task (two-phase:
+	// recorded before it stops the task's browser work, then applied) twice.
+	if msgs != tasks*3 {
+		t.Fatalf("%d outbox messages, want one per command transaction (%d)", msgs, tasks*3)
 	}
 	// The replay path reads the same feed in the same order.
 	replayed, err := n.store.ReadFeed(context.Background(), "local", app.FeedPosition{}, 10000)
