@@ -65,6 +65,12 @@ func (s *Service) RegisterNode(ctx context.Context, advertiseURL, version string
 	return s.store.RegisterNode(ctx, NodeInfo{ID: s.cfg.NodeID, AdvertiseURL: advertiseURL, SoftwareVersion: version})
 }
 
+// StopOtherNodes marks every other node stopped: for a node that knows it is alone on its database
+// (the embedded cluster of a locked data dir). It returns how many it marked.
+func (s *Service) StopOtherNodes(ctx context.Context) (int64, error) {
+	return s.store.StopNodesExcept(ctx, s.cfg.NodeID)
+}
+
 // StopNode marks this node stopped.
 func (s *Service) StopNode(ctx context.Context) error {
 	return s.store.StopNode(ctx, s.cfg.NodeID)

@@ -220,6 +220,15 @@ func (s *Store) StopNode(ctx context.Context, nodeID string) error {
 	return nil
 }
 
+// StopNodesExcept implements app.Store.
+func (s *Store) StopNodesExcept(ctx context.Context, nodeID string) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `UPDATE runtime_node SET stopped_at = now() WHERE node_id <> $1 AND stopped_at IS NULL`, nodeID)
+	if err != nil {
+		return 0, fmt.Errorf("marking other nodes stopped: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // OrphanedClaims implements app.Store.
 func (s *Store) OrphanedClaims(ctx context.Context, staleBefore time.Time, limit int) ([]app.IdempotencyClaim, error) {
 	rows, err := s.pool.Query(ctx, `SELECT r.tenant_id, r.idempotency_key, r.operation, r.command_id, coalesce(r.node_id, '')
