@@ -618,8 +618,8 @@ func (s *Service) recordAction(ctx context.Context, c *commandCtx, rec *SessionR
 ) ([]string, error) {
 	s.noteUse(c.t.ID, rec.ID, res.ContextID)
 	data := map[string]any{
-		"session_id": rec.ID, "action": req.Action, "context_id": res.ContextID, "epoch_id": res.EpochID,
-		"navigated": res.Navigated, "effect": res.Effect,
+		"session_id": rec.ID, "command_id": c.cmd.ID, "action": req.Action, "context_id": res.ContextID,
+		"epoch_id": res.EpochID, "navigated": res.Navigated, "effect": res.Effect,
 	}
 	for k, v := range extra {
 		data[k] = v

@@ -213,6 +213,9 @@ func (s *stack) must(t *testing.T, want int, method, path, key string, body any)
 		t.Fatalf("%s %s: %d %s, want %d", method, path, r.status, r.raw, want)
 	}
 	assertNoCDPIDs(t, r.raw)
+	if method == "GET" && r.status == 200 && strings.Contains(path, "/events") {
+		assertEventsMatchSchemas(t, r.raw)
+	}
 	return r
 }
 
