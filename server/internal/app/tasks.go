@@ -234,9 +234,11 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 		if _, err := task.Next(c.t.State, trig); err != nil {
 			return nil, c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; close_task is not possible from that state", c.t.State))
 		}
-		if err := c.emit(ctx, c.t, "postcondition.evaluated", "close_task", map[string]any{
-			"satisfied": res.Satisfied, "unmet_count": len(res.Unmet), "verification": verification,
-		}); err != nil {
+		pc := map[string]any{"satisfied": res.Satisfied, "unmet": res.Unmet, "verification": verification}
+		if res.ContextID != "" {
+			pc["context_id"] = res.ContextID
+		}
+		if err := c.emit(ctx, c.t, "postcondition.evaluated", "close_task", pc); err != nil {
 			return nil, err
 		}
 		c.t.Verification = verification

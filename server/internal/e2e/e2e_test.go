@@ -315,6 +315,8 @@ func TestCheckoutThroughTheAPI(t *testing.T) {
 	if len(evidence) != 2 || !kinds["screenshot"] || !kinds["dom_snapshot"] {
 		t.Fatalf("close_task evidence: %s", closed.raw)
 	}
+	// The whole history, close included, matches the event schemas (checked by must).
+	s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
 }
 
 // 100 requests with one key place one order: the click is recorded before dispatch and replayed
