@@ -65,10 +65,12 @@ func (s *Service) RegisterNode(ctx context.Context, advertiseURL, version string
 	return s.store.RegisterNode(ctx, NodeInfo{ID: s.cfg.NodeID, AdvertiseURL: advertiseURL, SoftwareVersion: version})
 }
 
-// StopOtherNodes marks every other node stopped: for a node that knows it is alone on its database
-// (the embedded cluster of a locked data dir). It returns how many it marked.
-func (s *Service) StopOtherNodes(ctx context.Context) (int64, error) {
-	return s.store.StopNodesExcept(ctx, s.cfg.NodeID)
+// MarkNodeStopped records that another node is gone (its process is known to have ended).
+func (s *Service) MarkNodeStopped(ctx context.Context, nodeID string) error {
+	if nodeID == "" || nodeID == s.cfg.NodeID {
+		return nil
+	}
+	return s.store.StopNode(ctx, nodeID)
 }
 
 // StopNode marks this node stopped.

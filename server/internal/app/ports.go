@@ -47,8 +47,6 @@ type Store interface {
 	RegisterNode(ctx context.Context, n NodeInfo) error
 	// StopNode marks a node stopped.
 	StopNode(ctx context.Context, nodeID string) error
-	// StopNodesExcept marks every running node but nodeID stopped.
-	StopNodesExcept(ctx context.Context, nodeID string) (int64, error)
 }
 
 // TaskRef names a task and its tenant.

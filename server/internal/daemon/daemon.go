@@ -150,13 +150,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if cfg.DatabaseURL == "" {
-		// The embedded cluster is this data dir's, whose lock this process holds: every other node
-		// recorded in it is gone. Saying so at once lets recovery classify what they left in flight
-		// now rather than after NodeStaleAfter without heartbeats.
-		if n, err := svc.StopOtherNodes(ctx); err != nil {
+		if err := succeedDataDirNode(ctx, svc, cfg.DataDir, nodeID, log); err != nil {
 			return err
-		} else if n > 0 {
-			log.Info("earlier nodes of this data dir marked stopped", "count", n)
 		}
 	}
 

@@ -203,7 +203,7 @@ func (t *pgTx) CloseApproval(ctx context.Context, a *app.Approval, commandID str
 // RegisterNode implements app.Store.
 func (s *Store) RegisterNode(ctx context.Context, n app.NodeInfo) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO runtime_node (node_id, advertise_url, software_version) VALUES ($1, $2, $3)
-		ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now(), advertise_url = EXCLUDED.advertise_url`,
+		ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now(), advertise_url = EXCLUDED.advertise_url, stopped_at = NULL`,
 		n.ID, n.AdvertiseURL, n.SoftwareVersion)
 	if err != nil {
 		return fmt.Errorf("registering node: %w", err)
@@ -218,15 +218,6 @@ func (s *Store) StopNode(ctx context.Context, nodeID string) error {
 		return fmt.Errorf("marking node stopped: %w", err)
 	}
 	return nil
-}
-
-// StopNodesExcept implements app.Store.
-func (s *Store) StopNodesExcept(ctx context.Context, nodeID string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE runtime_node SET stopped_at = now() WHERE node_id <> $1 AND stopped_at IS NULL`, nodeID)
-	if err != nil {
-		return 0, fmt.Errorf("marking other nodes stopped: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
 
 // OrphanedClaims implements app.Store.
