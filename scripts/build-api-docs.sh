@@ -8,23 +8,11 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools="$root/tools"
-modules="$tools/node_modules"
-node="$modules/node/bin/node"
-stamp="$modules/.bap-tools.sha256"
+# shellcheck source=node-tools.sh
+source "$root/scripts/node-tools.sh"
 
-export npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
-export SCARF_ANALYTICS=false REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
-export NODE_DISABLE_COMPILE_CACHE=1
 
-want="$(cat "$tools/package.json" "$tools/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [[ ! -x "$node" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-	echo "build-api-docs: installing pinned tools (npm ci --prefix tools)" >&2
-	npm ci --prefix "$tools" --ignore-scripts --no-audit --no-fund --loglevel=error
-	npm rebuild --prefix "$tools" --foreground-scripts --loglevel=error node
-	[[ -x "$node" ]] || { echo "build-api-docs: $node missing after npm ci" >&2; exit 1; }
-	echo "$want" >"$stamp"
-fi
+ensure_node_tools build-api-docs
 
 cd "$root"
 tmp="$(mktemp -d)"

@@ -10,12 +10,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 start=$SECONDS
-tools="$root/tools"
-modules="$tools/node_modules"
-node="$modules/node/bin/node"
-stamp="$modules/.bap-tools.sha256"
-export npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
-export NODE_DISABLE_COMPILE_CACHE=1 PYTHONDONTWRITEBYTECODE=1
+# shellcheck source=node-tools.sh
+source "$root/scripts/node-tools.sh"
+export PYTHONDONTWRITEBYTECODE=1
 
 work="$(mktemp -d /tmp/bap-conformance.XXXXXX)"
 chmod 0755 "$work" # as root, embedded PostgreSQL runs as postgres and must traverse the data dir
@@ -47,13 +44,7 @@ go build -o "$work/bin/runner_mcp" ./conformance/runner_mcp
 (cd conformance/runner_rs && env PATH=/usr/bin:/bin RUSTC=/usr/bin/rustc /usr/bin/cargo build --quiet)
 cp conformance/runner_rs/target/debug/runner_rs "$work/bin/runner_rs"
 
-want="$(cat "$tools/package.json" "$tools/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [[ ! -x "$node" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-	echo "conformance: installing pinned tools (npm ci --prefix tools)" >&2
-	npm ci --prefix "$tools" --ignore-scripts --no-audit --no-fund --loglevel=error
-	npm rebuild --prefix "$tools" --foreground-scripts --loglevel=error node
-	echo "$want" >"$stamp"
-fi
+ensure_node_tools conformance
 "$node" "$modules/typescript/bin/tsc" -p sdk-ts/tsconfig.json
 
 echo "== conformance: start bap serve"

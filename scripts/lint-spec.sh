@@ -7,28 +7,10 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools="$root/tools"
-modules="$tools/node_modules"
-node="$modules/node/bin/node"
-stamp="$modules/.bap-tools.sha256"
+# shellcheck source=node-tools.sh
+source "$root/scripts/node-tools.sh"
 
-# No telemetry, update checks or prompts from npm, Redocly, AsyncAPI or install scripts.
-export npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
-export SCARF_ANALYTICS=false
-export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
-export ASYNCAPI_SKIP_NEW_VERSION_CHECK=true
-export NODE_DISABLE_COMPILE_CACHE=1
-
-want="$(cat "$tools/package.json" "$tools/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [[ ! -x "$node" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-	echo "lint-spec: installing pinned tools (npm ci --prefix tools)" >&2
-	# --ignore-scripts: no package may run install scripts (they would edit shell rc files or
-	# phone home) except `node`, whose preinstall fetches the platform binary; rebuild runs it alone.
-	npm ci --prefix "$tools" --ignore-scripts --no-audit --no-fund --loglevel=error
-	npm rebuild --prefix "$tools" --foreground-scripts --loglevel=error node
-	[[ -x "$node" ]] || { echo "lint-spec: $node missing after npm ci" >&2; exit 1; }
-	echo "$want" >"$stamp"
-fi
+ensure_node_tools lint-spec
 export PATH="$modules/node/bin:$PATH"
 
 # The AsyncAPI CLI records usage unless its analytics file says no; keep that file in

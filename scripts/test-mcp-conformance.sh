@@ -14,23 +14,13 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools="$root/tools"
-modules="$tools/node_modules"
-node="$modules/node/bin/node"
+# shellcheck source=node-tools.sh
+source "$root/scripts/node-tools.sh"
 suite="$modules/@modelcontextprotocol/conformance/dist/index.js"
-stamp="$modules/.bap-tools.sha256"
 
-export npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
-export NODE_DISABLE_COMPILE_CACHE=1 NO_COLOR=1
+export NO_COLOR=1
 
-want="$(cat "$tools/package.json" "$tools/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [[ ! -x "$node" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-	echo "test-mcp-conformance: installing pinned tools (npm ci --prefix tools)" >&2
-	npm ci --prefix "$tools" --ignore-scripts --no-audit --no-fund --loglevel=error
-	npm rebuild --prefix "$tools" --foreground-scripts --loglevel=error node
-	[[ -x "$node" ]] || { echo "test-mcp-conformance: $node missing after npm ci" >&2; exit 1; }
-	echo "$want" >"$stamp"
-fi
+ensure_node_tools test-mcp-conformance
 
 tmp="$(mktemp -d)"
 chmod 755 "$tmp" # the embedded cluster's user must reach the data dir when we run as root

@@ -11,22 +11,12 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tools="$root/tools"
-modules="$tools/node_modules"
-node="$modules/node/bin/node"
-stamp="$modules/.bap-tools.sha256"
+# shellcheck source=node-tools.sh
+source "$root/scripts/node-tools.sh"
 
-export npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
-export NODE_DISABLE_COMPILE_CACHE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 
-want="$(cat "$tools/package.json" "$tools/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [[ ! -x "$node" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-	echo "test-sdks: installing pinned tools (npm ci --prefix tools)" >&2
-	npm ci --prefix "$tools" --ignore-scripts --no-audit --no-fund --loglevel=error
-	npm rebuild --prefix "$tools" --foreground-scripts --loglevel=error node
-	[[ -x "$node" ]] || { echo "test-sdks: $node missing after npm ci" >&2; exit 1; }
-	echo "$want" >"$stamp"
-fi
+ensure_node_tools test-sdks
 
 cd "$root"
 status=0
