@@ -263,9 +263,9 @@ class Actor(TypedDict):
     kind: "ActorKind"
 
 
-ActorKind = Literal["client", "user", "operator", "system"]
-"""Who caused an event: an OAuth client, a person (authorization-code login), the local operator, or
-the server itself.
+ActorKind = Literal["client", "user", "operator", "worker", "system"]
+"""Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a
+delegated-mode worker (its id is the node it runs on), or the server itself.
 """
 
 
@@ -1219,7 +1219,9 @@ class PlanStep(TypedDict):
 
     #: The body of the operation named by `op` (e.g. a NavigateRequest for `navigate`).
     args: NotRequired[dict[str, Any]]
-    #: Attempts before the step is dead-lettered and the task fails.
+    #: Attempts before the step is dead-lettered and the task fails (the runtime's default is 3).
+    #: Errors that cannot improve on retry (a policy violation, invalid arguments, no browser) fail
+    #: the plan at once without consuming attempts.
     max_attempts: NotRequired[int]
     op: "PlanOp"
 
@@ -1227,6 +1229,10 @@ class PlanStep(TypedDict):
 class PlanStepFinishedData(TypedDict):
     """`data` of a `plan.step_finished` event: a delegated-mode plan step ended."""
 
+    #: An artifact the step produced: what an `observe` (kind `ax_snapshot`) or `extract` (kind
+    #: `other`) step returned, as JSON; the first artifact of a `capture_evidence` step; the
+    #: screenshot kept with a dead letter.
+    artifact_id: NotRequired[str]
     attempt: int
     #: True when the step failed beyond its attempts.
     dead_lettered: NotRequired[bool]
@@ -1235,6 +1241,9 @@ class PlanStepFinishedData(TypedDict):
     problem_code: NotRequired["ProblemCode"]
     #: Receipt identifier.
     receipt_id: NotRequired[str]
+    #: True when a safe step that had finished was run again on a session restored from a
+    #: checkpoint.
+    rerun: NotRequired[bool]
     succeeded: bool
 
 
@@ -1264,6 +1273,9 @@ class PlanStepStartedData(TypedDict):
     attempt: int
     index: int
     op: "PlanOp"
+    #: True when a safe step that had finished is run again on a session restored from a checkpoint
+    #: (after a worker took over an expired lease).
+    rerun: NotRequired[bool]
 
 
 class PlanStepStartedEvent(TypedDict):

@@ -298,8 +298,8 @@ impl Actor {
     }
 }
 
-/// Who caused an event: an OAuth client, a person (authorization-code login), the local operator,
-/// or the server itself.
+/// Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a
+/// delegated-mode worker (its id is the node it runs on), or the server itself.
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ActorKind::Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -310,6 +310,8 @@ pub enum ActorKind {
     User,
     /// `operator`
     Operator,
+    /// `worker`
+    Worker,
     /// `system`
     System,
     /// A value this SDK does not know (sent unchanged; the server validates).
@@ -318,7 +320,7 @@ pub enum ActorKind {
 
 impl ActorKind {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ActorKind] = &[ActorKind::Client, ActorKind::User, ActorKind::Operator, ActorKind::System];
+    pub const ALL: &'static [ActorKind] = &[ActorKind::Client, ActorKind::User, ActorKind::Operator, ActorKind::Worker, ActorKind::System];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -326,6 +328,7 @@ impl ActorKind {
             ActorKind::Client => "client",
             ActorKind::User => "user",
             ActorKind::Operator => "operator",
+            ActorKind::Worker => "worker",
             ActorKind::System => "system",
             ActorKind::Unknown(s) => s,
         }
@@ -338,6 +341,7 @@ impl From<&str> for ActorKind {
             "client" => ActorKind::Client,
             "user" => ActorKind::User,
             "operator" => ActorKind::Operator,
+            "worker" => ActorKind::Worker,
             "system" => ActorKind::System,
             other => ActorKind::Unknown(other.to_string()),
         }
@@ -2548,7 +2552,9 @@ pub struct PlanStep {
     /// The body of the operation named by `op` (e.g. a NavigateRequest for `navigate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Attempts before the step is dead-lettered and the task fails.
+    /// Attempts before the step is dead-lettered and the task fails (the runtime's default is 3).
+    /// Errors that cannot improve on retry (a policy violation, invalid arguments, no browser) fail
+    /// the plan at once without consuming attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<i64>,
     pub op: PlanOp,
@@ -2568,6 +2574,11 @@ impl PlanStep {
 /// `data` of a `plan.step_finished` event: a delegated-mode plan step ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanStepFinishedData {
+    /// An artifact the step produced: what an `observe` (kind `ax_snapshot`) or `extract` (kind
+    /// `other`) step returned, as JSON; the first artifact of a `capture_evidence` step; the
+    /// screenshot kept with a dead letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<String>,
     pub attempt: i64,
     /// True when the step failed beyond its attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -2579,6 +2590,10 @@ pub struct PlanStepFinishedData {
     /// Receipt identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt_id: Option<String>,
+    /// True when a safe step that had finished was run again on a session restored from a
+    /// checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun: Option<bool>,
     pub succeeded: bool,
 }
 
@@ -2586,12 +2601,14 @@ impl PlanStepFinishedData {
     /// A value with the required fields; the optional ones are `None`.
     pub fn new(attempt: i64, index: i64, op: PlanOp, succeeded: bool) -> Self {
         PlanStepFinishedData {
+            artifact_id: None,
             attempt,
             dead_lettered: None,
             index,
             op,
             problem_code: None,
             receipt_id: None,
+            rerun: None,
             succeeded,
         }
     }
@@ -2643,6 +2660,10 @@ pub struct PlanStepStartedData {
     pub attempt: i64,
     pub index: i64,
     pub op: PlanOp,
+    /// True when a safe step that had finished is run again on a session restored from a checkpoint
+    /// (after a worker took over an expired lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun: Option<bool>,
 }
 
 impl PlanStepStartedData {
@@ -2652,6 +2673,7 @@ impl PlanStepStartedData {
             attempt,
             index,
             op,
+            rerun: None,
         }
     }
 }

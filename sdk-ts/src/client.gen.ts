@@ -27,8 +27,8 @@ export type ActionPerformedEvent = S["ActionPerformedEvent"];
 /** Who caused an event. */
 export type Actor = S["Actor"];
 /**
- * Who caused an event: an OAuth client, a person (authorization-code login), the local operator, or
- * the server itself.
+ * Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a
+ * delegated-mode worker (its id is the node it runs on), or the server itself.
  */
 export type ActorKind = S["ActorKind"];
 /** An approval request of a task. */

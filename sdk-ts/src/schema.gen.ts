@@ -676,10 +676,10 @@ export interface components {
         };
         /**
          * ActorKind
-         * @description Who caused an event: an OAuth client, a person (authorization-code login), the local operator, or the server itself.
+         * @description Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a delegated-mode worker (its id is the node it runs on), or the server itself.
          * @enum {string}
          */
-        ActorKind: "client" | "user" | "operator" | "system";
+        ActorKind: "client" | "user" | "operator" | "worker" | "system";
         /**
          * Approval
          * @description An approval request of a task.
@@ -2477,8 +2477,8 @@ export interface components {
              */
             args?: Record<string, unknown>;
             /**
-             * @description Attempts before the step is dead-lettered and the task fails.
-             * @default 1
+             * @description Attempts before the step is dead-lettered and the task fails (the runtime's default is 3). Errors that cannot improve on retry (a policy violation, invalid arguments, no browser) fail the plan at once without consuming attempts.
+             * @default 3
              */
             max_attempts?: number;
             op: components["schemas"]["PlanOp"];
@@ -2495,6 +2495,8 @@ export interface components {
          *     }
          */
         PlanStepFinishedData: {
+            /** @description An artifact the step produced: what an `observe` (kind `ax_snapshot`) or `extract` (kind `other`) step returned, as JSON; the first artifact of a `capture_evidence` step; the screenshot kept with a dead letter. */
+            artifact_id?: string;
             attempt: number;
             /** @description True when the step failed beyond its attempts. */
             dead_lettered?: boolean;
@@ -2506,6 +2508,8 @@ export interface components {
              * @example rcp_9rS1tU3vW5xY
              */
             receipt_id?: string;
+            /** @description True when a safe step that had finished was run again on a session restored from a checkpoint. */
+            rerun?: boolean;
             succeeded: boolean;
         };
         /**
@@ -2551,6 +2555,8 @@ export interface components {
             attempt: number;
             index: number;
             op: components["schemas"]["PlanOp"];
+            /** @description True when a safe step that had finished is run again on a session restored from a checkpoint (after a worker took over an expired lease). */
+            rerun?: boolean;
         };
         /**
          * PlanStepStartedEvent

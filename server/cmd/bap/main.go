@@ -102,6 +102,9 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.DurationVar(&cfg.CheckpointMaxAge, "checkpoint-max-age", 0, "how old a checkpoint may be when a session is restored from it (default 24h)")
 	fs.BoolVar(&cfg.SeparationOfDuties, "separation-of-duties", false, "refuse resolve_approval by the caller who requested the approval")
 	fs.DurationVar(&cfg.CancelDeadline, "cancel-deadline", 0, "how long cancel_task waits for the task's in-flight browser commands to stop and record their outcome (default 3s)")
+	limitFlags(fs, &cfg) // backpressure caps (limits.go)
+	fs.IntVar(&cfg.Workers, "workers", 4, "delegated tasks (plans) this node runs at once; 0 runs none")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long a worker's lease on a delegated task lasts unless renewed (default 15s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

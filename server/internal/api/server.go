@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/originweave/bap/server/internal/admission"
 	"github.com/originweave/bap/server/internal/apigen"
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/idempotency"
@@ -49,6 +50,11 @@ type Options struct {
 	Streams EventStreams
 	// StreamHeartbeat is the idle interval between keep-alives on a stream (default 15 s).
 	StreamHeartbeat time.Duration
+	// Admission bounds the requests in flight per tenant and per node (admission.go).
+	Admission Admission
+	// Cluster, when set, forwards requests for objects another live node owns to that node and
+	// accepts the other nodes' node credentials (forward.go, ADR 0012).
+	Cluster *Cluster
 }
 
 // Mount is an extra anonymous route of the transport.
@@ -72,6 +78,9 @@ type server struct {
 	opMux    *http.ServeMux
 	adapters []string
 	stream   streamOptions
+	fwd      *forwarder // nil: a single node
+	// admission bounds the requests in flight (admission.go).
+	admission Admission
 }
 
 var _ apigen.ServerInterface = (*server)(nil)
@@ -106,6 +115,12 @@ func New(o Options) (http.Handler, error) {
 	s := &server{svc: o.Service, auth: o.Authenticator, log: o.Logger, maxBody: o.MaxBodyBytes,
 		ready: o.Ready, spec: idx, opMux: http.NewServeMux(), adapters: o.Adapters, audit: o.Audit, limiter: o.Limiter}
 	s.stream = newStreamOptions(o)
+	s.admission = o.Admission
+	if o.Cluster != nil {
+		if s.fwd, err = newForwarder(o.Cluster, o.Logger); err != nil {
+			return nil, err
+		}
+	}
 	for _, op := range idx.ops {
 		op := op
 		s.opMux.Handle(op.Method+" "+op.Path, opHandler{op})
@@ -176,7 +191,7 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		}
 		setOpLabel(r.Context(), oh.op.ID)
 		challenger, _ := s.auth.(Challenger)
-		p, err := authenticateCaller(s.auth, r)
+		p, forwarded, err := s.authenticateRequest(w, r, oh.op)
 		if err != nil {
 			e := app.AsError(err)
 			if e == nil {
@@ -198,12 +213,21 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			writeProblem(w, app.Errorf(app.CodeInsufficientScope, "this operation needs the %s capability", oh.op.Scope))
 			return
 		}
-		if s.limiter != nil && p.ClientID != "" {
+		if s.limiter != nil && p.ClientID != "" && !forwarded { // the forwarding node counted it
 			if ok, wait := s.limiter.Allow(p.ClientID); !ok {
+				s.admission.Refusals.Add(admission.ClientRate)
 				s.refused(r, oh.op, p, string(app.CodeRateLimited))
 				writeProblem(w, &app.Error{Code: app.CodeRateLimited, Detail: "this client sends requests faster than its rate limit", RetryAfter: wait})
 				return
 			}
+		}
+		release, admitted := s.admit(w, r, oh.op, p) // in-flight caps (admission.go)
+		if !admitted {
+			return
+		}
+		defer release()
+		if !forwarded && s.forward(w, r, oh.op, p) {
+			return // its owner node answered
 		}
 		ctx := context.WithValue(r.Context(), principalKey{}, p)
 		ctx = context.WithValue(ctx, opCtxKey{}, oh.op)

@@ -66,6 +66,7 @@ const (
 	ActorKindOperator ActorKind = "operator"
 	ActorKindSystem   ActorKind = "system"
 	ActorKindUser     ActorKind = "user"
+	ActorKindWorker   ActorKind = "worker"
 )
 
 // Valid indicates whether the value is a known member of the ActorKind enum.
@@ -78,6 +79,8 @@ func (e ActorKind) Valid() bool {
 	case ActorKindSystem:
 		return true
 	case ActorKindUser:
+		return true
+	case ActorKindWorker:
 		return true
 	default:
 		return false
@@ -860,11 +863,11 @@ type Actor struct {
 	// Id Client id or user id (absent for `system`).
 	Id *string `json:"id,omitempty"`
 
-	// Kind Who caused an event: an OAuth client, a person (authorization-code login), the local operator, or the server itself.
+	// Kind Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a delegated-mode worker (its id is the node it runs on), or the server itself.
 	Kind ActorKind `json:"kind"`
 }
 
-// ActorKind Who caused an event: an OAuth client, a person (authorization-code login), the local operator, or the server itself.
+// ActorKind Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a delegated-mode worker (its id is the node it runs on), or the server itself.
 type ActorKind string
 
 // Approval An approval request of a task.
@@ -2348,7 +2351,7 @@ type PlanStep struct {
 	// Args The body of the operation named by `op` (e.g. a NavigateRequest for `navigate`).
 	Args *map[string]interface{} `json:"args,omitempty"`
 
-	// MaxAttempts Attempts before the step is dead-lettered and the task fails.
+	// MaxAttempts Attempts before the step is dead-lettered and the task fails (the runtime's default is 3). Errors that cannot improve on retry (a policy violation, invalid arguments, no browser) fail the plan at once without consuming attempts.
 	MaxAttempts *int `json:"max_attempts,omitempty"`
 
 	// Op Operation of a delegated-mode plan step.
@@ -2359,7 +2362,9 @@ type PlanStep struct {
 //
 // Examples: {"attempt":1,"index":0,"op":"navigate","receipt_id":"rcp_9rS1tU3vW5xY","succeeded":true}
 type PlanStepFinishedData struct {
-	Attempt int `json:"attempt"`
+	// ArtifactId An artifact the step produced: what an `observe` (kind `ax_snapshot`) or `extract` (kind `other`) step returned, as JSON; the first artifact of a `capture_evidence` step; the screenshot kept with a dead letter.
+	ArtifactId *string `json:"artifact_id,omitempty"`
+	Attempt    int     `json:"attempt"`
 
 	// DeadLettered True when the step failed beyond its attempts.
 	DeadLettered *bool `json:"dead_lettered,omitempty"`
@@ -2375,7 +2380,10 @@ type PlanStepFinishedData struct {
 	//
 	// Examples: rcp_9rS1tU3vW5xY
 	ReceiptId *string `json:"receipt_id,omitempty"`
-	Succeeded bool    `json:"succeeded"`
+
+	// Rerun True when a safe step that had finished was run again on a session restored from a checkpoint.
+	Rerun     *bool `json:"rerun,omitempty"`
+	Succeeded bool  `json:"succeeded"`
 }
 
 // PlanStepFinishedEvent An Event of type `plan.step_finished`.
@@ -2425,6 +2433,9 @@ type PlanStepStartedData struct {
 
 	// Op Operation of a delegated-mode plan step.
 	Op PlanOp `json:"op"`
+
+	// Rerun True when a safe step that had finished is run again on a session restored from a checkpoint (after a worker took over an expired lease).
+	Rerun *bool `json:"rerun,omitempty"`
 }
 
 // PlanStepStartedEvent An Event of type `plan.step_started`.

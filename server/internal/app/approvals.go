@@ -69,6 +69,9 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 	if held, ok := s.heldAction(approvalID); ok && decision == "approve" {
 		return s.approveHeldAction(ctx, call, approvalID, reason, held, r)
 	}
+	if err := s.checkApprovalHere(ctx, call.Actor, approvalID); err != nil {
+		return Response{}, err // its held action waits on another live node (ownership.go)
+	}
 	defer func() {
 		// Denied (or found closed): whatever it held never runs.
 		if a, err := s.store.GetApproval(context.WithoutCancel(ctx), call.Actor.Tenant, approvalID); err == nil && a.State != task.ApprovalPending {

@@ -122,6 +122,8 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 		return &Error{Code: CodeNotFound, Detail: "no such node (unknown handle, or the query matched nothing)"}, task.Rejected
 	case errors.Is(err, page.ErrInvalidRequest):
 		return &Error{Code: CodeInvalidRequest, Detail: err.Error()}, task.Rejected
+	case errors.Is(err, errSessionElsewhere):
+		return heldElsewhere(), task.Rejected
 	case errors.Is(err, errSessionNotHeld):
 		return &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}, task.Rejected
 	case errors.Is(err, page.ErrSessionLost), errors.Is(err, page.ErrSessionClosed):
@@ -182,6 +184,12 @@ func (s *Service) liveSession(ctx context.Context, rec *SessionRecord) (BrowserS
 	if sess, ok := b.Session(rec.ID); ok {
 		return sess, nil
 	}
+	if elsewhere, err := s.heldByOtherLiveNode(ctx, rec); err != nil || elsewhere {
+		if err == nil {
+			err = errSessionElsewhere // another live node holds it: not lost (ownership.go)
+		}
+		return nil, err
+	}
 	if err := s.markSessionLost(ctx, rec.Tenant, rec.ID, "not held by this node"); err != nil {
 		s.cfg.Logger.Error("marking session lost", "session_id", rec.ID, "err", err)
 	}
@@ -203,6 +211,9 @@ func (s *Service) sessionFor(ctx context.Context, actor Actor, sessionID string)
 		return nil, nil, &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}
 	case SessionClosed:
 		return nil, nil, &Error{Code: CodeInvalidTransition, Detail: "the browser session is closed"}
+	}
+	if err := s.checkHeldHere(ctx, rec); err != nil {
+		return nil, nil, err
 	}
 	sess, err := s.liveSession(ctx, rec)
 	if err != nil {
@@ -244,7 +255,9 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 	if err != nil {
 		return Response{}, err
 	}
-	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+	adm := &sessionAdmission{} // held until the session's row is committed (limits.go)
+	defer adm.done()
+	resp, err := s.runTwoPhase(ctx, call, taskID, r, twoPhase{
 		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
 			if resume {
 				if _, err := task.Next(c.t.State, task.Resume); err != nil {
@@ -263,14 +276,8 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 					return nil, err
 				}
 			}
-			if max := s.cfg.MaxSessionsPerTenant; max > 0 {
-				n, err := c.tx.CountOpenSessions(ctx, c.t.Tenant)
-				if err != nil {
-					return nil, err
-				}
-				if n >= max {
-					return nil, &Error{Code: CodeRateLimited, Detail: fmt.Sprintf("the tenant already has %d open browser sessions", n), RetryAfter: 5 * time.Second}
-				}
+			if err := s.admitSession(ctx, c, adm); err != nil {
+				return nil, err // a capacity refusal rolls phase 1 back: not recorded (limits.go)
 			}
 			pol, err := taskPolicy(c.t)
 			if err != nil {
@@ -279,6 +286,7 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			return &openPlan{id: ids.New(ids.BrowserSession), pol: pol, tenant: c.t.Tenant, taskID: c.t.ID, state: state}, nil
 		},
 		dispatch: func(ctx context.Context, plan any) (any, error) {
+			defer adm.dispatched() // the browser counts the session (if it opened) from now on
 			p := plan.(*openPlan)
 			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 			defer cancel()
@@ -347,6 +355,7 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			return &SessionResult{Session: rec, Receipt: rc}, "", nil
 		},
 	})
+	return resp, refusalProblem(err)
 }
 
 type openPlan struct {
@@ -376,6 +385,9 @@ func taskPolicy(t *Task) (*policy.Policy, error) {
 func (s *Service) sessionTask(ctx context.Context, actor Actor, sessionID string) (string, error) {
 	rec, err := s.store.GetSession(ctx, actor.Tenant, sessionID)
 	if err != nil {
+		return "", err
+	}
+	if err := s.checkHeldHere(ctx, rec); err != nil {
 		return "", err
 	}
 	return rec.TaskID, nil
@@ -554,6 +566,9 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 	}
 	rec, err := s.store.GetSession(ctx, call.Actor.Tenant, sessionID)
 	if err != nil {
+		return Response{}, err
+	}
+	if err := s.checkHeldHere(ctx, rec); err != nil {
 		return Response{}, err
 	}
 	taskID := rec.TaskID

@@ -114,6 +114,8 @@ type Tx interface {
 	OldestWaitingTask(ctx context.Context, tenant string) (*Task, error)
 	// CountActiveTasks counts tenant's non-terminal tasks past admission.
 	CountActiveTasks(ctx context.Context, tenant string) (int, error)
+	// CountQueuedTasks counts tenant's waiting tasks: in `created`, or `admitted` with a plan.
+	CountQueuedTasks(ctx context.Context, tenant string) (int, error)
 
 	// InsertSession records a browser session.
 	InsertSession(ctx context.Context, s *SessionRecord) error

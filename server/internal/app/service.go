@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/originweave/bap/server/internal/admission"
 	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/task"
@@ -29,8 +30,13 @@ type Config struct {
 	InterruptedResponse func(rc *Receipt) (Response, error)
 	// Browser is the browser adapter; nil answers browser operations 503 browser_unavailable.
 	Browser Browser
-	// MaxSessionsPerTenant caps open browser sessions per tenant (0: no cap) → 429.
+	// MaxSessionsPerTenant caps open browser sessions per tenant (0: no cap) → 429 (limits.go).
 	MaxSessionsPerTenant int
+	// MaxQueuedTasksPerTenant caps a tenant's waiting tasks — in `created` awaiting admission, or
+	// admitted with a plan awaiting a worker (0: no cap); create_task beyond it → 429 (limits.go).
+	MaxQueuedTasksPerTenant int
+	// Refusals counts capacity refusals by reason for /metrics (nil: not counted).
+	Refusals *admission.Refusals
 	// NodeStaleAfter is how long a node may miss heartbeats before its in-flight commands are
 	// classified as interrupted (default 10 s; the heartbeat runs every upkeep round).
 	NodeStaleAfter time.Duration
@@ -97,6 +103,9 @@ type Service struct {
 	held          sync.Map      // approval id → held: actions waiting for their approval
 	lastUsed      sync.Map      // task id → lastUse: where its postcondition is evaluated
 	flights       flights       // two-phase commands between phase 1 and phase 3 (cancel.go)
+
+	// sessions holds the reservations of browser sessions being opened on this node (limits.go).
+	sessions admission.Reservations
 }
 
 // NewService builds a Service over store.

@@ -52,6 +52,9 @@ func (s *Service) CloseEndedSessions(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, rec := range recs {
+		if elsewhere, err := s.heldByOtherLiveNode(ctx, &rec); err != nil || elsewhere {
+			continue // its node closes it (recorded and in its browser); a dead node's is recovered
+		}
 		closed := false
 		err := s.store.InTx(ctx, func(tx Tx) error {
 			closed = false

@@ -80,6 +80,9 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 			}
 			admit = n < max
 		}
+		if err := s.checkTaskQueue(ctx, tx, t, admit); err != nil {
+			return nil, err // 429, rolled back: not recorded (limits.go)
+		}
 		if admit {
 			if err := c.transition(ctx, t, task.Admit, "admission"); err != nil {
 				return nil, err

@@ -33,7 +33,7 @@ func concat(lists ...[]string) []string { return slices.Concat(lists...) }
 // The layers of docs/architecture.md. Names that do not exist yet (planned by DESIGN.md) are listed
 // so that the packages are held to their layer's rules from their first commit.
 var (
-	core       = internal("task", "policy", "ids", "idempotency", "page")
+	core       = internal("task", "policy", "ids", "idempotency", "page", "admission")
 	useCases   = internal("app")
 	adapters   = internal("store", "events", "browser", "auth", "artifact")            // only store exists today
 	transports = internal("api", "mcp", "mcpserver", "stream")                         // only api exists today

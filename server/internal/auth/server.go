@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -238,18 +237,7 @@ func (a *accessStrategy) ValidateAccessToken(ctx context.Context, _ fosite.Reque
 // hmacSecret reads the server-wide secret of authorization codes and refresh tokens, creating it
 // on first use.
 func (s *Server) hmacSecret(ctx context.Context) ([]byte, error) {
-	fresh := make([]byte, 32)
-	if _, err := rand.Read(fresh); err != nil {
-		return nil, err
-	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO authorization_server_secret (secret_id, secret) VALUES (1, $1) ON CONFLICT DO NOTHING`, fresh); err != nil {
-		return nil, fmt.Errorf("creating the authorization server secret: %w", err)
-	}
-	var secret []byte
-	if err := s.pool.QueryRow(ctx, `SELECT secret FROM authorization_server_secret WHERE secret_id = 1`).Scan(&secret); err != nil {
-		return nil, fmt.Errorf("reading the authorization server secret: %w", err)
-	}
-	return secret, nil
+	return serverSecret(ctx, s.pool) // cluster.go
 }
 
 // Audit is the audit trail writer (the transport records refused requests through it).

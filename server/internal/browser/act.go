@@ -114,6 +114,10 @@ func (s *Session) resolveTarget(ctx context.Context, req ActRequest) (*actTarget
 		s.waitDocument(ctx, t)
 		ms, _, err := s.query(ctx, t, *req.Query, 1)
 		if err != nil && !errors.Is(err, ErrStaleNodeHandle) {
+			if ctx.Err() != nil {
+				// The wait ran out while resolving the query: no input was sent.
+				return nil, &ActionTimeoutError{Reason: "no element matched the query"}
+			}
 			return nil, err
 		}
 		if len(ms) > 0 && ms[0].rec != nil {

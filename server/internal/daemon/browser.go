@@ -15,7 +15,8 @@ import (
 func startBrowser(ctx context.Context, cfg Config, log *slog.Logger) (app.Browser, func()) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	b, err := browser.Start(ctx, browser.Config{Binary: cfg.Chromium, Logger: log.With("component", "browser")})
+	b, err := browser.Start(ctx, browser.Config{Binary: cfg.Chromium, Logger: log.With("component", "browser"),
+		MaxSessions: cfg.browserMaxSessions()})
 	if err != nil {
 		if errors.Is(err, browser.ErrUnavailable) {
 			log.Warn("no browser: browser operations will answer 503 browser_unavailable", "err", err)

@@ -49,8 +49,21 @@ type Config struct {
 	SeparationOfDuties bool
 	// CancelDeadline bounds how long cancel_task waits for in-flight browser commands (default 3 s).
 	CancelDeadline time.Duration
-	// MaxSessionsPerTenant caps open browser sessions per tenant (0: no cap) → 429.
+	// Backpressure caps (backpressure.go; 0 picks the default, a negative value means no cap).
+	// MaxSessionsPerTenant caps open browser sessions per tenant → 429 (default 16).
 	MaxSessionsPerTenant int
+	// MaxSessions caps the browser sessions of this node → 503 (default 32).
+	MaxSessions int
+	// MaxInflightPerTenant caps a tenant's requests in flight on this node → 429 (default 64).
+	MaxInflightPerTenant int
+	// MaxInflight caps the requests in flight on this node → 503 (default 256).
+	MaxInflight int
+	// MaxQueuedTasksPerTenant caps a tenant's waiting tasks → 429 (default 256).
+	MaxQueuedTasksPerTenant int
+	// Workers is how many delegated tasks (plans) this node runs at once; 0 runs none (ADR 0011).
+	Workers int
+	// LeaseTTL is how long a worker's lease on a delegated task lasts unless renewed (default 15 s).
+	LeaseTTL time.Duration
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger → 413.
 	MaxBodyBytes int64
 	// UpkeepInterval is the period of deadline expiry, key purge and heartbeat (default 1 s).
@@ -164,6 +177,9 @@ func (c *Config) Validate() error {
 	}
 	if c.CancelDeadline < 0 {
 		return errors.New("--cancel-deadline must not be negative")
+	}
+	if c.Workers < 0 || c.LeaseTTL < 0 {
+		return errors.New("--workers and --lease-ttl must not be negative")
 	}
 	return nil
 }

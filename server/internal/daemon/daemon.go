@@ -133,11 +133,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	bp := newBackpressure(cfg) // caps per tenant and per node (backpressure.go)
 	br, closeBrowser := startBrowser(ctx, cfg, log)
 	defer closeBrowser()
 	svc, err := app.NewService(store.New(db.Pool, ev.storeOptions()), app.Config{
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
-		Browser: br, MaxSessionsPerTenant: cfg.MaxSessionsPerTenant,
+		Browser: br, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
 		SeparationOfDuties:  cfg.SeparationOfDuties,
 		CancelDeadline:      cfg.CancelDeadline,
 		InterruptedResponse: api.InterruptedResponse,
@@ -158,12 +159,23 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ev.registerMetrics(reg)
+	bp.registerMetrics(reg, svc, br, store.New(db.Pool), log)
+	workers, err := newWorkers(cfg, svc, reg, log) // delegated tasks (workers.go)
+	if err != nil {
+		return err
+	}
 	opts := api.Options{
 		Service: svc, Logger: log, Registry: reg, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready:         func(ctx context.Context) error { return checkReady(ctx, db.Pool) },
 		Authenticator: api.LocalOperator{},
 		Streams:       ev.streams(svc),
+		Admission:     bp.api(),
 	}
+	keys, err := loadClusterKeys(ctx, db.Pool)
+	if err != nil {
+		return err
+	}
+	opts.Cluster = &api.Cluster{NodeID: nodeID, Key: keys.node} // forwarding to owner nodes (cluster.go)
 	if cfg.Profile == ProfileRemote {
 		rm, err := newRemote(ctx, cfg, db.Pool, log, early)
 		if err != nil {
@@ -176,7 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer rm.auth.Stop()
 		log.Info("authorization server", "issuer", rm.auth.Issuer(), "resource", rm.auth.Resource(), "tls", cfg.TLSCert != "")
 	}
-	setMCPAPI, err := mountMCP(cfg, &opts, log)
+	setMCPAPI, err := mountMCP(cfg, &opts, log, keys.mcp)
 	if err != nil {
 		return err
 	}
@@ -207,6 +219,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if tcp == nil {
 		if tcp, err = net.Listen("tcp", cfg.Listen); err != nil {
 			return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+		}
+		if cfg.advertiseDefaulted {
+			// --listen with port 0: other nodes reach this one at the port chosen (the upkeep's
+			// first heartbeat records it).
+			cfg.AdvertiseURL = "http://" + tcp.Addr().String()
 		}
 	}
 	listeners = append(listeners, tcp)
@@ -242,6 +259,14 @@ func Run(ctx context.Context, cfg Config) error {
 		defer wg.Done()
 		svc.RunSessionCloser(upkeepCtx)
 	}()
+	if workers != nil {
+		// Stopped with the upkeep: running steps finish (bounded), leases go back to the queue.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			workers.Run(upkeepCtx)
+		}()
+	}
 
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {

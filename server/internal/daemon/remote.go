@@ -98,7 +98,9 @@ func scheme(cfg *Config) string {
 // newRemote builds the authorization server on pool.
 func newRemote(ctx context.Context, cfg Config, pool *pgxpool.Pool, log *slog.Logger, tcp net.Listener) (*remote, error) {
 	as, err := auth.New(ctx, auth.Config{
-		Pool: pool, Issuer: cfg.Issuer, Resource: cfg.AdvertiseURL, AccessTokenTTL: cfg.AccessTokenTTL, Logger: log,
+		// The resource is the public URL (the issuer's, which defaults to the advertise URL): behind a
+		// load balancer every node serves the same resource at its own --advertise-url.
+		Pool: pool, Issuer: cfg.Issuer, Resource: cfg.Issuer, AccessTokenTTL: cfg.AccessTokenTTL, Logger: log,
 	})
 	if err != nil {
 		return nil, err

@@ -170,6 +170,9 @@ func (t *pgTx) InsertTask(ctx context.Context, tk *app.Task) error {
 		t.queue(`INSERT INTO task_plan_step (tenant_id, task_id, step_index, op, args, max_attempts)
 			VALUES ($1, $2, $3, $4, $5::jsonb, $6)`, tk.Tenant, tk.ID, i, st.Op, args, maxAttempts)
 	}
+	if len(tk.Plan) > 0 {
+		queueLease(t, tk) // a delegated task: queued for the workers (leases.go)
+	}
 	return nil
 }
 

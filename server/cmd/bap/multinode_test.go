@@ -1,0 +1,440 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	bapapi "github.com/originweave/bap/server/internal/api"
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/auth"
+)
+
+// Several nodes on one PostgreSQL behind one base URL (issue 9 "Multi-node", ADR 0012), tried with
+// real processes: two `bap serve --profile remote` nodes share one database, and a
+// round-robin reverse proxy in front of them is the load balancer (the OAuth issuer and resource
+// of both). Tasks created on one are read on the other; a browser session opened on node A is
+// driven through node B (forwarded with a node credential; the client's token stays on B), with
+// the same results as on A; an approval resolved through B runs the held action on A; cancel_task
+// through B stops a navigation in flight on A; forged and replayed node credentials are refused;
+// once A stopped, its session is reported lost on B.
+
+// node is one `bap serve` of the cluster.
+type node struct {
+	*running
+	base, id string
+}
+
+// startNode runs `bap serve --profile remote` with extra environment and arguments.
+func startNode(t *testing.T, bin, dir string, env []string, args ...string) *node {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--profile", "remote", "--insecure-http", "--data-dir", dir, "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(append(os.Environ(), "BAP_DATABASE_URL="), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &running{cmd: cmd, done: make(chan error, 1), logs: &strings.Builder{}}
+	var mu sync.Mutex
+	ready := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			r.logs.WriteString(line + "\n")
+			mu.Unlock()
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "ready" {
+				ready <- m
+			}
+		}
+		r.done <- cmd.Wait()
+	}()
+	n := &node{running: r}
+	select {
+	case m := <-ready:
+		r.listen, _ = m["listen"].(string)
+		n.id, _ = m["node_id"].(string)
+		n.base = "http://" + r.listen
+		if n.id == "" || r.listen == "" {
+			t.Fatalf("ready line: %v", m)
+		}
+	case err := <-r.done:
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("bap exited before ready: %v\n%s", err, r.logs)
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("bap not ready in 60 s")
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-r.done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("logs of node %s:\n%s", n.id, r.logs)
+			mu.Unlock()
+		}
+	})
+	return n
+}
+
+// roundRobin is the load balancer: each request goes to the next node.
+type roundRobin struct {
+	next     atomic.Uint64
+	backends atomic.Pointer[[]*httputil.ReverseProxy]
+}
+
+func (rr *roundRobin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	bs := rr.backends.Load()
+	if bs == nil || len(*bs) == 0 {
+		http.Error(w, "no backend", http.StatusBadGateway)
+		return
+	}
+	(*bs)[rr.next.Add(1)%uint64(len(*bs))].ServeHTTP(w, r)
+}
+
+func (rr *roundRobin) set(bases ...string) {
+	var ps []*httputil.ReverseProxy
+	for _, b := range bases {
+		u, _ := url.Parse(b)
+		ps = append(ps, httputil.NewSingleHostReverseProxy(u))
+	}
+	rr.backends.Store(&ps)
+}
+
+// call sends one request with a bearer token (and optional extra headers); status 0 is a
+// transport error.
+func nodeCall(t *testing.T, token, method, urlStr, key, body string, hdr ...string) (int, map[string]any, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequestWithContext(ctx, method, urlStr, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err.Error()
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	return resp.StatusCode, m, string(raw)
+}
+
+func mustCall(t *testing.T, want int, token, method, urlStr, key, body string) map[string]any {
+	t.Helper()
+	status, m, raw := nodeCall(t, token, method, urlStr, key, body)
+	if status != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, urlStr, status, raw, want)
+	}
+	return m
+}
+
+// multiSite is the fixture site: a form whose submission is counted, and a page that never answers.
+type multiSite struct {
+	srv     *httptest.Server
+	orders  atomic.Int64
+	slow    chan struct{}
+	release chan struct{}
+}
+
+func newMultiSite(t *testing.T) *multiSite {
+	t.Helper()
+	s := &multiSite{slow: make(chan struct{}, 4), release: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /form", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>Order</title><h1>Order</h1>`+
+			`<form method="post" action="/order"><label>Name <input name="name"></label><button type="submit">Send</button></form>`)
+	})
+	mux.HandleFunc("POST /order", func(w http.ResponseWriter, r *http.Request) {
+		s.orders.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>Thanks</title><p>Order received</p>`)
+	})
+	mux.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		s.slow <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-s.release:
+		}
+	})
+	s.srv = httptest.NewServer(mux)
+	t.Cleanup(s.srv.Close)
+	t.Cleanup(func() { close(s.release) })
+	return s
+}
+
+// databaseURLOf is the connection string of the embedded cluster a running node of dir owns.
+func databaseURLOf(t *testing.T, dir string) string {
+	t.Helper()
+	pidfile, err := os.ReadFile(filepath.Join(dir, "pgdata", "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(pidfile), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("postmaster.pid: %q", pidfile)
+	}
+	return fmt.Sprintf("postgres://bap@/bap?host=%s&port=%s", strings.TrimSpace(lines[4]), strings.TrimSpace(lines[3]))
+}
+
+func TestTwoNodesBehindOneBaseURL(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	lb := &roundRobin{}
+	front := httptest.NewServer(lb)
+	defer front.Close()
+
+	// Node B runs the database (its embedded cluster); node A uses it through BAP_DATABASE_URL, so
+	// that A can stop while B goes on.
+	dirB := dataDir(t)
+	b := startNode(t, bin, dirB, nil, "--issuer", front.URL)
+	dbURL := databaseURLOf(t, dirB)
+	a := startNode(t, bin, dataDir(t), []string{"BAP_DATABASE_URL=" + dbURL}, "--issuer", front.URL)
+	lb.set(a.base, b.base)
+
+	client := admin(t, bin, dirB, "", "client", "create", "--tenant", "acme", "--name", "agent", "--scopes",
+		"bap:tasks.read bap:tasks.write bap:browser.act bap:browser.observe bap:approvals.request bap:approvals.resolve")
+	token := accessToken(t, front.URL, client) // issued by whichever node the balancer picked
+	subject := "client:" + client["client_id"].(string)
+
+	// Tasks created through one node are listed and read through the other.
+	for i, n := range []*node{a, b} {
+		created := mustCall(t, 201, token, "POST", n.base+"/bap/v1/tasks", fmt.Sprintf("mn-task-%d", i),
+			`{"goal":"two nodes","policy":{"allowed_origins":["https://shop.example.com"]}}`)
+		id := field(created, "task", "task_id")
+		other := []*node{b, a}[i]
+		if got := mustCall(t, 200, token, "GET", other.base+"/bap/v1/tasks/"+id, "", ""); field(got, "task", "task_id") != id {
+			t.Fatalf("get_task on the other node: %v", got)
+		}
+		evs := mustCall(t, 200, token, "GET", other.base+"/bap/v1/tasks/"+id+"/events", "", "")
+		if n := len(evs["events"].([]any)); n < 3 {
+			t.Fatalf("list_task_events on the other node: %d events", n)
+		}
+	}
+
+	site := newMultiSite(t)
+	policy := `"policy":{"allowed_origins":["` + site.srv.URL + `"],"approval_rules":[{"effect":"form_submission"}]}`
+	task := mustCall(t, 201, token, "POST", front.URL+"/bap/v1/tasks", "mn-browser-task", `{"goal":"order across nodes",`+policy+`}`)
+	taskID := field(task, "task", "task_id")
+	status, m, raw := nodeCall(t, token, "POST", a.base+"/bap/v1/tasks/"+taskID+"/browser-sessions", "mn-session", `{}`)
+	if status == 503 {
+		t.Skipf("bap serve has no browser: %v", m)
+	}
+	if status != 201 {
+		t.Fatalf("create_browser_session on node A: %d %s", status, raw)
+	}
+	sess := field(m, "session", "session_id")
+	sp := "/bap/v1/browser-sessions/" + sess
+
+	// Driven through node B: forwarded to A, which records the commands (with the caller's identity).
+	nav := mustCall(t, 200, token, "POST", b.base+sp+"/navigate", "mn-nav", `{"url":"`+site.srv.URL+`/form"}`)
+	if field(nav, "receipt", "outcome") != "applied" || !strings.HasSuffix(field(nav, "url"), "/form") {
+		t.Fatalf("navigate through node B: %v", nav)
+	}
+	if again := mustCall(t, 200, token, "POST", a.base+sp+"/navigate", "mn-nav", `{"url":"`+site.srv.URL+`/form"}`); field(again, "receipt", "receipt_id") != field(nav, "receipt", "receipt_id") {
+		t.Fatalf("the key replayed on the owner: %v, first %v", again, nav)
+	}
+	obsB := mustCall(t, 200, token, "POST", b.base+sp+"/observe", "", `{}`)
+	obsA := mustCall(t, 200, token, "POST", a.base+sp+"/observe", "", `{}`)
+	if !reflect.DeepEqual(obsA, obsB) || field(obsB, "title") != "Order" {
+		t.Fatalf("observe through node B differs from node A:\nB %v\nA %v", obsB, obsA)
+	}
+	q := `{"query":{"role":"textbox","name":"Name"}}`
+	if qa, qb := mustCall(t, 200, token, "POST", a.base+sp+"/query-nodes", "", q), mustCall(t, 200, token, "POST", b.base+sp+"/query-nodes", "", q); !reflect.DeepEqual(qa, qb) {
+		t.Fatalf("query_nodes differs: A %v, B %v", qa, qb)
+	}
+	fill := mustCall(t, 200, token, "POST", b.base+sp+"/act", "mn-fill", `{"action":"fill","query":{"role":"textbox","name":"Name"},"value":"Ada"}`)
+	if field(fill, "receipt", "outcome") != "applied" {
+		t.Fatalf("fill through node B: %v", fill)
+	}
+	// Through the balancer, whichever node answers: the same page.
+	for i := 0; i < 4; i++ {
+		if o := mustCall(t, 200, token, "POST", front.URL+sp+"/observe", "", `{}`); field(o, "epoch_id") != field(obsA, "epoch_id") {
+			t.Fatalf("observe through the balancer: %v", o)
+		}
+	}
+
+	// The submission is held (on A, where the act ran); approving it through B runs it on A, once.
+	held := mustCall(t, 202, token, "POST", b.base+sp+"/act", "mn-submit", `{"action":"click","query":{"role":"button","name":"Send"}}`)
+	aprID := field(held, "approval", "approval_id")
+	if aprID == "" || site.orders.Load() != 0 {
+		t.Fatalf("held act: %v (orders %d)", held, site.orders.Load())
+	}
+	res := mustCall(t, 200, token, "POST", b.base+"/bap/v1/approvals/"+aprID+"/resolve", "mn-approve", `{"decision":"approve"}`)
+	if field(res, "approval", "state") != "approved" || field(res, "action_receipt", "outcome") != "applied" || site.orders.Load() != 1 {
+		t.Fatalf("resolve_approval through node B: %v (orders %d)", res, site.orders.Load())
+	}
+	if o := mustCall(t, 200, token, "POST", b.base+sp+"/observe", "", `{}`); field(o, "title") != "Thanks" {
+		t.Fatalf("after the approved submission: %v", o)
+	}
+
+	// Every command recorded on A carries the caller B verified, never a node.
+	evs := mustCall(t, 200, token, "GET", b.base+"/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")
+	commands := 0
+	for _, e := range evs["events"].([]any) {
+		ev := e.(map[string]any)
+		if ev["type"] != "command.recorded" {
+			continue
+		}
+		commands++
+		actor, _ := ev["actor"].(map[string]any)
+		if actor["kind"].(string)+":"+fmt.Sprint(actor["id"]) != subject {
+			t.Fatalf("command recorded with actor %v, want %s", actor, subject)
+		}
+	}
+	if commands < 5 {
+		t.Fatalf("only %d commands recorded: %v", commands, evs)
+	}
+
+	// Node credentials: forged, replayed, on another route, or with a bearer token too → 401.
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	key, err := auth.ClusterKey(context.Background(), pool, "node-credential")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := bapapi.Principal{Actor: app.Actor{Tenant: "acme", Subject: subject}, Scopes: map[string]bool{"bap:browser.observe": true, "bap:tasks.read": true}}
+	credFor := func(k []byte, method, path, body string) string {
+		return bapapi.SignNodeCredential(k, bapapi.NewNodeCredential("node_test", a.id, p, method, path, []byte(body), "", time.Now()))
+	}
+	hdr := bapapi.NodeCredentialHeader
+	forged := credFor([]byte(strings.Repeat("x", 32)), "POST", sp+"/observe", `{}`)
+	if st, _, raw := nodeCall(t, "", "POST", a.base+sp+"/observe", "", `{}`, hdr, forged); st != 401 {
+		t.Fatalf("forged node credential: %d %s", st, raw)
+	}
+	good := credFor(key, "POST", sp+"/observe", `{}`)
+	if st, m, raw := nodeCall(t, "", "POST", a.base+sp+"/observe", "", `{}`, hdr, good); st != 200 || field(m, "title") != "Thanks" {
+		t.Fatalf("a valid node credential: %d %s", st, raw)
+	}
+	if st, _, raw := nodeCall(t, "", "POST", a.base+sp+"/observe", "", `{}`, hdr, good); st != 401 {
+		t.Fatalf("replayed node credential: %d %s", st, raw)
+	}
+	if st, _, raw := nodeCall(t, "", "POST", a.base+sp+"/observe", "", `{"max_nodes":1}`, hdr, credFor(key, "POST", sp+"/observe", `{}`)); st != 401 {
+		t.Fatalf("node credential for another body: %d %s", st, raw)
+	}
+	if st, _, raw := nodeCall(t, "", "GET", a.base+"/bap/v1/tasks/"+taskID, "", "", hdr, credFor(key, "GET", "/bap/v1/tasks/"+taskID, "")); st != 401 {
+		t.Fatalf("node credential on a route that is never forwarded: %d %s", st, raw)
+	}
+	if st, _, raw := nodeCall(t, token, "POST", a.base+sp+"/observe", "", `{}`, hdr, credFor(key, "POST", sp+"/observe", `{}`)); st != 401 {
+		t.Fatalf("node credential with a bearer token: %d %s", st, raw)
+	}
+	toB := bapapi.SignNodeCredential(key, bapapi.NewNodeCredential("node_test", b.id, p, "POST", sp+"/observe", []byte(`{}`), "", time.Now()))
+	if st, _, raw := nodeCall(t, "", "POST", a.base+sp+"/observe", "", `{}`, hdr, toB); st != 401 {
+		t.Fatalf("node credential for another node: %d %s", st, raw)
+	}
+
+	// cancel_task through B stops a navigation in flight on A within the cancel deadline.
+	task2 := mustCall(t, 201, token, "POST", front.URL+"/bap/v1/tasks", "mn-cancel-task",
+		`{"goal":"cancel across nodes","policy":{"allowed_origins":["`+site.srv.URL+`"]}}`)
+	task2ID := field(task2, "task", "task_id")
+	s2 := field(mustCall(t, 201, token, "POST", a.base+"/bap/v1/tasks/"+task2ID+"/browser-sessions", "mn-session-2", `{}`), "session", "session_id")
+	navDone := make(chan map[string]any, 1)
+	go func() {
+		_, m, _ := nodeCall(t, token, "POST", a.base+"/bap/v1/browser-sessions/"+s2+"/navigate", "mn-slow", `{"url":"`+site.srv.URL+`/slow"}`)
+		navDone <- m
+	}()
+	select {
+	case <-site.slow:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow page was not requested")
+	}
+	began := time.Now()
+	cancelled := mustCall(t, 200, token, "POST", b.base+"/bap/v1/tasks/"+task2ID+"/cancel", "mn-cancel", `{}`)
+	if field(cancelled, "task", "state") != "cancelled" {
+		t.Fatalf("cancel_task through node B: %v", cancelled)
+	}
+	select {
+	case m := <-navDone:
+		if m["code"] != "invalid_transition" || time.Since(began) > 10*time.Second {
+			t.Fatalf("the navigation in flight on A after cancel_task through B: %v after %s", m, time.Since(began))
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the navigation in flight on node A was not stopped by cancel_task through node B")
+	}
+
+	// Node A stops: B no longer forwards to it, and A's session is reported lost.
+	lb.set(b.base)
+	_ = a.stop(t, syscall.SIGTERM)
+	if st, m, raw := nodeCall(t, token, "POST", b.base+sp+"/observe", "", `{}`); st != 409 || m["code"] != "browser_session_lost" {
+		t.Fatalf("observe of a stopped node's session through node B: %d %s", st, raw)
+	}
+}
+
+// TestLocalProfileNodesForward: the same forwarding between two local-profile nodes on one
+// machine (loopback ports chosen by the kernel, one shared database): a session opened on node A
+// is observed through node B with A's answer.
+func TestLocalProfileNodesForward(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dirB := dataDir(t)
+	b := start(t, bin, dirB)
+	a := start(t, bin, dataDir(t), "BAP_DATABASE_URL="+databaseURLOf(t, dirB))
+
+	task := mustAPI(t, 201, b.listen, "POST", "/bap/v1/tasks", "local-mn-task", `{"goal":"local nodes","policy":{"allowed_origins":["https://shop.example.com"]}}`)
+	taskID := field(task, "task", "task_id")
+	status, m, raw := api(a.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "local-mn-session", `{}`)
+	if status == 503 {
+		t.Skipf("bap serve has no browser: %v", m)
+	}
+	if status != 201 {
+		t.Fatalf("create_browser_session on node A: %d %s", status, raw)
+	}
+	sp := "/bap/v1/browser-sessions/" + field(m, "session", "session_id")
+	obsB := mustAPI(t, 200, b.listen, "POST", sp+"/observe", "", `{}`)
+	obsA := mustAPI(t, 200, a.listen, "POST", sp+"/observe", "", `{}`)
+	if !reflect.DeepEqual(obsA, obsB) {
+		t.Fatalf("observe through node B: %v, on node A: %v", obsB, obsA)
+	}
+	closed := mustAPI(t, 200, b.listen, "POST", sp+"/close", "local-mn-close", `{}`)
+	if field(closed, "session", "state") != "closed" || field(closed, "receipt", "outcome") != "applied" {
+		t.Fatalf("close_browser_session through node B: %v", closed)
+	}
+}
