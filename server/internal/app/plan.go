@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -349,6 +350,22 @@ func stepKey(taskID string, epoch int64, i, attempt, try int) string {
 		return planKey(taskID, epoch, fmt.Sprintf("step:%d:%d", i, attempt))
 	}
 	return planKey(taskID, epoch, fmt.Sprintf("step:%d:%d:%d", i, attempt, try))
+}
+
+// checkLease fails with errLeaseLost unless the worker still holds the task's lease at the fence's
+// epoch; it locks the lease row (after the task row, as the worker's own transactions do).
+func checkLease(ctx context.Context, tx Tx, taskID string, f *LeaseFence) error {
+	ptx, err := asPlanTx(tx)
+	if err != nil {
+		return err
+	}
+	if err := ptx.LockLease(ctx, taskID, f.NodeID, f.Epoch); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return errLeaseLost
+		}
+		return err
+	}
+	return nil
 }
 
 // errLeaseLost reports that this worker no longer holds the task's lease.

@@ -160,4 +160,6 @@ type Command struct {
 	SideEffecting bool
 	NodeID        string
 	RecordedAt    time.Time
+
+	lease *LeaseFence // the worker lease it must run under (not stored)
 }

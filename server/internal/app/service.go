@@ -124,6 +124,16 @@ type Call struct {
 	Operation      string
 	IdempotencyKey string
 	Fingerprint    idempotency.Fingerprint
+	// Lease fences a plan worker's command: it is recorded only while the worker still holds the
+	// task's lease at that epoch (a stalled worker whose lease was taken over records nothing,
+	// so it dispatches nothing). nil for clients.
+	Lease *LeaseFence
+}
+
+// LeaseFence names the lease a worker's command runs under.
+type LeaseFence struct {
+	NodeID string
+	Epoch  int64
 }
 
 // Response is the exact answer to a mutating request: what the first request got, stored with its
@@ -191,7 +201,7 @@ func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
 func (s *Service) newCommand(call Call) *Command {
 	return &Command{
 		ID: ids.New(ids.Command), Tenant: call.Actor.Tenant, Operation: call.Operation,
-		Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: s.cfg.Now(),
+		Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: s.cfg.Now(), lease: call.Lease,
 	}
 }
 
@@ -292,6 +302,11 @@ func (s *Service) beginOnTask(ctx context.Context, tx Tx, cmd *Command, taskID s
 	t, err := tx.LockTask(ctx, cmd.Tenant, taskID)
 	if err != nil {
 		return nil, err
+	}
+	if cmd.lease != nil {
+		if err := checkLease(ctx, tx, taskID, cmd.lease); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.record(ctx, t, sideEffecting); err != nil {
 		return nil, err

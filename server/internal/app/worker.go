@@ -396,7 +396,8 @@ func (r *planRun) call(op, key string, target []string, body []byte) (Call, erro
 	if err != nil {
 		return Call{}, err
 	}
-	return Call{Actor: r.actor, Operation: op, IdempotencyKey: key, Fingerprint: fp}, nil
+	return Call{Actor: r.actor, Operation: op, IdempotencyKey: key, Fingerprint: fp,
+		Lease: &LeaseFence{NodeID: r.s.cfg.NodeID, Epoch: r.claim.Epoch}}, nil
 }
 
 // command runs one of the worker's commands and reads its outcome, from the responder or, for a

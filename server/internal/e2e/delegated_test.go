@@ -12,6 +12,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
 )
@@ -384,4 +385,60 @@ func TestDelegatedPlanWithoutABrowserFailsAtOnce(t *testing.T) {
 	if d := data(changes[len(changes)-1]); d["from"] != "running" || d["to"] != "failed" || d["trigger"] != "dead_letter" {
 		t.Fatalf("last state change: %v", d)
 	}
+}
+
+// A worker whose lease was taken over records and dispatches nothing more: its next command is
+// refused inside its own first transaction, so no key is claimed and no command recorded.
+func TestStalledWorkerCommandIsFencedOut(t *testing.T) {
+	sh := newShop(t)
+	s := newStack(t)
+	r := s.must(t, 201, "POST", "/bap/v1/tasks", "fence-task", map[string]any{
+		"goal": "fenced", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+		"plan": []any{map[string]any{"op": "observe", "args": map[string]any{}}},
+	})
+	taskID := r.str("task", "task_id")
+	ctx := context.Background()
+	// node_e2e held the lease at epoch 1; another node took it over at epoch 2.
+	if _, err := s.db.Exec(ctx, `INSERT INTO runtime_node (node_id, advertise_url, software_version) VALUES ('node_other', '', 'test')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(ctx, `UPDATE task_lease SET owner_node = 'node_other', lease_epoch = 2, claims = 2, expiries = 1,
+		expires_at = now() + interval '1 minute' WHERE task_id = $1`, taskID); err != nil {
+		t.Fatal(err)
+	}
+	var before int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM task_command WHERE task_id = $1`, taskID).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	fp, err := idempotency.NewFingerprint("create_browser_session", []string{taskID}, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := app.Call{Actor: app.Actor{Tenant: "local", Subject: "worker:node_e2e"}, Operation: "create_browser_session",
+		IdempotencyKey: "fenced-open", Fingerprint: fp, Lease: &app.LeaseFence{NodeID: "node_e2e", Epoch: 1}}
+	if _, err := s.svc.CreateBrowserSession(ctx, call, taskID, "", plainResponder{}); err == nil || !strings.Contains(err.Error(), "lease") {
+		t.Fatalf("a fenced-out worker's command: %v, want the lease lost", err)
+	}
+	var after, keys int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM task_command WHERE task_id = $1`, taskID).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM idempotency_record WHERE idempotency_key = 'fenced-open'`).Scan(&keys); err != nil {
+		t.Fatal(err)
+	}
+	if after != before || keys != 0 {
+		t.Fatalf("the fenced-out command left %d commands (before %d) and %d keys", after, before, keys)
+	}
+}
+
+// plainResponder renders results as bare JSON (the test reads only errors and rows).
+type plainResponder struct{}
+
+func (plainResponder) Success(result any) (app.Response, error) {
+	b, err := json.Marshal(result)
+	return app.Response{Status: 200, Body: b}, err
+}
+
+func (plainResponder) Failure(e *app.Error, _ *app.Receipt) (app.Response, error) {
+	return app.Response{Status: 409, Body: []byte(`{"code":"` + string(e.Code) + `"}`)}, nil
 }
