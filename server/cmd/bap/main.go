@@ -33,6 +33,9 @@ commands:
   client    register (client create) or revoke (client revoke) an OAuth client
   user      add a person who signs in on the login page (user create)
   reconcile settle commands a crash interrupted (reconcile list | reconcile resolve ID --outcome applied|no_side_effect --note TEXT)
+  database-url
+            print the connection string of the embedded database of --data-dir, for another node
+            on this machine to share it (BAP_DATABASE_URL) while its server runs
 `
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -59,6 +62,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = migrate(ctx, args[1:], logger, stderr)
 	case "version":
 		err = printVersion(stdout)
+	case "database-url":
+		err = printDatabaseURL(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -140,4 +145,21 @@ func printVersion(w io.Writer) error {
 	return json.NewEncoder(w).Encode(map[string]any{
 		"bap": version.BAP, "mcp": version.MCP, "schema": daemon.SchemaVersion(), "software": version.Software,
 	})
+}
+
+// printDatabaseURL prints the connection string of the embedded cluster of --data-dir.
+func printDatabaseURL(args []string, stdout, stderr io.Writer) error {
+	var cfg daemon.Config
+	fs := flag.NewFlagSet("bap database-url", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	baseFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dsn, err := daemon.EmbeddedDatabaseURL(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, dsn)
+	return err
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/pgcluster"
 )
 
 // lastNodeFile names, in the data dir, the node that last served with the data dir's embedded
@@ -38,4 +39,11 @@ func succeedDataDirNode(ctx context.Context, svc *app.Service, dataDir, nodeID s
 		return fmt.Errorf("writing %s: %w", lastNodeFile, err)
 	}
 	return nil
+}
+
+// EmbeddedDatabaseURL returns the connection string of the embedded cluster under dataDir (its
+// Unix socket), for other nodes on this machine to share it through BAP_DATABASE_URL while the
+// server that owns the data dir runs.
+func EmbeddedDatabaseURL(dataDir string) (string, error) {
+	return pgcluster.ConnStringFor(dataDir, pgcluster.Database)
 }
