@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,7 +66,7 @@ func TestKilledWorkerNodeIsTakenOverFromItsLastCheckpoint(t *testing.T) {
 	bin := buildBinary(t)
 	dbDir := dataDir(t)
 	holder := serveWith(t, bin, dbDir, nil, "--workers", "0")
-	dbEnv := []string{"BAP_DATABASE_URL=" + clusterURL(t, dbDir)}
+	dbEnv := []string{"BAP_DATABASE_URL=" + databaseURLOf(t, dbDir)}
 	a := serveWith(t, bin, dataDir(t), dbEnv, "--workers", "1")
 
 	plan := `[
@@ -248,66 +247,11 @@ func grepLines(s, substr string) string {
 	return strings.Join(out, "\n")
 }
 
-// serveWith runs `bap serve` with extra flags and environment and waits for its ready line.
+// serveWith runs `bap serve` with extra flags and environment.
 func serveWith(t *testing.T, bin, dir string, env []string, args ...string) *running {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(append(os.Environ(), "BAP_DATABASE_URL="), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &running{cmd: cmd, done: make(chan error, 1), logs: &strings.Builder{}}
-	ready := make(chan map[string]any, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			r.logs.WriteString(line + "\n")
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "ready" {
-				ready <- m
-			}
-		}
-		r.done <- cmd.Wait()
-	}()
-	select {
-	case m := <-ready:
-		r.listen, _ = m["listen"].(string)
-		r.socket, _ = m["socket"].(string)
-	case err := <-r.done:
-		t.Fatalf("bap exited before ready: %v\n%s", err, r.logs)
-	case <-time.After(90 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("bap not ready in 90 s\n%s", r.logs)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
+	r, _ := serveProcess(t, bin, dir, env, args...)
 	return r
-}
-
-// clusterURL is the connection string of the embedded cluster a running `bap serve` keeps in dir.
-func clusterURL(t *testing.T, dir string) string {
-	t.Helper()
-	pidfile, err := os.ReadFile(filepath.Join(dir, "pgdata", "postmaster.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(pidfile), "\n")
-	if len(lines) < 5 {
-		t.Fatalf("postmaster.pid: %q", pidfile)
-	}
-	return fmt.Sprintf("postgres://bap@/bap?host=%s&port=%s", strings.TrimSpace(lines[4]), strings.TrimSpace(lines[3]))
 }
 
 // An act in flight when its worker's node dies is never run again: recovery classifies it
@@ -344,7 +288,7 @@ func TestKilledWorkerNodeLeavesItsActToReconciliation(t *testing.T) {
 	bin := buildBinary(t)
 	dbDir := dataDir(t)
 	holder := serveWith(t, bin, dbDir, nil, "--workers", "0")
-	dbURL := clusterURL(t, dbDir)
+	dbURL := databaseURLOf(t, dbDir)
 	dbEnv := []string{"BAP_DATABASE_URL=" + dbURL}
 	a := serveWith(t, bin, dataDir(t), dbEnv, "--workers", "1")
 	plan := `[

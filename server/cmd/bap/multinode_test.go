@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,11 +10,9 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -46,63 +43,12 @@ type node struct {
 // startNode runs `bap serve --profile remote` with extra environment and arguments.
 func startNode(t *testing.T, bin, dir string, env []string, args ...string) *node {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--profile", "remote", "--insecure-http", "--data-dir", dir, "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(append(os.Environ(), "BAP_DATABASE_URL="), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
+	r, m := serveProcess(t, bin, dir, env, append([]string{"--profile", "remote", "--insecure-http"}, args...)...)
+	n := &node{running: r, base: "http://" + r.listen}
+	n.id, _ = m["node_id"].(string)
+	if n.id == "" {
+		t.Fatalf("ready line: %v", m)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &running{cmd: cmd, done: make(chan error, 1), logs: &strings.Builder{}}
-	var mu sync.Mutex
-	ready := make(chan map[string]any, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			mu.Lock()
-			r.logs.WriteString(line + "\n")
-			mu.Unlock()
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "ready" {
-				ready <- m
-			}
-		}
-		r.done <- cmd.Wait()
-	}()
-	n := &node{running: r}
-	select {
-	case m := <-ready:
-		r.listen, _ = m["listen"].(string)
-		n.id, _ = m["node_id"].(string)
-		n.base = "http://" + r.listen
-		if n.id == "" || r.listen == "" {
-			t.Fatalf("ready line: %v", m)
-		}
-	case err := <-r.done:
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("bap exited before ready: %v\n%s", err, r.logs)
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("bap not ready in 60 s")
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-		if t.Failed() {
-			mu.Lock()
-			t.Logf("logs of node %s:\n%s", n.id, r.logs)
-			mu.Unlock()
-		}
-	})
 	return n
 }
 

@@ -33,60 +33,10 @@ import (
 // startRemote runs `bap serve --profile remote` and returns its base URL.
 func startRemote(t *testing.T, bin, dir string, args ...string) (*running, string) {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--profile", "remote", "--insecure-http", "--data-dir", dir, "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(os.Environ(), "BAP_DATABASE_URL=")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
+	r, m := serveProcess(t, bin, dir, nil, append([]string{"--profile", "remote", "--insecure-http"}, args...)...)
+	if m["profile"] != "remote" {
+		t.Fatalf("ready line: %v", m)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	r := &running{cmd: cmd, done: make(chan error, 1), logs: &strings.Builder{}}
-	ready := make(chan map[string]any, 1)
-	logs := make(chan string, 4096)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			logs <- line
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "ready" {
-				ready <- m
-			}
-		}
-		close(logs)
-		r.done <- cmd.Wait()
-	}()
-	collect := func() {
-		for line := range logs {
-			r.logs.WriteString(line + "\n")
-		}
-	}
-	select {
-	case m := <-ready:
-		r.listen, _ = m["listen"].(string)
-		if m["profile"] != "remote" || r.listen == "" {
-			t.Fatalf("ready line: %v", m)
-		}
-	case err := <-r.done:
-		collect()
-		t.Fatalf("bap exited before ready: %v\n%s", err, r.logs)
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("bap not ready in 60 s")
-	}
-	// r.logs is filled when the process ends (stop); callers read it only after that.
-	r.logsDone = make(chan struct{})
-	go func() { collect(); close(r.logsDone) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	})
 	return r, "http://" + r.listen
 }
 
@@ -309,7 +259,6 @@ func TestServeRemoteProfileAsANewUser(t *testing.T) {
 	if err := r.stop(t, syscall.SIGTERM); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	<-r.logsDone
 	logs := r.logs.String()
 	if !strings.Contains(logs, `"operation":"oauth_token"`) {
 		t.Fatalf("log lacks the token requests:\n%s", logs)

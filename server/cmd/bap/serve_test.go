@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,17 +52,35 @@ type running struct {
 	cmd    *exec.Cmd
 	listen string
 	socket string
-	done   chan error
-	logs   *strings.Builder
-	// logsDone is closed when logs holds everything (startRemote only).
-	logsDone chan struct{}
+	done   chan error // the process's exit, after logs holds all its output
+	logs   *syncLog
 }
 
-// start runs `bap serve` and waits for its ready line. env adds environment entries (e.g. a
-// BAP_DATABASE_URL to share another node's database).
-func start(t *testing.T, bin, dir string, env ...string) *running {
+// syncLog is a process's stderr as it arrives, safe to read while it grows.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(line + "\n")
+}
+
+// String returns what was logged so far.
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// serveProcess runs `bap serve` on dir (listening on a free loopback port) with extra environment
+// entries and flags, waits for its ready line and returns it; the process gets SIGTERM (then
+// SIGKILL after 20 s) when the test ends, and a failed test logs its output.
+func serveProcess(t *testing.T, bin, dir string, env []string, args ...string) (*running, map[string]any) {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--data-dir", dir, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, append([]string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "BAP_DATABASE_URL="), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -70,13 +89,14 @@ func start(t *testing.T, bin, dir string, env ...string) *running {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	r := &running{cmd: cmd, done: make(chan error, 1), logs: &strings.Builder{}}
+	r := &running{cmd: cmd, done: make(chan error, 1), logs: &syncLog{}}
 	ready := make(chan map[string]any, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			r.logs.WriteString(line + "\n")
+			r.logs.add(line)
 			var m map[string]any
 			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "ready" {
 				ready <- m
@@ -84,18 +104,19 @@ func start(t *testing.T, bin, dir string, env ...string) *running {
 		}
 		r.done <- cmd.Wait()
 	}()
+	var m map[string]any
 	select {
-	case m := <-ready:
+	case m = <-ready:
 		r.listen, _ = m["listen"].(string)
 		r.socket, _ = m["socket"].(string)
-		if m["profile"] != "local" || r.listen == "" || r.socket == "" {
-			t.Fatalf("ready line lacks fields: %v", m)
+		if r.listen == "" {
+			t.Fatalf("ready line lacks listen: %v", m)
 		}
 	case err := <-r.done:
 		t.Fatalf("bap exited before ready: %v\n%s", err, r.logs)
-	case <-time.After(60 * time.Second):
+	case <-time.After(90 * time.Second):
 		_ = cmd.Process.Kill()
-		t.Fatalf("bap not ready in 60 s\n%s", r.logs)
+		t.Fatalf("bap not ready in 90 s\n%s", r.logs)
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -104,7 +125,21 @@ func start(t *testing.T, bin, dir string, env ...string) *running {
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
 		}
+		if t.Failed() {
+			t.Logf("output of bap serve on %s:\n%s", dir, r.logs)
+		}
 	})
+	return r, m
+}
+
+// start runs `bap serve` in the local profile. env adds environment entries (e.g. a
+// BAP_DATABASE_URL to share another node's database).
+func start(t *testing.T, bin, dir string, env ...string) *running {
+	t.Helper()
+	r, m := serveProcess(t, bin, dir, env)
+	if m["profile"] != "local" || r.socket == "" {
+		t.Fatalf("ready line lacks fields: %v", m)
+	}
 	return r
 }
 
