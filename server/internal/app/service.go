@@ -30,6 +30,9 @@ type Config struct {
 	InterruptedResponse func(rc *Receipt) (Response, error)
 	// Browser is the browser adapter; nil answers browser operations 503 browser_unavailable.
 	Browser Browser
+	// Orchestrator is the model orchestrator port (orchestrator.go); nil refuses autonomous tasks
+	// with 503 orchestrator_unavailable.
+	Orchestrator Orchestrator
 	// MaxSessionsPerTenant caps open browser sessions per tenant (0: no cap) → 429 (limits.go).
 	MaxSessionsPerTenant int
 	// MaxQueuedTasksPerTenant caps a tenant's waiting tasks — in `created` awaiting admission, or

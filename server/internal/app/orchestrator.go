@@ -1,0 +1,119 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// The orchestrator port (issue #11): goal-driven tasks ask an external, OpenAI-compatible
+// orchestrator for models. BAP holds no provider credential and never lets a model decide what is
+// allowed: a model proposes, the task's policy decides. The adapter (server/internal/orchestrator)
+// implements Orchestrator over HTTP with a workload credential of its own.
+
+// Model roles.
+const (
+	RoleObserver = "observer" // low-cost observation and extraction
+	RolePlanner  = "planner"  // proposes the next typed BAP step
+	RoleVerifier = "verifier" // judges the final evidence against the goal
+	RoleSafety   = "safety"   // classifies proposed steps and pages for sensitive data
+)
+
+// Data classifications, lowest first: a model may see data up to its MaxClassification.
+var DataClassifications = []string{"public", "internal", "confidential", "restricted"}
+
+// ModelInfo is a model the orchestrator offers, with the metadata model policy is judged on. A
+// field the configuration and the orchestrator leave unknown is empty (or -1), and policy treats
+// unknown as not satisfied (fail closed).
+type ModelInfo struct {
+	ID                string
+	Provider          string
+	Region            string
+	RetentionDays     int    // how long the provider keeps prompts; -1 when unknown
+	MaxClassification string // highest data classification it may see; "" when unknown
+	// Prices in US dollars per million tokens (0 when unknown: cost budgets then count tokens only).
+	InputPricePerM, OutputPricePerM float64
+}
+
+// ModelPolicy is a task's model_policy: what a model must satisfy to see the task's data.
+type ModelPolicy struct {
+	AllowedProviders []string // empty: any provider
+	AllowedRegions   []string // empty: any region
+	MaxRetentionDays *int     // nil: any retention
+	// DataClassification is the task's data: a model needs MaxClassification at least this high.
+	// "" means "restricted" (fail closed: the most sensitive).
+	DataClassification string
+}
+
+// ModelMessage is one chat message.
+type ModelMessage struct {
+	Role    string // system, user or assistant
+	Content string
+}
+
+// ModelRequest asks a role for one JSON answer.
+type ModelRequest struct {
+	Role     string
+	Policy   ModelPolicy
+	Messages []ModelMessage
+	// SchemaName and Schema constrain the answer (JSON-schema-constrained output); the adapter
+	// validates the answer against Schema and treats a non-conforming answer as a model failure.
+	SchemaName string
+	Schema     json.RawMessage
+	MaxTokens  int
+	// Reasoning is the reasoning setting asked for (e.g. "high" for the planner), recorded in
+	// provenance; "" for the model's default.
+	Reasoning string
+}
+
+// ModelFailure is a model that was tried and failed (outage, timeout, invalid answer).
+type ModelFailure struct {
+	Model   ModelInfo
+	Reason  string
+	Latency time.Duration
+}
+
+// ModelReply is an answer with its provenance.
+type ModelReply struct {
+	Model        ModelInfo
+	Content      json.RawMessage // the JSON answer, valid against the request's Schema
+	PromptSHA256 string          // of the messages as sent (hex)
+	InputTokens  int
+	OutputTokens int
+	CostUSD      float64
+	Latency      time.Duration
+	Reasoning    string
+	// Fallbacks lists the models tried before Model, in order, and why each failed.
+	Fallbacks []ModelFailure
+}
+
+// Orchestrator is the port to the external model orchestrator. Implementations are safe for
+// concurrent use and honour ctx (cancel_task and deadlines cancel in-flight model calls).
+type Orchestrator interface {
+	// Eligible lists, in configured order, the models of role that satisfy pol. It answers
+	// ErrNoCompliantModel when none does and ErrOrchestratorUnavailable when the orchestrator
+	// cannot be reached to discover its models.
+	Eligible(ctx context.Context, role string, pol ModelPolicy) ([]ModelInfo, error)
+	// Complete asks the eligible models of req.Role in order until one answers with JSON valid
+	// against req.Schema; the failures before it are in the reply's Fallbacks. When every
+	// eligible model failed it answers an *AllModelsFailedError listing them. A fallback never
+	// widens policy: only models satisfying req.Policy are tried.
+	Complete(ctx context.Context, req ModelRequest) (*ModelReply, error)
+}
+
+// Orchestrator errors.
+var (
+	ErrOrchestratorUnavailable = errors.New("no model orchestrator is configured or reachable")
+	ErrNoCompliantModel        = errors.New("no approved model satisfies the task's model policy")
+)
+
+// AllModelsFailedError reports that every eligible model of a role failed.
+type AllModelsFailedError struct {
+	Role     string
+	Failures []ModelFailure
+}
+
+func (e *AllModelsFailedError) Error() string {
+	return "every approved model of role " + e.Role + " failed"
+}
