@@ -110,6 +110,10 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	limitFlags(fs, &cfg) // backpressure caps (limits.go)
 	fs.IntVar(&cfg.Workers, "workers", 4, "delegated tasks (plans) this node runs at once; 0 runs none")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long a worker's lease on a delegated task lasts unless renewed (default 15s)")
+	fs.StringVar(&cfg.OrchestratorURL, "orchestrator-url", "", "OpenAI-compatible model orchestrator of goal-driven tasks (GET /v1/models, POST /v1/chat/completions); empty: autonomous tasks are refused")
+	fs.StringVar(&cfg.OrchestratorConfigFile, "orchestrator-config", "", "JSON file: roles → ordered approved model ids, and model metadata (default: every listed model for every role)")
+	fs.StringVar(&cfg.OrchestratorCredentialFile, "orchestrator-credential-file", "", "file holding BAP's bearer token for the orchestrator (default: $BAP_ORCHESTRATOR_TOKEN)")
+	fs.DurationVar(&cfg.OrchestratorCallTimeout, "orchestrator-call-timeout", 0, "bound on each model call before the next approved model is tried (default 60s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,6 +121,13 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 		return fmt.Errorf("bap serve: unexpected argument %q", fs.Arg(0))
 	}
 	cfg.Profile = daemon.Profile(*profile)
+	// The orchestrator's workload credential: read once, registered with the redaction layer, and
+	// kept from the processes bap starts (Chromium, PostgreSQL), which inherit the environment.
+	if tok, ok := os.LookupEnv("BAP_ORCHESTRATOR_TOKEN"); ok {
+		cfg.OrchestratorToken = tok
+		redact.Global.Add(tok)
+		_ = os.Unsetenv("BAP_ORCHESTRATOR_TOKEN")
+	}
 	return daemon.Run(ctx, cfg)
 }
 

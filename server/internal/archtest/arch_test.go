@@ -35,7 +35,7 @@ func concat(lists ...[]string) []string { return slices.Concat(lists...) }
 var (
 	core       = internal("task", "policy", "ids", "idempotency", "page", "admission")
 	useCases   = internal("app")
-	adapters   = internal("store", "events", "browser", "auth", "artifact")            // only store exists today
+	adapters   = internal("store", "events", "browser", "auth", "artifact", "orchestrator")
 	transports = internal("api", "mcp", "mcpserver", "stream")                         // only api exists today
 	generated  = internal("apigen", "mcpcatalog", "streamgen")                         // only apigen exists today
 	leaves     = concat(internal("version"), []string{mod("migrations"), mod("spec")}) // constants and embedded files
@@ -120,6 +120,16 @@ var rules = []rule{
 		why: "auth owns its OAuth tables (with pgx) and speaks to app only through app's types; it never reaches task state through the store, nor the browser",
 	},
 	{
+		name: "orchestrator", packages: internal("orchestrator"), forbid: concat([]string{module, pgx}, chromedp),
+		except: concat(useCases, core, internal("redact", "version")),
+		why:    "the orchestrator adapter implements app.Orchestrator over HTTP: app, the core, redact, version and a JSON Schema validator; never the store, the browser, a transport or pgx",
+	},
+	{
+		name: "orchestratortest", packages: []string{mod("server/internal/orchestrator/orchestratortest/...")},
+		forbid: []string{nonStd}, except: internal("orchestrator/orchestratortest"),
+		why: "the fake model orchestrator (and its standalone cmd/fakeorch) is a standard-library test double that knows nothing of BAP",
+	},
+	{
 		name: "helpers", packages: internal("ratelimit", "redact"), forbid: []string{nonStd},
 		why: "ratelimit (token buckets) and redact (the log redaction layer) are standard-library helpers every layer may use",
 	},
@@ -141,6 +151,14 @@ var reverseRules = []reverseRule{
 	{
 		name: "the test harness", imported: internal("pgtest"),
 		why: "pgtest starts databases for tests; only _test.go files import it",
+	},
+	{
+		name: "the fake orchestrator", imported: internal("orchestrator/orchestratortest"),
+		why: "orchestratortest is a test double: only _test.go files (and its own cmd/fakeorch) import it",
+	},
+	{
+		name: "the orchestrator adapter", imported: internal("orchestrator"), by: roots,
+		why: "app reaches models through its Orchestrator port; only the composition root builds the adapter",
 	},
 	{
 		name: "the end-to-end tests", imported: internal("e2e"),

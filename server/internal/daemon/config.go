@@ -62,6 +62,18 @@ type Config struct {
 	MaxQueuedTasksPerTenant int
 	// Workers is how many delegated tasks (plans) this node runs at once; 0 runs none (ADR 0011).
 	Workers int
+	// The model orchestrator of goal-driven tasks (issue #11, orchestrator.go). OrchestratorURL
+	// empty: none, and autonomous tasks are refused with 503 orchestrator_unavailable.
+	OrchestratorURL string
+	// OrchestratorConfigFile is the JSON file of roles → approved models and model metadata
+	// (orchestrator.FileConfig); empty: every model the orchestrator lists, for every role.
+	OrchestratorConfigFile string
+	// OrchestratorCredentialFile holds BAP's workload credential (a bearer token); when empty,
+	// OrchestratorToken (BAP_ORCHESTRATOR_TOKEN) is used.
+	OrchestratorCredentialFile string
+	OrchestratorToken          string
+	// OrchestratorCallTimeout bounds each model call (default 60 s).
+	OrchestratorCallTimeout time.Duration
 	// LeaseTTL is how long a worker's lease on a delegated task lasts unless renewed (default 15 s).
 	LeaseTTL time.Duration
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger → 413.
@@ -177,6 +189,12 @@ func (c *Config) Validate() error {
 	}
 	if c.CancelDeadline < 0 {
 		return errors.New("--cancel-deadline must not be negative")
+	}
+	if c.OrchestratorURL == "" && (c.OrchestratorConfigFile != "" || c.OrchestratorCredentialFile != "") {
+		return errors.New("--orchestrator-config and --orchestrator-credential-file need --orchestrator-url")
+	}
+	if c.OrchestratorCallTimeout < 0 {
+		return errors.New("--orchestrator-call-timeout must not be negative")
 	}
 	if c.Workers < 0 || c.LeaseTTL < 0 {
 		return errors.New("--workers and --lease-ttl must not be negative")

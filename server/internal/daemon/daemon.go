@@ -122,6 +122,11 @@ func Run(ctx context.Context, cfg Config) error {
 		early = l
 		defer early.Close()
 	}
+	// The model orchestrator first: a bad --orchestrator-config fails before anything starts.
+	orch, err := newOrchestrator(ctx, cfg, log) // nil without --orchestrator-url (orchestrator.go)
+	if err != nil {
+		return err
+	}
 	db, err := OpenDatabase(ctx, cfg)
 	if err != nil {
 		return err
@@ -138,7 +143,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer closeBrowser()
 	svc, err := app.NewService(store.New(db.Pool, ev.storeOptions()), app.Config{
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
-		Browser: br, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
+		Browser: br, Orchestrator: orch, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
 		SeparationOfDuties:  cfg.SeparationOfDuties,
 		CancelDeadline:      cfg.CancelDeadline,
 		InterruptedResponse: api.InterruptedResponse,
