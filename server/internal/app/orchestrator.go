@@ -72,6 +72,10 @@ type ModelFailure struct {
 	Model   ModelInfo
 	Reason  string
 	Latency time.Duration
+	// Tokens and cost the failed attempt spent (an answer that did not match the schema still
+	// costs what its usage says); budgets count them too.
+	InputTokens, OutputTokens int
+	CostUSD                   float64
 }
 
 // ModelReply is an answer with its provenance.

@@ -509,7 +509,8 @@ func (c *Client) Complete(ctx context.Context, req app.ModelRequest) (*app.Model
 			return nil, fmt.Errorf("model call (%s, role %s): %w", m.ID, req.Role, ctx.Err())
 		}
 		if reason != "" {
-			failures = append(failures, app.ModelFailure{Model: m, Reason: reason, Latency: latency})
+			failures = append(failures, app.ModelFailure{Model: m, Reason: reason, Latency: latency,
+				InputTokens: a.in, OutputTokens: a.out, CostUSD: cost(m, a)})
 			c.log.Warn("model failed", "role", req.Role, "model", m.ID, "reason", reason, "latency_ms", latency.Milliseconds(),
 				"next", len(failures) < len(models))
 			continue
@@ -520,7 +521,7 @@ func (c *Client) Complete(ctx context.Context, req app.ModelRequest) (*app.Model
 			PromptSHA256: digest,
 			InputTokens:  a.in,
 			OutputTokens: a.out,
-			CostUSD:      (float64(a.in)*m.InputPricePerM + float64(a.out)*m.OutputPricePerM) / 1e6,
+			CostUSD:      cost(m, a),
 			Latency:      latency,
 			Reasoning:    req.Reasoning,
 			Fallbacks:    failures,
@@ -532,6 +533,11 @@ func (c *Client) Complete(ctx context.Context, req app.ModelRequest) (*app.Model
 type answer struct {
 	content json.RawMessage
 	in, out int
+}
+
+// cost is what an answer's tokens cost at the model's prices (0 when they are unknown).
+func cost(m app.ModelInfo, a answer) float64 {
+	return (float64(a.in)*m.InputPricePerM + float64(a.out)*m.OutputPricePerM) / 1e6
 }
 
 // call asks one model; a non-empty reason is a model failure (short, and free of prompt text,

@@ -355,6 +355,10 @@ func TestInvalidAnswersFallBack(t *testing.T) {
 			if r := rep.Fallbacks[0].Reason; !strings.Contains(r, tc.reason) {
 				t.Errorf("reason %q, want it to contain %q", r, tc.reason)
 			}
+			// An answer that came back (whatever its content) spent tokens; budgets count them.
+			if f := rep.Fallbacks[0]; tc.bad.RawBody == "" && (f.InputTokens <= 0 || f.OutputTokens <= 0) {
+				t.Errorf("failed attempt reports %d/%d tokens", f.InputTokens, f.OutputTokens)
+			}
 		})
 	}
 }
