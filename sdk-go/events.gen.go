@@ -18,14 +18,18 @@ var EventTypes = []EventType{
 	"browser_session.opened",
 	"browsing_context.closed",
 	"browsing_context.opened",
+	"budget.exhausted",
 	"checkpoint.created",
 	"command.recorded",
 	"dialog.handled",
 	"download.completed",
 	"evidence.captured",
+	"model.called",
+	"model.fallback",
 	"navigation.committed",
 	"plan.step_finished",
 	"plan.step_started",
+	"planner.proposed",
 	"postcondition.evaluated",
 	"receipt.issued",
 	"reconciliation.opened",
@@ -33,6 +37,7 @@ var EventTypes = []EventType{
 	"request.blocked",
 	"task.created",
 	"task.state_changed",
+	"verifier.judged",
 }
 
 // EventDataTypes maps each event type to a constructor of its `data` struct (a pointer).
@@ -53,6 +58,8 @@ var EventDataTypes = map[EventType]func() any{
 	"browsing_context.closed": func() any { return new(BrowsingContextClosedData) },
 	// `data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank tab) opened in a session.
 	"browsing_context.opened": func() any { return new(BrowsingContextOpenedData) },
+	// `data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends `failed`.
+	"budget.exhausted": func() any { return new(BudgetExhaustedData) },
 	// `data` of a `checkpoint.created` event: a checkpoint was taken.
 	"checkpoint.created": func() any { return new(CheckpointCreatedData) },
 	// `data` of a `command.recorded` event: a command was recorded before dispatch.
@@ -63,12 +70,18 @@ var EventDataTypes = map[EventType]func() any{
 	"download.completed": func() any { return new(DownloadCompletedData) },
 	// `data` of a `evidence.captured` event: evidence artifacts were stored.
 	"evidence.captured": func() any { return new(EvidenceCapturedData) },
+	// `data` of a `model.called` event: a model answered for an autonomous task, with its provenance (never the prompt text or a protected value).
+	"model.called": func() any { return new(ModelCalledData) },
+	// `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the next approved model of the same role was tried; `to_model` is absent when none was left.
+	"model.fallback": func() any { return new(ModelFallbackData) },
 	// `data` of a `navigation.committed` event: a context committed a new document (new epoch).
 	"navigation.committed": func() any { return new(NavigationCommittedData) },
 	// `data` of a `plan.step_finished` event: a delegated-mode plan step ended.
 	"plan.step_finished": func() any { return new(PlanStepFinishedData) },
 	// `data` of a `plan.step_started` event: a delegated-mode plan step started.
 	"plan.step_started": func() any { return new(PlanStepStartedData) },
+	// `data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are masked.
+	"planner.proposed": func() any { return new(PlannerProposedData) },
 	// `data` of a `postcondition.evaluated` event: close_task evaluated the postcondition.
 	"postcondition.evaluated": func() any { return new(PostconditionEvaluatedData) },
 	// `data` of a `receipt.issued` event: a command's receipt was recorded.
@@ -83,6 +96,8 @@ var EventDataTypes = map[EventType]func() any{
 	"task.created": func() any { return new(TaskCreatedData) },
 	// `data` of a `task.state_changed` event: the task changed state.
 	"task.state_changed": func() any { return new(TaskStateChangedData) },
+	// `data` of a `verifier.judged` event: the verifier model judged the final evidence of an autonomous task against its goal, just before close_task evaluated the postcondition. The judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an unmet clause.
+	"verifier.judged": func() any { return new(VerifierJudgedData) },
 }
 
 // DecodeData decodes e.Data into the struct EventDataTypes gives for e.Type (for example a

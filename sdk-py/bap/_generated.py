@@ -46,6 +46,8 @@ __all__ = [
     "BrowsingContextClosedEvent",
     "BrowsingContextOpenedData",
     "BrowsingContextOpenedEvent",
+    "BudgetExhaustedData",
+    "BudgetExhaustedEvent",
     "CancelTaskRequest",
     "CancelTaskResponse",
     "CaptureEvidenceRequest",
@@ -67,6 +69,7 @@ __all__ = [
     "CreateBrowserSessionResponse",
     "CreateTaskRequest",
     "CreateTaskResponse",
+    "DataClassification",
     "DialogHandledData",
     "DialogHandledEvent",
     "DownloadCompletedData",
@@ -90,6 +93,12 @@ __all__ = [
     "HealthStatus",
     "InterruptedCommandResponse",
     "ListTaskEventsResponse",
+    "ModelCalledData",
+    "ModelCalledEvent",
+    "ModelFallbackData",
+    "ModelFallbackEvent",
+    "ModelPolicy",
+    "ModelRole",
     "NavigateRequest",
     "NavigateResponse",
     "NavigationCommittedData",
@@ -106,6 +115,8 @@ __all__ = [
     "PlanStepFinishedEvent",
     "PlanStepStartedData",
     "PlanStepStartedEvent",
+    "PlannerProposedData",
+    "PlannerProposedEvent",
     "Policy",
     "Postcondition",
     "PostconditionEvaluatedData",
@@ -138,9 +149,11 @@ __all__ = [
     "SPEC_VERSION",
     "ServiceInfo",
     "Task",
+    "TaskBudget",
     "TaskCreatedData",
     "TaskCreatedEvent",
     "TaskEvent",
+    "TaskMode",
     "TaskState",
     "TaskStateChangedData",
     "TaskStateChangedEvent",
@@ -149,6 +162,8 @@ __all__ = [
     "TitleMatchesClause",
     "UrlMatchesClause",
     "Verification",
+    "VerifierJudgedData",
+    "VerifierJudgedEvent",
     "VerifyArtifactRequest",
     "VerifyArtifactResponse",
     "WaitUntil",
@@ -587,6 +602,36 @@ class BrowsingContextOpenedEvent(TypedDict):
     type: Literal["browsing_context.opened"]
 
 
+class BudgetExhaustedData(TypedDict):
+    """`data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends
+    `failed`.
+    """
+
+    budget: Literal["max_steps", "max_tokens", "max_cost_usd", "max_wall_time_ms"]
+    limit: float
+    used: float
+
+
+class BudgetExhaustedEvent(TypedDict):
+    """An Event of type `budget.exhausted`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "BudgetExhaustedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["budget.exhausted"]
+
+
 class CancelTaskRequest(TypedDict):
     """Body of cancel_task."""
 
@@ -792,10 +837,20 @@ class CreateBrowserSessionResponse(TypedDict):
 class CreateTaskRequest(TypedDict):
     """Body of create_task."""
 
+    #: Autonomous tasks only: step, token, cost and wall-time limits (defaults apply to what is
+    #: absent).
+    budget: NotRequired["TaskBudget"]
     #: The task expires when this passes.
     deadline: NotRequired[str]
     #: What the task is for (free text).
     goal: str
+    #: `autonomous`: a goal-driven task planned by the orchestrator's models one step at a time
+    #: (needs a configured orchestrator: else `503 orchestrator_unavailable`; no approved planner or
+    #: verifier model satisfying `model_policy`: `422 model_policy_unsatisfied`; both refusals are
+    #: not recorded). Not with `plan` (a task with a plan is delegated).
+    mode: NotRequired["TaskMode"]
+    #: Autonomous tasks only: what a model must satisfy to see the task's data.
+    model_policy: NotRequired["ModelPolicy"]
     #: Delegated mode: the server runs these steps itself, then closes the task by its
     #: postcondition.
     plan: NotRequired[list["PlanStep"]]
@@ -808,6 +863,12 @@ class CreateTaskResponse(TypedDict):
 
     receipt: "Receipt"
     task: "Task"
+
+
+DataClassification = Literal["public", "internal", "confidential", "restricted"]
+"""Sensitivity of a task's data, lowest first. A model may see a task's data only when its approved
+classification is at least this high.
+"""
 
 
 class DialogHandledData(TypedDict):
@@ -941,6 +1002,11 @@ EventType = Literal[
     "browsing_context.closed",
     "dialog.handled",
     "download.completed",
+    "model.called",
+    "model.fallback",
+    "planner.proposed",
+    "verifier.judged",
+    "budget.exhausted",
 ]
 """Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data`
 schema.
@@ -1073,6 +1139,103 @@ class ListTaskEventsResponse(TypedDict):
     events: list["Event"]
     #: Pass as `after` to get the next page; null when there are no more events yet.
     next_after: Optional[int]
+
+
+class ModelCalledData(TypedDict):
+    """`data` of a `model.called` event: a model answered for an autonomous task, with its provenance
+    (never the prompt text or a protected value).
+    """
+
+    cost_usd: float
+    input_tokens: int
+    latency_ms: int
+    model: str
+    output_tokens: int
+    #: SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
+    prompt_sha256: str
+    provider: str
+    #: Reasoning setting asked for (empty: the model's default).
+    reasoning: NotRequired[str]
+    role: "ModelRole"
+    #: Index of the step the call proposed (planner) or the number of steps run (verifier).
+    step: int
+
+
+class ModelCalledEvent(TypedDict):
+    """An Event of type `model.called`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "ModelCalledData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["model.called"]
+
+
+class ModelFallbackData(TypedDict):
+    """`data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the
+    next approved model of the same role was tried; `to_model` is absent when none was left.
+    """
+
+    from_model: str
+    from_provider: NotRequired[str]
+    latency_ms: NotRequired[int]
+    reason: str
+    role: "ModelRole"
+    to_model: NotRequired[str]
+
+
+class ModelFallbackEvent(TypedDict):
+    """An Event of type `model.fallback`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "ModelFallbackData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["model.fallback"]
+
+
+class ModelPolicy(TypedDict):
+    """What a model must satisfy to see an autonomous task's data, judged on the metadata of each model
+    the orchestrator offers. Unknown metadata never satisfies a constraint (fail closed); a fallback
+    never widens it.
+    """
+
+    #: Providers whose models may be used; absent: any.
+    allowed_providers: NotRequired[list[str]]
+    #: Regions where a model may run; absent: any.
+    allowed_regions: NotRequired[list[str]]
+    #: The task's data classification; a model must be approved for at least this. Default
+    #: `restricted` (the most sensitive).
+    data_classification: NotRequired["DataClassification"]
+    #: Longest prompt retention a provider may have; absent: any.
+    max_retention_days: NotRequired[int]
+
+
+ModelRole = Literal["observer", "planner", "verifier", "safety"]
+"""Role a model plays for an autonomous task: `observer` (low-cost observation and extraction),
+`planner` (proposes the next typed step), `verifier` (judges the final evidence against the goal),
+`safety` (classifies proposed steps and pages).
+"""
 
 
 class NavigateRequest(TypedDict):
@@ -1298,6 +1461,48 @@ class PlanStepStartedEvent(TypedDict):
     type: Literal["plan.step_started"]
 
 
+class PlannerProposedData(TypedDict):
+    """`data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous
+    task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are
+    masked.
+    """
+
+    #: False when the proposal did not validate against the step schema; it was not run.
+    accepted: bool
+    #: The step's arguments (the body of the operation), protected values masked as `***`.
+    args: NotRequired[dict[str, Any]]
+    #: Index of the proposed step (absent for `done`).
+    index: NotRequired[int]
+    model: NotRequired[str]
+    #: The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
+    op: NotRequired[Literal["navigate", "observe", "act", "extract", "capture_evidence", "done"]]
+    #: Why a proposal was not accepted.
+    problem: NotRequired[str]
+    provider: NotRequired[str]
+    #: Why the model proposes it (free text from the model, protected values masked).
+    reason: NotRequired[str]
+
+
+class PlannerProposedEvent(TypedDict):
+    """An Event of type `planner.proposed`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "PlannerProposedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["planner.proposed"]
+
+
 class Policy(TypedDict):
     """Policy of a task."""
 
@@ -1396,14 +1601,18 @@ ProblemCode = Literal[
     "internal_error",
     "not_implemented",
     "navigation_failed",
+    "model_policy_unsatisfied",
+    "orchestrator_unavailable",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409:
 invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
 checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
-payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded,
-browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser
-could not load the page: DNS, connection, TLS).
+payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
+satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
+browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
+configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
+browser could not load the page: DNS, connection, TLS).
 """
 
 
@@ -1713,15 +1922,20 @@ class ServiceInfo(TypedDict):
 class Task(TypedDict):
     """A unit of browser work with a lifecycle, policy and history."""
 
+    #: An autonomous task's budget, defaults applied.
+    budget: NotRequired["TaskBudget"]
     #: When the task reached a terminal state (RFC 3339, UTC).
     closed_at: NotRequired[str]
     #: Creation time (RFC 3339, UTC).
     created_at: str
     #: When the task expires (RFC 3339, UTC).
     deadline: NotRequired[str]
-    #: True when the task runs a server-side plan.
+    #: True when the server runs the task itself: a client's plan, or an autonomous task.
     delegated: NotRequired[bool]
     goal: str
+    mode: NotRequired["TaskMode"]
+    #: An autonomous task's model policy, defaults applied.
+    model_policy: NotRequired["ModelPolicy"]
     policy: NotRequired["Policy"]
     postcondition: NotRequired["Postcondition"]
     state: "TaskState"
@@ -1731,6 +1945,22 @@ class Task(TypedDict):
     updated_at: str
     #: Set when the task closed.
     verification: NotRequired["Verification"]
+
+
+class TaskBudget(TypedDict):
+    """Limits of an autonomous task. Exceeding one ends the task `failed` with a `budget.exhausted`
+    event. Defaults: 50 steps, 1,000,000 tokens, 30 minutes of wall time (counted from create_task),
+    no cost cap.
+    """
+
+    #: Cost of every model call in US dollars, as the orchestrator prices it; absent: no cap.
+    max_cost_usd: NotRequired[float]
+    #: Steps the planner may propose (each proposal that is run or refused counts).
+    max_steps: NotRequired[int]
+    #: Input plus output tokens of every model call.
+    max_tokens: NotRequired[int]
+    #: Wall time from create_task; an in-flight model call is cancelled when it runs out.
+    max_wall_time_ms: NotRequired[int]
 
 
 class TaskCreatedData(TypedDict):
@@ -1762,6 +1992,14 @@ class TaskCreatedEvent(TypedDict):
     #: When it happened (RFC 3339, UTC).
     time: str
     type: Literal["task.created"]
+
+
+TaskMode = Literal["interactive", "autonomous"]
+"""How a task is driven: `interactive` (the default: a client sends each command, or the server runs
+the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the
+orchestrator's planner model for one typed step at a time, check it against the task's policy and
+run it, until the planner declares the goal done or a budget ends).
+"""
 
 
 TaskState = Literal[
@@ -1846,6 +2084,40 @@ Verification = Literal["verified", "unverified", "unmet"]
 """
 
 
+class VerifierJudgedData(TypedDict):
+    """`data` of a `verifier.judged` event: the verifier model judged the final evidence of an
+    autonomous task against its goal, just before close_task evaluated the postcondition. The
+    judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an
+    unmet clause.
+    """
+
+    model: NotRequired[str]
+    provider: NotRequired[str]
+    reason: NotRequired[str]
+    #: `unavailable` when no verifier model could answer.
+    verdict: Literal["yes", "no", "unsure", "unavailable"]
+
+
+class VerifierJudgedEvent(TypedDict):
+    """An Event of type `verifier.judged`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "VerifierJudgedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["verifier.judged"]
+
+
 class VerifyArtifactRequest(TypedDict):
     """Body of verify_artifact."""
 
@@ -1882,14 +2154,18 @@ TaskEvent = Union[
     "BrowserSessionOpenedEvent",
     "BrowsingContextClosedEvent",
     "BrowsingContextOpenedEvent",
+    "BudgetExhaustedEvent",
     "CheckpointCreatedEvent",
     "CommandRecordedEvent",
     "DialogHandledEvent",
     "DownloadCompletedEvent",
     "EvidenceCapturedEvent",
+    "ModelCalledEvent",
+    "ModelFallbackEvent",
     "NavigationCommittedEvent",
     "PlanStepFinishedEvent",
     "PlanStepStartedEvent",
+    "PlannerProposedEvent",
     "PostconditionEvaluatedEvent",
     "ReceiptIssuedEvent",
     "ReconciliationOpenedEvent",
@@ -1897,6 +2173,7 @@ TaskEvent = Union[
     "RequestBlockedEvent",
     "TaskCreatedEvent",
     "TaskStateChangedEvent",
+    "VerifierJudgedEvent",
 ]
 """An event of any type, discriminated by ``type``."""
 
@@ -1909,14 +2186,18 @@ EVENT_TYPES: tuple[str, ...] = (
     "browser_session.opened",
     "browsing_context.closed",
     "browsing_context.opened",
+    "budget.exhausted",
     "checkpoint.created",
     "command.recorded",
     "dialog.handled",
     "download.completed",
     "evidence.captured",
+    "model.called",
+    "model.fallback",
     "navigation.committed",
     "plan.step_finished",
     "plan.step_started",
+    "planner.proposed",
     "postcondition.evaluated",
     "receipt.issued",
     "reconciliation.opened",
@@ -1924,6 +2205,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "request.blocked",
     "task.created",
     "task.state_changed",
+    "verifier.judged",
 )
 """Every event type the AsyncAPI document describes, sorted."""
 
@@ -1936,14 +2218,18 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "browser_session.opened": BrowserSessionOpenedData,
     "browsing_context.closed": BrowsingContextClosedData,
     "browsing_context.opened": BrowsingContextOpenedData,
+    "budget.exhausted": BudgetExhaustedData,
     "checkpoint.created": CheckpointCreatedData,
     "command.recorded": CommandRecordedData,
     "dialog.handled": DialogHandledData,
     "download.completed": DownloadCompletedData,
     "evidence.captured": EvidenceCapturedData,
+    "model.called": ModelCalledData,
+    "model.fallback": ModelFallbackData,
     "navigation.committed": NavigationCommittedData,
     "plan.step_finished": PlanStepFinishedData,
     "plan.step_started": PlanStepStartedData,
+    "planner.proposed": PlannerProposedData,
     "postcondition.evaluated": PostconditionEvaluatedData,
     "receipt.issued": ReceiptIssuedData,
     "reconciliation.opened": ReconciliationOpenedData,
@@ -1951,6 +2237,7 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "request.blocked": RequestBlockedData,
     "task.created": TaskCreatedData,
     "task.state_changed": TaskStateChangedData,
+    "verifier.judged": VerifierJudgedData,
 }
 """The TypedDict of each event type's ``data``."""
 

@@ -1127,6 +1127,38 @@ pub struct BrowsingContextOpenedEvent {
     pub r#type: String,
 }
 
+/// `data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends
+/// `failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct BudgetExhaustedData {
+    pub budget: String,
+    pub limit: f64,
+    pub used: f64,
+}
+
+/// An Event of type `budget.exhausted`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct BudgetExhaustedEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    pub data: BudgetExhaustedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    pub r#type: String,
+}
+
 /// Body of cancel_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CancelTaskRequest {
@@ -1544,11 +1576,24 @@ impl CreateBrowserSessionResponse {
 /// Body of create_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CreateTaskRequest {
+    /// Autonomous tasks only: step, token, cost and wall-time limits (defaults apply to what is
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<TaskBudget>,
     /// The task expires when this passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<String>,
     /// What the task is for (free text).
     pub goal: String,
+    /// `autonomous`: a goal-driven task planned by the orchestrator's models one step at a time
+    /// (needs a configured orchestrator: else `503 orchestrator_unavailable`; no approved planner
+    /// or verifier model satisfying `model_policy`: `422 model_policy_unsatisfied`; both refusals
+    /// are not recorded). Not with `plan` (a task with a plan is delegated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<TaskMode>,
+    /// Autonomous tasks only: what a model must satisfy to see the task's data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_policy: Option<ModelPolicy>,
     /// Delegated mode: the server runs these steps itself, then closes the task by its
     /// postcondition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1572,6 +1617,76 @@ impl CreateTaskResponse {
             receipt,
             task,
         }
+    }
+}
+
+/// Sensitivity of a task's data, lowest first. A model may see a task's data only when its approved
+/// classification is at least this high.
+///
+/// Serialized as its string; a value this SDK does not know is kept in `DataClassification::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DataClassification {
+    /// `public`
+    Public,
+    /// `internal`
+    Internal,
+    /// `confidential`
+    Confidential,
+    /// `restricted`
+    Restricted,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl DataClassification {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [DataClassification] = &[DataClassification::Public, DataClassification::Internal, DataClassification::Confidential, DataClassification::Restricted];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            DataClassification::Public => "public",
+            DataClassification::Internal => "internal",
+            DataClassification::Confidential => "confidential",
+            DataClassification::Restricted => "restricted",
+            DataClassification::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for DataClassification {
+    fn from(s: &str) -> Self {
+        match s {
+            "public" => DataClassification::Public,
+            "internal" => DataClassification::Internal,
+            "confidential" => DataClassification::Confidential,
+            "restricted" => DataClassification::Restricted,
+            other => DataClassification::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for DataClassification {
+    fn from(s: String) -> Self {
+        DataClassification::from(s.as_str())
+    }
+}
+
+impl fmt::Display for DataClassification {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for DataClassification {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for DataClassification {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(DataClassification::from)
     }
 }
 
@@ -1768,13 +1883,23 @@ pub enum EventType {
     DialogHandled,
     /// `download.completed`
     DownloadCompleted,
+    /// `model.called`
+    ModelCalled,
+    /// `model.fallback`
+    ModelFallback,
+    /// `planner.proposed`
+    PlannerProposed,
+    /// `verifier.judged`
+    VerifierJudged,
+    /// `budget.exhausted`
+    BudgetExhausted,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl EventType {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted];
+    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::BudgetExhausted];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -1802,6 +1927,11 @@ impl EventType {
             EventType::BrowsingContextClosed => "browsing_context.closed",
             EventType::DialogHandled => "dialog.handled",
             EventType::DownloadCompleted => "download.completed",
+            EventType::ModelCalled => "model.called",
+            EventType::ModelFallback => "model.fallback",
+            EventType::PlannerProposed => "planner.proposed",
+            EventType::VerifierJudged => "verifier.judged",
+            EventType::BudgetExhausted => "budget.exhausted",
             EventType::Unknown(s) => s,
         }
     }
@@ -1833,6 +1963,11 @@ impl From<&str> for EventType {
             "browsing_context.closed" => EventType::BrowsingContextClosed,
             "dialog.handled" => EventType::DialogHandled,
             "download.completed" => EventType::DownloadCompleted,
+            "model.called" => EventType::ModelCalled,
+            "model.fallback" => EventType::ModelFallback,
+            "planner.proposed" => EventType::PlannerProposed,
+            "verifier.judged" => EventType::VerifierJudged,
+            "budget.exhausted" => EventType::BudgetExhausted,
             other => EventType::Unknown(other.to_string()),
         }
     }
@@ -2235,6 +2370,245 @@ pub struct ListTaskEventsResponse {
     /// Pass as `after` to get the next page; null when there are no more events yet.
     #[serde(default)]
     pub next_after: Option<i64>,
+}
+
+/// `data` of a `model.called` event: a model answered for an autonomous task, with its provenance
+/// (never the prompt text or a protected value).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCalledData {
+    pub cost_usd: f64,
+    pub input_tokens: i64,
+    pub latency_ms: i64,
+    pub model: String,
+    pub output_tokens: i64,
+    /// SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
+    pub prompt_sha256: String,
+    pub provider: String,
+    /// Reasoning setting asked for (empty: the model's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    pub role: ModelRole,
+    /// Index of the step the call proposed (planner) or the number of steps run (verifier).
+    pub step: i64,
+}
+
+impl ModelCalledData {
+    /// A value with the required fields; the optional ones are `None`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(cost_usd: f64, input_tokens: i64, latency_ms: i64, model: String, output_tokens: i64, prompt_sha256: String, provider: String, role: ModelRole, step: i64) -> Self {
+        ModelCalledData {
+            cost_usd,
+            input_tokens,
+            latency_ms,
+            model,
+            output_tokens,
+            prompt_sha256,
+            provider,
+            reasoning: None,
+            role,
+            step,
+        }
+    }
+}
+
+/// An Event of type `model.called`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCalledEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    pub data: ModelCalledData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    pub r#type: String,
+}
+
+impl ModelCalledEvent {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(data: ModelCalledData, event_id: String, seq: i64, task_id: String, time: String, r#type: String) -> Self {
+        ModelCalledEvent {
+            actor: None,
+            cause: None,
+            cursor: None,
+            data,
+            event_id,
+            seq,
+            task_id,
+            time,
+            r#type,
+        }
+    }
+}
+
+/// `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the
+/// next approved model of the same role was tried; `to_model` is absent when none was left.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelFallbackData {
+    pub from_model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<i64>,
+    pub reason: String,
+    pub role: ModelRole,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_model: Option<String>,
+}
+
+impl ModelFallbackData {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(from_model: String, reason: String, role: ModelRole) -> Self {
+        ModelFallbackData {
+            from_model,
+            from_provider: None,
+            latency_ms: None,
+            reason,
+            role,
+            to_model: None,
+        }
+    }
+}
+
+/// An Event of type `model.fallback`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelFallbackEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    pub data: ModelFallbackData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    pub r#type: String,
+}
+
+impl ModelFallbackEvent {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(data: ModelFallbackData, event_id: String, seq: i64, task_id: String, time: String, r#type: String) -> Self {
+        ModelFallbackEvent {
+            actor: None,
+            cause: None,
+            cursor: None,
+            data,
+            event_id,
+            seq,
+            task_id,
+            time,
+            r#type,
+        }
+    }
+}
+
+/// What a model must satisfy to see an autonomous task's data, judged on the metadata of each model
+/// the orchestrator offers. Unknown metadata never satisfies a constraint (fail closed); a fallback
+/// never widens it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ModelPolicy {
+    /// Providers whose models may be used; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_providers: Option<Vec<String>>,
+    /// Regions where a model may run; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_regions: Option<Vec<String>>,
+    /// The task's data classification; a model must be approved for at least this. Default
+    /// `restricted` (the most sensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_classification: Option<DataClassification>,
+    /// Longest prompt retention a provider may have; absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retention_days: Option<i64>,
+}
+
+/// Role a model plays for an autonomous task: `observer` (low-cost observation and extraction),
+/// `planner` (proposes the next typed step), `verifier` (judges the final evidence against the
+/// goal), `safety` (classifies proposed steps and pages).
+///
+/// Serialized as its string; a value this SDK does not know is kept in `ModelRole::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ModelRole {
+    /// `observer`
+    Observer,
+    /// `planner`
+    Planner,
+    /// `verifier`
+    Verifier,
+    /// `safety`
+    Safety,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl ModelRole {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [ModelRole] = &[ModelRole::Observer, ModelRole::Planner, ModelRole::Verifier, ModelRole::Safety];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ModelRole::Observer => "observer",
+            ModelRole::Planner => "planner",
+            ModelRole::Verifier => "verifier",
+            ModelRole::Safety => "safety",
+            ModelRole::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for ModelRole {
+    fn from(s: &str) -> Self {
+        match s {
+            "observer" => ModelRole::Observer,
+            "planner" => ModelRole::Planner,
+            "verifier" => ModelRole::Verifier,
+            "safety" => ModelRole::Safety,
+            other => ModelRole::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for ModelRole {
+    fn from(s: String) -> Self {
+        ModelRole::from(s.as_str())
+    }
+}
+
+impl fmt::Display for ModelRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ModelRole {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelRole {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(ModelRole::from)
+    }
 }
 
 /// Body of navigate.
@@ -2718,6 +3092,57 @@ impl PlanStepStartedEvent {
     }
 }
 
+/// `data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous
+/// task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are
+/// masked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PlannerProposedData {
+    /// False when the proposal did not validate against the step schema; it was not run.
+    pub accepted: bool,
+    /// The step's arguments (the body of the operation), protected values masked as `***`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Index of the proposed step (absent for `done`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    /// Why a proposal was not accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Why the model proposes it (free text from the model, protected values masked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// An Event of type `planner.proposed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct PlannerProposedEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    pub data: PlannerProposedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    pub r#type: String,
+}
+
 /// Policy of a task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Policy {
@@ -2783,8 +3208,10 @@ pub struct PostconditionResult {
 /// 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409:
 /// invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
 /// checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
-/// payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded,
-/// browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the
+/// payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
+/// satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
+/// browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
+/// configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
 /// browser could not load the page: DNS, connection, TLS).
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ProblemCode::Unknown`.
@@ -2836,13 +3263,17 @@ pub enum ProblemCode {
     NotImplemented,
     /// `navigation_failed`
     NavigationFailed,
+    /// `model_policy_unsatisfied`
+    ModelPolicyUnsatisfied,
+    /// `orchestrator_unavailable`
+    OrchestratorUnavailable,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -2870,6 +3301,8 @@ impl ProblemCode {
             ProblemCode::InternalError => "internal_error",
             ProblemCode::NotImplemented => "not_implemented",
             ProblemCode::NavigationFailed => "navigation_failed",
+            ProblemCode::ModelPolicyUnsatisfied => "model_policy_unsatisfied",
+            ProblemCode::OrchestratorUnavailable => "orchestrator_unavailable",
             ProblemCode::Unknown(s) => s,
         }
     }
@@ -2901,6 +3334,8 @@ impl From<&str> for ProblemCode {
             "internal_error" => ProblemCode::InternalError,
             "not_implemented" => ProblemCode::NotImplemented,
             "navigation_failed" => ProblemCode::NavigationFailed,
+            "model_policy_unsatisfied" => ProblemCode::ModelPolicyUnsatisfied,
+            "orchestrator_unavailable" => ProblemCode::OrchestratorUnavailable,
             other => ProblemCode::Unknown(other.to_string()),
         }
     }
@@ -3511,6 +3946,9 @@ pub struct ServiceInfo {
 /// A unit of browser work with a lifecycle, policy and history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
+    /// An autonomous task's budget, defaults applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<TaskBudget>,
     /// When the task reached a terminal state (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_at: Option<String>,
@@ -3519,10 +3957,15 @@ pub struct Task {
     /// When the task expires (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<String>,
-    /// True when the task runs a server-side plan.
+    /// True when the server runs the task itself: a client's plan, or an autonomous task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated: Option<bool>,
     pub goal: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<TaskMode>,
+    /// An autonomous task's model policy, defaults applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_policy: Option<ModelPolicy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -3541,11 +3984,14 @@ impl Task {
     /// A value with the required fields; the optional ones are `None`.
     pub fn new(created_at: String, goal: String, state: TaskState, task_id: String, updated_at: String) -> Self {
         Task {
+            budget: None,
             closed_at: None,
             created_at,
             deadline: None,
             delegated: None,
             goal,
+            mode: None,
+            model_policy: None,
             policy: None,
             postcondition: None,
             state,
@@ -3554,6 +4000,25 @@ impl Task {
             verification: None,
         }
     }
+}
+
+/// Limits of an autonomous task. Exceeding one ends the task `failed` with a `budget.exhausted`
+/// event. Defaults: 50 steps, 1,000,000 tokens, 30 minutes of wall time (counted from create_task),
+/// no cost cap.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TaskBudget {
+    /// Cost of every model call in US dollars, as the orchestrator prices it; absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    /// Steps the planner may propose (each proposal that is run or refused counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<i64>,
+    /// Input plus output tokens of every model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<i64>,
+    /// Wall time from create_task; an in-flight model call is cancelled when it runs out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_time_ms: Option<i64>,
 }
 
 /// `data` of a `task.created` event: a task was recorded.
@@ -3591,6 +4056,70 @@ pub struct TaskCreatedEvent {
     /// When it happened (RFC 3339, UTC).
     pub time: String,
     pub r#type: String,
+}
+
+/// How a task is driven: `interactive` (the default: a client sends each command, or the server
+/// runs the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the
+/// orchestrator's planner model for one typed step at a time, check it against the task's policy
+/// and run it, until the planner declares the goal done or a budget ends).
+///
+/// Serialized as its string; a value this SDK does not know is kept in `TaskMode::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TaskMode {
+    /// `interactive`
+    Interactive,
+    /// `autonomous`
+    Autonomous,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl TaskMode {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [TaskMode] = &[TaskMode::Interactive, TaskMode::Autonomous];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            TaskMode::Interactive => "interactive",
+            TaskMode::Autonomous => "autonomous",
+            TaskMode::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for TaskMode {
+    fn from(s: &str) -> Self {
+        match s {
+            "interactive" => TaskMode::Interactive,
+            "autonomous" => TaskMode::Autonomous,
+            other => TaskMode::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for TaskMode {
+    fn from(s: String) -> Self {
+        TaskMode::from(s.as_str())
+    }
+}
+
+impl fmt::Display for TaskMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for TaskMode {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskMode {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(TaskMode::from)
+    }
 }
 
 /// Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.
@@ -3842,6 +4371,45 @@ impl<'de> Deserialize<'de> for Verification {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         String::deserialize(deserializer).map(Verification::from)
     }
+}
+
+/// `data` of a `verifier.judged` event: the verifier model judged the final evidence of an
+/// autonomous task against its goal, just before close_task evaluated the postcondition. The
+/// judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an
+/// unmet clause.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct VerifierJudgedData {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `unavailable` when no verifier model could answer.
+    pub verdict: String,
+}
+
+/// An Event of type `verifier.judged`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct VerifierJudgedEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    pub data: VerifierJudgedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    pub r#type: String,
 }
 
 /// Body of verify_artifact.
@@ -4102,14 +4670,18 @@ pub const EVENT_TYPES: &[&str] = &[
     "browser_session.opened",
     "browsing_context.closed",
     "browsing_context.opened",
+    "budget.exhausted",
     "checkpoint.created",
     "command.recorded",
     "dialog.handled",
     "download.completed",
     "evidence.captured",
+    "model.called",
+    "model.fallback",
     "navigation.committed",
     "plan.step_finished",
     "plan.step_started",
+    "planner.proposed",
     "postcondition.evaluated",
     "receipt.issued",
     "reconciliation.opened",
@@ -4117,6 +4689,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "request.blocked",
     "task.created",
     "task.state_changed",
+    "verifier.judged",
 ];
 
 /// The `data` of an [`Event`], decoded by its type (see [`Event::decode_data`]).
@@ -4145,6 +4718,9 @@ pub enum EventData {
     /// `browsing_context.opened`: `data` of a `browsing_context.opened` event: a new browsing
     /// context (a popup or a target=_blank tab) opened in a session.
     BrowsingContextOpened(BrowsingContextOpenedData),
+    /// `budget.exhausted`: `data` of a `budget.exhausted` event: an autonomous task used up one of
+    /// its budgets; it ends `failed`.
+    BudgetExhausted(BudgetExhaustedData),
     /// `checkpoint.created`: `data` of a `checkpoint.created` event: a checkpoint was taken.
     CheckpointCreated(CheckpointCreatedData),
     /// `command.recorded`: `data` of a `command.recorded` event: a command was recorded before
@@ -4158,6 +4734,13 @@ pub enum EventData {
     DownloadCompleted(DownloadCompletedData),
     /// `evidence.captured`: `data` of a `evidence.captured` event: evidence artifacts were stored.
     EvidenceCaptured(EvidenceCapturedData),
+    /// `model.called`: `data` of a `model.called` event: a model answered for an autonomous task,
+    /// with its provenance (never the prompt text or a protected value).
+    ModelCalled(ModelCalledData),
+    /// `model.fallback`: `data` of a `model.fallback` event: a model failed (outage, timeout,
+    /// invalid answer) and the next approved model of the same role was tried; `to_model` is absent
+    /// when none was left.
+    ModelFallback(ModelFallbackData),
     /// `navigation.committed`: `data` of a `navigation.committed` event: a context committed a new
     /// document (new epoch).
     NavigationCommitted(NavigationCommittedData),
@@ -4167,6 +4750,10 @@ pub enum EventData {
     /// `plan.step_started`: `data` of a `plan.step_started` event: a delegated-mode plan step
     /// started.
     PlanStepStarted(PlanStepStartedData),
+    /// `planner.proposed`: `data` of a `planner.proposed` event: the planner model proposed the
+    /// next step of an autonomous task, or declared the goal done (`op` = `done`). Protected values
+    /// (what a `fill` types) are masked.
+    PlannerProposed(PlannerProposedData),
     /// `postcondition.evaluated`: `data` of a `postcondition.evaluated` event: close_task evaluated
     /// the postcondition.
     PostconditionEvaluated(PostconditionEvaluatedData),
@@ -4186,6 +4773,11 @@ pub enum EventData {
     TaskCreated(TaskCreatedData),
     /// `task.state_changed`: `data` of a `task.state_changed` event: the task changed state.
     TaskStateChanged(TaskStateChangedData),
+    /// `verifier.judged`: `data` of a `verifier.judged` event: the verifier model judged the final
+    /// evidence of an autonomous task against its goal, just before close_task evaluated the
+    /// postcondition. The judgement is advisory: the postcondition alone decides success, and a
+    /// `yes` never overrides an unmet clause.
+    VerifierJudged(VerifierJudgedData),
     /// An event type this SDK does not know, with its `data` as sent.
     Unknown(serde_json::Map<String, serde_json::Value>),
 }
@@ -4204,14 +4796,18 @@ impl Event {
             "browser_session.opened" => serde_json::from_value(data).map(EventData::BrowserSessionOpened),
             "browsing_context.closed" => serde_json::from_value(data).map(EventData::BrowsingContextClosed),
             "browsing_context.opened" => serde_json::from_value(data).map(EventData::BrowsingContextOpened),
+            "budget.exhausted" => serde_json::from_value(data).map(EventData::BudgetExhausted),
             "checkpoint.created" => serde_json::from_value(data).map(EventData::CheckpointCreated),
             "command.recorded" => serde_json::from_value(data).map(EventData::CommandRecorded),
             "dialog.handled" => serde_json::from_value(data).map(EventData::DialogHandled),
             "download.completed" => serde_json::from_value(data).map(EventData::DownloadCompleted),
             "evidence.captured" => serde_json::from_value(data).map(EventData::EvidenceCaptured),
+            "model.called" => serde_json::from_value(data).map(EventData::ModelCalled),
+            "model.fallback" => serde_json::from_value(data).map(EventData::ModelFallback),
             "navigation.committed" => serde_json::from_value(data).map(EventData::NavigationCommitted),
             "plan.step_finished" => serde_json::from_value(data).map(EventData::PlanStepFinished),
             "plan.step_started" => serde_json::from_value(data).map(EventData::PlanStepStarted),
+            "planner.proposed" => serde_json::from_value(data).map(EventData::PlannerProposed),
             "postcondition.evaluated" => serde_json::from_value(data).map(EventData::PostconditionEvaluated),
             "receipt.issued" => serde_json::from_value(data).map(EventData::ReceiptIssued),
             "reconciliation.opened" => serde_json::from_value(data).map(EventData::ReconciliationOpened),
@@ -4219,6 +4815,7 @@ impl Event {
             "request.blocked" => serde_json::from_value(data).map(EventData::RequestBlocked),
             "task.created" => serde_json::from_value(data).map(EventData::TaskCreated),
             "task.state_changed" => serde_json::from_value(data).map(EventData::TaskStateChanged),
+            "verifier.judged" => serde_json::from_value(data).map(EventData::VerifierJudged),
             _ => Ok(EventData::Unknown(self.data.clone())),
         }
     }

@@ -85,6 +85,13 @@ export type BrowsingContextClosedEvent = S["BrowsingContextClosedEvent"];
 export type BrowsingContextOpenedData = S["BrowsingContextOpenedData"];
 /** An Event of type `browsing_context.opened`. */
 export type BrowsingContextOpenedEvent = S["BrowsingContextOpenedEvent"];
+/**
+ * `data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends
+ * `failed`.
+ */
+export type BudgetExhaustedData = S["BudgetExhaustedData"];
+/** An Event of type `budget.exhausted`. */
+export type BudgetExhaustedEvent = S["BudgetExhaustedEvent"];
 /** Body of cancel_task. */
 export type CancelTaskRequest = S["CancelTaskRequest"];
 /** Answer of cancel_task. */
@@ -130,6 +137,11 @@ export type CreateBrowserSessionResponse = S["CreateBrowserSessionResponse"];
 export type CreateTaskRequest = S["CreateTaskRequest"];
 /** Answer of create_task. */
 export type CreateTaskResponse = S["CreateTaskResponse"];
+/**
+ * Sensitivity of a task's data, lowest first. A model may see a task's data only when its approved
+ * classification is at least this high.
+ */
+export type DataClassification = S["DataClassification"];
 /**
  * `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt,
  * beforeunload); the session handled it by policy (default: dismiss).
@@ -186,6 +198,32 @@ export type HealthStatus = S["HealthStatus"];
 export type InterruptedCommandResponse = S["InterruptedCommandResponse"];
 /** A page of a task's history, in seq order. */
 export type ListTaskEventsResponse = S["ListTaskEventsResponse"];
+/**
+ * `data` of a `model.called` event: a model answered for an autonomous task, with its provenance
+ * (never the prompt text or a protected value).
+ */
+export type ModelCalledData = S["ModelCalledData"];
+/** An Event of type `model.called`. */
+export type ModelCalledEvent = S["ModelCalledEvent"];
+/**
+ * `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the next
+ * approved model of the same role was tried; `to_model` is absent when none was left.
+ */
+export type ModelFallbackData = S["ModelFallbackData"];
+/** An Event of type `model.fallback`. */
+export type ModelFallbackEvent = S["ModelFallbackEvent"];
+/**
+ * What a model must satisfy to see an autonomous task's data, judged on the metadata of each model
+ * the orchestrator offers. Unknown metadata never satisfies a constraint (fail closed); a fallback
+ * never widens it.
+ */
+export type ModelPolicy = S["ModelPolicy"];
+/**
+ * Role a model plays for an autonomous task: `observer` (low-cost observation and extraction),
+ * `planner` (proposes the next typed step), `verifier` (judges the final evidence against the
+ * goal), `safety` (classifies proposed steps and pages).
+ */
+export type ModelRole = S["ModelRole"];
 /** Body of navigate. */
 export type NavigateRequest = S["NavigateRequest"];
 /** Answer of navigate. */
@@ -222,6 +260,14 @@ export type PlanStepFinishedEvent = S["PlanStepFinishedEvent"];
 export type PlanStepStartedData = S["PlanStepStartedData"];
 /** An Event of type `plan.step_started`. */
 export type PlanStepStartedEvent = S["PlanStepStartedEvent"];
+/**
+ * `data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous
+ * task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are
+ * masked.
+ */
+export type PlannerProposedData = S["PlannerProposedData"];
+/** An Event of type `planner.proposed`. */
+export type PlannerProposedEvent = S["PlannerProposedEvent"];
 /** Policy of a task. */
 export type Policy = S["Policy"];
 /**
@@ -245,8 +291,10 @@ export type Problem = S["Problem"];
  * 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409:
  * invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
  * checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
- * payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded,
- * browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the
+ * payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
+ * satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
+ * browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
+ * configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
  * browser could not load the page: DNS, connection, TLS).
  */
 export type ProblemCode = S["ProblemCode"];
@@ -308,10 +356,23 @@ export type ResumeTaskResponse = S["ResumeTaskResponse"];
 export type ServiceInfo = S["ServiceInfo"];
 /** A unit of browser work with a lifecycle, policy and history. */
 export type Task = S["Task"];
+/**
+ * Limits of an autonomous task. Exceeding one ends the task `failed` with a `budget.exhausted`
+ * event. Defaults: 50 steps, 1,000,000 tokens, 30 minutes of wall time (counted from create_task),
+ * no cost cap.
+ */
+export type TaskBudget = S["TaskBudget"];
 /** `data` of a `task.created` event: a task was recorded. */
 export type TaskCreatedData = S["TaskCreatedData"];
 /** An Event of type `task.created`. */
 export type TaskCreatedEvent = S["TaskCreatedEvent"];
+/**
+ * How a task is driven: `interactive` (the default: a client sends each command, or the server runs
+ * the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the
+ * orchestrator's planner model for one typed step at a time, check it against the task's policy and
+ * run it, until the planner declares the goal done or a budget ends).
+ */
+export type TaskMode = S["TaskMode"];
 /** Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal. */
 export type TaskState = S["TaskState"];
 /** `data` of a `task.state_changed` event: the task changed state. */
@@ -331,6 +392,15 @@ export type UrlMatchesClause = S["UrlMatchesClause"];
  * `unverified` (the task declared no postcondition), `unmet` (at least one clause did not hold).
  */
 export type Verification = S["Verification"];
+/**
+ * `data` of a `verifier.judged` event: the verifier model judged the final evidence of an
+ * autonomous task against its goal, just before close_task evaluated the postcondition. The
+ * judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an
+ * unmet clause.
+ */
+export type VerifierJudgedData = S["VerifierJudgedData"];
+/** An Event of type `verifier.judged`. */
+export type VerifierJudgedEvent = S["VerifierJudgedEvent"];
 /** Body of verify_artifact. */
 export type VerifyArtifactRequest = S["VerifyArtifactRequest"];
 /** Answer of verify_artifact. */

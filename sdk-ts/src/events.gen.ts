@@ -15,21 +15,26 @@ export type TaskEvent =
   | S["BrowserSessionOpenedEvent"]
   | S["BrowsingContextClosedEvent"]
   | S["BrowsingContextOpenedEvent"]
+  | S["BudgetExhaustedEvent"]
   | S["CheckpointCreatedEvent"]
   | S["CommandRecordedEvent"]
   | S["DialogHandledEvent"]
   | S["DownloadCompletedEvent"]
   | S["EvidenceCapturedEvent"]
+  | S["ModelCalledEvent"]
+  | S["ModelFallbackEvent"]
   | S["NavigationCommittedEvent"]
   | S["PlanStepFinishedEvent"]
   | S["PlanStepStartedEvent"]
+  | S["PlannerProposedEvent"]
   | S["PostconditionEvaluatedEvent"]
   | S["ReceiptIssuedEvent"]
   | S["ReconciliationOpenedEvent"]
   | S["ReconciliationResolvedEvent"]
   | S["RequestBlockedEvent"]
   | S["TaskCreatedEvent"]
-  | S["TaskStateChangedEvent"];
+  | S["TaskStateChangedEvent"]
+  | S["VerifierJudgedEvent"];
 
 /** Every event type the AsyncAPI document describes, sorted. */
 export const EVENT_TYPES = [
@@ -41,14 +46,18 @@ export const EVENT_TYPES = [
   "browser_session.opened",
   "browsing_context.closed",
   "browsing_context.opened",
+  "budget.exhausted",
   "checkpoint.created",
   "command.recorded",
   "dialog.handled",
   "download.completed",
   "evidence.captured",
+  "model.called",
+  "model.fallback",
   "navigation.committed",
   "plan.step_finished",
   "plan.step_started",
+  "planner.proposed",
   "postcondition.evaluated",
   "receipt.issued",
   "reconciliation.opened",
@@ -56,6 +65,7 @@ export const EVENT_TYPES = [
   "request.blocked",
   "task.created",
   "task.state_changed",
+  "verifier.judged",
 ] as const;
 
 /** An event type this SDK knows. */
@@ -85,6 +95,11 @@ export interface EventDataMap {
    * tab) opened in a session.
    */
   "browsing_context.opened": S["BrowsingContextOpenedData"];
+  /**
+   * `data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends
+   * `failed`.
+   */
+  "budget.exhausted": S["BudgetExhaustedData"];
   /** `data` of a `checkpoint.created` event: a checkpoint was taken. */
   "checkpoint.created": S["CheckpointCreatedData"];
   /** `data` of a `command.recorded` event: a command was recorded before dispatch. */
@@ -101,12 +116,28 @@ export interface EventDataMap {
   "download.completed": S["DownloadCompletedData"];
   /** `data` of a `evidence.captured` event: evidence artifacts were stored. */
   "evidence.captured": S["EvidenceCapturedData"];
+  /**
+   * `data` of a `model.called` event: a model answered for an autonomous task, with its provenance
+   * (never the prompt text or a protected value).
+   */
+  "model.called": S["ModelCalledData"];
+  /**
+   * `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the
+   * next approved model of the same role was tried; `to_model` is absent when none was left.
+   */
+  "model.fallback": S["ModelFallbackData"];
   /** `data` of a `navigation.committed` event: a context committed a new document (new epoch). */
   "navigation.committed": S["NavigationCommittedData"];
   /** `data` of a `plan.step_finished` event: a delegated-mode plan step ended. */
   "plan.step_finished": S["PlanStepFinishedData"];
   /** `data` of a `plan.step_started` event: a delegated-mode plan step started. */
   "plan.step_started": S["PlanStepStartedData"];
+  /**
+   * `data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous
+   * task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are
+   * masked.
+   */
+  "planner.proposed": S["PlannerProposedData"];
   /** `data` of a `postcondition.evaluated` event: close_task evaluated the postcondition. */
   "postcondition.evaluated": S["PostconditionEvaluatedData"];
   /** `data` of a `receipt.issued` event: a command's receipt was recorded. */
@@ -127,4 +158,11 @@ export interface EventDataMap {
   "task.created": S["TaskCreatedData"];
   /** `data` of a `task.state_changed` event: the task changed state. */
   "task.state_changed": S["TaskStateChangedData"];
+  /**
+   * `data` of a `verifier.judged` event: the verifier model judged the final evidence of an
+   * autonomous task against its goal, just before close_task evaluated the postcondition. The
+   * judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an
+   * unmet clause.
+   */
+  "verifier.judged": S["VerifierJudgedData"];
 }

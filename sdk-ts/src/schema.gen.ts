@@ -1232,6 +1232,46 @@ export interface components {
             type: "browsing_context.opened";
         };
         /**
+         * BudgetExhaustedData
+         * @description `data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends `failed`.
+         * @example {
+         *       "budget": "max_steps",
+         *       "limit": 50,
+         *       "used": 50
+         *     }
+         */
+        BudgetExhaustedData: {
+            /** @enum {string} */
+            budget: "max_steps" | "max_tokens" | "max_cost_usd" | "max_wall_time_ms";
+            limit: number;
+            used: number;
+        };
+        /**
+         * BudgetExhaustedEvent
+         * @description An Event of type `budget.exhausted`.
+         * @example {
+         *       "actor": {
+         *         "id": "node_a",
+         *         "kind": "worker"
+         *       },
+         *       "data": {
+         *         "budget": "max_steps",
+         *         "limit": 50,
+         *         "used": 50
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "budget.exhausted"
+         *     }
+         */
+        BudgetExhaustedEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["BudgetExhaustedData"];
+            /** @constant */
+            type: "budget.exhausted";
+        };
+        /**
          * CancelTaskRequest
          * @description Body of cancel_task.
          * @example {
@@ -1676,8 +1716,41 @@ export interface components {
          *         ]
          *       }
          *     }
+         * @example {
+         *       "budget": {
+         *         "max_steps": 20,
+         *         "max_wall_time_ms": 600000
+         *       },
+         *       "goal": "Place an order for the items in the cart",
+         *       "mode": "autonomous",
+         *       "model_policy": {
+         *         "allowed_regions": [
+         *           "eu"
+         *         ],
+         *         "data_classification": "internal"
+         *       },
+         *       "policy": {
+         *         "allowed_origins": [
+         *           "https://shop.example.com"
+         *         ],
+         *         "approval_rules": [
+         *           {
+         *             "effect": "form_submission"
+         *           }
+         *         ]
+         *       },
+         *       "postcondition": {
+         *         "all": [
+         *           {
+         *             "text_present": "Thank you for your order"
+         *           }
+         *         ]
+         *       }
+         *     }
          */
         CreateTaskRequest: {
+            /** @description Autonomous tasks only: step, token, cost and wall-time limits (defaults apply to what is absent). */
+            budget?: components["schemas"]["TaskBudget"];
             /**
              * Format: date-time
              * @description The task expires when this passes.
@@ -1685,6 +1758,13 @@ export interface components {
             deadline?: string;
             /** @description What the task is for (free text). */
             goal: string;
+            /**
+             * @description `autonomous`: a goal-driven task planned by the orchestrator's models one step at a time (needs a configured orchestrator: else `503 orchestrator_unavailable`; no approved planner or verifier model satisfying `model_policy`: `422 model_policy_unsatisfied`; both refusals are not recorded). Not with `plan` (a task with a plan is delegated).
+             * @default interactive
+             */
+            mode?: components["schemas"]["TaskMode"];
+            /** @description Autonomous tasks only: what a model must satisfy to see the task's data. */
+            model_policy?: components["schemas"]["ModelPolicy"];
             /** @description Delegated mode: the server runs these steps itself, then closes the task by its postcondition. */
             plan?: components["schemas"]["PlanStep"][];
             policy: components["schemas"]["Policy"];
@@ -1725,6 +1805,12 @@ export interface components {
             receipt: components["schemas"]["Receipt"];
             task: components["schemas"]["Task"];
         };
+        /**
+         * DataClassification
+         * @description Sensitivity of a task's data, lowest first. A model may see a task's data only when its approved classification is at least this high.
+         * @enum {string}
+         */
+        DataClassification: "public" | "internal" | "confidential" | "restricted";
         /**
          * DialogHandledData
          * @description `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
@@ -1923,7 +2009,7 @@ export interface components {
          * @description Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
          * @enum {string}
          */
-        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed";
+        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "budget.exhausted";
         /**
          * EvidenceCapturedData
          * @description `data` of a `evidence.captured` event: evidence artifacts were stored.
@@ -2211,6 +2297,151 @@ export interface components {
             /** @description Pass as `after` to get the next page; null when there are no more events yet. */
             next_after: number | null;
         };
+        /**
+         * ModelCalledData
+         * @description `data` of a `model.called` event: a model answered for an autonomous task, with its provenance (never the prompt text or a protected value).
+         * @example {
+         *       "cost_usd": 0.0021,
+         *       "input_tokens": 1830,
+         *       "latency_ms": 912,
+         *       "model": "acme-large",
+         *       "output_tokens": 64,
+         *       "prompt_sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+         *       "provider": "acme-ai",
+         *       "reasoning": "high",
+         *       "role": "planner",
+         *       "step": 0
+         *     }
+         */
+        ModelCalledData: {
+            /** Format: double */
+            cost_usd: number;
+            input_tokens: number;
+            latency_ms: number;
+            model: string;
+            output_tokens: number;
+            /** @description SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded. */
+            prompt_sha256: string;
+            provider: string;
+            /** @description Reasoning setting asked for (empty: the model's default). */
+            reasoning?: string;
+            role: components["schemas"]["ModelRole"];
+            /** @description Index of the step the call proposed (planner) or the number of steps run (verifier). */
+            step: number;
+        };
+        /**
+         * ModelCalledEvent
+         * @description An Event of type `model.called`.
+         * @example {
+         *       "actor": {
+         *         "id": "node_a",
+         *         "kind": "worker"
+         *       },
+         *       "data": {
+         *         "cost_usd": 0.0021,
+         *         "input_tokens": 1830,
+         *         "latency_ms": 912,
+         *         "model": "acme-large",
+         *         "output_tokens": 64,
+         *         "prompt_sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+         *         "provider": "acme-ai",
+         *         "reasoning": "high",
+         *         "role": "planner",
+         *         "step": 0
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "model.called"
+         *     }
+         */
+        ModelCalledEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["ModelCalledData"];
+            /** @constant */
+            type: "model.called";
+        };
+        /**
+         * ModelFallbackData
+         * @description `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the next approved model of the same role was tried; `to_model` is absent when none was left.
+         * @example {
+         *       "from_model": "acme-large",
+         *       "from_provider": "acme-ai",
+         *       "latency_ms": 30000,
+         *       "reason": "timeout after 30 s",
+         *       "role": "planner",
+         *       "to_model": "acme-medium"
+         *     }
+         */
+        ModelFallbackData: {
+            from_model: string;
+            from_provider?: string;
+            latency_ms?: number;
+            reason: string;
+            role: components["schemas"]["ModelRole"];
+            to_model?: string;
+        };
+        /**
+         * ModelFallbackEvent
+         * @description An Event of type `model.fallback`.
+         * @example {
+         *       "actor": {
+         *         "id": "node_a",
+         *         "kind": "worker"
+         *       },
+         *       "data": {
+         *         "from_model": "acme-large",
+         *         "from_provider": "acme-ai",
+         *         "latency_ms": 30000,
+         *         "reason": "timeout after 30 s",
+         *         "role": "planner",
+         *         "to_model": "acme-medium"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "model.fallback"
+         *     }
+         */
+        ModelFallbackEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["ModelFallbackData"];
+            /** @constant */
+            type: "model.fallback";
+        };
+        /**
+         * ModelPolicy
+         * @description What a model must satisfy to see an autonomous task's data, judged on the metadata of each model the orchestrator offers. Unknown metadata never satisfies a constraint (fail closed); a fallback never widens it.
+         * @example {
+         *       "allowed_providers": [
+         *         "acme-ai"
+         *       ],
+         *       "allowed_regions": [
+         *         "eu"
+         *       ],
+         *       "data_classification": "internal",
+         *       "max_retention_days": 0
+         *     }
+         */
+        ModelPolicy: {
+            /** @description Providers whose models may be used; absent: any. */
+            allowed_providers?: string[];
+            /** @description Regions where a model may run; absent: any. */
+            allowed_regions?: string[];
+            /**
+             * @description The task's data classification; a model must be approved for at least this. Default `restricted` (the most sensitive).
+             * @default restricted
+             */
+            data_classification?: components["schemas"]["DataClassification"];
+            /** @description Longest prompt retention a provider may have; absent: any. */
+            max_retention_days?: number;
+        };
+        /**
+         * ModelRole
+         * @description Role a model plays for an autonomous task: `observer` (low-cost observation and extraction), `planner` (proposes the next typed step), `verifier` (judges the final evidence against the goal), `safety` (classifies proposed steps and pages).
+         * @enum {string}
+         */
+        ModelRole: "observer" | "planner" | "verifier" | "safety";
         /**
          * NavigateRequest
          * @description Body of navigate.
@@ -2587,6 +2818,79 @@ export interface components {
             type: "plan.step_started";
         };
         /**
+         * PlannerProposedData
+         * @description `data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are masked.
+         * @example {
+         *       "accepted": true,
+         *       "args": {
+         *         "action": "fill",
+         *         "query": {
+         *           "label": "Email"
+         *         },
+         *         "value": "***"
+         *       },
+         *       "index": 2,
+         *       "model": "acme-large",
+         *       "op": "act",
+         *       "provider": "acme-ai",
+         *       "reason": "The form needs the email address."
+         *     }
+         */
+        PlannerProposedData: {
+            /** @description False when the proposal did not validate against the step schema; it was not run. */
+            accepted: boolean;
+            /** @description The step's arguments (the body of the operation), protected values masked as `***`. */
+            args?: Record<string, unknown>;
+            /** @description Index of the proposed step (absent for `done`). */
+            index?: number;
+            model?: string;
+            /**
+             * @description The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
+             * @enum {string}
+             */
+            op?: "navigate" | "observe" | "act" | "extract" | "capture_evidence" | "done";
+            /** @description Why a proposal was not accepted. */
+            problem?: string;
+            provider?: string;
+            /** @description Why the model proposes it (free text from the model, protected values masked). */
+            reason?: string;
+        };
+        /**
+         * PlannerProposedEvent
+         * @description An Event of type `planner.proposed`.
+         * @example {
+         *       "actor": {
+         *         "id": "node_a",
+         *         "kind": "worker"
+         *       },
+         *       "data": {
+         *         "accepted": true,
+         *         "args": {
+         *           "action": "fill",
+         *           "query": {
+         *             "label": "Email"
+         *           },
+         *           "value": "***"
+         *         },
+         *         "index": 2,
+         *         "model": "acme-large",
+         *         "op": "act",
+         *         "provider": "acme-ai",
+         *         "reason": "The form needs the email address."
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "planner.proposed"
+         *     }
+         */
+        PlannerProposedEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["PlannerProposedData"];
+            /** @constant */
+            type: "planner.proposed";
+        };
+        /**
          * Policy
          * @description Policy of a task.
          * @example {
@@ -2716,10 +3020,10 @@ export interface components {
         };
         /**
          * ProblemCode
-         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable";
         /**
          * ProblemViolation
          * @description One validation failure.
@@ -3323,6 +3627,8 @@ export interface components {
          *     }
          */
         Task: {
+            /** @description An autonomous task's budget, defaults applied. */
+            budget?: components["schemas"]["TaskBudget"];
             /**
              * Format: date-time
              * @description When the task reached a terminal state (RFC 3339, UTC).
@@ -3338,9 +3644,12 @@ export interface components {
              * @description When the task expires (RFC 3339, UTC).
              */
             deadline?: string;
-            /** @description True when the task runs a server-side plan. */
+            /** @description True when the server runs the task itself: a client's plan, or an autonomous task. */
             delegated?: boolean;
             goal: string;
+            mode?: components["schemas"]["TaskMode"];
+            /** @description An autonomous task's model policy, defaults applied. */
+            model_policy?: components["schemas"]["ModelPolicy"];
             policy?: components["schemas"]["Policy"];
             postcondition?: components["schemas"]["Postcondition"];
             state: components["schemas"]["TaskState"];
@@ -3356,6 +3665,38 @@ export interface components {
             updated_at: string;
             /** @description Set when the task closed. */
             verification?: components["schemas"]["Verification"];
+        };
+        /**
+         * TaskBudget
+         * @description Limits of an autonomous task. Exceeding one ends the task `failed` with a `budget.exhausted` event. Defaults: 50 steps, 1,000,000 tokens, 30 minutes of wall time (counted from create_task), no cost cap.
+         * @example {
+         *       "max_cost_usd": 1.5,
+         *       "max_steps": 20,
+         *       "max_tokens": 200000,
+         *       "max_wall_time_ms": 600000
+         *     }
+         */
+        TaskBudget: {
+            /**
+             * Format: double
+             * @description Cost of every model call in US dollars, as the orchestrator prices it; absent: no cap.
+             */
+            max_cost_usd?: number;
+            /**
+             * @description Steps the planner may propose (each proposal that is run or refused counts).
+             * @default 50
+             */
+            max_steps?: number;
+            /**
+             * @description Input plus output tokens of every model call.
+             * @default 1000000
+             */
+            max_tokens?: number;
+            /**
+             * @description Wall time from create_task; an in-flight model call is cancelled when it runs out.
+             * @default 1800000
+             */
+            max_wall_time_ms?: number;
         };
         /**
          * TaskCreatedData
@@ -3406,6 +3747,12 @@ export interface components {
             /** @constant */
             type: "task.created";
         };
+        /**
+         * TaskMode
+         * @description How a task is driven: `interactive` (the default: a client sends each command, or the server runs the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the orchestrator's planner model for one typed step at a time, check it against the task's policy and run it, until the planner declares the goal done or a budget ends).
+         * @enum {string}
+         */
+        TaskMode: "interactive" | "autonomous";
         /**
          * TaskState
          * @description Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.
@@ -3504,6 +3851,52 @@ export interface components {
          * @enum {string}
          */
         Verification: "verified" | "unverified" | "unmet";
+        /**
+         * VerifierJudgedData
+         * @description `data` of a `verifier.judged` event: the verifier model judged the final evidence of an autonomous task against its goal, just before close_task evaluated the postcondition. The judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an unmet clause.
+         * @example {
+         *       "model": "acme-medium",
+         *       "provider": "acme-ai",
+         *       "reason": "The page thanks the customer for order 1.",
+         *       "verdict": "yes"
+         *     }
+         */
+        VerifierJudgedData: {
+            model?: string;
+            provider?: string;
+            reason?: string;
+            /**
+             * @description `unavailable` when no verifier model could answer.
+             * @enum {string}
+             */
+            verdict: "yes" | "no" | "unsure" | "unavailable";
+        };
+        /**
+         * VerifierJudgedEvent
+         * @description An Event of type `verifier.judged`.
+         * @example {
+         *       "actor": {
+         *         "id": "node_a",
+         *         "kind": "worker"
+         *       },
+         *       "data": {
+         *         "model": "acme-medium",
+         *         "provider": "acme-ai",
+         *         "reason": "The page thanks the customer for order 1.",
+         *         "verdict": "yes"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "verifier.judged"
+         *     }
+         */
+        VerifierJudgedEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["VerifierJudgedData"];
+            /** @constant */
+            type: "verifier.judged";
+        };
         /**
          * VerifyArtifactRequest
          * @description Body of verify_artifact.
@@ -3627,7 +4020,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The node is overloaded (with `Retry-After`) or no browser is available. */
+        /** @description The node is overloaded (with `Retry-After`), no browser is available, or (create_task of an autonomous task) no model orchestrator is configured or reachable. */
         ServiceUnavailable: {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];
@@ -3657,7 +4050,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The Idempotency-Key was already used with another body or operation. */
+        /** @description The Idempotency-Key was already used with another body or operation, or (create_task) no approved model satisfies an autonomous task's model_policy (not recorded under the key). */
         UnprocessableEntity: {
             headers: {
                 [name: string]: unknown;

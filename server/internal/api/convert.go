@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/originweave/bap/server/internal/apigen"
 	"github.com/originweave/bap/server/internal/app"
@@ -19,7 +20,15 @@ func toTask(t *app.Task) (apigen.Task, error) {
 	out := apigen.Task{
 		TaskId: t.ID, State: apigen.TaskState(t.State), Goal: t.Goal,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Deadline: t.Deadline, ClosedAt: t.EndedAt,
-		Delegated: ptr(len(t.Plan) > 0),
+		Delegated: ptr(t.Delegated()),
+	}
+	mode := t.Mode
+	if mode == "" {
+		mode = app.ModeInteractive
+	}
+	out.Mode = ptr(apigen.TaskMode(mode))
+	if mode == app.ModeAutonomous {
+		out.ModelPolicy, out.Budget = toModelPolicy(t.ModelPolicy), toBudget(t.Budget)
 	}
 	if t.Verification != "" {
 		out.Verification = ptr(apigen.Verification(t.Verification))
@@ -48,6 +57,29 @@ func toTask(t *app.Task) (apigen.Task, error) {
 		out.Postcondition = &pc
 	}
 	return out, nil
+}
+
+func toModelPolicy(p app.ModelPolicy) *apigen.ModelPolicy {
+	out := &apigen.ModelPolicy{MaxRetentionDays: p.MaxRetentionDays}
+	if len(p.AllowedProviders) > 0 {
+		out.AllowedProviders = ptr(p.AllowedProviders)
+	}
+	if len(p.AllowedRegions) > 0 {
+		out.AllowedRegions = ptr(p.AllowedRegions)
+	}
+	if p.DataClassification != "" {
+		out.DataClassification = ptr(apigen.DataClassification(p.DataClassification))
+	}
+	return out
+}
+
+func toBudget(b app.Budget) *apigen.TaskBudget {
+	out := &apigen.TaskBudget{MaxSteps: ptr(b.MaxSteps), MaxTokens: ptr(int(b.MaxTokens)),
+		MaxWallTimeMs: ptr(int(b.MaxWallTime.Milliseconds()))}
+	if b.MaxCostUSD > 0 {
+		out.MaxCostUsd = ptr(b.MaxCostUSD)
+	}
+	return out
 }
 
 func toReceipt(r *app.Receipt) apigen.Receipt {
@@ -131,6 +163,38 @@ func fromCreateTask(in apigen.CreateTaskRequest) (app.CreateTaskInput, error) {
 			return out, err
 		}
 		out.Postcondition = raw
+	}
+	if in.Mode != nil {
+		out.Mode = string(*in.Mode)
+	}
+	if p := in.ModelPolicy; p != nil {
+		mp := &app.ModelPolicy{MaxRetentionDays: p.MaxRetentionDays}
+		if p.AllowedProviders != nil {
+			mp.AllowedProviders = *p.AllowedProviders
+		}
+		if p.AllowedRegions != nil {
+			mp.AllowedRegions = *p.AllowedRegions
+		}
+		if p.DataClassification != nil {
+			mp.DataClassification = string(*p.DataClassification)
+		}
+		out.ModelPolicy = mp
+	}
+	if b := in.Budget; b != nil {
+		bb := &app.Budget{}
+		if b.MaxSteps != nil {
+			bb.MaxSteps = *b.MaxSteps
+		}
+		if b.MaxTokens != nil {
+			bb.MaxTokens = int64(*b.MaxTokens)
+		}
+		if b.MaxCostUsd != nil {
+			bb.MaxCostUSD = *b.MaxCostUsd
+		}
+		if b.MaxWallTimeMs != nil {
+			bb.MaxWallTime = time.Duration(*b.MaxWallTimeMs) * time.Millisecond
+		}
+		out.Budget = bb
 	}
 	if in.Plan != nil {
 		for _, st := range *in.Plan {

@@ -201,6 +201,30 @@ func (e BrowserSessionState) Valid() bool {
 	}
 }
 
+// Defines values for BudgetExhaustedDataBudget.
+const (
+	BudgetExhaustedDataBudgetMaxCostUsd    BudgetExhaustedDataBudget = "max_cost_usd"
+	BudgetExhaustedDataBudgetMaxSteps      BudgetExhaustedDataBudget = "max_steps"
+	BudgetExhaustedDataBudgetMaxTokens     BudgetExhaustedDataBudget = "max_tokens"
+	BudgetExhaustedDataBudgetMaxWallTimeMs BudgetExhaustedDataBudget = "max_wall_time_ms"
+)
+
+// Valid indicates whether the value is a known member of the BudgetExhaustedDataBudget enum.
+func (e BudgetExhaustedDataBudget) Valid() bool {
+	switch e {
+	case BudgetExhaustedDataBudgetMaxCostUsd:
+		return true
+	case BudgetExhaustedDataBudgetMaxSteps:
+		return true
+	case BudgetExhaustedDataBudgetMaxTokens:
+		return true
+	case BudgetExhaustedDataBudgetMaxWallTimeMs:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CommandOperation.
 const (
 	CommandOperationAct                      CommandOperation = "act"
@@ -258,6 +282,30 @@ func (e CommandOperation) Valid() bool {
 	}
 }
 
+// Defines values for DataClassification.
+const (
+	DataClassificationConfidential DataClassification = "confidential"
+	DataClassificationInternal     DataClassification = "internal"
+	DataClassificationPublic       DataClassification = "public"
+	DataClassificationRestricted   DataClassification = "restricted"
+)
+
+// Valid indicates whether the value is a known member of the DataClassification enum.
+func (e DataClassification) Valid() bool {
+	switch e {
+	case DataClassificationConfidential:
+		return true
+	case DataClassificationInternal:
+		return true
+	case DataClassificationPublic:
+		return true
+	case DataClassificationRestricted:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DialogHandledDataDialogType.
 const (
 	DialogHandledDataDialogTypeAlert        DialogHandledDataDialogType = "alert"
@@ -292,14 +340,18 @@ const (
 	EventTypeBrowserSessionOpened   EventType = "browser_session.opened"
 	EventTypeBrowsingContextClosed  EventType = "browsing_context.closed"
 	EventTypeBrowsingContextOpened  EventType = "browsing_context.opened"
+	EventTypeBudgetExhausted        EventType = "budget.exhausted"
 	EventTypeCheckpointCreated      EventType = "checkpoint.created"
 	EventTypeCommandRecorded        EventType = "command.recorded"
 	EventTypeDialogHandled          EventType = "dialog.handled"
 	EventTypeDownloadCompleted      EventType = "download.completed"
 	EventTypeEvidenceCaptured       EventType = "evidence.captured"
+	EventTypeModelCalled            EventType = "model.called"
+	EventTypeModelFallback          EventType = "model.fallback"
 	EventTypeNavigationCommitted    EventType = "navigation.committed"
 	EventTypePlanStepFinished       EventType = "plan.step_finished"
 	EventTypePlanStepStarted        EventType = "plan.step_started"
+	EventTypePlannerProposed        EventType = "planner.proposed"
 	EventTypePostconditionEvaluated EventType = "postcondition.evaluated"
 	EventTypeReceiptIssued          EventType = "receipt.issued"
 	EventTypeReconciliationOpened   EventType = "reconciliation.opened"
@@ -307,6 +359,7 @@ const (
 	EventTypeRequestBlocked         EventType = "request.blocked"
 	EventTypeTaskCreated            EventType = "task.created"
 	EventTypeTaskStateChanged       EventType = "task.state_changed"
+	EventTypeVerifierJudged         EventType = "verifier.judged"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
@@ -328,6 +381,8 @@ func (e EventType) Valid() bool {
 		return true
 	case EventTypeBrowsingContextOpened:
 		return true
+	case EventTypeBudgetExhausted:
+		return true
 	case EventTypeCheckpointCreated:
 		return true
 	case EventTypeCommandRecorded:
@@ -338,11 +393,17 @@ func (e EventType) Valid() bool {
 		return true
 	case EventTypeEvidenceCaptured:
 		return true
+	case EventTypeModelCalled:
+		return true
+	case EventTypeModelFallback:
+		return true
 	case EventTypeNavigationCommitted:
 		return true
 	case EventTypePlanStepFinished:
 		return true
 	case EventTypePlanStepStarted:
+		return true
+	case EventTypePlannerProposed:
 		return true
 	case EventTypePostconditionEvaluated:
 		return true
@@ -357,6 +418,8 @@ func (e EventType) Valid() bool {
 	case EventTypeTaskCreated:
 		return true
 	case EventTypeTaskStateChanged:
+		return true
+	case EventTypeVerifierJudged:
 		return true
 	default:
 		return false
@@ -432,6 +495,30 @@ func (e HealthState) Valid() bool {
 	}
 }
 
+// Defines values for ModelRole.
+const (
+	ModelRoleObserver ModelRole = "observer"
+	ModelRolePlanner  ModelRole = "planner"
+	ModelRoleSafety   ModelRole = "safety"
+	ModelRoleVerifier ModelRole = "verifier"
+)
+
+// Valid indicates whether the value is a known member of the ModelRole enum.
+func (e ModelRole) Valid() bool {
+	switch e {
+	case ModelRoleObserver:
+		return true
+	case ModelRolePlanner:
+		return true
+	case ModelRoleSafety:
+		return true
+	case ModelRoleVerifier:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ObserveMode.
 const (
 	ObserveModeFull        ObserveMode = "full"
@@ -477,31 +564,63 @@ func (e PlanOp) Valid() bool {
 	}
 }
 
+// Defines values for PlannerProposedDataOp.
+const (
+	PlannerProposedDataOpAct             PlannerProposedDataOp = "act"
+	PlannerProposedDataOpCaptureEvidence PlannerProposedDataOp = "capture_evidence"
+	PlannerProposedDataOpDone            PlannerProposedDataOp = "done"
+	PlannerProposedDataOpExtract         PlannerProposedDataOp = "extract"
+	PlannerProposedDataOpNavigate        PlannerProposedDataOp = "navigate"
+	PlannerProposedDataOpObserve         PlannerProposedDataOp = "observe"
+)
+
+// Valid indicates whether the value is a known member of the PlannerProposedDataOp enum.
+func (e PlannerProposedDataOp) Valid() bool {
+	switch e {
+	case PlannerProposedDataOpAct:
+		return true
+	case PlannerProposedDataOpCaptureEvidence:
+		return true
+	case PlannerProposedDataOpDone:
+		return true
+	case PlannerProposedDataOpExtract:
+		return true
+	case PlannerProposedDataOpNavigate:
+		return true
+	case PlannerProposedDataOpObserve:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ProblemCode.
 const (
-	ProblemCodeActionTimeout          ProblemCode = "action_timeout"
-	ProblemCodeApprovalNotPending     ProblemCode = "approval_not_pending"
-	ProblemCodeBrowserSessionLost     ProblemCode = "browser_session_lost"
-	ProblemCodeBrowserUnavailable     ProblemCode = "browser_unavailable"
-	ProblemCodeCheckpointForeign      ProblemCode = "checkpoint_foreign"
-	ProblemCodeCheckpointIncompatible ProblemCode = "checkpoint_incompatible"
-	ProblemCodeCheckpointStale        ProblemCode = "checkpoint_stale"
-	ProblemCodeIdempotencyInFlight    ProblemCode = "idempotency_in_flight"
-	ProblemCodeIdempotencyKeyRequired ProblemCode = "idempotency_key_required"
-	ProblemCodeIdempotencyKeyReused   ProblemCode = "idempotency_key_reused"
-	ProblemCodeInsufficientScope      ProblemCode = "insufficient_scope"
-	ProblemCodeInternalError          ProblemCode = "internal_error"
-	ProblemCodeInvalidRequest         ProblemCode = "invalid_request"
-	ProblemCodeInvalidTransition      ProblemCode = "invalid_transition"
-	ProblemCodeNavigationFailed       ProblemCode = "navigation_failed"
-	ProblemCodeNotFound               ProblemCode = "not_found"
-	ProblemCodeNotImplemented         ProblemCode = "not_implemented"
-	ProblemCodeOriginNotAllowed       ProblemCode = "origin_not_allowed"
-	ProblemCodeOverloaded             ProblemCode = "overloaded"
-	ProblemCodePayloadTooLarge        ProblemCode = "payload_too_large"
-	ProblemCodeRateLimited            ProblemCode = "rate_limited"
-	ProblemCodeStaleNodeHandle        ProblemCode = "stale_node_handle"
-	ProblemCodeUnauthenticated        ProblemCode = "unauthenticated"
+	ProblemCodeActionTimeout           ProblemCode = "action_timeout"
+	ProblemCodeApprovalNotPending      ProblemCode = "approval_not_pending"
+	ProblemCodeBrowserSessionLost      ProblemCode = "browser_session_lost"
+	ProblemCodeBrowserUnavailable      ProblemCode = "browser_unavailable"
+	ProblemCodeCheckpointForeign       ProblemCode = "checkpoint_foreign"
+	ProblemCodeCheckpointIncompatible  ProblemCode = "checkpoint_incompatible"
+	ProblemCodeCheckpointStale         ProblemCode = "checkpoint_stale"
+	ProblemCodeIdempotencyInFlight     ProblemCode = "idempotency_in_flight"
+	ProblemCodeIdempotencyKeyRequired  ProblemCode = "idempotency_key_required"
+	ProblemCodeIdempotencyKeyReused    ProblemCode = "idempotency_key_reused"
+	ProblemCodeInsufficientScope       ProblemCode = "insufficient_scope"
+	ProblemCodeInternalError           ProblemCode = "internal_error"
+	ProblemCodeInvalidRequest          ProblemCode = "invalid_request"
+	ProblemCodeInvalidTransition       ProblemCode = "invalid_transition"
+	ProblemCodeModelPolicyUnsatisfied  ProblemCode = "model_policy_unsatisfied"
+	ProblemCodeNavigationFailed        ProblemCode = "navigation_failed"
+	ProblemCodeNotFound                ProblemCode = "not_found"
+	ProblemCodeNotImplemented          ProblemCode = "not_implemented"
+	ProblemCodeOrchestratorUnavailable ProblemCode = "orchestrator_unavailable"
+	ProblemCodeOriginNotAllowed        ProblemCode = "origin_not_allowed"
+	ProblemCodeOverloaded              ProblemCode = "overloaded"
+	ProblemCodePayloadTooLarge         ProblemCode = "payload_too_large"
+	ProblemCodeRateLimited             ProblemCode = "rate_limited"
+	ProblemCodeStaleNodeHandle         ProblemCode = "stale_node_handle"
+	ProblemCodeUnauthenticated         ProblemCode = "unauthenticated"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -535,11 +654,15 @@ func (e ProblemCode) Valid() bool {
 		return true
 	case ProblemCodeInvalidTransition:
 		return true
+	case ProblemCodeModelPolicyUnsatisfied:
+		return true
 	case ProblemCodeNavigationFailed:
 		return true
 	case ProblemCodeNotFound:
 		return true
 	case ProblemCodeNotImplemented:
+		return true
+	case ProblemCodeOrchestratorUnavailable:
 		return true
 	case ProblemCodeOriginNotAllowed:
 		return true
@@ -621,6 +744,24 @@ func (e ServiceInfoProtocol) Valid() bool {
 	}
 }
 
+// Defines values for TaskMode.
+const (
+	TaskModeAutonomous  TaskMode = "autonomous"
+	TaskModeInteractive TaskMode = "interactive"
+)
+
+// Valid indicates whether the value is a known member of the TaskMode enum.
+func (e TaskMode) Valid() bool {
+	switch e {
+	case TaskModeAutonomous:
+		return true
+	case TaskModeInteractive:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for TaskState.
 const (
 	TaskStateAdmitted                TaskState = "admitted"
@@ -678,6 +819,30 @@ func (e Verification) Valid() bool {
 	case VerificationUnverified:
 		return true
 	case VerificationVerified:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for VerifierJudgedDataVerdict.
+const (
+	VerifierJudgedDataVerdictNo          VerifierJudgedDataVerdict = "no"
+	VerifierJudgedDataVerdictUnavailable VerifierJudgedDataVerdict = "unavailable"
+	VerifierJudgedDataVerdictUnsure      VerifierJudgedDataVerdict = "unsure"
+	VerifierJudgedDataVerdictYes         VerifierJudgedDataVerdict = "yes"
+)
+
+// Valid indicates whether the value is a known member of the VerifierJudgedDataVerdict enum.
+func (e VerifierJudgedDataVerdict) Valid() bool {
+	switch e {
+	case VerifierJudgedDataVerdictNo:
+		return true
+	case VerifierJudgedDataVerdictUnavailable:
+		return true
+	case VerifierJudgedDataVerdictUnsure:
+		return true
+	case VerifierJudgedDataVerdictYes:
 		return true
 	default:
 		return false
@@ -1413,6 +1578,56 @@ type BrowsingContextOpenedEvent struct {
 	Type interface{} `json:"type"`
 }
 
+// BudgetExhaustedData `data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends `failed`.
+//
+// Examples: {"budget":"max_steps","limit":50,"used":50}
+type BudgetExhaustedData struct {
+	Budget BudgetExhaustedDataBudget `json:"budget"`
+	Limit  float32                   `json:"limit"`
+	Used   float32                   `json:"used"`
+}
+
+// BudgetExhaustedDataBudget defines model for BudgetExhaustedData.Budget.
+type BudgetExhaustedDataBudget string
+
+// BudgetExhaustedEvent An Event of type `budget.exhausted`.
+type BudgetExhaustedEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends `failed`.
+	//
+	// Examples: {"budget":"max_steps","limit":50,"used":50}
+	Data BudgetExhaustedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
+
 // CancelTaskRequest Body of cancel_task.
 //
 // Examples: {"reason":"Operator stopped the run"}
@@ -1720,13 +1935,26 @@ type CreateBrowserSessionResponse struct {
 
 // CreateTaskRequest Body of create_task.
 //
-// Examples: {"deadline":"2026-11-20T10:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"postcondition":{"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}}
+// Examples: {"deadline":"2026-11-20T10:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"postcondition":{"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}}, {"budget":{"max_steps":20,"max_wall_time_ms":600000},"goal":"Place an order for the items in the cart","mode":"autonomous","model_policy":{"allowed_regions":["eu"],"data_classification":"internal"},"policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"postcondition":{"all":[{"text_present":"Thank you for your order"}]}}
 type CreateTaskRequest struct {
+	// Budget Autonomous tasks only: step, token, cost and wall-time limits (defaults apply to what is absent).
+	//
+	// Examples: {"max_cost_usd":1.5,"max_steps":20,"max_tokens":200000,"max_wall_time_ms":600000}
+	Budget *TaskBudget `json:"budget,omitempty"`
+
 	// Deadline The task expires when this passes.
 	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Goal What the task is for (free text).
 	Goal string `json:"goal"`
+
+	// Mode `autonomous`: a goal-driven task planned by the orchestrator's models one step at a time (needs a configured orchestrator: else `503 orchestrator_unavailable`; no approved planner or verifier model satisfying `model_policy`: `422 model_policy_unsatisfied`; both refusals are not recorded). Not with `plan` (a task with a plan is delegated).
+	Mode *TaskMode `json:"mode,omitempty"`
+
+	// ModelPolicy Autonomous tasks only: what a model must satisfy to see the task's data.
+	//
+	// Examples: {"allowed_providers":["acme-ai"],"allowed_regions":["eu"],"data_classification":"internal","max_retention_days":0}
+	ModelPolicy *ModelPolicy `json:"model_policy,omitempty"`
 
 	// Plan Delegated mode: the server runs these steps itself, then closes the task by its postcondition.
 	Plan *[]PlanStep `json:"plan,omitempty"`
@@ -1756,6 +1984,9 @@ type CreateTaskResponse struct {
 	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 	Task Task `json:"task"`
 }
+
+// DataClassification Sensitivity of a task's data, lowest first. A model may see a task's data only when its approved classification is at least this high.
+type DataClassification string
 
 // DialogHandledData `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
 //
@@ -2137,6 +2368,140 @@ type ListTaskEventsResponse struct {
 	NextAfter *int `json:"next_after"`
 }
 
+// ModelCalledData `data` of a `model.called` event: a model answered for an autonomous task, with its provenance (never the prompt text or a protected value).
+//
+// Examples: {"cost_usd":0.0021,"input_tokens":1830,"latency_ms":912,"model":"acme-large","output_tokens":64,"prompt_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","provider":"acme-ai","reasoning":"high","role":"planner","step":0}
+type ModelCalledData struct {
+	CostUsd      float64 `json:"cost_usd"`
+	InputTokens  int     `json:"input_tokens"`
+	LatencyMs    int     `json:"latency_ms"`
+	Model        string  `json:"model"`
+	OutputTokens int     `json:"output_tokens"`
+
+	// PromptSha256 SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
+	PromptSha256 string `json:"prompt_sha256"`
+	Provider     string `json:"provider"`
+
+	// Reasoning Reasoning setting asked for (empty: the model's default).
+	Reasoning *string `json:"reasoning,omitempty"`
+
+	// Role Role a model plays for an autonomous task: `observer` (low-cost observation and extraction), `planner` (proposes the next typed step), `verifier` (judges the final evidence against the goal), `safety` (classifies proposed steps and pages).
+	Role ModelRole `json:"role"`
+
+	// Step Index of the step the call proposed (planner) or the number of steps run (verifier).
+	Step int `json:"step"`
+}
+
+// ModelCalledEvent An Event of type `model.called`.
+type ModelCalledEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `model.called` event: a model answered for an autonomous task, with its provenance (never the prompt text or a protected value).
+	//
+	// Examples: {"cost_usd":0.0021,"input_tokens":1830,"latency_ms":912,"model":"acme-large","output_tokens":64,"prompt_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","provider":"acme-ai","reasoning":"high","role":"planner","step":0}
+	Data ModelCalledData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
+
+// ModelFallbackData `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the next approved model of the same role was tried; `to_model` is absent when none was left.
+//
+// Examples: {"from_model":"acme-large","from_provider":"acme-ai","latency_ms":30000,"reason":"timeout after 30 s","role":"planner","to_model":"acme-medium"}
+type ModelFallbackData struct {
+	FromModel    string  `json:"from_model"`
+	FromProvider *string `json:"from_provider,omitempty"`
+	LatencyMs    *int    `json:"latency_ms,omitempty"`
+	Reason       string  `json:"reason"`
+
+	// Role Role a model plays for an autonomous task: `observer` (low-cost observation and extraction), `planner` (proposes the next typed step), `verifier` (judges the final evidence against the goal), `safety` (classifies proposed steps and pages).
+	Role    ModelRole `json:"role"`
+	ToModel *string   `json:"to_model,omitempty"`
+}
+
+// ModelFallbackEvent An Event of type `model.fallback`.
+type ModelFallbackEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the next approved model of the same role was tried; `to_model` is absent when none was left.
+	//
+	// Examples: {"from_model":"acme-large","from_provider":"acme-ai","latency_ms":30000,"reason":"timeout after 30 s","role":"planner","to_model":"acme-medium"}
+	Data ModelFallbackData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
+
+// ModelPolicy What a model must satisfy to see an autonomous task's data, judged on the metadata of each model the orchestrator offers. Unknown metadata never satisfies a constraint (fail closed); a fallback never widens it.
+//
+// Examples: {"allowed_providers":["acme-ai"],"allowed_regions":["eu"],"data_classification":"internal","max_retention_days":0}
+type ModelPolicy struct {
+	// AllowedProviders Providers whose models may be used; absent: any.
+	AllowedProviders *[]string `json:"allowed_providers,omitempty"`
+
+	// AllowedRegions Regions where a model may run; absent: any.
+	AllowedRegions *[]string `json:"allowed_regions,omitempty"`
+
+	// DataClassification The task's data classification; a model must be approved for at least this. Default `restricted` (the most sensitive).
+	DataClassification *DataClassification `json:"data_classification,omitempty"`
+
+	// MaxRetentionDays Longest prompt retention a provider may have; absent: any.
+	MaxRetentionDays *int `json:"max_retention_days,omitempty"`
+}
+
+// ModelRole Role a model plays for an autonomous task: `observer` (low-cost observation and extraction), `planner` (proposes the next typed step), `verifier` (judges the final evidence against the goal), `safety` (classifies proposed steps and pages).
+type ModelRole string
+
 // NavigateRequest Body of navigate.
 //
 // Examples: {"url":"https://shop.example.com/cart","wait_until":"load"}
@@ -2373,7 +2738,7 @@ type PlanStepFinishedData struct {
 	// Op Operation of a delegated-mode plan step.
 	Op PlanOp `json:"op"`
 
-	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 	ProblemCode *ProblemCode `json:"problem_code,omitempty"`
 
 	// ReceiptId Receipt identifier.
@@ -2457,6 +2822,72 @@ type PlanStepStartedEvent struct {
 	//
 	// Examples: {"attempt":1,"index":0,"op":"navigate"}
 	Data PlanStepStartedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
+
+// PlannerProposedData `data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are masked.
+//
+// Examples: {"accepted":true,"args":{"action":"fill","query":{"label":"Email"},"value":"***"},"index":2,"model":"acme-large","op":"act","provider":"acme-ai","reason":"The form needs the email address."}
+type PlannerProposedData struct {
+	// Accepted False when the proposal did not validate against the step schema; it was not run.
+	Accepted bool `json:"accepted"`
+
+	// Args The step's arguments (the body of the operation), protected values masked as `***`.
+	Args *map[string]interface{} `json:"args,omitempty"`
+
+	// Index Index of the proposed step (absent for `done`).
+	Index *int    `json:"index,omitempty"`
+	Model *string `json:"model,omitempty"`
+
+	// Op The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
+	Op *PlannerProposedDataOp `json:"op,omitempty"`
+
+	// Problem Why a proposal was not accepted.
+	Problem  *string `json:"problem,omitempty"`
+	Provider *string `json:"provider,omitempty"`
+
+	// Reason Why the model proposes it (free text from the model, protected values masked).
+	Reason *string `json:"reason,omitempty"`
+}
+
+// PlannerProposedDataOp The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
+type PlannerProposedDataOp string
+
+// PlannerProposedEvent An Event of type `planner.proposed`.
+type PlannerProposedEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are masked.
+	//
+	// Examples: {"accepted":true,"args":{"action":"fill","query":{"label":"Email"},"value":"***"},"index":2,"model":"acme-large","op":"act","provider":"acme-ai","reason":"The form needs the email address."}
+	Data PlannerProposedData `json:"data"`
 
 	// EventId Event identifier.
 	//
@@ -2560,7 +2991,7 @@ type PostconditionResult struct {
 //
 // Examples: {"code":"not_found","detail":"No task tsk_7Hq2ZkP9xW3m.","status":404,"title":"Not found","type":"urn:bap:problem:not_found"}
 type Problem struct {
-	// Code Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+	// Code Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 	Code   ProblemCode `json:"code"`
 	Detail string      `json:"detail"`
 
@@ -2579,7 +3010,7 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
-// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused; 429: rate_limited; 503: overloaded, browser_unavailable; 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 type ProblemCode string
 
 // ProblemViolation One validation failure.
@@ -3081,6 +3512,11 @@ type ServiceInfoProtocol string
 //
 // Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 type Task struct {
+	// Budget An autonomous task's budget, defaults applied.
+	//
+	// Examples: {"max_cost_usd":1.5,"max_steps":20,"max_tokens":200000,"max_wall_time_ms":600000}
+	Budget *TaskBudget `json:"budget,omitempty"`
+
 	// ClosedAt When the task reached a terminal state (RFC 3339, UTC).
 	ClosedAt *time.Time `json:"closed_at,omitempty"`
 
@@ -3090,9 +3526,17 @@ type Task struct {
 	// Deadline When the task expires (RFC 3339, UTC).
 	Deadline *time.Time `json:"deadline,omitempty"`
 
-	// Delegated True when the task runs a server-side plan.
+	// Delegated True when the server runs the task itself: a client's plan, or an autonomous task.
 	Delegated *bool  `json:"delegated,omitempty"`
 	Goal      string `json:"goal"`
+
+	// Mode How a task is driven: `interactive` (the default: a client sends each command, or the server runs the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the orchestrator's planner model for one typed step at a time, check it against the task's policy and run it, until the planner declares the goal done or a budget ends).
+	Mode *TaskMode `json:"mode,omitempty"`
+
+	// ModelPolicy An autonomous task's model policy, defaults applied.
+	//
+	// Examples: {"allowed_providers":["acme-ai"],"allowed_regions":["eu"],"data_classification":"internal","max_retention_days":0}
+	ModelPolicy *ModelPolicy `json:"model_policy,omitempty"`
 
 	// Policy Policy of a task.
 	//
@@ -3117,6 +3561,23 @@ type Task struct {
 
 	// Verification Set when the task closed.
 	Verification *Verification `json:"verification,omitempty"`
+}
+
+// TaskBudget Limits of an autonomous task. Exceeding one ends the task `failed` with a `budget.exhausted` event. Defaults: 50 steps, 1,000,000 tokens, 30 minutes of wall time (counted from create_task), no cost cap.
+//
+// Examples: {"max_cost_usd":1.5,"max_steps":20,"max_tokens":200000,"max_wall_time_ms":600000}
+type TaskBudget struct {
+	// MaxCostUsd Cost of every model call in US dollars, as the orchestrator prices it; absent: no cap.
+	MaxCostUsd *float64 `json:"max_cost_usd,omitempty"`
+
+	// MaxSteps Steps the planner may propose (each proposal that is run or refused counts).
+	MaxSteps *int `json:"max_steps,omitempty"`
+
+	// MaxTokens Input plus output tokens of every model call.
+	MaxTokens *int `json:"max_tokens,omitempty"`
+
+	// MaxWallTimeMs Wall time from create_task; an in-flight model call is cancelled when it runs out.
+	MaxWallTimeMs *int `json:"max_wall_time_ms,omitempty"`
 }
 
 // TaskCreatedData `data` of a `task.created` event: a task was recorded.
@@ -3171,6 +3632,9 @@ type TaskCreatedEvent struct {
 	Time time.Time   `json:"time"`
 	Type interface{} `json:"type"`
 }
+
+// TaskMode How a task is driven: `interactive` (the default: a client sends each command, or the server runs the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the orchestrator's planner model for one typed step at a time, check it against the task's policy and run it, until the planner declares the goal done or a budget ends).
+type TaskMode string
 
 // TaskState Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.
 type TaskState string
@@ -3264,6 +3728,59 @@ type UrlMatchesClause struct {
 
 // Verification How the task's outcome was verified at close: `verified` (every postcondition clause held), `unverified` (the task declared no postcondition), `unmet` (at least one clause did not hold).
 type Verification string
+
+// VerifierJudgedData `data` of a `verifier.judged` event: the verifier model judged the final evidence of an autonomous task against its goal, just before close_task evaluated the postcondition. The judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an unmet clause.
+//
+// Examples: {"model":"acme-medium","provider":"acme-ai","reason":"The page thanks the customer for order 1.","verdict":"yes"}
+type VerifierJudgedData struct {
+	Model    *string `json:"model,omitempty"`
+	Provider *string `json:"provider,omitempty"`
+	Reason   *string `json:"reason,omitempty"`
+
+	// Verdict `unavailable` when no verifier model could answer.
+	Verdict VerifierJudgedDataVerdict `json:"verdict"`
+}
+
+// VerifierJudgedDataVerdict `unavailable` when no verifier model could answer.
+type VerifierJudgedDataVerdict string
+
+// VerifierJudgedEvent An Event of type `verifier.judged`.
+type VerifierJudgedEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `verifier.judged` event: the verifier model judged the final evidence of an autonomous task against its goal, just before close_task evaluated the postcondition. The judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an unmet clause.
+	//
+	// Examples: {"model":"acme-medium","provider":"acme-ai","reason":"The page thanks the customer for order 1.","verdict":"yes"}
+	Data VerifierJudgedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
+}
 
 // VerifyArtifactRequest Body of verify_artifact.
 //

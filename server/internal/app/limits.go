@@ -111,7 +111,7 @@ func (s *Service) OpeningSessions() int { return s.sessions.Held() }
 // tenant runs at once (at most its in-flight commands).
 func (s *Service) checkTaskQueue(ctx context.Context, tx Tx, t *Task, admitted bool) error {
 	limit := s.cfg.MaxQueuedTasksPerTenant
-	if limit <= 0 || (admitted && len(t.Plan) == 0) {
+	if limit <= 0 || (admitted && !t.Delegated()) {
 		return nil
 	}
 	n, err := tx.CountQueuedTasks(ctx, t.Tenant) // t itself included

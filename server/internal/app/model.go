@@ -32,6 +32,11 @@ type Task struct {
 	UpdatedAt     time.Time
 	EndedAt       *time.Time
 	LastSeq       int64
+	// Mode is ModeInteractive or ModeAutonomous (autonomy.go); ModelPolicy and Budget apply to
+	// autonomous tasks only.
+	Mode        string
+	ModelPolicy ModelPolicy
+	Budget      Budget
 }
 
 // PolicySpec is a task's declared policy, as written by the client.

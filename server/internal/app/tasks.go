@@ -19,6 +19,11 @@ type CreateTaskInput struct {
 	Postcondition json.RawMessage
 	Deadline      *time.Time
 	Plan          []PlanStep
+	// Mode, ModelPolicy and Budget: a goal-driven (autonomous) task (autonomy.go). ModelPolicy and
+	// Budget are nil when absent; zero fields of Budget take the defaults.
+	Mode        string
+	ModelPolicy *ModelPolicy
+	Budget      *Budget
 }
 
 // TaskResult is the result of create_task and cancel_task: the task after the command and the
@@ -46,6 +51,10 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 	if err := validatePostcondition(in.Postcondition); err != nil {
 		return Response{}, err
 	}
+	auto, err := s.admitAutonomous(ctx, call, in)
+	if err != nil {
+		return Response{}, err // refused before it became a command: not recorded (autonomy.go)
+	}
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
 		now := s.cfg.Now()
 		if in.Deadline != nil && !in.Deadline.After(now) {
@@ -55,6 +64,7 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 			ID: ids.New(ids.Task), Tenant: call.Actor.Tenant, Goal: in.Goal, State: task.Created,
 			Policy: in.Policy, Postcondition: in.Postcondition, Plan: in.Plan,
 			CreatedBy: call.Actor.Subject, CreatedAt: now, UpdatedAt: now,
+			Mode: auto.mode, ModelPolicy: auto.policy, Budget: auto.budget,
 		}
 		if in.Deadline != nil {
 			d := in.Deadline.UTC()
@@ -65,7 +75,7 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 		}
 		c := &commandCtx{s: s, tx: tx, cmd: cmd, now: now, t: t}
 		if err := c.emit(ctx, t, "task.created", "create_task", map[string]any{
-			"state": string(t.State), "goal": t.Goal, "delegated": len(t.Plan) > 0,
+			"state": string(t.State), "goal": t.Goal, "delegated": t.Delegated(),
 		}); err != nil {
 			return nil, err
 		}

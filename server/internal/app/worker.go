@@ -260,6 +260,9 @@ func (r *planRun) run() (bool, time.Duration) {
 	default:
 		return true, 0 // waiting for approval or external input: not runnable until it runs again
 	}
+	if r.t.Mode == ModeAutonomous {
+		return r.runAutonomous() // a goal-driven task: the planner proposes its steps (autonomous.go)
+	}
 	n := len(r.t.Plan)
 	i := r.firstNotDone()
 	if i < n {

@@ -138,7 +138,7 @@ type stack struct {
 	svc *app.Service
 }
 
-func newStack(t *testing.T) *stack {
+func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
 	t.Helper()
 	db := pgtest.NewDB(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -146,8 +146,12 @@ func newStack(t *testing.T) *stack {
 	if err := store.New(db).RegisterNode(ctx, app.NodeInfo{ID: "node_e2e", SoftwareVersion: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := app.NewService(store.New(db), app.Config{NodeID: "node_e2e", Browser: browser.Port{Browser: shared},
-		InterruptedResponse: api.InterruptedResponse, SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0"})
+	cfg := app.Config{NodeID: "node_e2e", Browser: browser.Port{Browser: shared},
+		InterruptedResponse: api.InterruptedResponse, SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := app.NewService(store.New(db), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

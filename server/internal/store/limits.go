@@ -18,7 +18,7 @@ func (t *pgTx) CountQueuedTasks(ctx context.Context, tenant string) (int, error)
 	err = q.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM agent_task WHERE tenant_id = $1 AND state = 'created')
 		+ (SELECT count(*) FROM agent_task a WHERE a.tenant_id = $1 AND a.state = 'admitted'
-			AND EXISTS (SELECT 1 FROM task_plan_step p WHERE p.task_id = a.task_id))`, tenant).Scan(&n)
+			AND (a.mode = 'autonomous' OR EXISTS (SELECT 1 FROM task_plan_step p WHERE p.task_id = a.task_id)))`, tenant).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("counting queued tasks: %w", err)
 	}

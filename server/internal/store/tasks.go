@@ -22,11 +22,34 @@ const taskColumns = `t.tenant_id, t.task_id, t.goal, t.state, coalesce(t.verific
 		 WHERE ro.task_id = r.task_id AND ro.rule_index = r.rule_index)) ORDER BY r.rule_index), '[]')
 	 FROM task_approval_rule r WHERE r.task_id = t.task_id),
 	(SELECT coalesce(json_agg(json_build_object('op', p.op, 'args', p.args, 'max_attempts', coalesce(p.max_attempts, 0))
-		ORDER BY p.step_index), '[]') FROM task_plan_step p WHERE p.task_id = t.task_id)`
+		ORDER BY p.step_index), '[]') FROM task_plan_step p WHERE p.task_id = t.task_id),
+	t.mode,
+	(SELECT json_build_object('data_classification', mp.data_classification, 'max_retention_days', mp.max_retention_days,
+		'allowed_providers', (SELECT json_agg(pp.provider ORDER BY pp.position) FROM task_model_policy_provider pp WHERE pp.task_id = mp.task_id),
+		'allowed_regions', (SELECT json_agg(pr.region ORDER BY pr.position) FROM task_model_policy_region pr WHERE pr.task_id = mp.task_id))
+	 FROM task_model_policy mp WHERE mp.task_id = t.task_id),
+	(SELECT json_build_object('max_steps', b.max_steps, 'max_tokens', b.max_tokens, 'max_cost_usd', b.max_cost_usd,
+		'max_wall_time_ms', b.max_wall_time_ms) FROM task_budget b WHERE b.task_id = t.task_id)`
 
 type ruleRow struct {
 	Effect  string   `json:"effect"`
 	Origins []string `json:"origins"`
+}
+
+// modelPolicyRow and budgetRow read an autonomous task's model policy and budget
+// (migrations/0007_autonomous_tasks.sql).
+type modelPolicyRow struct {
+	DataClassification string   `json:"data_classification"`
+	MaxRetentionDays   *int     `json:"max_retention_days"`
+	AllowedProviders   []string `json:"allowed_providers"`
+	AllowedRegions     []string `json:"allowed_regions"`
+}
+
+type budgetRow struct {
+	MaxSteps      int      `json:"max_steps"`
+	MaxTokens     int64    `json:"max_tokens"`
+	MaxCostUSD    *float64 `json:"max_cost_usd"`
+	MaxWallTimeMs int64    `json:"max_wall_time_ms"`
 }
 
 type stepRow struct {
@@ -38,10 +61,29 @@ type stepRow struct {
 func scanTask(row pgx.Row) (*app.Task, error) {
 	var t app.Task
 	var state string
-	var pc, origins, rules, steps []byte
+	var pc, origins, rules, steps, modelPolicy, budget []byte
 	if err := row.Scan(&t.Tenant, &t.ID, &t.Goal, &state, &t.Verification, &pc, &t.Deadline,
-		&t.CreatedBy, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &origins, &rules, &steps); err != nil {
+		&t.CreatedBy, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &origins, &rules, &steps,
+		&t.Mode, &modelPolicy, &budget); err != nil {
 		return nil, translate(err)
+	}
+	if len(modelPolicy) > 0 {
+		var mp modelPolicyRow
+		if err := json.Unmarshal(modelPolicy, &mp); err != nil {
+			return nil, fmt.Errorf("decoding model policy of %s: %w", t.ID, err)
+		}
+		t.ModelPolicy = app.ModelPolicy{AllowedProviders: mp.AllowedProviders, AllowedRegions: mp.AllowedRegions,
+			MaxRetentionDays: mp.MaxRetentionDays, DataClassification: mp.DataClassification}
+	}
+	if len(budget) > 0 {
+		var b budgetRow
+		if err := json.Unmarshal(budget, &b); err != nil {
+			return nil, fmt.Errorf("decoding budget of %s: %w", t.ID, err)
+		}
+		t.Budget = app.Budget{MaxSteps: b.MaxSteps, MaxTokens: b.MaxTokens, MaxWallTime: time.Duration(b.MaxWallTimeMs) * time.Millisecond}
+		if b.MaxCostUSD != nil {
+			t.Budget.MaxCostUSD = *b.MaxCostUSD
+		}
 	}
 	t.State = task.State(state)
 	if len(pc) > 0 {
@@ -87,11 +129,15 @@ func queueTaskInsert(b *pgx.Batch, tk *app.Task) {
 	if len(tk.Postcondition) > 0 {
 		pc = []byte(tk.Postcondition)
 	}
+	mode := tk.Mode
+	if mode == "" {
+		mode = app.ModeInteractive
+	}
 	b.Queue(`INSERT INTO agent_task (tenant_id, task_id, goal, state, verification, postcondition, deadline,
-		created_by, created_at, updated_at, ended_at, last_seq)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12)`,
+		created_by, created_at, updated_at, ended_at, last_seq, mode)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13)`,
 		tk.Tenant, tk.ID, tk.Goal, string(tk.State), nullIfEmpty(tk.Verification), pc, tk.Deadline,
-		tk.CreatedBy, tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq)
+		tk.CreatedBy, tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq, mode)
 }
 
 // GetTask implements app.Store.
@@ -170,8 +216,11 @@ func (t *pgTx) InsertTask(ctx context.Context, tk *app.Task) error {
 		t.queue(`INSERT INTO task_plan_step (tenant_id, task_id, step_index, op, args, max_attempts)
 			VALUES ($1, $2, $3, $4, $5::jsonb, $6)`, tk.Tenant, tk.ID, i, st.Op, args, maxAttempts)
 	}
-	if len(tk.Plan) > 0 {
-		queueLease(t, tk) // a delegated task: queued for the workers (leases.go)
+	if tk.Mode == app.ModeAutonomous {
+		queueAutonomy(t, tk) // its model policy and budget (autonomous.go)
+	}
+	if tk.Delegated() {
+		queueLease(t, tk) // a delegated or autonomous task: queued for the workers (leases.go)
 	}
 	return nil
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/orchestrator/orchestratortest"
+)
+
+// A goal-driven task as a new user runs it (issue #11, docs/orchestrator.md): `bap serve
+// --orchestrator-url` pointed at an OpenAI-compatible orchestrator (the fake, over HTTP, with BAP's
+// workload credential); create_task in autonomous mode; the worker asks the planner for each step,
+// runs it, the verifier judges, close_task decides by the postcondition. The filled password never
+// reaches the orchestrator.
+func TestServeWithOrchestratorRunsAGoal(t *testing.T) {
+	t.Parallel()
+	const canary = "pw-CANARY-serve-93b1"
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>Sign in</title><h1>Sign in</h1>
+<label for="pw">Password</label><input id="pw" type="password">`)
+	})
+	site := httptest.NewServer(mux)
+	t.Cleanup(site.Close)
+
+	orch := orchestratortest.Start(t, orchestratortest.Config{
+		Models: []orchestratortest.Model{{ID: "m-one", Provider: "acme", Region: "eu",
+			RetentionDays: orchestratortest.Days(0), MaxClassification: "restricted"}},
+		Token: "workload-token",
+	})
+	step := func(op string, args map[string]any) orchestratortest.Answer {
+		return orchestratortest.JSON(map[string]any{"op": op, "args": args, "reason": "scripted"})
+	}
+	orch.Script("m-one", // single-model configuration: the planner's answers, then the verifier's
+		step("navigate", map[string]any{"url": site.URL + "/login"}),
+		step("act", map[string]any{"action": "fill", "query": map[string]any{"label": "Password"}, "value": canary}),
+		step("done", map[string]any{}),
+		orchestratortest.JSON(map[string]any{"verdict": "yes", "reason": "the sign-in page is shown"}),
+	)
+
+	bin := buildBinary(t)
+	node := serveWith(t, bin, dataDir(t), []string{"BAP_ORCHESTRATOR_TOKEN=workload-token"},
+		"--orchestrator-url", orch.URL, "--workers", "1")
+	created := mustAPI(t, 201, node.listen, "POST", "/bap/v1/tasks", "serve-auto",
+		`{"goal":"sign in","mode":"autonomous","policy":{"allowed_origins":["`+site.URL+`"]},
+		  "model_policy":{"allowed_regions":["eu"]},
+		  "postcondition":{"all":[{"text_present":"Sign in"}]}}`)
+	taskID := field(created, "task", "task_id")
+
+	deadline := time.Now().Add(150 * time.Second)
+	var final map[string]any
+	for {
+		final = mustAPI(t, 200, node.listen, "GET", "/bap/v1/tasks/"+taskID, "", "")
+		if st := field(final, "task", "state"); st == "succeeded" || st == "failed" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	_, _, hist := api(node.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")
+	if field(final, "task", "state") != "succeeded" || field(final, "task", "verification") != "verified" {
+		t.Fatalf("task: %v\nhistory: %s\nnode:\n%s", final, hist, node.logs)
+	}
+	var body struct {
+		Events []struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(hist), &body); err != nil {
+		t.Fatal(err)
+	}
+	calls, verdict := 0, ""
+	for _, e := range body.Events {
+		switch e.Type {
+		case "model.called":
+			calls++
+			if e.Data["model"] != "m-one" || len(fmt.Sprint(e.Data["prompt_sha256"])) != 64 {
+				t.Fatalf("model.called: %v", e.Data)
+			}
+		case "verifier.judged":
+			verdict, _ = e.Data["verdict"].(string)
+		}
+	}
+	if calls != 4 || verdict != "yes" {
+		t.Fatalf("%d model calls (want 4), verdict %q\nhistory: %s", calls, verdict, hist)
+	}
+	chats := orch.ChatRequests()
+	if len(chats) != 4 {
+		t.Fatalf("%d chat completions reached the orchestrator, want 4", len(chats))
+	}
+	for _, r := range chats {
+		if r.Header.Get("Authorization") != "Bearer workload-token" {
+			t.Fatalf("a model call without BAP's workload credential: %q", r.Header.Get("Authorization"))
+		}
+	}
+	if orch.Saw(canary) || strings.Contains(hist, canary) {
+		t.Fatal("the filled password reached the orchestrator or the history")
+	}
+}
