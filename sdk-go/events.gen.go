@@ -35,6 +35,7 @@ var EventTypes = []EventType{
 	"reconciliation.opened",
 	"reconciliation.resolved",
 	"request.blocked",
+	"safety.judged",
 	"task.created",
 	"task.state_changed",
 	"verifier.judged",
@@ -92,6 +93,8 @@ var EventDataTypes = map[EventType]func() any{
 	"reconciliation.resolved": func() any { return new(ReconciliationResolvedData) },
 	// `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
 	"request.blocked": func() any { return new(RequestBlockedData) },
+	// `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step, `hold` asks a person, `allow` leaves the task's policy and approval rules to decide. Never holds page text or a protected value.
+	"safety.judged": func() any { return new(SafetyJudgedData) },
 	// `data` of a `task.created` event: a task was recorded.
 	"task.created": func() any { return new(TaskCreatedData) },
 	// `data` of a `task.state_changed` event: the task changed state.

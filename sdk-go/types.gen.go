@@ -352,6 +352,7 @@ const (
 	EventTypeReconciliationOpened   EventType = "reconciliation.opened"
 	EventTypeReconciliationResolved EventType = "reconciliation.resolved"
 	EventTypeRequestBlocked         EventType = "request.blocked"
+	EventTypeSafetyJudged           EventType = "safety.judged"
 	EventTypeTaskCreated            EventType = "task.created"
 	EventTypeTaskStateChanged       EventType = "task.state_changed"
 	EventTypeVerifierJudged         EventType = "verifier.judged"
@@ -409,6 +410,8 @@ func (e EventType) Valid() bool {
 	case EventTypeReconciliationResolved:
 		return true
 	case EventTypeRequestBlocked:
+		return true
+	case EventTypeSafetyJudged:
 		return true
 	case EventTypeTaskCreated:
 		return true
@@ -718,6 +721,30 @@ func (e ReconciliationOutcome) Valid() bool {
 	case ReconciliationOutcomeApplied:
 		return true
 	case ReconciliationOutcomeNoSideEffect:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SafetyJudgedDataVerdict.
+const (
+	SafetyJudgedDataVerdictAllow   SafetyJudgedDataVerdict = "allow"
+	SafetyJudgedDataVerdictBlock   SafetyJudgedDataVerdict = "block"
+	SafetyJudgedDataVerdictHold    SafetyJudgedDataVerdict = "hold"
+	SafetyJudgedDataVerdictSkipped SafetyJudgedDataVerdict = "skipped"
+)
+
+// Valid indicates whether the value is a known member of the SafetyJudgedDataVerdict enum.
+func (e SafetyJudgedDataVerdict) Valid() bool {
+	switch e {
+	case SafetyJudgedDataVerdictAllow:
+		return true
+	case SafetyJudgedDataVerdictBlock:
+		return true
+	case SafetyJudgedDataVerdictHold:
+		return true
+	case SafetyJudgedDataVerdictSkipped:
 		return true
 	default:
 		return false
@@ -3465,6 +3492,67 @@ type ResumeTaskResponse struct {
 	//
 	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 	Task Task `json:"task"`
+}
+
+// SafetyJudgedData `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a person (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules to decide. A page classified above the task's `model_policy.data_classification` ends the task `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
+//
+// Examples: {"classification":"internal","model":"acme-guard","provider":"acme-ai","reason":"The click places an order.","step":4,"verdict":"hold"}
+type SafetyJudgedData struct {
+	// Classification Sensitivity of a task's data, lowest first. A model may see a task's data only when its approved classification is at least this high.
+	Classification *DataClassification `json:"classification,omitempty"`
+
+	// FailClosed True when no safety model could answer and the step was held for a person.
+	FailClosed *bool   `json:"fail_closed,omitempty"`
+	Model      *string `json:"model,omitempty"`
+	Provider   *string `json:"provider,omitempty"`
+	Reason     *string `json:"reason,omitempty"`
+
+	// Step Index of the proposed step in the task's plan.
+	Step *int `json:"step,omitempty"`
+
+	// Verdict `skipped` (recorded once per task) when no approved safety model satisfies the task's model policy: steps are then not judged by a model, the task's policy alone decides. When every approved safety model failed the verdict is `hold` with `fail_closed` true.
+	Verdict SafetyJudgedDataVerdict `json:"verdict"`
+}
+
+// SafetyJudgedDataVerdict `skipped` (recorded once per task) when no approved safety model satisfies the task's model policy: steps are then not judged by a model, the task's policy alone decides. When every approved safety model failed the verdict is `hold` with `fail_closed` true.
+type SafetyJudgedDataVerdict string
+
+// SafetyJudgedEvent An Event of type `safety.judged`.
+type SafetyJudgedEvent struct {
+	// Actor Who caused an event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause Why an event happened.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a person (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules to decide. A page classified above the task's `model_policy.data_classification` ends the task `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
+	//
+	// Examples: {"classification":"internal","model":"acme-guard","provider":"acme-ai","reason":"The click places an order.","step":4,"verdict":"hold"}
+	Data SafetyJudgedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time   `json:"time"`
+	Type interface{} `json:"type"`
 }
 
 // ServiceInfo What `GET /bap/v1` answers.

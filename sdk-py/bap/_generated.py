@@ -147,6 +147,8 @@ __all__ = [
     "ResumeTaskRequest",
     "ResumeTaskResponse",
     "SPEC_VERSION",
+    "SafetyJudgedData",
+    "SafetyJudgedEvent",
     "ServiceInfo",
     "Task",
     "TaskBudget",
@@ -1006,6 +1008,7 @@ EventType = Literal[
     "model.fallback",
     "planner.proposed",
     "verifier.judged",
+    "safety.judged",
     "budget.exhausted",
 ]
 """Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data`
@@ -1910,6 +1913,49 @@ class ResumeTaskResponse(TypedDict):
     task: "Task"
 
 
+class SafetyJudgedData(TypedDict):
+    """`data` of a `safety.judged` event: the safety model judged a step the planner proposed for an
+    autonomous task, and classified the page it would run on, before the step ran. A verdict can
+    only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a
+    person (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules
+    to decide. A page classified above the task's `model_policy.data_classification` ends the task
+    `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
+    """
+
+    classification: NotRequired["DataClassification"]
+    #: True when no safety model could answer and the step was held for a person.
+    fail_closed: NotRequired[bool]
+    model: NotRequired[str]
+    provider: NotRequired[str]
+    reason: NotRequired[str]
+    #: Index of the proposed step in the task's plan.
+    step: NotRequired[int]
+    #: `skipped` (recorded once per task) when no approved safety model satisfies the task's model
+    #: policy: steps are then not judged by a model, the task's policy alone decides. When every
+    #: approved safety model failed the verdict is `hold` with `fail_closed` true.
+    verdict: Literal["allow", "hold", "block", "skipped"]
+
+
+class SafetyJudgedEvent(TypedDict):
+    """An Event of type `safety.judged`."""
+
+    actor: NotRequired["Actor"]
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    data: "SafetyJudgedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    type: Literal["safety.judged"]
+
+
 class ServiceInfo(TypedDict):
     """What `GET /bap/v1` answers."""
 
@@ -2171,6 +2217,7 @@ TaskEvent = Union[
     "ReconciliationOpenedEvent",
     "ReconciliationResolvedEvent",
     "RequestBlockedEvent",
+    "SafetyJudgedEvent",
     "TaskCreatedEvent",
     "TaskStateChangedEvent",
     "VerifierJudgedEvent",
@@ -2203,6 +2250,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "reconciliation.opened",
     "reconciliation.resolved",
     "request.blocked",
+    "safety.judged",
     "task.created",
     "task.state_changed",
     "verifier.judged",
@@ -2235,6 +2283,7 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "reconciliation.opened": ReconciliationOpenedData,
     "reconciliation.resolved": ReconciliationResolvedData,
     "request.blocked": RequestBlockedData,
+    "safety.judged": SafetyJudgedData,
     "task.created": TaskCreatedData,
     "task.state_changed": TaskStateChangedData,
     "verifier.judged": VerifierJudgedData,

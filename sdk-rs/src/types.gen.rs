@@ -1891,6 +1891,8 @@ pub enum EventType {
     PlannerProposed,
     /// `verifier.judged`
     VerifierJudged,
+    /// `safety.judged`
+    SafetyJudged,
     /// `budget.exhausted`
     BudgetExhausted,
     /// A value this SDK does not know (sent unchanged; the server validates).
@@ -1899,7 +1901,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::BudgetExhausted];
+    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -1931,6 +1933,7 @@ impl EventType {
             EventType::ModelFallback => "model.fallback",
             EventType::PlannerProposed => "planner.proposed",
             EventType::VerifierJudged => "verifier.judged",
+            EventType::SafetyJudged => "safety.judged",
             EventType::BudgetExhausted => "budget.exhausted",
             EventType::Unknown(s) => s,
         }
@@ -1967,6 +1970,7 @@ impl From<&str> for EventType {
             "model.fallback" => EventType::ModelFallback,
             "planner.proposed" => EventType::PlannerProposed,
             "verifier.judged" => EventType::VerifierJudged,
+            "safety.judged" => EventType::SafetyJudged,
             "budget.exhausted" => EventType::BudgetExhausted,
             other => EventType::Unknown(other.to_string()),
         }
@@ -3934,6 +3938,57 @@ impl ResumeTaskResponse {
     }
 }
 
+/// `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an
+/// autonomous task, and classified the page it would run on, before the step ran. A verdict can
+/// only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a
+/// person (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules
+/// to decide. A page classified above the task's `model_policy.data_classification` ends the task
+/// `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct SafetyJudgedData {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classification: Option<DataClassification>,
+    /// True when no safety model could answer and the step was held for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_closed: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Index of the proposed step in the task's plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+    /// `skipped` (recorded once per task) when no approved safety model satisfies the task's model
+    /// policy: steps are then not judged by a model, the task's policy alone decides. When every
+    /// approved safety model failed the verdict is `hold` with `fail_closed` true.
+    pub verdict: String,
+}
+
+/// An Event of type `safety.judged`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct SafetyJudgedEvent {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    pub data: SafetyJudgedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    pub r#type: String,
+}
+
 /// What `GET /bap/v1` answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ServiceInfo {
@@ -4687,6 +4742,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "reconciliation.opened",
     "reconciliation.resolved",
     "request.blocked",
+    "safety.judged",
     "task.created",
     "task.state_changed",
     "verifier.judged",
@@ -4769,6 +4825,12 @@ pub enum EventData {
     /// subresource, a frame, a redirect or a popup) was refused by the task's origin policy;
     /// nothing was loaded.
     RequestBlocked(RequestBlockedData),
+    /// `safety.judged`: `data` of a `safety.judged` event: the safety model judged a step the
+    /// planner proposed for an autonomous task, and classified the page it would run on, before the
+    /// step ran. A verdict can only make the task stricter: `block` never runs the step, `hold`
+    /// asks a person, `allow` leaves the task's policy and approval rules to decide. Never holds
+    /// page text or a protected value.
+    SafetyJudged(SafetyJudgedData),
     /// `task.created`: `data` of a `task.created` event: a task was recorded.
     TaskCreated(TaskCreatedData),
     /// `task.state_changed`: `data` of a `task.state_changed` event: the task changed state.
@@ -4813,6 +4875,7 @@ impl Event {
             "reconciliation.opened" => serde_json::from_value(data).map(EventData::ReconciliationOpened),
             "reconciliation.resolved" => serde_json::from_value(data).map(EventData::ReconciliationResolved),
             "request.blocked" => serde_json::from_value(data).map(EventData::RequestBlocked),
+            "safety.judged" => serde_json::from_value(data).map(EventData::SafetyJudged),
             "task.created" => serde_json::from_value(data).map(EventData::TaskCreated),
             "task.state_changed" => serde_json::from_value(data).map(EventData::TaskStateChanged),
             "verifier.judged" => serde_json::from_value(data).map(EventData::VerifierJudged),

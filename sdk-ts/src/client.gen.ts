@@ -352,6 +352,17 @@ export type ResolveApprovalResponse = S["ResolveApprovalResponse"];
 export type ResumeTaskRequest = S["ResumeTaskRequest"];
 /** Answer of resume_task. */
 export type ResumeTaskResponse = S["ResumeTaskResponse"];
+/**
+ * `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an
+ * autonomous task, and classified the page it would run on, before the step ran. A verdict can only
+ * make the task stricter: `block` never runs the step (the planner is told), `hold` asks a person
+ * (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules to
+ * decide. A page classified above the task's `model_policy.data_classification` ends the task
+ * `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
+ */
+export type SafetyJudgedData = S["SafetyJudgedData"];
+/** An Event of type `safety.judged`. */
+export type SafetyJudgedEvent = S["SafetyJudgedEvent"];
 /** What `GET /bap/v1` answers. */
 export type ServiceInfo = S["ServiceInfo"];
 /** A unit of browser work with a lifecycle, policy and history. */

@@ -32,6 +32,7 @@ export type TaskEvent =
   | S["ReconciliationOpenedEvent"]
   | S["ReconciliationResolvedEvent"]
   | S["RequestBlockedEvent"]
+  | S["SafetyJudgedEvent"]
   | S["TaskCreatedEvent"]
   | S["TaskStateChangedEvent"]
   | S["VerifierJudgedEvent"];
@@ -63,6 +64,7 @@ export const EVENT_TYPES = [
   "reconciliation.opened",
   "reconciliation.resolved",
   "request.blocked",
+  "safety.judged",
   "task.created",
   "task.state_changed",
   "verifier.judged",
@@ -154,6 +156,13 @@ export interface EventDataMap {
    * or a popup) was refused by the task's origin policy; nothing was loaded.
    */
   "request.blocked": S["RequestBlockedData"];
+  /**
+   * `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an
+   * autonomous task, and classified the page it would run on, before the step ran. A verdict can
+   * only make the task stricter: `block` never runs the step, `hold` asks a person, `allow` leaves
+   * the task's policy and approval rules to decide. Never holds page text or a protected value.
+   */
+  "safety.judged": S["SafetyJudgedData"];
   /** `data` of a `task.created` event: a task was recorded. */
   "task.created": S["TaskCreatedData"];
   /** `data` of a `task.state_changed` event: the task changed state. */

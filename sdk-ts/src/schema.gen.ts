@@ -2009,7 +2009,7 @@ export interface components {
          * @description Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
          * @enum {string}
          */
-        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "budget.exhausted";
+        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted";
         /**
          * EvidenceCapturedData
          * @description `data` of a `evidence.captured` event: evidence artifacts were stored.
@@ -3586,6 +3586,61 @@ export interface components {
             receipt: components["schemas"]["Receipt"];
             session: components["schemas"]["BrowserSession"];
             task: components["schemas"]["Task"];
+        };
+        /**
+         * SafetyJudgedData
+         * @description `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a person (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules to decide. A page classified above the task's `model_policy.data_classification` ends the task `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
+         * @example {
+         *       "classification": "internal",
+         *       "model": "acme-guard",
+         *       "provider": "acme-ai",
+         *       "reason": "The click places an order.",
+         *       "step": 4,
+         *       "verdict": "hold"
+         *     }
+         */
+        SafetyJudgedData: {
+            classification?: components["schemas"]["DataClassification"];
+            /** @description True when no safety model could answer and the step was held for a person. */
+            fail_closed?: boolean;
+            model?: string;
+            provider?: string;
+            reason?: string;
+            /** @description Index of the proposed step in the task's plan. */
+            step?: number;
+            /**
+             * @description `skipped` (recorded once per task) when no approved safety model satisfies the task's model policy: steps are then not judged by a model, the task's policy alone decides. When every approved safety model failed the verdict is `hold` with `fail_closed` true.
+             * @enum {string}
+             */
+            verdict: "allow" | "hold" | "block" | "skipped";
+        };
+        /**
+         * SafetyJudgedEvent
+         * @description An Event of type `safety.judged`.
+         * @example {
+         *       "actor": {
+         *         "id": "node_a",
+         *         "kind": "worker"
+         *       },
+         *       "data": {
+         *         "classification": "internal",
+         *         "model": "acme-guard",
+         *         "provider": "acme-ai",
+         *         "reason": "The click places an order.",
+         *         "step": 4,
+         *         "verdict": "hold"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:02Z",
+         *       "type": "safety.judged"
+         *     }
+         */
+        SafetyJudgedEvent: components["schemas"]["Event"] & {
+            data: components["schemas"]["SafetyJudgedData"];
+            /** @constant */
+            type: "safety.judged";
         };
         /**
          * ServiceInfo

@@ -37,9 +37,12 @@ func TestServeWithOrchestratorRunsAGoal(t *testing.T) {
 	step := func(op string, args map[string]any) orchestratortest.Answer {
 		return orchestratortest.JSON(map[string]any{"op": op, "args": args, "reason": "scripted"})
 	}
-	orch.Script("m-one", // single-model configuration: the planner's answers, then the verifier's
-		step("navigate", map[string]any{"url": site.URL + "/login"}),
-		step("act", map[string]any{"action": "fill", "query": map[string]any{"label": "Password"}, "value": canary}),
+	// Single-model configuration: the one model serves every role, the safety role too — it judges
+	// each proposed step before it runs (the page is short: the observer is not needed).
+	allow := orchestratortest.JSON(map[string]any{"verdict": "allow", "classification": "public", "reason": "a sign-in page"})
+	orch.Script("m-one", // the planner's answers with the safety verdicts, then the verifier's
+		step("navigate", map[string]any{"url": site.URL + "/login"}), allow,
+		step("act", map[string]any{"action": "fill", "query": map[string]any{"label": "Password"}, "value": canary}), allow,
 		step("done", map[string]any{}),
 		orchestratortest.JSON(map[string]any{"verdict": "yes", "reason": "the sign-in page is shown"}),
 	)
@@ -75,9 +78,13 @@ func TestServeWithOrchestratorRunsAGoal(t *testing.T) {
 	if err := json.Unmarshal([]byte(hist), &body); err != nil {
 		t.Fatal(err)
 	}
-	calls, verdict := 0, ""
+	calls, verdict, safety := 0, "", 0
 	for _, e := range body.Events {
 		switch e.Type {
+		case "safety.judged":
+			if e.Data["verdict"] == "allow" {
+				safety++
+			}
 		case "model.called":
 			calls++
 			if e.Data["model"] != "m-one" || len(fmt.Sprint(e.Data["prompt_sha256"])) != 64 {
@@ -87,12 +94,12 @@ func TestServeWithOrchestratorRunsAGoal(t *testing.T) {
 			verdict, _ = e.Data["verdict"].(string)
 		}
 	}
-	if calls != 4 || verdict != "yes" {
-		t.Fatalf("%d model calls (want 4), verdict %q\nhistory: %s", calls, verdict, hist)
+	if calls != 6 || verdict != "yes" || safety != 2 {
+		t.Fatalf("%d model calls (want 6: 3 planner, 2 safety, 1 verifier), verdict %q, %d safety verdicts\nhistory: %s", calls, verdict, safety, hist)
 	}
 	chats := orch.ChatRequests()
-	if len(chats) != 4 {
-		t.Fatalf("%d chat completions reached the orchestrator, want 4", len(chats))
+	if len(chats) != 6 {
+		t.Fatalf("%d chat completions reached the orchestrator, want 6", len(chats))
 	}
 	for _, r := range chats {
 		if r.Header.Get("Authorization") != "Bearer workload-token" {

@@ -32,7 +32,11 @@ type autoRun struct {
 	tokens      int64
 	cost        float64
 	invalid     int    // consecutive proposals that did not validate
+	blocked     int    // consecutive proposals the safety role blocked
 	lastProblem string // why the last proposal was not accepted, told to the planner
+	safety      bool   // the safety role judges each step (roles.go)
+	observer    bool   // the observer condenses long pages for the planner (roles.go)
+	approved    int    // a step the safety review held and a person approved, to run; -1 none
 }
 
 const (
@@ -43,10 +47,17 @@ const (
 
 // runAutonomous runs the loop; it returns whether to give the lease back, and after what delay.
 func (r *planRun) runAutonomous() (bool, time.Duration) {
-	a := &autoRun{planRun: r}
+	a := &autoRun{planRun: r, approved: -1}
 	r.t.Budget = r.t.Budget.withDefaults()
-	if err := a.loadUsage(); err != nil {
+	hist, err := a.loadUsage()
+	if err != nil {
 		return r.internal(err)
+	}
+	if err := a.decideRoles(hist); err != nil {
+		if errors.Is(err, errTaskEnded) {
+			return false, 0
+		}
+		return a.modelTrouble(RoleSafety, err)
 	}
 	// Settle what an earlier run left: a step in flight or held for an approval.
 	for i := range r.t.Plan {
@@ -55,7 +66,16 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 		case StepInFlight:
 			res = r.settleInFlight(i)
 		case StepHeld:
-			res = r.settleHeld(i)
+			if r.progress[i].CommandKey == "" {
+				// Held by the safety review before it started (gate): approved, it runs below.
+				var approved bool
+				if res, approved = a.settleGate(i); approved {
+					a.approved = i
+					continue
+				}
+			} else {
+				res = r.settleHeld(i)
+			}
 		case StepPending:
 			res = &stepResult{rerun: true}
 		default:
@@ -89,6 +109,15 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 				return r.internal(err)
 			}
 		}
+		if i := a.approved; i >= 0 {
+			// A person approved the step the safety review held: it runs, once.
+			a.approved = -1
+			res := r.attempt(i, false)
+			if next, release, delay := a.finish(i, res, false); !next {
+				return release, delay
+			}
+			continue
+		}
 		obs, err := a.observe()
 		if err != nil {
 			if e := AsError(err); e != nil && classify(e.Code) == sessionGone {
@@ -98,7 +127,11 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 			return r.internal(err)
 		}
 		index := len(r.t.Plan)
-		prop, reply, err := a.propose(obs, index)
+		view, err := a.condense(obs, index)
+		if err != nil {
+			return a.modelTrouble(RoleObserver, err)
+		}
+		prop, reply, err := a.propose(view, index)
 		if err != nil {
 			return a.modelTrouble(RolePlanner, err)
 		}
@@ -124,10 +157,52 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 		if index >= r.t.Budget.MaxSteps {
 			return a.exhausted("max_steps", float64(index), float64(r.t.Budget.MaxSteps))
 		}
+		hold := ""
+		if a.safety {
+			j, err := a.judge(view, index, st)
+			if err != nil {
+				if errors.Is(err, errTaskEnded) {
+					return false, 0
+				}
+				return a.modelTrouble(RoleSafety, err)
+			}
+			if j.exceeded {
+				// The page is more sensitive than the task lets models see: no more page content
+				// goes to a model (fail closed).
+				return a.stop("data_classification_exceeded", fmt.Sprintf(
+					"the safety review classified the page %s, above the task's model_policy.data_classification", j.classification))
+			}
+			switch j.verdict {
+			case "block":
+				a.blocked++
+				a.lastProblem = "the safety review blocked this step; it was not run: " + j.reason
+				if err := a.recordProposal(-1, prop, reply, false, a.lastProblem); err != nil {
+					return r.internal(err)
+				}
+				if a.blocked >= maxBlockedProposals {
+					return a.stop("safety_blocked", fmt.Sprintf("the safety review blocked %d proposed steps in a row", a.blocked))
+				}
+				continue
+			case "hold":
+				hold = truncate("the safety review holds this "+st.Op+" step for a person: "+j.reason, 1000)
+			}
+		}
+		a.blocked = 0
 		if err := a.appendStep(index, st, prop, reply); err != nil {
 			return r.internal(err)
 		}
-		res := r.attempt(index, false)
+		var res *stepResult
+		switch {
+		case hold != "" && st.Op == "act":
+			// Held as an approval rule would hold it: approving runs the held action once.
+			r.holdReason = hold
+			res = r.attempt(index, false)
+			r.holdReason = ""
+		case hold != "":
+			res = a.gate(index, hold)
+		default:
+			res = r.attempt(index, false)
+		}
 		if next, release, delay := a.finish(index, res, false); !next {
 			return release, delay
 		}
@@ -135,17 +210,29 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 }
 
 // loadUsage sums the tokens and cost of the task's model calls so far (its history), so that a
-// worker taking over counts what its predecessors spent.
-func (a *autoRun) loadUsage() error {
+// worker taking over counts what its predecessors spent, and reads what the history says of the
+// safety role.
+func (a *autoRun) loadUsage() (roleHistory, error) {
 	var after int64
+	var h roleHistory
 	for {
 		evs, err := a.s.store.ListEvents(a.ctx, a.claim.Tenant, a.claim.TaskID, after, MaxEventPage)
 		if err != nil {
-			return err
+			return h, err
 		}
 		for _, e := range evs {
+			if e.Type == "safety.judged" {
+				if e.Data["verdict"] == "skipped" {
+					h.safetySkipped = true
+				} else {
+					h.safetyUsed = true
+				}
+			}
 			if e.Type != "model.called" {
 				continue
+			}
+			if e.Data["role"] == RoleSafety {
+				h.safetyUsed = true
 			}
 			in, _ := e.Data["input_tokens"].(float64)
 			out, _ := e.Data["output_tokens"].(float64)
@@ -154,7 +241,7 @@ func (a *autoRun) loadUsage() error {
 			a.cost += cost
 		}
 		if len(evs) < MaxEventPage {
-			return nil
+			return h, nil
 		}
 		after = evs[len(evs)-1].Seq
 	}
@@ -213,10 +300,11 @@ const plannerInstructions = `You drive a web browser for a task through BAP. Pro
 op is one of navigate (args: {"url"}), act (args: {"action", "query" or "node_id", "value"?, "values"?, "key"?}),
 extract (args: {"kind": "text"|"table"|"links"|"attributes"}), capture_evidence (args: {"kinds": ["screenshot"]}), observe (args: {}),
 or done (args: {}) when the goal is reached or cannot be reached. Queries are typed: role, name, text, label, placeholder, test_id.
-The task's policy decides what is allowed (origins, approvals); a refused step is reported back to you. Values shown as *** are protected.`
+The task's policy decides what is allowed (origins, approvals); a refused step is reported back to you. Values shown as *** are protected.
+The observation is the page's accessibility tree, or, for a long page, a summary an observer condensed from it ({"summary", "facts", "controls"}).`
 
 // propose asks the planner for step index.
-func (a *autoRun) propose(obs maskedObservation, index int) (*proposal, *ModelReply, error) {
+func (a *autoRun) propose(obs any, index int) (*proposal, *ModelReply, error) {
 	type histStep struct {
 		Index   int             `json:"index"`
 		Op      string          `json:"op"`

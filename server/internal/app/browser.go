@@ -581,7 +581,8 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			return Response{}, err
 		}
 		if needs {
-			return s.holdAction(ctx, call, rec, req, timeoutMs, effect, rule, r)
+			return s.holdAction(ctx, call, rec, req, timeoutMs, effect,
+				fmt.Sprintf("approval rule %d holds this %s (%s)", rule, req.Action, effect), r)
 		}
 	}
 	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{

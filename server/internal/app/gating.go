@@ -87,7 +87,7 @@ func actionDigest(sessionID string, req page.ActRequest) []byte {
 
 // holdAction records a held act: its command with outcome pending_approval, a pending approval,
 // and the task waiting for it.
-func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, effect string, rule int, r Responder) (Response, error) {
+func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, effect, reason string, r Responder) (Response, error) {
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
 		c, err := s.beginOnTask(ctx, tx, cmd, rec.TaskID, true)
 		if err != nil {
@@ -105,16 +105,17 @@ func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord,
 		}
 		a := &Approval{
 			ID: ids.New(ids.Approval), TaskID: c.t.ID, Tenant: c.t.Tenant, CommandID: cmd.ID, State: task.ApprovalPending,
-			Reason: fmt.Sprintf("approval rule %d holds this %s (%s)", rule, req.Action, effect),
-			Effect: effect, Digest: actionDigest(rec.ID, req),
+			Reason: reason, Effect: effect, Digest: actionDigest(rec.ID, req),
 			RequestedBy: call.Actor.Subject, RequestedAt: c.now,
 		}
 		if err := tx.InsertApproval(ctx, a); err != nil {
 			return nil, fmt.Errorf("inserting approval: %w", err)
 		}
-		if err := c.emit(ctx, c.t, "approval.requested", "act", map[string]any{
-			"approval_id": a.ID, "reason": a.Reason, "effect": effect, "session_id": rec.ID, "action": req.Action,
-		}); err != nil {
+		data := map[string]any{"approval_id": a.ID, "reason": a.Reason, "session_id": rec.ID, "action": req.Action}
+		if effect != "" {
+			data["effect"] = effect
+		}
+		if err := c.emit(ctx, c.t, "approval.requested", "act", data); err != nil {
 			return nil, err
 		}
 		rc, err := c.receipt(ctx, task.PendingApproval, "", "")
@@ -124,6 +125,42 @@ func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord,
 		s.held.Store(a.ID, held{tenant: c.t.Tenant, taskID: c.t.ID, sessionID: rec.ID, req: req, timeoutMs: timeoutMs})
 		return &HeldResult{Approval: a, Receipt: rc}, nil
 	})
+}
+
+// holdActForSafety holds an act for a person's approval whatever the task's approval rules say:
+// the autonomous loop's safety role asked for it (a model can only make a task stricter, never
+// permit what policy forbids). Approving runs it once, denying never runs it — exactly as an act
+// an approval rule holds.
+func (s *Service) holdActForSafety(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, reason string, r Responder) (Response, error) {
+	if _, err := s.browserOrUnavailable(); err != nil {
+		return Response{}, err
+	}
+	if artifactID != "" {
+		a, content, err := s.store.GetArtifact(ctx, call.Actor.Tenant, artifactID)
+		if err != nil {
+			return Response{}, err
+		}
+		req.Files = []page.File{{Name: artifactID + extensionOf(a.MediaType), MediaType: a.MediaType, Content: content}}
+	}
+	rec, err := s.store.GetSession(ctx, call.Actor.Tenant, sessionID)
+	if err != nil {
+		return Response{}, err
+	}
+	if err := s.checkHeldHere(ctx, rec); err != nil {
+		return Response{}, err
+	}
+	effect := ""
+	if rec.State == SessionOpen {
+		if sess, err := s.liveSession(ctx, rec); err == nil {
+			cctx, cancel := context.WithTimeout(ctx, timeoutOf(0))
+			e, _, cerr := sess.ClassifyAction(cctx, req)
+			cancel()
+			if cerr == nil && policy.Effect(e).Valid() {
+				effect = e
+			}
+		}
+	}
+	return s.holdAction(ctx, call, rec, req, timeoutMs, effect, reason, r)
 }
 
 // approveHeldAction records the approval and runs the held action, once: phase 1 records the

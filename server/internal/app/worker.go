@@ -230,6 +230,9 @@ type planRun struct {
 	sessionID string
 	opens     int              // sessions opened in this run (their keys)
 	history   []map[string]any // failed attempts of this run, for a dead letter's evidence
+	// holdReason, when set, holds the next act for a person's approval whatever the approval
+	// rules say (the autonomous loop's safety role asked for it).
+	holdReason string
 }
 
 // stepResult is what became of one attempt at a step (or of settling one a previous run left).
@@ -641,7 +644,11 @@ func (r *planRun) exec(i int, key string) *stepResult {
 		}
 		req := page.ActRequest{ContextID: a.ContextID, Action: a.Action, NodeID: a.NodeID, Query: a.Query, Value: a.Value,
 			Values: a.Values, Key: a.Key}
+		hold := r.holdReason
 		return r.commandResult(r.command("act", key, target, args, func(call Call, rsp Responder) (Response, error) {
+			if hold != "" {
+				return r.s.holdActForSafety(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, hold, rsp)
+			}
 			return r.s.Act(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, rsp)
 		}))
 	case "capture_evidence":

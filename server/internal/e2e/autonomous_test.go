@@ -32,6 +32,9 @@ type fakeOrchestrator struct {
 	script  []func() string            // planner answers, in order; "done" when exhausted
 	verdict string
 	log     []app.ModelRequest // every Complete request, as received
+	// safety answers, in order (allow, public when exhausted); observer is the observer's answer.
+	safety   []string
+	observer string
 
 	slow      bool          // planner calls block until their context ends
 	started   chan struct{} // closed when a slow call started
@@ -62,6 +65,11 @@ func newFake(steps ...any) *fakeOrchestrator {
 		}
 	}
 	return f
+}
+
+// judgement builds a safety answer.
+func judgement(verdict, classification string) string {
+	return fmt.Sprintf(`{"verdict":%q,"classification":%q,"reason":"scripted %s"}`, verdict, classification, verdict)
 }
 
 // step builds a planner answer.
@@ -143,6 +151,17 @@ func (f *fakeOrchestrator) Complete(ctx context.Context, req app.ModelRequest) (
 			} else {
 				f.mu.Unlock()
 			}
+		case app.RoleSafety:
+			f.mu.Lock()
+			content = judgement("allow", "public")
+			if len(f.safety) > 0 {
+				content, f.safety = f.safety[0], f.safety[1:]
+			}
+			f.mu.Unlock()
+		case app.RoleObserver:
+			f.mu.Lock()
+			content = f.observer
+			f.mu.Unlock()
 		default:
 			f.mu.Lock()
 			content = fmt.Sprintf(`{"verdict":%q,"reason":"scripted verdict"}`, f.verdict)
@@ -632,4 +651,278 @@ func TestAutonomousWithoutOrchestratorIsRefused(t *testing.T) {
 	if r.status != 400 {
 		t.Fatalf("autonomous with a plan: %d %s", r.status, r.raw)
 	}
+}
+
+// withSafety gives the fake a safety model answering the given verdicts in order.
+func withSafety(f *fakeOrchestrator, answers ...string) *fakeOrchestrator {
+	f.models[app.RoleSafety] = []app.ModelInfo{model("safety-guard", "acme")}
+	f.safety = answers
+	return f
+}
+
+// The safety role blocks a proposed step: it is never run (no order), the planner is told and
+// carries on; every judgement is recorded as safety.judged, without page text.
+func TestAutonomousSafetyBlocksAStep(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	fake := withSafety(newFake(
+		step("navigate", map[string]any{"url": sh.srv.URL + "/checkout"}),
+		step("act", map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": "Place order"}}),
+		step("done", nil),
+	), judgement("allow", "public"), judgement("block", "internal"))
+	s := newStack(t, withOrchestrator(fake))
+	s.startWorkers(t)
+	taskID := s.createAutonomous(t, "auto-safety-block", map[string]any{
+		"goal": "look at the checkout", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+		"postcondition": map[string]any{"all": []any{map[string]any{"text_present": "Checkout"}}},
+	})
+	done := s.awaitState(t, taskID, "succeeded", "failed")
+	if done.str("task", "state") != "succeeded" {
+		t.Fatalf("task: %s", done.raw)
+	}
+	if n := sh.orders.Load(); n != 0 {
+		t.Fatalf("the blocked click placed %d orders", n)
+	}
+	evs := s.history(t, taskID)
+	judged := ofType(evs, "safety.judged")
+	if len(judged) != 2 {
+		t.Fatalf("safety.judged: %v", judged)
+	}
+	for i, want := range []string{"allow", "block"} {
+		d := data(judged[i])
+		if d["verdict"] != want || d["model"] != "safety-guard" || d["provider"] != "acme" || d["step"] != float64(i) || d["classification"] == nil {
+			t.Fatalf("safety.judged %d: %v", i, d)
+		}
+	}
+	if n := len(ofType(evs, "plan.step_finished")); n != 1 {
+		t.Fatalf("%d steps ran, want 1 (the navigation)", n)
+	}
+	var rejected map[string]any
+	for _, e := range ofType(evs, "planner.proposed") {
+		if data(e)["accepted"] == false {
+			rejected = data(e)
+		}
+	}
+	if rejected == nil || rejected["op"] != "act" || !strings.Contains(fmt.Sprint(rejected["problem"]), "safety review blocked") {
+		t.Fatalf("the blocked proposal: %v", rejected)
+	}
+	roles := map[string]int{}
+	for _, e := range ofType(evs, "model.called") {
+		roles[fmt.Sprint(data(e)["role"])]++
+	}
+	if roles["safety"] != 2 || roles["planner"] != 3 {
+		t.Fatalf("model calls by role: %v", roles)
+	}
+	reqs := fake.requests(app.RolePlanner)
+	if len(reqs) != 3 || !strings.Contains(reqs[2].Messages[1].Content, "safety review blocked") {
+		t.Fatalf("the planner was not told of the block (%d requests)", len(reqs))
+	}
+	// The safety model saw the masked step it judged.
+	if sreq := fake.requests(app.RoleSafety); len(sreq) != 2 || !strings.Contains(sreq[1].Messages[1].Content, "Place order") || sreq[1].SchemaName != "bap_safety" {
+		t.Fatalf("safety requests: %d", len(sreq))
+	}
+}
+
+// The safety role holds a step: an approval is opened exactly as an approval rule would (the task
+// waits), and once a person approves, the held click runs once.
+func TestAutonomousSafetyHoldApprovedByAPerson(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	allow := judgement("allow", "internal")
+	fake := withSafety(newFake(checkoutScript(sh)...), allow, allow, allow, allow, judgement("hold", "internal"))
+	s := newStack(t, withOrchestrator(fake))
+	s.startWorkers(t)
+	taskID := s.createAutonomous(t, "auto-safety-hold", map[string]any{
+		"goal": "order the items in the cart", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+		"model_policy":  map[string]any{"data_classification": "internal"},
+		"postcondition": map[string]any{"all": []any{map[string]any{"text_present": "Thank you for your order 1"}}},
+	})
+	s.awaitState(t, taskID, "waiting_for_approval")
+	if n := sh.orders.Load(); n != 0 {
+		t.Fatalf("%d orders before the approval", n)
+	}
+	reqs := ofType(s.history(t, taskID), "approval.requested")
+	if len(reqs) != 1 || !strings.Contains(fmt.Sprint(data(reqs[0])["reason"]), "safety review holds") {
+		t.Fatalf("approval.requested: %v", reqs)
+	}
+	apr := data(reqs[0])["approval_id"].(string)
+	ok := s.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-approve", map[string]any{"decision": "approve"})
+	if ok.str("action_receipt", "outcome") != "applied" {
+		t.Fatalf("approve: %s", ok.raw)
+	}
+	done := s.awaitState(t, taskID, "succeeded", "failed")
+	if done.str("task", "state") != "succeeded" || sh.orders.Load() != 1 {
+		t.Fatalf("after approval: orders %d, %s", sh.orders.Load(), done.raw)
+	}
+	evs := s.history(t, taskID)
+	if j := ofType(evs, "safety.judged"); len(j) != 5 || data(j[4])["verdict"] != "hold" || data(j[4])["step"] != float64(4) {
+		t.Fatalf("safety.judged: %v", j)
+	}
+	var click map[string]any
+	for _, e := range ofType(evs, "plan.step_finished") {
+		if data(e)["index"] == float64(4) {
+			click = data(e)
+		}
+	}
+	if click == nil || click["succeeded"] != true {
+		t.Fatalf("the held click's step: %v", click)
+	}
+	if strings.Contains(fake.sent(), "Ada Lovelace") {
+		t.Fatal("a model was sent a filled value")
+	}
+}
+
+// Every approved safety model fails: fail closed — the step is held for a person, as a safety
+// "hold" is (here a navigation: an approval as request_approval opens); approved, it runs once.
+func TestAutonomousSafetyAllFailHoldsForAPerson(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	fake := withSafety(newFake(step("navigate", map[string]any{"url": sh.srv.URL + "/checkout"}), step("done", nil)))
+	fake.failing["safety-guard"] = true
+	s := newStack(t, withOrchestrator(fake))
+	s.startWorkers(t)
+	taskID := s.createAutonomous(t, "auto-safety-down", map[string]any{
+		"goal": "look at the checkout", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+		"postcondition": map[string]any{"all": []any{map[string]any{"text_present": "Checkout"}}},
+	})
+	s.awaitState(t, taskID, "waiting_for_approval")
+	if n := sh.hits.Load(); n != 0 {
+		t.Fatalf("the held navigation reached the shop (%d requests)", n)
+	}
+	evs := s.history(t, taskID)
+	j := ofType(evs, "safety.judged")
+	if len(j) != 1 || data(j[0])["verdict"] != "hold" || data(j[0])["fail_closed"] != true || data(j[0])["model"] != nil {
+		t.Fatalf("safety.judged: %v", j)
+	}
+	if fb := ofType(evs, "model.fallback"); len(fb) != 1 || data(fb[0])["role"] != "safety" {
+		t.Fatalf("model.fallback: %v", fb)
+	}
+	reqs := ofType(evs, "approval.requested")
+	if len(reqs) != 1 {
+		t.Fatalf("approval.requested: %v", reqs)
+	}
+	apr := data(reqs[0])["approval_id"].(string)
+	s.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-down-approve", map[string]any{"decision": "approve"})
+	done := s.awaitState(t, taskID, "succeeded", "failed")
+	if done.str("task", "state") != "succeeded" {
+		t.Fatalf("task: %s", done.raw)
+	}
+	evs = s.history(t, taskID)
+	fin := ofType(evs, "plan.step_finished")
+	if len(fin) != 1 || data(fin[0])["index"] != float64(0) || data(fin[0])["succeeded"] != true {
+		t.Fatalf("the approved navigation ran %d times: %v", len(fin), fin)
+	}
+}
+
+// The safety role classifies the page above the task's model_policy.data_classification: the task
+// fails (data_classification_exceeded) and no further page content reaches any model.
+func TestAutonomousPageAboveDataClassification(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	fake := withSafety(newFake(
+		step("navigate", map[string]any{"url": sh.srv.URL + "/checkout"}),
+		step("observe", nil),
+		step("done", nil),
+	), judgement("allow", "public"), judgement("allow", "confidential"))
+	s := newStack(t, withOrchestrator(fake))
+	s.startWorkers(t)
+	taskID := s.createAutonomous(t, "auto-classified", map[string]any{
+		"goal": "look at the checkout", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+		"model_policy": map[string]any{"data_classification": "internal"},
+	})
+	s.awaitState(t, taskID, "failed")
+	evs := s.history(t, taskID)
+	assertFailedWith(t, evs, "data_classification_exceeded")
+	j := ofType(evs, "safety.judged")
+	if len(j) != 2 || data(j[1])["classification"] != "confidential" {
+		t.Fatalf("safety.judged: %v", j)
+	}
+	if n := len(ofType(evs, "plan.step_finished")); n != 1 {
+		t.Fatalf("%d steps ran, want 1 (the observe on the confidential page never ran)", n)
+	}
+	fake.mu.Lock()
+	log := slices.Clone(fake.log)
+	fake.mu.Unlock()
+	// planner, safety, planner, safety — and nothing after the page was found confidential.
+	if len(log) != 4 || log[3].Role != app.RoleSafety {
+		roles := []string{}
+		for _, r := range log {
+			roles = append(roles, r.Role)
+		}
+		t.Fatalf("requests after the classification: %v", roles)
+	}
+}
+
+// The observer condenses a long page (masked first) into a short summary that the planner reads
+// instead of the page; a task without safety models records that once and runs as before.
+func TestAutonomousObserverCondensesLongPages(t *testing.T) {
+	t.Parallel()
+	const prefill = "prefill-CANARY-5e7d"
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /catalogue", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, `<!doctype html><title>Catalogue</title><h1>Catalogue</h1><label for="q">Search</label><input id="q" value="`+prefill+`">`)
+		for i := 0; i < 120; i++ {
+			fmt.Fprintf(w, "<p>catalogue-para-%03d: a long description of an item that nobody needs to read in full, padded out.</p>\n", i)
+		}
+	})
+	site := httptest.NewServer(mux)
+	t.Cleanup(site.Close)
+	fake := newFake(step("navigate", map[string]any{"url": site.URL + "/catalogue"}), step("done", nil))
+	fake.models[app.RoleObserver] = []app.ModelInfo{model("observer-small", "acme")}
+	fake.observer = `{"summary":"OBSERVER-SUMMARY: a catalogue of 120 items","facts":["120 items"],"controls":[{"role":"textbox","name":"Search"}]}`
+	s := newStack(t, withOrchestrator(fake))
+	s.startWorkers(t)
+	taskID := s.createAutonomous(t, "auto-observer", map[string]any{
+		"goal": "look at the catalogue", "policy": map[string]any{"allowed_origins": []string{site.URL}},
+		"postcondition": map[string]any{"all": []any{map[string]any{"text_present": "catalogue-para-119"}}},
+	})
+	done := s.awaitState(t, taskID, "succeeded", "failed")
+	if done.str("task", "state") != "succeeded" {
+		t.Fatalf("task: %s", done.raw)
+	}
+	obsReqs := fake.requests(app.RoleObserver)
+	if len(obsReqs) != 1 || !strings.Contains(obsReqs[0].Messages[1].Content, "catalogue-para-119") || obsReqs[0].SchemaName != "bap_observation" {
+		t.Fatalf("observer requests: %d", len(obsReqs))
+	}
+	plans := fake.requests(app.RolePlanner)
+	if len(plans) != 2 {
+		t.Fatalf("%d planner requests", len(plans))
+	}
+	second := plans[1].Messages[1].Content
+	if !strings.Contains(second, "OBSERVER-SUMMARY") || strings.Contains(second, "catalogue-para-050") ||
+		len(second) >= len(obsReqs[0].Messages[1].Content)/2 {
+		t.Fatalf("the planner was not given the observer's summary instead of the page (%d bytes, observer %d): %s",
+			len(second), len(obsReqs[0].Messages[1].Content), truncateForLog(second))
+	}
+	if strings.Contains(fake.sent(), prefill) {
+		t.Fatal("an unmasked form value reached a model")
+	}
+	evs := s.history(t, taskID)
+	var observed int
+	for _, e := range ofType(evs, "model.called") {
+		if d := data(e); d["role"] == "observer" {
+			observed++
+			if d["model"] != "observer-small" || d["step"] != float64(1) {
+				t.Fatalf("observer model.called: %v", d)
+			}
+		}
+	}
+	if observed != 1 {
+		t.Fatalf("%d observer calls recorded", observed)
+	}
+	// No safety model: skipped, recorded once, and no safety call.
+	if j := ofType(evs, "safety.judged"); len(j) != 1 || data(j[0])["verdict"] != "skipped" {
+		t.Fatalf("safety.judged: %v", j)
+	}
+	if n := len(fake.requests(app.RoleSafety)); n != 0 {
+		t.Fatalf("%d safety requests without a safety model", n)
+	}
+}
+
+func truncateForLog(s string) string {
+	if len(s) > 400 {
+		return s[:400] + "…"
+	}
+	return s
 }
