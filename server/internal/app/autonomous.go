@@ -507,55 +507,9 @@ func (a *autoRun) finish(i int, res *stepResult, rerun bool) (next, release bool
 	case res.wait:
 		return false, true, res.delay
 	case res.held != "":
-		err := a.tx(func(c *commandCtx, ptx PlanTx) error {
-			np := *p
-			np.State, np.ApprovalID = StepHeld, res.held
-			if err := ptx.SaveStepProgress(a.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
-				return err
-			}
-			*p = np
-			return nil
-		})
-		if err != nil {
-			release, delay = a.internal(err)
-			return false, release, delay
-		}
-		return false, true, 0 // waiting_for_approval: runnable again once resolved
+		return a.parkHeld(p, res.held)
 	case res.done:
-		a.w.stepsSucceeded.Add(1)
-		cp := ""
-		if sideEffectingOp(st.Op) && !rerun {
-			cp = a.checkpoint(i)
-		}
-		err := a.tx(func(c *commandCtx, ptx PlanTx) error {
-			now := c.now
-			np := *p
-			np.Attempts = max(np.Attempts, 1)
-			np.State, np.FinishedAt, np.ApprovalID = StepDone, &now, ""
-			if res.receiptID != "" {
-				np.ReceiptID = res.receiptID
-			}
-			if cp != "" {
-				np.CheckpointID = cp
-			}
-			if err := ptx.SaveStepProgress(a.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
-				return err
-			}
-			*p = np
-			data := map[string]any{"index": i, "op": st.Op, "attempt": np.Attempts, "succeeded": true}
-			if res.receiptID != "" {
-				data["receipt_id"] = res.receiptID
-			}
-			if res.artifactID != "" {
-				data["artifact_id"] = res.artifactID
-			}
-			return c.emit(a.ctx, c.t, "plan.step_finished", "autonomous", data)
-		})
-		if err != nil {
-			release, delay = a.internal(err)
-			return false, release, delay
-		}
-		return true, false, 0
+		return a.stepDone(i, res, rerun, max(p.Attempts, 1), "autonomous")
 	}
 	e := res.problem
 	if e == nil {

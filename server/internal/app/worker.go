@@ -868,60 +868,13 @@ func (r *planRun) handle(i int, res *stepResult, rerun bool) (next, release bool
 	case res.wait:
 		return false, true, res.delay
 	case res.held != "":
-		err := r.tx(func(c *commandCtx, ptx PlanTx) error {
-			np := *p
-			np.State, np.ApprovalID = StepHeld, res.held
-			if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
-				return err
-			}
-			*p = np
-			return nil
-		})
-		if err != nil {
-			release, delay = r.internal(err)
-			return false, release, delay
-		}
-		return false, true, 0 // waiting_for_approval: runnable again once resolved
+		return r.parkHeld(p, res.held)
 	case res.done:
-		r.w.stepsSucceeded.Add(1)
-		cp := ""
-		if sideEffectingOp(st.Op) && !rerun {
-			cp = r.checkpoint(i)
+		attempts := p.Attempts
+		if !rerun {
+			attempts++
 		}
-		err := r.tx(func(c *commandCtx, ptx PlanTx) error {
-			now := c.now
-			np := *p
-			if !rerun {
-				np.Attempts++
-			}
-			np.State, np.FinishedAt, np.ApprovalID = StepDone, &now, ""
-			if res.receiptID != "" {
-				np.ReceiptID = res.receiptID
-			}
-			if cp != "" {
-				np.CheckpointID = cp
-			}
-			if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
-				return err
-			}
-			*p = np
-			data := map[string]any{"index": i, "op": st.Op, "attempt": max(np.Attempts, 1), "succeeded": true}
-			if res.receiptID != "" {
-				data["receipt_id"] = res.receiptID
-			}
-			if res.artifactID != "" {
-				data["artifact_id"] = res.artifactID
-			}
-			if rerun {
-				data["rerun"] = true
-			}
-			return c.emit(r.ctx, c.t, "plan.step_finished", "plan", data)
-		})
-		if err != nil {
-			release, delay = r.internal(err)
-			return false, release, delay
-		}
-		return true, false, 0
+		return r.stepDone(i, res, rerun, attempts, "plan")
 	}
 	// A problem.
 	e := res.problem
@@ -988,6 +941,69 @@ func (r *planRun) handle(i int, res *stepResult, rerun bool) (next, release bool
 		return false, release, delay
 	}
 	if err := r.sleep(r.backoff(attempts)); err != nil {
+		release, delay = r.internal(err)
+		return false, release, delay
+	}
+	return true, false, 0
+}
+
+// parkHeld records that step p waits for its approval and gives the lease back: the task is
+// runnable again once the approval is resolved.
+func (r *planRun) parkHeld(p *StepProgress, approvalID string) (next, release bool, delay time.Duration) {
+	err := r.tx(func(c *commandCtx, ptx PlanTx) error {
+		np := *p
+		np.State, np.ApprovalID = StepHeld, approvalID
+		if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
+			return err
+		}
+		*p = np
+		return nil
+	})
+	if err != nil {
+		release, delay = r.internal(err)
+		return false, release, delay
+	}
+	return false, true, 0
+}
+
+// stepDone records step i done after attempts tries (a checkpoint first, after a side effect that
+// was not a re-run) with its plan.step_finished event, caused by cause ("plan" or "autonomous").
+func (r *planRun) stepDone(i int, res *stepResult, rerun bool, attempts int, cause string) (next, release bool, delay time.Duration) {
+	st := r.t.Plan[i]
+	p := &r.progress[i]
+	r.w.stepsSucceeded.Add(1)
+	cp := ""
+	if sideEffectingOp(st.Op) && !rerun {
+		cp = r.checkpoint(i)
+	}
+	err := r.tx(func(c *commandCtx, ptx PlanTx) error {
+		now := c.now
+		np := *p
+		np.Attempts = attempts
+		np.State, np.FinishedAt, np.ApprovalID = StepDone, &now, ""
+		if res.receiptID != "" {
+			np.ReceiptID = res.receiptID
+		}
+		if cp != "" {
+			np.CheckpointID = cp
+		}
+		if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
+			return err
+		}
+		*p = np
+		data := map[string]any{"index": i, "op": st.Op, "attempt": max(np.Attempts, 1), "succeeded": true}
+		if res.receiptID != "" {
+			data["receipt_id"] = res.receiptID
+		}
+		if res.artifactID != "" {
+			data["artifact_id"] = res.artifactID
+		}
+		if rerun {
+			data["rerun"] = true
+		}
+		return c.emit(r.ctx, c.t, "plan.step_finished", cause, data)
+	})
+	if err != nil {
 		release, delay = r.internal(err)
 		return false, release, delay
 	}
