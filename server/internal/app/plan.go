@@ -13,9 +13,9 @@ import (
 )
 
 // Delegated mode (ADR 0011): a task created with a plan is queued (task_lease) and run by the
-// workers of any node (worker.go, planrun.go). This file holds the vocabulary: the ports the workers need
-// from the store, each step's progress, the arguments of each step kind, and how a worker tells
-// errors that may improve on retry from those that cannot.
+// workers of any node (worker.go, planrun.go). This file holds the vocabulary: the ports the
+// workers need from the store, each step's progress, the arguments of each step kind, and how a
+// worker tells errors that may improve on retry from those that cannot.
 
 // Step progress states (plan_step_progress.state).
 const (
