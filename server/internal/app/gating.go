@@ -202,6 +202,9 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			return sess.Act(ctx, req)
 		},
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
+			// Dispatch forgets the held action; a cancel_task that stopped this command before its
+			// dispatch leaves that to here, so the action never lingers in memory.
+			s.held.Delete(approvalID)
 			rec := plan.(*sessionPlan).rec
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)
