@@ -145,6 +145,33 @@ type sessionPlan struct {
 	timeout time.Duration
 }
 
+// prepareSession is phase 1 of a command on an open session: the session (locked), checked
+// usable, and the command's timeout.
+func prepareSession(sessionID string, timeout time.Duration) func(context.Context, *commandCtx) (any, error) {
+	return func(ctx context.Context, c *commandCtx) (any, error) {
+		rec, err := c.prepareOnSession(ctx, sessionID)
+		if err != nil {
+			return nil, err
+		}
+		return &sessionPlan{rec: rec, timeout: timeout}, nil
+	}
+}
+
+// onLiveSession is phase 2 of a command on a session: fn runs on this node's live session,
+// bounded by the plan's timeout plus margin.
+func (s *Service) onLiveSession(margin time.Duration, fn func(ctx context.Context, sess BrowserSession, p *sessionPlan) (any, error)) func(context.Context, any) (any, error) {
+	return func(ctx context.Context, plan any) (any, error) {
+		p := plan.(*sessionPlan)
+		sess, err := s.liveSession(ctx, p.rec)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(ctx, p.timeout+margin)
+		defer cancel()
+		return fn(ctx, sess, p)
+	}
+}
+
 // prepareOnSession checks, inside phase 1, that the session is open and its task may act, and
 // starts an admitted task.
 func (c *commandCtx) prepareOnSession(ctx context.Context, sessionID string) (*SessionRecord, error) {
@@ -465,24 +492,11 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 	}
 	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
 		sideEffecting: false, // a GET navigation is safe (CONTRACT "Mutating requests")
-		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
-			rec, err := c.prepareOnSession(ctx, sessionID)
-			if err != nil {
-				return nil, err
-			}
-			return &sessionPlan{rec: rec, timeout: timeoutOf(timeoutMs)}, nil
-		},
-		dispatch: func(ctx context.Context, plan any) (any, error) {
-			p := plan.(*sessionPlan)
-			sess, err := s.liveSession(ctx, p.rec)
-			if err != nil {
-				return nil, err
-			}
-			ctx, cancel := context.WithTimeout(ctx, p.timeout)
-			defer cancel()
+		prepare:       prepareSession(sessionID, timeoutOf(timeoutMs)),
+		dispatch: s.onLiveSession(0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (any, error) {
 			req.Timeout = p.timeout
 			return sess.Navigate(ctx, req)
-		},
+		}),
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, plan.(*sessionPlan).rec, dispatchErr, false)
@@ -550,25 +564,34 @@ func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionR
 	return nil, outcome, e
 }
 
+// actSession reads the session an act targets (held by this node) and, for upload_file, attaches
+// the artifact of the caller's tenant it sends: its bytes, its media type.
+func (s *Service) actSession(ctx context.Context, call Call, sessionID string, req *page.ActRequest, artifactID string) (*SessionRecord, error) {
+	if artifactID != "" {
+		a, content, err := s.store.GetArtifact(ctx, call.Actor.Tenant, artifactID)
+		if err != nil {
+			return nil, err
+		}
+		req.Files = []page.File{{Name: artifactID + extensionOf(a.MediaType), MediaType: a.MediaType, Content: content}}
+	}
+	rec, err := s.store.GetSession(ctx, call.Actor.Tenant, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkHeldHere(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
 // Act performs an action on the page. It is recorded before it is dispatched and its receipt
 // after, so a retry with the same key never acts twice.
 func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, r Responder) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
-	if artifactID != "" {
-		// upload_file sends an artifact of the caller's tenant: its bytes, its media type.
-		a, content, err := s.store.GetArtifact(ctx, call.Actor.Tenant, artifactID)
-		if err != nil {
-			return Response{}, err
-		}
-		req.Files = []page.File{{Name: artifactID + extensionOf(a.MediaType), MediaType: a.MediaType, Content: content}}
-	}
-	rec, err := s.store.GetSession(ctx, call.Actor.Tenant, sessionID)
+	rec, err := s.actSession(ctx, call, sessionID, &req, artifactID)
 	if err != nil {
-		return Response{}, err
-	}
-	if err := s.checkHeldHere(ctx, rec); err != nil {
 		return Response{}, err
 	}
 	taskID := rec.TaskID
@@ -587,26 +610,13 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 	}
 	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
 		sideEffecting: true,
-		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
-			rec, err := c.prepareOnSession(ctx, sessionID)
-			if err != nil {
-				return nil, err
-			}
-			return &sessionPlan{rec: rec, timeout: timeoutOf(timeoutMs)}, nil
-		},
-		dispatch: func(ctx context.Context, plan any) (any, error) {
-			p := plan.(*sessionPlan)
-			sess, err := s.liveSession(ctx, p.rec)
-			if err != nil {
-				return nil, err
-			}
-			// The action's own timeout bounds the actionability wait; the extra margin lets the
-			// browser report what blocked before our deadline cuts it off.
-			ctx, cancel := context.WithTimeout(ctx, p.timeout+5*time.Second)
-			defer cancel()
+		prepare:       prepareSession(sessionID, timeoutOf(timeoutMs)),
+		// The action's own timeout bounds the actionability wait; the extra margin lets the
+		// browser report what blocked before our deadline cuts it off.
+		dispatch: s.onLiveSession(5*time.Second, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (any, error) {
 			req.Timeout = p.timeout
 			return sess.Act(ctx, req)
-		},
+		}),
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			rec := plan.(*sessionPlan).rec
 			if dispatchErr != nil {

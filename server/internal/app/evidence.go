@@ -103,23 +103,10 @@ func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID stri
 	}
 	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
 		sideEffecting: false, // reading the page changes nothing
-		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
-			rec, err := c.prepareOnSession(ctx, sessionID)
-			if err != nil {
-				return nil, err
-			}
-			return &sessionPlan{rec: rec, timeout: defaultCommandTimeout}, nil
-		},
-		dispatch: func(ctx context.Context, plan any) (any, error) {
-			p := plan.(*sessionPlan)
-			sess, err := s.liveSession(ctx, p.rec)
-			if err != nil {
-				return nil, err
-			}
-			ctx, cancel := context.WithTimeout(ctx, p.timeout)
-			defer cancel()
+		prepare:       prepareSession(sessionID, defaultCommandTimeout),
+		dispatch: s.onLiveSession(0, func(ctx context.Context, sess BrowserSession, _ *sessionPlan) (any, error) {
 			return captureEvidence(ctx, sess, req)
-		},
+		}),
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			rec := plan.(*sessionPlan).rec
 			if dispatchErr != nil {

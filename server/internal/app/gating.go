@@ -135,18 +135,8 @@ func (s *Service) holdActForSafety(ctx context.Context, call Call, sessionID str
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
-	if artifactID != "" {
-		a, content, err := s.store.GetArtifact(ctx, call.Actor.Tenant, artifactID)
-		if err != nil {
-			return Response{}, err
-		}
-		req.Files = []page.File{{Name: artifactID + extensionOf(a.MediaType), MediaType: a.MediaType, Content: content}}
-	}
-	rec, err := s.store.GetSession(ctx, call.Actor.Tenant, sessionID)
+	rec, err := s.actSession(ctx, call, sessionID, &req, artifactID)
 	if err != nil {
-		return Response{}, err
-	}
-	if err := s.checkHeldHere(ctx, rec); err != nil {
 		return Response{}, err
 	}
 	effect := ""
