@@ -552,10 +552,20 @@ func (s *Session) checkOnce(ctx context.Context, tg *actTarget, action string) (
 	default:
 		return 0, 0, r.St, nil
 	}
-	x, y = r.X, r.Y
-	needsPoint := action == ActionClick || action == ActionHover
-	// Walk up the frame chain: add each iframe's offset and check that the
-	// point is not covered in the parent document.
+	x, y, cov, err := s.toTopViewport(ctx, tg, r.X, r.Y, action == ActionClick || action == ActionHover)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	if cov != "" {
+		return 0, 0, "covered by another element (" + cov + ")", nil
+	}
+	return x, y, "ok", nil
+}
+
+// toTopViewport maps the point (x, y) of the target's frame viewport to the tab's viewport: it
+// walks up the frame chain adding each iframe's offset. With hit, it also checks in each parent
+// document that the point lands in the iframe, and names what covers it when it does not.
+func (s *Session) toTopViewport(ctx context.Context, tg *actTarget, x, y float64, hit bool) (float64, float64, string, error) {
 	s.mu.Lock()
 	chain := tg.t.frameChainLocked(tg.f)
 	s.mu.Unlock()
@@ -572,7 +582,7 @@ func (s *Session) checkOnce(ctx context.Context, tg *actTarget, action string) (
 			if err != nil {
 				return err
 			}
-			if needsPoint {
+			if hit {
 				return s.eval(ctx, w, agentCall("frameBox", owner, x, y), false, &fb)
 			}
 			return s.eval(ctx, w, agentCall("frameBox", owner), false, &fb)
@@ -583,13 +593,13 @@ func (s *Session) checkOnce(ctx context.Context, tg *actTarget, action string) (
 		if fb.St != "ok" {
 			return 0, 0, "", fmt.Errorf("%w: the frame is no longer in the document", ErrStaleNodeHandle)
 		}
-		if needsPoint && fb.Cov != "" {
-			return 0, 0, "covered by another element (" + fb.Cov + ")", nil
+		if hit && fb.Cov != "" {
+			return 0, 0, fb.Cov, nil
 		}
 		x += fb.X
 		y += fb.Y
 	}
-	return x, y, "ok", nil
+	return x, y, "", nil
 }
 
 // click presses and releases the left button at the point.

@@ -126,15 +126,7 @@ func (s *Session) extractText(ctx context.Context, t *tab, tg *actTarget) (strin
 	// The page, then its same-origin frames in tree order.
 	s.mu.Lock()
 	origin := originOf(t.main.url)
-	var frames []*frameState
-	var walk func(f *frameState)
-	walk = func(f *frameState) {
-		frames = append(frames, f)
-		for _, c := range t.childFramesLocked(f) {
-			walk(c)
-		}
-	}
-	walk(t.main)
+	frames := t.subtreeLocked(t.main)
 	s.mu.Unlock()
 	var parts []string
 	for i, f := range frames {
@@ -232,15 +224,7 @@ func (s *Session) extractLinks(ctx context.Context, t *tab, tg *actTarget) ([]Li
 		return links, err
 	}
 	s.mu.Lock()
-	var frames []*frameState
-	var walk func(f *frameState)
-	walk = func(f *frameState) {
-		frames = append(frames, f)
-		for _, c := range t.childFramesLocked(f) {
-			walk(c)
-		}
-	}
-	walk(t.main)
+	frames := t.subtreeLocked(t.main)
 	s.mu.Unlock()
 	links := []Link{}
 	for i, f := range frames {

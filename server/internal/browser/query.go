@@ -114,18 +114,11 @@ func (s *Session) queryOnce(ctx context.Context, t *tab, q Query, limit int) ([]
 		withinFrame = f
 		args.Within = r.idx
 	}
-	// Frames in tree order, the main frame first.
-	var walk func(f *frameState)
-	walk = func(f *frameState) {
-		frames = append(frames, f)
-		for _, c := range t.childFramesLocked(f) {
-			walk(c)
-		}
-	}
+	// Frames in tree order, the main frame (or the within node's frame) first.
 	if withinFrame != nil {
-		walk(withinFrame)
+		frames = t.subtreeLocked(withinFrame)
 	} else {
-		walk(t.main)
+		frames = t.subtreeLocked(t.main)
 	}
 	s.mu.Unlock()
 	if withinFrame != nil {

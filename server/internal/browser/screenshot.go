@@ -94,32 +94,9 @@ func (s *Session) nodeClip(ctx context.Context, tg *actTarget) (*page.Viewport, 
 	default:
 		return nil, fmt.Errorf("%w: the node is no longer in the document", ErrStaleNodeHandle)
 	}
-	x, y := r.X, r.Y
-	s.mu.Lock()
-	chain := tg.t.frameChainLocked(tg.f)
-	s.mu.Unlock()
-	for i := 0; i+1 < len(chain); i++ {
-		child, parent := chain[i], chain[i+1]
-		var fb struct {
-			St string  `json:"st"`
-			X  float64 `json:"x"`
-			Y  float64 `json:"y"`
-		}
-		err := s.inFrame(ctx, tg.t, parent, func(w *world) error {
-			owner, err := s.frameOwner(ctx, w, child)
-			if err != nil {
-				return err
-			}
-			return s.eval(ctx, w, agentCall("frameBox", owner), false, &fb)
-		})
-		if err != nil {
-			return nil, err
-		}
-		if fb.St != "ok" {
-			return nil, fmt.Errorf("%w: the frame is no longer in the document", ErrStaleNodeHandle)
-		}
-		x += fb.X
-		y += fb.Y
+	x, y, _, err := s.toTopViewport(ctx, tg, r.X, r.Y, false)
+	if err != nil {
+		return nil, err
 	}
 	m, err := call(ctx, tg.t.page.sess, page.GetLayoutMetrics, cdp.Empty{})
 	if err != nil {

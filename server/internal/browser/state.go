@@ -88,15 +88,7 @@ func (s *Session) ExportState(ctx context.Context) (*page.StorageState, error) {
 	for _, t := range tabs {
 		s.mu.Lock()
 		cst := page.ContextState{ContextID: t.id, Primary: t.id == primary, URL: t.main.url, EpochID: t.epoch}
-		var frames []*frameState
-		var walk func(f *frameState)
-		walk = func(f *frameState) {
-			frames = append(frames, f)
-			for _, c := range t.childFramesLocked(f) {
-				walk(c)
-			}
-		}
-		walk(t.main)
+		frames := t.subtreeLocked(t.main)
 		s.mu.Unlock()
 
 		if m, err := call(ctx, t.page.sess, cdppage.GetLayoutMetrics, cdp.Empty{}); err == nil && m.CSSLayoutViewport != nil {

@@ -275,6 +275,15 @@ func (t *tab) childFramesLocked(f *frameState) []*frameState {
 	return out
 }
 
+// subtreeLocked returns f and the frames below it in tree order, f first.
+func (t *tab) subtreeLocked(f *frameState) []*frameState {
+	out := []*frameState{f}
+	for _, c := range t.childFramesLocked(f) {
+		out = append(out, t.subtreeLocked(c)...)
+	}
+	return out
+}
+
 // frameChain returns f and its ancestors up to the main frame, f first.
 func (t *tab) frameChainLocked(f *frameState) []*frameState {
 	chain := []*frameState{f}
