@@ -75,18 +75,27 @@ func (h *hangFixture) await(t *testing.T, path string) {
 
 // api sends one request to the server at listen; a transport error is status 0.
 func api(listen, method, path, key, body string) (int, map[string]any, string) {
+	return send(method, "http://"+listen+path, key, body)
+}
+
+// send sends one request with an optional JSON body, Idempotency-Key and extra header pairs; a
+// transport error is status 0 with the error as the raw answer.
+func send(method, urlStr, key, body string, hdr ...string) (int, map[string]any, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	req, _ := http.NewRequestWithContext(ctx, method, "http://"+listen+path, rd)
+	req, _ := http.NewRequestWithContext(ctx, method, urlStr, rd)
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

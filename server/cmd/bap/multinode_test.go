@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -80,34 +78,10 @@ func (rr *roundRobin) set(bases ...string) {
 // transport error.
 func nodeCall(t *testing.T, token, method, urlStr, key, body string, hdr ...string) (int, map[string]any, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, _ := http.NewRequestWithContext(ctx, method, urlStr, rd)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
 	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+		hdr = append([]string{"Authorization", "Bearer " + token}, hdr...)
 	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err.Error()
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	var m map[string]any
-	_ = json.Unmarshal(raw, &m)
-	return resp.StatusCode, m, string(raw)
+	return send(method, urlStr, key, body, hdr...)
 }
 
 func mustCall(t *testing.T, want int, token, method, urlStr, key, body string) map[string]any {
