@@ -504,8 +504,12 @@ func pyLiteral(v any) string {
 	return fmt.Sprintf("%v", v)
 }
 
-// pyStr renders a Python string literal (double quotes, backslash escapes).
-func pyStr(s string) string {
+// pyStr renders a Python string literal.
+func pyStr(s string) string { return escapedQuote(s) }
+
+// escapedQuote renders s in double quotes with the backslash escapes Python and Rust share
+// (\\, \", \n, \t).
+func escapedQuote(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for _, r := range s {
@@ -516,6 +520,8 @@ func pyStr(s string) string {
 			b.WriteString(`\"`)
 		case '\n':
 			b.WriteString(`\n`)
+		case '\t':
+			b.WriteString(`\t`)
 		default:
 			b.WriteRune(r)
 		}

@@ -755,26 +755,7 @@ func rsVariant(v string) string {
 }
 
 // rsStr renders a Rust string literal.
-func rsStr(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for _, r := range s {
-		switch r {
-		case '\\':
-			b.WriteString(`\\`)
-		case '"':
-			b.WriteString(`\"`)
-		case '\n':
-			b.WriteString(`\n`)
-		case '\t':
-			b.WriteString(`\t`)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
-}
+func rsStr(s string) string { return escapedQuote(s) }
 
 var rsURLRE = regexp.MustCompile(`https?://[^\s)<>]*[^\s)<>.,;:]`)
 
