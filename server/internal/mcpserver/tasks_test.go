@@ -225,7 +225,12 @@ func TestHeldActionFollowsADecisionMadeElsewhere(t *testing.T) {
 	t.Parallel()
 	b, f := setupFake(t)
 	id := b.heldAct(t, taskCaps) // no elicitation: the task waits, working
+	// The act runs in the background: poll until the task reports the hold it is waiting on.
 	st := b.taskGet(t, id)
+	for deadline := time.Now().Add(20 * time.Second); st.Status == "working" && st.StatusMessage == "" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		st = b.taskGet(t, id)
+	}
 	if st.Status != "working" || !strings.Contains(st.StatusMessage, "apr_1") {
 		t.Fatalf("held act without elicitation: %+v", st)
 	}
