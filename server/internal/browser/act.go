@@ -664,6 +664,17 @@ func (s *Session) settle(ctx context.Context, t *tab, win actWindow, req ActRequ
 		_ = s.inFrame(ctx, t, t.main, func(w *world) error {
 			return s.eval(ctx, w, "new Promise(r => setTimeout(r, 0))", true, nil)
 		})
+		// The events that round trip caused (a document.open, a navigation
+		// start) may still be queued: take them in before deciding.
+		s.mu.Lock()
+		var host *cdpSession
+		if t.main != nil {
+			host = t.main.host.sess
+		}
+		s.mu.Unlock()
+		if host != nil {
+			_ = host.sync(ctx)
+		}
 	}
 	life := "load"
 	_ = s.waitFor(ctx, func() bool {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/cdproto/page"
 )
 
 func TestCheckoutFlow(t *testing.T) {
@@ -198,6 +200,33 @@ func TestEpochsAndStaleHandles(t *testing.T) {
 	// Unknown handles are not stale but unknown.
 	if _, _, err := b.s.ClassifyAction(tctx(t), ActRequest{Action: ActionClick, NodeID: "nd_0000000000"}); !errors.Is(err, ErrNoSuchNode) {
 		t.Fatalf("unknown handle: %v", err)
+	}
+}
+
+// TestActWaitsForTheEventsItCaused: replies overtake events (they bypass the
+// session's event queue), so an act must take in the events its action
+// caused before it reports an epoch. A slow event handler makes the lag
+// certain; without the barrier the act reports the replaced document's epoch.
+func TestActWaitsForTheEventsItCaused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.navigate("/nav.html")
+	snap := b.observe("")
+	b.s.mu.Lock()
+	sess := b.s.tabOrder[0].page.sess
+	b.s.mu.Unlock()
+	sess.mu.Lock()
+	orig := sess.handler
+	sess.mu.Unlock()
+	sess.setHandler(func(ev any) {
+		if _, ok := ev.(*page.EventDocumentOpened); ok {
+			time.Sleep(300 * time.Millisecond)
+		}
+		orig(ev)
+	})
+	res := b.act(ActRequest{Action: ActionClick, Query: &Query{Role: "button", Name: "Replace document"}})
+	if res.EpochID == snap.EpochID {
+		t.Fatalf("act reported the epoch of the document it replaced: %+v", res)
 	}
 }
 

@@ -190,6 +190,10 @@ type cdpSession struct {
 	wake     chan struct{}
 	detached chan struct{}
 	once     sync.Once
+	// pushed counts the events read for the session, handled those its
+	// handler has run for; progress is closed (and replaced) when handled grows.
+	pushed, handled uint64
+	progress        chan struct{}
 }
 
 func (c *conn) newSession(id target.SessionID) *cdpSession {
@@ -198,6 +202,7 @@ func (c *conn) newSession(id target.SessionID) *cdpSession {
 		id:       id,
 		wake:     make(chan struct{}, 1),
 		detached: make(chan struct{}),
+		progress: make(chan struct{}),
 	}
 	go s.loop()
 	return s
@@ -217,6 +222,7 @@ func (s *cdpSession) setHandler(fn func(ev any)) {
 func (s *cdpSession) push(msg *cdproto.Message) {
 	s.mu.Lock()
 	s.queue = append(s.queue, msg)
+	s.pushed++
 	s.mu.Unlock()
 	s.poke()
 }
@@ -250,6 +256,11 @@ func (s *cdpSession) loop() {
 			h(ev)
 		}
 		if len(q) > 0 {
+			s.mu.Lock()
+			s.handled += uint64(len(q))
+			close(s.progress)
+			s.progress = make(chan struct{})
+			s.mu.Unlock()
 			continue
 		}
 		select {
@@ -268,6 +279,37 @@ func (s *cdpSession) loop() {
 				}
 			}
 			return
+		}
+	}
+}
+
+// sync returns once the session's handler has run for every event the
+// browser sent before the reply to a command issued now. Replies bypass the
+// event queue, so without it state derived from events (documents, epochs)
+// can lag behind a command that already answered. It must not be called
+// from the session's own handler.
+func (s *cdpSession) sync(ctx context.Context) error {
+	// Any cheap command works: the browser answers it after the events it
+	// emitted before, and the reader queues those before it delivers the reply.
+	if err := s.Call(ctx, target.GetTargetInfo.Method, nil, nil); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	mark := s.pushed
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		done, ch := s.handler == nil || s.handled >= mark, s.progress
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-s.detached:
+			return errDetached
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
