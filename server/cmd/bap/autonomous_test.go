@@ -109,4 +109,11 @@ func TestServeWithOrchestratorRunsAGoal(t *testing.T) {
 	if orch.Saw(canary) || strings.Contains(hist, canary) {
 		t.Fatal("the filled password reached the orchestrator or the history")
 	}
+	// The node's /metrics count the same calls by role.
+	m := scrape(t, node.listen)
+	for role, want := range map[string]float64{"planner": 3, "safety": 2, "verifier": 1} {
+		if got := m[`bap_model_calls_total{model="m-one",outcome="answered",role="`+role+`"}`]; got != want {
+			t.Errorf("/metrics: %v answered %s calls, want %v", got, role, want)
+		}
+	}
 }

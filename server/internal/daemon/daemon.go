@@ -165,6 +165,9 @@ func Run(ctx context.Context, cfg Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ev.registerMetrics(reg)
 	bp.registerMetrics(reg, svc, br, store.New(db.Pool), log)
+	if col, ok := orch.(prometheus.Collector); ok {
+		reg.MustRegister(col) // model calls, tokens, cost, discovery (orchestrator/metrics.go)
+	}
 	workers, err := newWorkers(cfg, svc, reg, log) // delegated tasks (workers.go)
 	if err != nil {
 		return err

@@ -91,6 +91,8 @@ type Client struct {
 
 	schemaMu sync.Mutex
 	schemas  map[[32]byte]*jsonschema.Schema
+
+	metrics *metrics // see Collect
 }
 
 var _ app.Orchestrator = (*Client)(nil)
@@ -130,6 +132,7 @@ func New(cfg Config) (*Client, error) {
 		log:         cfg.Logger,
 		now:         cfg.Now,
 		schemas:     map[[32]byte]*jsonschema.Schema{},
+		metrics:     newMetrics(),
 	}
 	path := strings.TrimRight(u.Path, "/")
 	if !strings.HasSuffix(path, "/v1") {
@@ -292,6 +295,11 @@ func (c *Client) discover(ctx context.Context, maxAge time.Duration, force bool)
 		c.mu.Unlock()
 
 		nd, err := c.fetchModels(ctx)
+		if err == nil {
+			c.metrics.discovery.WithLabelValues("listed").Inc()
+		} else if ctx.Err() == nil {
+			c.metrics.discovery.WithLabelValues("failed").Inc()
+		}
 
 		c.mu.Lock()
 		c.refreshing = nil
@@ -506,15 +514,18 @@ func (c *Client) Complete(ctx context.Context, req app.ModelRequest) (*app.Model
 		a, reason := c.call(ctx, m.ID, name, schema, req, msgs)
 		latency := time.Since(start)
 		if ctx.Err() != nil {
+			c.metrics.call(req.Role, m, outcomeCancelled, latency, a)
 			return nil, fmt.Errorf("model call (%s, role %s): %w", m.ID, req.Role, ctx.Err())
 		}
 		if reason != "" {
+			c.metrics.call(req.Role, m, outcomeFailed, latency, a)
 			failures = append(failures, app.ModelFailure{Model: m, Reason: reason, Latency: latency,
 				InputTokens: a.in, OutputTokens: a.out, CostUSD: cost(m, a)})
 			c.log.Warn("model failed", "role", req.Role, "model", m.ID, "reason", reason, "latency_ms", latency.Milliseconds(),
 				"next", len(failures) < len(models))
 			continue
 		}
+		c.metrics.call(req.Role, m, outcomeAnswered, latency, a)
 		return &app.ModelReply{
 			Model:        m,
 			Content:      a.content,
@@ -527,6 +538,7 @@ func (c *Client) Complete(ctx context.Context, req app.ModelRequest) (*app.Model
 			Fallbacks:    failures,
 		}, nil
 	}
+	c.metrics.exhausted.WithLabelValues(req.Role).Inc()
 	return nil, &app.AllModelsFailedError{Role: req.Role, Failures: failures}
 }
 

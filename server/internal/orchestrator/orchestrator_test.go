@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/orchestrator"
@@ -764,4 +767,83 @@ func TestMetadataOnlyConfiguration(t *testing.T) {
 	if err != nil || strings.Join(ids(got), ",") != "b" {
 		t.Errorf("eligible = %v, %v; want b (a's metadata is unknown)", ids(got), err)
 	}
+}
+
+// TestMetricsCountModelCalls: /metrics shows calls by role, model and outcome, the tokens and cost
+// the orchestrator reported (failed attempts included), requests no model answered, and
+// discoveries; no label carries prompt text.
+func TestMetricsCountModelCalls(t *testing.T) {
+	t.Parallel()
+	priced := fullModel("good")
+	priced.InputPricePerM, priced.OutputPricePerM = ot.Price(2), ot.Price(10)
+	e := setup(t, ot.Config{Models: []ot.Model{fullModel("down"), priced, fullModel("bad")}},
+		orchestrator.Config{Models: orchestrator.FileConfig{Roles: map[string][]string{
+			app.RolePlanner: {"down", "good"}, app.RoleVerifier: {"bad"}}}})
+	e.srv.Script("down", ot.Fail(503))
+	ok := ot.JSON(map[string]string{"action": "done"})
+	ok.PromptTokens, ok.CompletionTokens = 1000, 100
+	e.srv.Script("good", ok)
+	bad := ot.Text("not json")
+	bad.PromptTokens, bad.CompletionTokens = 50, 5
+	e.srv.Script("bad", bad)
+	if _, err := e.c.Complete(t.Context(), request(app.RolePlanner)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Complete(t.Context(), request(app.RoleVerifier)); err == nil {
+		t.Fatal("the verifier's only model answered garbage, yet Complete succeeded")
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e.c)
+	got := gather(t, reg)
+	for series, want := range map[string]float64{
+		`bap_model_calls_total{model="bad",outcome="failed",role="verifier"}`:   1,
+		`bap_model_calls_total{model="down",outcome="failed",role="planner"}`:   1,
+		`bap_model_calls_total{model="good",outcome="answered",role="planner"}`: 1,
+		`bap_model_cost_usd_total{model="good",role="planner"}`:                 0.003,
+		`bap_model_requests_unanswered_total{role="verifier"}`:                  1,
+		`bap_model_tokens_total{kind="input",model="bad",role="verifier"}`:      50,
+		`bap_model_tokens_total{kind="input",model="good",role="planner"}`:      1000,
+		`bap_model_tokens_total{kind="output",model="bad",role="verifier"}`:     5,
+		`bap_model_tokens_total{kind="output",model="good",role="planner"}`:     100,
+		`bap_model_call_duration_seconds{outcome="answered",role="planner"}`:    1, // observations
+		`bap_model_call_duration_seconds{outcome="failed",role="planner"}`:      1,
+		`bap_model_call_duration_seconds{outcome="failed",role="verifier"}`:     1,
+	} {
+		if v, ok := got[series]; !ok || v < want-1e-9 || v > want+1e-9 {
+			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
+		}
+	}
+	if got[`bap_model_discoveries_total{outcome="listed"}`] < 1 {
+		t.Errorf("no discovery counted: %v", got)
+	}
+	if n := len(got); n != 13 {
+		t.Errorf("%d series, want 13: %v", n, got)
+	}
+}
+
+// gather reads every series of g as name{label="value",…} (labels sorted) → value; a histogram
+// gives its sample count.
+func gather(t *testing.T, g prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var ls []string
+			for _, l := range m.GetLabel() {
+				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			key := mf.GetName() + "{" + strings.Join(ls, ",") + "}"
+			switch {
+			case m.GetCounter() != nil:
+				out[key] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				out[key] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
 }
