@@ -96,7 +96,9 @@ impl Client {
     /// after its sessions are lost (`resume_task`) or open a restored session
     /// (`create_browser_session {from_checkpoint}`). The state holds credentials: it is never
     /// served by `get_artifact` and no event carries it. IndexedDB, Cache Storage and service
-    /// workers are not kept; only the primary browsing context is reopened.
+    /// workers are not kept. A restore reopens every browsing context: the primary one stays the
+    /// session's `context_id`, the others get new ids (a context whose URL the policy refuses is
+    /// left out).
     ///
     /// `POST /bap/v1/browser-sessions/{session_id}/checkpoint` (mutating: it sends an
     /// `Idempotency-Key`, the one of `CallOptions` or a new UUID v7, that the client's own retries
@@ -384,14 +386,14 @@ impl Client {
     /// Resume a checkpointed task.
     ///
     /// Restores a `checkpointed` task from a compatible checkpoint into a new browser session
-    /// (cookies, Web Storage, URL and viewport; a new epoch — node handles of the lost session
-    /// are never revived) and moves it back to `running`. A task becomes `checkpointed` when its
-    /// last browser session is lost (a crash, a node that stopped) and it has a checkpoint.
-    /// Refusals: `409 invalid_transition` (the task is not `checkpointed`), `409
-    /// checkpoint_foreign` (another task's checkpoint), `409 checkpoint_incompatible` (another
-    /// runtime major.minor, BAP protocol major.minor or task policy), `409 checkpoint_stale` (older
-    /// than the server's `--checkpoint-max-age`, 24 h by default); an unknown checkpoint answers
-    /// `404`.
+    /// (cookies, Web Storage, and every browsing context's URL and viewport; a new epoch — node
+    /// handles of the lost session are never revived) and moves it back to `running`. A task
+    /// becomes `checkpointed` when its last browser session is lost (a crash, a node that stopped)
+    /// and it has a checkpoint. Refusals: `409 invalid_transition` (the task is not
+    /// `checkpointed`), `409 checkpoint_foreign` (another task's checkpoint), `409
+    /// checkpoint_incompatible` (another runtime major.minor, BAP protocol major.minor or task
+    /// policy), `409 checkpoint_stale` (older than the server's `--checkpoint-max-age`, 24 h by
+    /// default); an unknown checkpoint answers `404`.
     ///
     /// `POST /bap/v1/tasks/{task_id}/resume` (mutating: it sends an `Idempotency-Key`, the one of
     /// `CallOptions` or a new UUID v7, that the client's own retries reuse); scope

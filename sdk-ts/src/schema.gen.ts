@@ -118,7 +118,7 @@ export interface paths {
         put?: never;
         /**
          * Checkpoint a browser session
-         * @description Stores the session's restorable state — cookies (HttpOnly too), local storage of every origin its frames show, and per browsing context the URL, session storage and viewport — with the runtime and protocol versions and the task policy's digest, so the task can resume after its sessions are lost (`resume_task`) or open a restored session (`create_browser_session {from_checkpoint}`). The state holds credentials: it is never served by `get_artifact` and no event carries it. IndexedDB, Cache Storage and service workers are not kept; only the primary browsing context is reopened.
+         * @description Stores the session's restorable state — cookies (HttpOnly too), local storage of every origin its frames show, and per browsing context the URL, session storage and viewport — with the runtime and protocol versions and the task policy's digest, so the task can resume after its sessions are lost (`resume_task`) or open a restored session (`create_browser_session {from_checkpoint}`). The state holds credentials: it is never served by `get_artifact` and no event carries it. IndexedDB, Cache Storage and service workers are not kept. A restore reopens every browsing context: the primary one stays the session's `context_id`, the others get new ids (a context whose URL the policy refuses is left out).
          */
         post: operations["checkpoint_browser_session"];
         delete?: never;
@@ -438,7 +438,7 @@ export interface paths {
         put?: never;
         /**
          * Resume a checkpointed task
-         * @description Restores a `checkpointed` task from a compatible checkpoint into a new browser session (cookies, Web Storage, URL and viewport; a new epoch — node handles of the lost session are never revived) and moves it back to `running`. A task becomes `checkpointed` when its last browser session is lost (a crash, a node that stopped) and it has a checkpoint. Refusals: `409 invalid_transition` (the task is not `checkpointed`), `409 checkpoint_foreign` (another task's checkpoint), `409 checkpoint_incompatible` (another runtime major.minor, BAP protocol major.minor or task policy), `409 checkpoint_stale` (older than the server's `--checkpoint-max-age`, 24 h by default); an unknown checkpoint answers `404`.
+         * @description Restores a `checkpointed` task from a compatible checkpoint into a new browser session (cookies, Web Storage, and every browsing context's URL and viewport; a new epoch — node handles of the lost session are never revived) and moves it back to `running`. A task becomes `checkpointed` when its last browser session is lost (a crash, a node that stopped) and it has a checkpoint. Refusals: `409 invalid_transition` (the task is not `checkpointed`), `409 checkpoint_foreign` (another task's checkpoint), `409 checkpoint_incompatible` (another runtime major.minor, BAP protocol major.minor or task policy), `409 checkpoint_stale` (older than the server's `--checkpoint-max-age`, 24 h by default); an unknown checkpoint answers `404`.
          */
         post: operations["resume_task"];
         delete?: never;

@@ -366,6 +366,21 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 					return nil, "", err
 				}
 				s.noteUse(c.t.ID, rec.ID, o.restored.ContextID)
+				// The checkpoint's other tabs, reopened: recorded as opened from the primary one
+				// (their old openers died with the old session), which stays the session's first.
+				for _, r := range o.restored.Contexts {
+					ev := page.Event{Type: page.EventContextOpened, ContextID: r.ContextID, Data: map[string]any{"opener": rec.ContextID}}
+					if _, err := c.recordBrowserEvent(ctx, c.t, rec.ID, ev, c.cmd.Operation); err != nil {
+						return nil, "", err
+					}
+				}
+				// What the restore's navigations reported: held back by the browser until the
+				// session they belong to is recorded (now).
+				for _, ev := range o.restored.Events {
+					if _, err := c.recordBrowserEvent(ctx, c.t, rec.ID, ev, c.cmd.Operation); err != nil {
+						return nil, "", err
+					}
+				}
 			}
 			if resume {
 				if err := c.transition(ctx, c.t, task.Resume, "resume_task"); err != nil {

@@ -48,8 +48,7 @@ func (s *Service) RunBrowserEvents(ctx context.Context) {
 }
 
 func (s *Service) recordBrowserEvent(ctx context.Context, be browserEvent) error {
-	typ, ok := historyType[be.ev.Type]
-	if !ok {
+	if _, ok := historyType[be.ev.Type]; !ok {
 		return nil
 	}
 	return s.store.InTx(ctx, func(tx Tx) error {
@@ -61,53 +60,69 @@ func (s *Service) recordBrowserEvent(ctx context.Context, be browserEvent) error
 			return err
 		}
 		c := &commandCtx{s: s, tx: tx, cmd: &Command{Actor: systemActor, Tenant: be.tenant, Operation: "browser"}, t: t, now: s.cfg.Now()}
-		data := map[string]any{"session_id": be.sessionID}
-		for k, v := range be.ev.Data {
-			data[k] = v
-		}
-		if be.ev.ContextID != "" {
-			data["context_id"] = be.ev.ContextID
-		}
-		if be.ev.EpochID != "" {
-			data["epoch_id"] = be.ev.EpochID
-		}
-		if be.ev.URL != "" {
-			data["url"] = be.ev.URL
-		}
-		switch be.ev.Type {
-		case page.EventContextOpened:
-			opener, _ := be.ev.Data["opener"].(string)
-			if err := tx.RecordContext(ctx, be.tenant, be.sessionID, be.ev.ContextID, opener); err != nil {
-				return err
-			}
-		case page.EventNavigationCommitted:
-			if be.ev.EpochID != "" {
-				if err := tx.RecordEpoch(ctx, be.tenant, be.sessionID, be.ev.ContextID, be.ev.EpochID, be.ev.URL); err != nil {
-					return err
-				}
-			}
-		case page.EventSessionLost:
-			rec, err := tx.LockSession(ctx, be.tenant, be.sessionID)
-			if err != nil {
-				return err
-			}
-			if rec.State != SessionOpen {
-				return nil
-			}
-			end := c.now
-			rec.State, rec.EndedAt = SessionLost, &end
-			if err := tx.UpdateSession(ctx, rec); err != nil {
-				return err
-			}
-		}
-		if err := c.emit(ctx, t, typ, "browser", data); err != nil {
+		recorded, err := c.recordBrowserEvent(ctx, t, be.sessionID, be.ev, "browser")
+		if err != nil || !recorded {
 			return err
-		}
-		if be.ev.Type == page.EventSessionLost {
-			if err := c.afterSessionLost(ctx, t, "browser"); err != nil {
-				return err
-			}
 		}
 		return tx.UpdateTask(ctx, t)
 	})
+}
+
+// recordBrowserEvent writes ev of the session into t's history in c's transaction, with what it
+// records besides (a context, a document epoch, a lost session), under cause. It reports false
+// when there was nothing to record. The caller updates t.
+func (c *commandCtx) recordBrowserEvent(ctx context.Context, t *Task, sessionID string, ev page.Event, cause string) (bool, error) {
+	typ, ok := historyType[ev.Type]
+	if !ok {
+		return false, nil
+	}
+	tx := c.tx
+	data := map[string]any{"session_id": sessionID}
+	for k, v := range ev.Data {
+		data[k] = v
+	}
+	if ev.ContextID != "" {
+		data["context_id"] = ev.ContextID
+	}
+	if ev.EpochID != "" {
+		data["epoch_id"] = ev.EpochID
+	}
+	if ev.URL != "" {
+		data["url"] = ev.URL
+	}
+	switch ev.Type {
+	case page.EventContextOpened:
+		opener, _ := ev.Data["opener"].(string)
+		if err := tx.RecordContext(ctx, t.Tenant, sessionID, ev.ContextID, opener); err != nil {
+			return false, err
+		}
+	case page.EventNavigationCommitted:
+		if ev.EpochID != "" {
+			if err := tx.RecordEpoch(ctx, t.Tenant, sessionID, ev.ContextID, ev.EpochID, ev.URL); err != nil {
+				return false, err
+			}
+		}
+	case page.EventSessionLost:
+		rec, err := tx.LockSession(ctx, t.Tenant, sessionID)
+		if err != nil {
+			return false, err
+		}
+		if rec.State != SessionOpen {
+			return false, nil
+		}
+		end := c.now
+		rec.State, rec.EndedAt = SessionLost, &end
+		if err := tx.UpdateSession(ctx, rec); err != nil {
+			return false, err
+		}
+	}
+	if err := c.emit(ctx, t, typ, cause, data); err != nil {
+		return false, err
+	}
+	if ev.Type == page.EventSessionLost {
+		if err := c.afterSessionLost(ctx, t, cause); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }

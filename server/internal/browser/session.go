@@ -62,8 +62,12 @@ type Session struct {
 	evMu    sync.Mutex
 	evQueue []Event
 	muted   bool // a restore is loading stand-in documents: drop their events
-	evWake  chan struct{}
-	evStop  chan struct{}
+	// held collects the events of a restore instead of reporting them (nil
+	// otherwise): its session is not recorded yet, so its caller records them
+	// with it (RestoreResult.Events).
+	held   *[]Event
+	evWake chan struct{}
+	evStop chan struct{}
 }
 
 // tab is one browsing context: a page target and the frames in it.
@@ -719,6 +723,11 @@ func (s *Session) cleanupFiles() {
 func (s *Session) emit(ev Event) {
 	s.evMu.Lock()
 	if s.muted && ev.Type != EventSessionLost {
+		s.evMu.Unlock()
+		return
+	}
+	if s.held != nil && ev.Type != EventSessionLost {
+		*s.held = append(*s.held, ev)
 		s.evMu.Unlock()
 		return
 	}

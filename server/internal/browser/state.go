@@ -15,8 +15,10 @@ import (
 	"github.com/chromedp/cdproto/network"
 	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/storage"
+	"github.com/chromedp/cdproto/target"
 
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/policy"
 )
 
 // Checkpoints: the session's restorable state.
@@ -29,10 +31,13 @@ import (
 // itself (an empty page: nothing reaches the network, no page script runs)
 // and writing the items there; then it navigates the primary tab to the
 // checkpoint's URL, which is a real navigation under the policy with a new
-// epoch. Only the primary tab is reopened: popups of the old session are
-// recorded in the checkpoint but not reopened. Storage of origins that no
-// frame showed when the checkpoint was taken (IndexedDB, Cache Storage,
-// service workers) is not kept.
+// epoch. The other tabs (popups) are reopened after it, in their order, each
+// with its own session storage and a real navigation to its URL; they get
+// new context ids and no opener (the old ids die with the old session). A
+// tab whose URL the policy refuses, or whose page cannot be loaded, is left
+// out and counted. Storage of origins that no frame showed when the
+// checkpoint was taken (IndexedDB, Cache Storage, service workers) is not
+// kept.
 
 // seedBody is the document that stands in for an origin while its storage
 // is written.
@@ -149,7 +154,10 @@ func sortedKeys[V any](m map[string]V) []string {
 // and not yet used), and navigates its primary tab to the checkpoint's URL.
 // Its cookies were set under the same policy (the caller checks the
 // policy digest); storage of origins the policy does not allow is skipped
-// and the final navigation is checked like any other.
+// and the final navigation is checked like any other. The events of the
+// restore (its navigations, what they blocked) are not reported to the
+// session's callback but returned in the result, to be recorded with the
+// session.
 func (s *Session) RestoreState(ctx context.Context, st *page.StorageState) (*page.RestoreResult, error) {
 	ctx, end, err := s.begin(ctx)
 	if err != nil {
@@ -162,17 +170,30 @@ func (s *Session) RestoreState(ctx context.Context, st *page.StorageState) (*pag
 	pol := s.pol
 	primaryID := s.defaultCtx
 	s.mu.Unlock()
+	var held []Event
+	s.evMu.Lock()
+	s.held = &held
+	s.evMu.Unlock()
+	defer func() {
+		s.evMu.Lock()
+		s.held = nil
+		s.evMu.Unlock()
+	}()
 
 	out := &page.RestoreResult{}
+	// The primary tab is the one marked so (else the first); the others are reopened after it.
 	var primary page.ContextState
-	for _, c := range st.Contexts {
-		if c.Primary {
-			primary = c
-			break
+	var others []page.ContextState
+	if len(st.Contexts) > 0 {
+		p := 0
+		for i, c := range st.Contexts {
+			if c.Primary {
+				p = i
+				break
+			}
 		}
-	}
-	if primary.URL == "" && len(st.Contexts) > 0 {
-		primary = st.Contexts[0]
+		primary = st.Contexts[p]
+		others = append(append(others, st.Contexts[:p]...), st.Contexts[p+1:]...)
 	}
 
 	cookies := make([]*network.CookieParam, 0, len(st.Cookies))
@@ -244,7 +265,60 @@ func (s *Session) RestoreState(ctx context.Context, st *page.StorageState) (*pag
 		return nil, err
 	}
 	out.NavigateResult = *nav
+	for _, c := range others {
+		nav, err := s.reopenTab(ctx, pol, c)
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			s.b.log.Info("a tab of the checkpoint was not reopened", "session", s.id, "url", redactURL(c.URL), "err", err)
+			out.ContextsSkipped++
+		default:
+			out.Contexts = append(out.Contexts, *nav)
+		}
+	}
+	s.evMu.Lock()
+	out.Events, s.held = held, nil
+	s.evMu.Unlock()
 	return out, nil
+}
+
+// reopenTab opens a new tab in the session for c: its session storage, then
+// its URL. A tab that fails is closed again.
+func (s *Session) reopenTab(ctx context.Context, pol *policy.Policy, c page.ContextState) (*NavigateResult, error) {
+	u, err := url.Parse(c.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !pol.AllowsURL(u) {
+		return nil, fmt.Errorf("%w: the tab's URL is not an allowed http(s) URL", ErrInvalidRequest)
+	}
+	tr, err := call(ctx, s.ps.p.conn.root, target.CreateTarget, target.CreateTargetParams{URL: "about:blank", BrowserContextID: s.bctx})
+	if err != nil {
+		return nil, s.mapErr(fmt.Errorf("opening a tab: %w", err))
+	}
+	t, err := s.waitTab(ctx, tr.TargetID)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*NavigateResult, error) {
+		fireCmd(s.ps.p.conn.root, target.CloseTarget, target.CloseTargetParams{TargetID: tr.TargetID})
+		return nil, err
+	}
+	s.setSeeding(true)
+	for _, o := range c.SessionStorage {
+		su, err := url.Parse(o.Origin + "/")
+		if err != nil || (su.Scheme != "http" && su.Scheme != "https") || !pol.AllowsURL(su) || len(o.Items) == 0 {
+			continue
+		}
+		if err := s.seedOrigin(ctx, t.id, su.String(), [2]map[string]string{nil, o.Items}); err != nil {
+			s.setSeeding(false)
+			return fail(err)
+		}
+	}
+	s.setSeeding(false)
+	nav, err := s.Navigate(ctx, NavigateRequest{URL: c.URL, ContextID: t.id})
+	if err != nil {
+		return fail(err)
+	}
+	return nav, nil
 }
 
 // seedOrigin loads the stand-in document at seedURL in the tab and writes

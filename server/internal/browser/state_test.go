@@ -6,6 +6,9 @@ import (
 	pngpkg "image/png"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/page"
 )
 
 // A session's cookies (HttpOnly too), local and session storage and URL survive an export into a
@@ -109,5 +112,71 @@ func TestScreenshotFullPageAndNode(t *testing.T) {
 	b.navigate("/nav.html")
 	if _, err := b.s.Screenshot(tctx(t), ScreenshotRequest{NodeID: place.NodeID}); !errors.Is(err, ErrStaleNodeHandle) {
 		t.Fatalf("screenshot of a node of an old document: %v, want stale", err)
+	}
+}
+
+// Every tab of a checkpoint is reopened, each with its own session storage; a tab whose URL the
+// policy refuses is left out and counted.
+func TestRestoreReopensEveryTab(t *testing.T) {
+	old := setup(t)
+	old.navigate("/account.html")
+	st, err := old.s.ExportState(tctx(t))
+	if err != nil {
+		t.Fatalf("ExportState: %v", err)
+	}
+	// A second and a third tab as a checkpoint records them: an allowed popup with its own
+	// session storage, and one on an origin the policy refuses.
+	st.Contexts = append(st.Contexts,
+		page.ContextState{ContextID: "ctx_popup1", URL: fx.A + "/account.html",
+			SessionStorage: []page.OriginStorage{{Origin: fx.A, Items: map[string]string{"step": "second-tab"}}}},
+		page.ContextState{ContextID: "ctx_popup2", URL: fx.Other + "/account.html"})
+	st.Contexts[0].SessionStorage = []page.OriginStorage{{Origin: fx.A, Items: map[string]string{"step": "first-tab"}}}
+
+	fresh := setup(t)
+	otherHits := fx.otherHitCount()
+	res, err := fresh.s.RestoreState(tctx(t), st)
+	if err != nil {
+		t.Fatalf("RestoreState: %v", err)
+	}
+	if len(res.Contexts) != 1 || res.ContextsSkipped != 1 || res.ContextID != fresh.s.DefaultContext() {
+		t.Fatalf("restore result = %+v", res)
+	}
+	// The restore's navigations are returned, not reported: the session is not recorded yet.
+	committed := map[string]bool{}
+	for _, e := range res.Events {
+		if e.Type == EventNavigationCommitted {
+			committed[e.ContextID] = true
+		}
+	}
+	if !committed[res.ContextID] || !committed[res.Contexts[0].ContextID] {
+		t.Errorf("restore events %+v lack a navigation of each tab", res.Events)
+	}
+	for _, e := range fresh.ev.all() {
+		if e.Type == EventNavigationCommitted {
+			t.Errorf("a navigation of the restore reached the session's callback: %+v", e)
+		}
+	}
+	ctxs := fresh.s.Contexts()
+	if len(ctxs) != 2 || ctxs[1].ContextID != res.Contexts[0].ContextID || !strings.HasSuffix(ctxs[1].URL, "/account.html") {
+		t.Fatalf("contexts = %+v", ctxs)
+	}
+	for ctxID, want := range map[string]string{ctxs[0].ContextID: "session=first-tab", ctxs[1].ContextID: "session=second-tab"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			res, err := fresh.s.Extract(tctx(t), ExtractRequest{Kind: ExtractText, ContextID: ctxID})
+			if err != nil {
+				t.Fatalf("Extract %s: %v", ctxID, err)
+			}
+			if strings.Contains(res.Data.(string), want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("tab %s shows %q, want %q", ctxID, res.Data, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if n := fx.otherHitCount() - otherHits; n != 0 {
+		t.Errorf("the refused tab sent %d requests to its origin", n)
 	}
 }

@@ -135,6 +135,68 @@ func TestCheckpointResumeKeepsTheSignedInSession(t *testing.T) {
 	}
 }
 
+// A checkpoint keeps every tab: a restored session reopens the popup beside its primary context,
+// signed in and with the popup's own session storage, recorded as opened from the primary one.
+func TestCheckpointReopensEveryTab(t *testing.T) {
+	s, sh := newStack(t), newShop(t)
+	taskID, sid := signIn(t, s, sh, "tabs")
+	acted := s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sid+"/act", "tabs-open", map[string]any{
+		"action": "click", "query": map[string]any{"role": "button", "name": "Open statement"}})
+	popups, _ := acted.body["new_contexts"].([]any)
+	if len(popups) != 1 {
+		t.Fatalf("the click opened no popup: %s", acted.raw)
+	}
+	chk := s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sid+"/checkpoint", "tabs-chk", map[string]any{}).str("checkpoint", "checkpoint_id")
+
+	r := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "tabs-restore", map[string]any{"from_checkpoint": chk})
+	restored, primary := r.str("session", "session_id"), r.str("session", "context_id")
+	rows, err := s.db.Query(context.Background(), `SELECT context_id, coalesce(opener_context_id, '') FROM browsing_context
+		WHERE session_id = $1 ORDER BY opener_context_id NULLS FIRST`, restored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ctxs, openers []string
+	for rows.Next() {
+		var c, o string
+		if err := rows.Scan(&c, &o); err != nil {
+			t.Fatal(err)
+		}
+		ctxs, openers = append(ctxs, c), append(openers, o)
+	}
+	if rows.Err() != nil || len(ctxs) != 2 || ctxs[0] != primary || openers[0] != "" || openers[1] != primary || ctxs[1] == popups[0] {
+		t.Fatalf("contexts of the restored session: %v (openers %v), primary %s, old popup %v", ctxs, openers, primary, popups[0])
+	}
+	if got := s.pageText(t, restored); !strings.Contains(got, "signed in: "+signedInAs) {
+		t.Fatalf("primary context of the restored session: %q", got)
+	}
+	x := s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+restored+"/extract", "", map[string]any{"kind": "text", "context_id": ctxs[1]})
+	if got, _ := x.body["data"].(string); !strings.Contains(got, "statement for: "+signedInAs) || !strings.Contains(got, "session=payment") {
+		t.Fatalf("reopened popup: %q", got)
+	}
+	// The history tells it: the reopened context, opened from the primary one, and a committed
+	// navigation in each (held back by the browser until the session was recorded).
+	hist := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
+	events, _ := hist.body["events"].([]any)
+	committed := map[string]bool{}
+	opened := false
+	for _, e := range events {
+		e := e.(map[string]any)
+		d, _ := e["data"].(map[string]any)
+		if d["session_id"] != restored {
+			continue
+		}
+		switch e["type"] {
+		case "navigation.committed":
+			committed[d["context_id"].(string)] = true
+		case "browsing_context.opened":
+			opened = opened || (d["context_id"] == ctxs[1] && d["opener"] == primary)
+		}
+	}
+	if !opened || !committed[primary] || !committed[ctxs[1]] {
+		t.Fatalf("history of the restored session: opened %v, committed %v\n%s", opened, committed, hist.raw)
+	}
+}
+
 // A running task may open an extra session restored from its own checkpoint; every refusal has
 // its own code and is recorded like any command.
 func TestCheckpointRestoreChecks(t *testing.T) {

@@ -116,10 +116,20 @@ func newShop(t *testing.T) *shop {
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprintf(w, `<!doctype html><title>Account</title><p>signed in: %s</p><p id="out"></p><button>Log out</button>
+<button onclick="window.open('/statement', 'statement')">Open statement</button>
 <script>
 if (location.search.includes("first")) { localStorage.setItem("cart", "3 items"); sessionStorage.setItem("step", "payment"); }
 document.getElementById("out").textContent = "local=" + (localStorage.getItem("cart") || "none") + " session=" + (sessionStorage.getItem("step") || "none");
 </script>`, who)
+	})
+	mux.HandleFunc("GET /statement", func(w http.ResponseWriter, r *http.Request) {
+		who := "nobody"
+		if c, err := r.Cookie("sid"); err == nil {
+			who = c.Value
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><title>Statement</title><p>statement for: %s</p><p id="out"></p>
+<script>document.getElementById("out").textContent = "session=" + (sessionStorage.getItem("step") || "none");</script>`, who)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)

@@ -443,6 +443,15 @@ type RestoreResult struct {
 	NavigateResult
 	Cookies int // cookies set
 	Origins int // origins whose storage was written
+	// Contexts are the other tabs of the checkpoint, reopened (new ids, in
+	// the checkpoint's order), as their navigation left them;
+	// ContextsSkipped counts those left out (URL refused by the policy, or
+	// their page failed to load).
+	Contexts        []NavigateResult
+	ContextsSkipped int
+	// Events are what the restore's navigations reported, in order; they
+	// are not sent to the session's event callback.
+	Events []Event
 }
 
 // ScreenshotRequest is the input of Session.Screenshot: the viewport of a
