@@ -814,6 +814,61 @@ func TestAutonomousSafetyAllFailHoldsForAPerson(t *testing.T) {
 	}
 }
 
+// A person denies the step the safety review held (a navigation, not an act): it never runs — the
+// shop sees no request —, the step is recorded as failed, the planner is told, and the
+// postcondition decides the task (here unmet: failed).
+func TestAutonomousSafetyHoldDenied(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	fake := withSafety(newFake(step("navigate", map[string]any{"url": sh.srv.URL + "/checkout"}), step("done", nil)))
+	fake.failing["safety-guard"] = true
+	s := newStack(t, withOrchestrator(fake))
+	s.startWorkers(t)
+	taskID := s.createAutonomous(t, "auto-safety-deny", map[string]any{
+		"goal": "look at the checkout", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+		"postcondition": map[string]any{"all": []any{map[string]any{"text_present": "Checkout"}}},
+	})
+	s.awaitState(t, taskID, "waiting_for_approval")
+	reqs := ofType(s.history(t, taskID), "approval.requested")
+	if len(reqs) != 1 {
+		t.Fatalf("approval.requested: %v", reqs)
+	}
+	apr := data(reqs[0])["approval_id"].(string)
+	s.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-deny-resolve", map[string]any{"decision": "deny"})
+	done := s.awaitState(t, taskID, "succeeded", "failed")
+	evs := s.history(t, taskID)
+	if done.str("task", "state") != "failed" {
+		t.Fatalf("task after the denial: %s\n%v", done.raw, evs)
+	}
+	if n := sh.hits.Load(); n != 0 {
+		t.Fatalf("the denied navigation reached the shop (%d requests)", n)
+	}
+	if st := ofType(evs, "plan.step_started"); len(st) != 0 {
+		t.Fatalf("the denied step started: %v", st)
+	}
+	fin := ofType(evs, "plan.step_finished")
+	if len(fin) != 1 || data(fin[0])["succeeded"] != false || data(fin[0])["problem_code"] != "invalid_transition" {
+		t.Fatalf("plan.step_finished: %v", fin)
+	}
+	// The planner is told and goes on (here it gives up: "done"); the postcondition decides.
+	var told bool
+	fake.mu.Lock()
+	for _, r := range fake.log {
+		if r.Role == app.RolePlanner {
+			for _, m := range r.Messages {
+				told = told || strings.Contains(m.Content, "denied the step")
+			}
+		}
+	}
+	fake.mu.Unlock()
+	if !told || len(ofType(evs, "planner.proposed")) != 2 {
+		t.Fatalf("the planner was not told of the denial (told %v): %v", told, ofType(evs, "planner.proposed"))
+	}
+	if pc := ofType(evs, "postcondition.evaluated"); len(pc) != 1 || data(pc[0])["satisfied"] != false {
+		t.Fatalf("postcondition.evaluated: %v", pc)
+	}
+}
+
 // The safety role classifies the page above the task's model_policy.data_classification: the task
 // fails (data_classification_exceeded) and no further page content reaches any model.
 func TestAutonomousPageAboveDataClassification(t *testing.T) {
