@@ -661,18 +661,23 @@ func (s *Session) settle(ctx context.Context, t *tab, win actWindow, req ActRequ
 	started := t.navSignals > win.navSignals || t.commits > win.commits
 	s.mu.Unlock()
 	if !started {
-		_ = s.inFrame(ctx, t, t.main, func(w *world) error {
+		evalErr := s.inFrame(ctx, t, t.main, func(w *world) error {
 			return s.eval(ctx, w, "new Promise(r => setTimeout(r, 0))", true, nil)
 		})
 		// The events that round trip caused (a document.open, a navigation
-		// start) may still be queued: take them in before deciding.
+		// start) may still be queued: take them in before deciding. Its reply
+		// marks them, unless it failed before reaching the browser.
 		s.mu.Lock()
 		var host *cdpSession
 		if t.main != nil {
 			host = t.main.host.sess
 		}
 		s.mu.Unlock()
-		if host != nil {
+		switch {
+		case host == nil:
+		case evalErr == nil:
+			_ = host.drain(ctx)
+		default:
 			_ = host.sync(ctx)
 		}
 	}

@@ -294,6 +294,13 @@ func (s *cdpSession) sync(ctx context.Context) error {
 	if err := s.Call(ctx, target.GetTargetInfo.Method, nil, nil); err != nil {
 		return err
 	}
+	return s.drain(ctx)
+}
+
+// drain returns once the session's handler has run for every event read so
+// far: right after a reply on this session, every event the browser sent
+// before it (sync without the extra round trip).
+func (s *cdpSession) drain(ctx context.Context) error {
 	s.mu.Lock()
 	mark := s.pushed
 	s.mu.Unlock()
