@@ -204,8 +204,6 @@ type taskStream struct {
 	seq int
 }
 
-func (s *taskStream) count() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.ids) }
-
 func (s *taskStream) snapshot() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -104,8 +104,6 @@ type PlanStore interface {
 	ApprovalOutcome(ctx context.Context, tenant, approvalID string) (*ApprovalOutcome, error)
 	// LatestCheckpoint names a task's most recent checkpoint; ErrNotFound when it has none.
 	LatestCheckpoint(ctx context.Context, tenant, taskID string) (string, error)
-	// PlanQueueDepth counts delegated tasks waiting for a worker (runnable and not leased).
-	PlanQueueDepth(ctx context.Context) (int, error)
 }
 
 // PlanTx is what the workers need of a transaction beyond Tx.

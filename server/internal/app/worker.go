@@ -107,9 +107,6 @@ func (w *Workers) Stats() WorkerStats {
 	}
 }
 
-// QueueDepth counts delegated tasks (of every node) waiting for a worker.
-func (w *Workers) QueueDepth(ctx context.Context) (int, error) { return w.ps.PlanQueueDepth(ctx) }
-
 // Run claims and runs delegated tasks until ctx ends. Then it claims nothing more, lets each
 // running step finish (at most Drain), gives the leases back and returns.
 func (w *Workers) Run(ctx context.Context) {

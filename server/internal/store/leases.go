@@ -77,17 +77,6 @@ func (s *Store) ReleaseLease(ctx context.Context, taskID, nodeID string, epoch i
 	return nil
 }
 
-// PlanQueueDepth implements app.PlanStore.
-func (s *Store) PlanQueueDepth(ctx context.Context) (int, error) {
-	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM task_lease l JOIN agent_task t ON t.task_id = l.task_id
-		WHERE `+runnable).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("counting queued delegated tasks: %w", err)
-	}
-	return n, nil
-}
-
 // PlanProgress implements app.PlanStore.
 func (s *Store) PlanProgress(ctx context.Context, tenant, taskID string) ([]app.StepProgress, error) {
 	rows, err := s.pool.Query(ctx, `SELECT step_index, state, attempts, coalesce(command_key, ''), coalesce(approval_id, ''),
