@@ -240,20 +240,8 @@ func (s *Session) RestoreState(ctx context.Context, st *page.StorageState) (*pag
 		e[1] = o.Items
 		items[o.Origin] = e
 	}
-	if len(items) > 0 {
-		s.setSeeding(true)
-		for _, origin := range sortedKeys(items) {
-			u, err := url.Parse(origin + "/")
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !pol.AllowsURL(u) {
-				continue
-			}
-			if err := s.seedOrigin(ctx, primaryID, u.String(), items[origin]); err != nil {
-				s.setSeeding(false)
-				return nil, err
-			}
-			out.Origins++
-		}
-		s.setSeeding(false)
+	if out.Origins, err = s.seedOrigins(ctx, primaryID, pol, items); err != nil {
+		return nil, err
 	}
 
 	target := primary.URL
@@ -286,8 +274,7 @@ func (s *Session) RestoreState(ctx context.Context, st *page.StorageState) (*pag
 // reopenTab opens a new tab in the session for c: its session storage, then
 // its URL. A tab that fails is closed again.
 func (s *Session) reopenTab(ctx context.Context, pol *policy.Policy, c page.ContextState) (*NavigateResult, error) {
-	u, err := url.Parse(c.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !pol.AllowsURL(u) {
+	if _, ok := allowedHTTP(pol, c.URL); !ok {
 		return nil, fmt.Errorf("%w: the tab's URL is not an allowed http(s) URL", ErrInvalidRequest)
 	}
 	tr, err := call(ctx, s.ps.p.conn.root, target.CreateTarget, target.CreateTargetParams{URL: "about:blank", BrowserContextID: s.bctx})
@@ -302,23 +289,49 @@ func (s *Session) reopenTab(ctx context.Context, pol *policy.Policy, c page.Cont
 		fireCmd(s.ps.p.conn.root, target.CloseTarget, target.CloseTargetParams{TargetID: tr.TargetID})
 		return nil, err
 	}
-	s.setSeeding(true)
+	items := map[string][2]map[string]string{}
 	for _, o := range c.SessionStorage {
-		su, err := url.Parse(o.Origin + "/")
-		if err != nil || (su.Scheme != "http" && su.Scheme != "https") || !pol.AllowsURL(su) || len(o.Items) == 0 {
-			continue
-		}
-		if err := s.seedOrigin(ctx, t.id, su.String(), [2]map[string]string{nil, o.Items}); err != nil {
-			s.setSeeding(false)
-			return fail(err)
+		if len(o.Items) > 0 {
+			items[o.Origin] = [2]map[string]string{nil, o.Items}
 		}
 	}
-	s.setSeeding(false)
+	if _, err := s.seedOrigins(ctx, t.id, pol, items); err != nil {
+		return fail(err)
+	}
 	nav, err := s.Navigate(ctx, NavigateRequest{URL: c.URL, ContextID: t.id})
 	if err != nil {
 		return fail(err)
 	}
 	return nav, nil
+}
+
+// allowedHTTP parses raw and reports whether it is an http(s) URL the policy allows.
+func allowedHTTP(pol *policy.Policy, raw string) (*url.URL, bool) {
+	u, err := url.Parse(raw)
+	return u, err == nil && (u.Scheme == "http" || u.Scheme == "https") && pol.AllowsURL(u)
+}
+
+// seedOrigins writes the local ([0]) and session ([1]) storage items of
+// each origin the policy allows, in the tab, with the session's events muted;
+// it returns how many origins it wrote.
+func (s *Session) seedOrigins(ctx context.Context, ctxID string, pol *policy.Policy, items map[string][2]map[string]string) (int, error) {
+	if len(items) == 0 {
+		return 0, nil
+	}
+	s.setSeeding(true)
+	defer s.setSeeding(false)
+	n := 0
+	for _, origin := range sortedKeys(items) {
+		u, ok := allowedHTTP(pol, origin+"/")
+		if !ok {
+			continue
+		}
+		if err := s.seedOrigin(ctx, ctxID, u.String(), items[origin]); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // seedOrigin loads the stand-in document at seedURL in the tab and writes
