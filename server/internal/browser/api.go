@@ -114,6 +114,7 @@ type (
 
 // Wait conditions of NavigateRequest.WaitUntil.
 const (
+	WaitCommit           = page.WaitCommit
 	WaitLoad             = page.WaitLoad
 	WaitDOMContentLoaded = page.WaitDOMContentLoaded
 	WaitNetworkIdle      = page.WaitNetworkIdle

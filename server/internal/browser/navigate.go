@@ -12,9 +12,15 @@ import (
 	"github.com/chromedp/cdproto/page"
 )
 
+// lifecycleCommit stands for "the new document committed": no lifecycle
+// event is awaited after Page.navigate's commit.
+const lifecycleCommit = "commit"
+
 // lifecycleName maps wait_until to Chromium's lifecycle event.
 func lifecycleName(waitUntil string) (string, error) {
 	switch waitUntil {
+	case WaitCommit:
+		return lifecycleCommit, nil
 	case "", WaitLoad:
 		return "load", nil
 	case WaitDOMContentLoaded:
@@ -22,7 +28,7 @@ func lifecycleName(waitUntil string) (string, error) {
 	case WaitNetworkIdle:
 		return "networkIdle", nil
 	}
-	return "", fmt.Errorf("%w: wait_until must be load, domcontentloaded or network_idle", ErrInvalidRequest)
+	return "", fmt.Errorf("%w: wait_until must be commit, domcontentloaded, load or networkidle", ErrInvalidRequest)
 }
 
 // Navigate loads the URL in the browsing context and returns once the new
@@ -163,7 +169,7 @@ func (s *Session) Navigate(ctx context.Context, req NavigateRequest) (*NavigateR
 			return true
 		}
 		m := t.main
-		return m.loader == res.LoaderID && m.life[res.LoaderID][life]
+		return m.loader == res.LoaderID && (life == lifecycleCommit || m.life[res.LoaderID][life])
 	})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -186,6 +192,9 @@ func (s *Session) Navigate(ctx context.Context, req NavigateRequest) (*NavigateR
 	}
 	if blocked {
 		return nil, &OriginNotAllowedError{URL: burl}
+	}
+	if life == lifecycleCommit {
+		return s.navResult(ctx, t) // the document may not be parsed yet
 	}
 	select {
 	case inf := <-early:

@@ -113,9 +113,10 @@ func (e *StoppedError) Error() string {
 
 // Wait conditions of NavigateRequest.WaitUntil.
 const (
+	WaitCommit           = "commit"
 	WaitLoad             = "load"
 	WaitDOMContentLoaded = "domcontentloaded"
-	WaitNetworkIdle      = "network_idle"
+	WaitNetworkIdle      = "networkidle"
 )
 
 // Observe modes.
@@ -173,7 +174,8 @@ type NavigateRequest struct {
 	ContextID string `json:"context_id,omitempty"`
 	// URL is an absolute http(s) URL or about:blank.
 	URL string `json:"url"`
-	// WaitUntil is load (default), domcontentloaded or network_idle.
+	// WaitUntil is load (default), commit, domcontentloaded or networkidle
+	// (the spec's WaitUntil values).
 	WaitUntil string `json:"wait_until,omitempty"`
 	// Timeout bounds the navigation; 0 means 30 s.
 	Timeout time.Duration `json:"-"`
