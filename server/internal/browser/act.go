@@ -341,8 +341,8 @@ func (s *Session) perform(ctx context.Context, tg *actTarget, req ActRequest) er
 		return s.click(ctx, t, x, y)
 	case ActionCheck, ActionUncheck:
 		want := req.Action == ActionCheck
-		var state *bool
-		if err := s.agent(ctx, tg, "checkedState", &state); err != nil {
+		state, err := s.checkedState(ctx, tg)
+		if err != nil {
 			return err
 		}
 		if state == nil {
@@ -351,23 +351,35 @@ func (s *Session) perform(ctx context.Context, tg *actTarget, req ActRequest) er
 		if *state == want {
 			return nil
 		}
-		x, y, err := s.actionable(ctx, tg, ActionClick)
+		x, y, err := s.actionable(ctx, tg, req.Action)
 		if err != nil {
 			return err
 		}
 		if err := s.click(ctx, t, x, y); err != nil {
 			return err
 		}
-		if err := s.agent(ctx, tg, "checkedState", &state); err != nil {
+		// Components update their state after the click's handlers (a
+		// microtask, a render): wait a bounded time for it to change.
+		for _, d := range []time.Duration{0, 16 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond} {
+			if d > 0 {
+				select {
+				case <-ctx.Done():
+					return &ActionTimeoutError{Reason: "the checked state did not change in time"}
+				case <-time.After(d):
+				}
+			}
+			state, err = s.checkedState(ctx, tg)
 			if errors.Is(err, ErrStaleNodeHandle) {
 				return nil // the click navigated
 			}
-			return err
+			if err != nil {
+				return err
+			}
+			if state == nil || *state == want {
+				return nil
+			}
 		}
-		if state != nil && *state != want {
-			return fmt.Errorf("%w: clicking did not change the checked state", ErrInvalidRequest)
-		}
-		return nil
+		return fmt.Errorf("%w: clicking did not change the checked state", ErrInvalidRequest)
 	case ActionFill, ActionClear:
 		if _, _, err := s.actionable(ctx, tg, req.Action); err != nil {
 			return err
@@ -416,7 +428,7 @@ func (s *Session) perform(ctx context.Context, tg *actTarget, req ActRequest) er
 		case "ok":
 			return nil
 		case "notselect":
-			return fmt.Errorf("%w: the node is not a select element", ErrInvalidRequest)
+			return s.selectCustom(ctx, tg, values)
 		case "multiple":
 			return fmt.Errorf("%w: the select takes one option", ErrInvalidRequest)
 		case "missing":
@@ -454,6 +466,116 @@ func (s *Session) perform(ctx context.Context, tg *actTarget, req ActRequest) er
 		return s.upload(ctx, tg, req.Files)
 	}
 	return fmt.Errorf("%w: unknown action %q", ErrInvalidRequest, req.Action)
+}
+
+// optionWait bounds how long a custom select's option may take to appear
+// after its trigger was clicked.
+const optionWait = 5 * time.Second
+
+// selectCustom picks options of a select that is not a <select> (a
+// component's combobox or listbox) as a person does: it opens the control
+// with a click unless the option is already shown, then clicks the option
+// whose accessible name is the value, for each value in turn.
+func (s *Session) selectCustom(ctx context.Context, tg *actTarget, values []string) error {
+	for _, v := range values {
+		opt, err := s.visibleOption(ctx, tg.t, v, 0)
+		if err != nil {
+			return err
+		}
+		if opt == nil {
+			x, y, err := s.actionable(ctx, tg, ActionClick)
+			if err != nil {
+				return err
+			}
+			if err := s.click(ctx, tg.t, x, y); err != nil {
+				return err
+			}
+			if opt, err = s.visibleOption(ctx, tg.t, v, optionWait); err != nil {
+				return err
+			}
+			if opt == nil {
+				return fmt.Errorf("%w: no option %q appeared after opening the control", ErrInvalidRequest, v)
+			}
+		}
+		x, y, err := s.actionable(ctx, opt, ActionClick)
+		if err != nil {
+			return err
+		}
+		if err := s.click(ctx, tg.t, x, y); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// visibleOption finds the option named v shown in the tab (exactly, else
+// ignoring case), waiting up to wait for it to appear; nil when none does.
+func (s *Session) visibleOption(ctx context.Context, t *tab, v string, wait time.Duration) (*actTarget, error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	delay := 20 * time.Millisecond
+	for {
+		ms, _, err := s.query(ctx, t, Query{Role: "option", Name: v}, 5)
+		if err != nil && !errors.Is(err, ErrStaleNodeHandle) {
+			return nil, err
+		}
+		for _, m := range ms {
+			if m.rec == nil || !strings.EqualFold(normSpace(m.node.Name), normSpace(v)) || m.node.Disabled != nil && *m.node.Disabled {
+				continue
+			}
+			s.mu.Lock()
+			r, f, err := s.reg.lookup(m.node.NodeID)
+			s.mu.Unlock()
+			if err == nil {
+				return &actTarget{t: t, rec: r, f: f}, nil
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 200*time.Millisecond)
+	}
+}
+
+// checkedState reads the target's checked state: the DOM's, or the
+// browser's accessibility tree's for custom elements and controls inside
+// components (nil: the target is not checkable).
+func (s *Session) checkedState(ctx context.Context, tg *actTarget) (*bool, error) {
+	var st struct {
+		St string `json:"st"`
+		V  *bool  `json:"v"`
+		AX bool   `json:"ax"`
+	}
+	var ov axState
+	err := s.inFrame(ctx, tg.t, tg.f, func(w *world) error {
+		if err := s.checkWorld(tg, w); err != nil {
+			return err
+		}
+		if err := s.eval(ctx, w, agentCall("checkedState", tg.rec.idx), false, &st); err != nil {
+			return err
+		}
+		if !st.AX {
+			return nil
+		}
+		states, err := s.axStates(ctx, w, []int{tg.rec.idx})
+		ov = states[tg.rec.idx]
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if st.St == "nonode" {
+		return nil, fmt.Errorf("%w: the node is no longer in the document", ErrStaleNodeHandle)
+	}
+	switch {
+	case ov.Ch != nil:
+		return ptr(*ov.Ch == 1), nil
+	case ov.Pr != nil:
+		return ptr(*ov.Pr == 1), nil
+	}
+	return st.V, nil
 }
 
 // agent calls an agent function on the target element.

@@ -319,8 +319,48 @@
 
   const triState = (s) => (s === 'true' ? 1 : s === 'mixed' ? 2 : s === 'false' ? 0 : undefined);
 
+  // Custom elements (their role and states may live in ElementInternals,
+  // which no script sees, and their properties belong to the page's world)
+  // and the controls inside shadow trees (labels may cross the boundary)
+  // are described by the browser's own accessibility tree: the server asks
+  // it for the elements a first walk lists (ask) and walks again with the
+  // answers (ax: index → state).
+  let AX = null;
+  let ASK = null;
+  const askable = (e, role) => e.localName.indexOf('-') > 0 ||
+    (role && !TRANSPARENT.has(role) && e.getRootNode() !== document);
+  // axFor returns the browser's view of e, or null; in a first walk it
+  // lists e for the server.
+  const axFor = (e, role) => {
+    if (AX) {
+      const k = index.get(e);
+      return k === undefined ? null : AX[k] || null;
+    }
+    if (ASK && ASK.length < 400 && askable(e, role)) ASK.push(reg(e));
+    return null;
+  };
+  // axRole is the role to use given the browser's view.
+  const axRole = (role, ov) => (ov ? (ov.ig ? '' : ov.r) : role);
+
+  const elements = (idx) => idx.map((i) => nodes[i] || null);
+
+  // applyAX puts the browser's name and states over the agent's reading.
+  const applyAX = (el, o, ov, extra) => {
+    if (!ov || ov.ig || !ov.r) return;
+    if (ov.n) o.n = ov.n; else delete o.n;
+    if (ov.v && el.localName.indexOf('-') > 0) o.v = ov.v;
+    for (const k of ['ch', 'pr', 'e', 's']) {
+      if (ov[k] !== undefined) o[k] = ov[k];
+    }
+    if (ov.d) o.d = 1;
+    if (ov.q) o.q = 1;
+    if (ov.ro) o.ro = 1;
+    if (ov.l) o.l = ov.l;
+    if (ov.de && extra) o.de = ov.de;
+  };
+
   // describe fills the compact record of one element.
-  const describe = (el, role, o, active, extra) => {
+  const describe = (el, role, o, active, extra, ov) => {
     const name = nameOf(el, role);
     if (name) o.n = clip(name, 200);
     const tag = el.tagName;
@@ -373,10 +413,24 @@
       const d = byIdRef(el, desc);
       if (d) o.de = clip(d, 200);
     }
+    applyAX(el, o, ov, extra);
   };
 
   // snapshot walks the flat tree below root and returns compact records.
   const snapshot = (opts) => {
+    AX = opts.ax || null;
+    ASK = AX ? null : [];
+    try {
+      const res = snapshotWalk(opts);
+      if (ASK && ASK.length) res.ask = ASK;
+      return res;
+    } finally {
+      AX = null;
+      ASK = null;
+    }
+  };
+
+  const snapshotWalk = (opts) => {
     const full = opts.mode === 'full';
     const max = opts.max || 5000;
     const active = deepActive();
@@ -424,7 +478,9 @@
         const s = e.closest('select');
         if (s) return; // shown as the select's options
       }
-      let role = roleOf(e);
+      const r0 = roleOf(e);
+      const ov = axFor(e, r0);
+      let role = axRole(r0, ov);
       let interactive = INTERACTIVE.has(role);
       if (!interactive && TRANSPARENT.has(role) && isFocusableGeneric(e)) {
         interactive = true;
@@ -444,7 +500,7 @@
       // not.
       const o = (interactive || isFrame || full || role === 'dialog' || role === 'alertdialog') ? { i: reg(e), r: role } : { r: role };
       count++;
-      describe(e, role, o, active, true);
+      describe(e, role, o, active, true, ov);
       if (isFrame) { o.fr = 1; out.push(o); return; }
       let children = [];
       // Text inside a node named from its content is already its name.
@@ -520,6 +576,19 @@
   };
 
   const query = (q) => {
+    AX = q.ax || null;
+    ASK = AX ? null : [];
+    try {
+      const res = queryWalk(q);
+      if (ASK && ASK.length) res.ask = ASK;
+      return res;
+    } finally {
+      AX = null;
+      ASK = null;
+    }
+  };
+
+  const queryWalk = (q) => {
     const limit = q.limit || 50;
     const rootEl = q.within ? get(q.within) : document.documentElement;
     if (!rootEl || !rootEl.isConnected) return { stale: true };
@@ -536,6 +605,10 @@
     const consider = (e) => {
       let score = 0;
       let role = null;
+      const r0 = roleOf(e);
+      const ov = axFor(e, r0);
+      const roleOfE = () => axRole(r0, ov);
+      const nameOfE = (r) => (ov && !ov.ig && ov.r ? ov.n || '' : nameOf(e, r));
       if (want.tid) {
         const t = e.getAttribute('data-testid') || e.getAttribute('data-test-id') || e.getAttribute('data-test');
         if (t !== want.tid) return;
@@ -547,7 +620,7 @@
         score += m;
       }
       if (want.role) {
-        role = roleOf(e) || (isFocusableGeneric(e) ? 'generic' : '');
+        role = roleOfE() || (isFocusableGeneric(e) ? 'generic' : '');
         if (!roleMatches(role, want.role)) return;
       }
       if (want.label) {
@@ -561,13 +634,13 @@
         score += m;
       }
       if (want.name) {
-        if (role === null) role = roleOf(e);
-        const m = want.name(nameOf(e, role));
+        if (role === null) role = roleOfE();
+        const m = want.name(nameOfE(role));
         if (!m) return;
         score += m;
       }
       if (want.text) {
-        if (role === null) role = roleOf(e);
+        if (role === null) role = roleOfE();
         let m = want.text(ownText(e));
         if (!m && (INTERACTIVE.has(role) || role === 'heading' || role === 'cell' || role === 'columnheader' || role === 'listitem' || role === 'label' || e.tagName === 'LABEL')) {
           m = want.text(textOf(e, 2000));
@@ -579,10 +652,10 @@
         if (!m) return;
         score += m;
       }
-      if (role === null) role = roleOf(e);
+      if (role === null) role = roleOfE();
       const interactive = INTERACTIVE.has(role);
       const o = { i: reg(e), r: role || 'generic', sc: score + (interactive ? 0.5 : 0) };
-      describe(e, role || 'generic', o, active, true);
+      describe(e, role || 'generic', o, active, true, ov);
       found.push(o);
     };
     const walk = (n) => {
@@ -651,6 +724,59 @@
     return h;
   };
 
+  // hostOf is the shadow host of the tree e lives in, or null.
+  const hostOf = (e) => {
+    const r = e.getRootNode();
+    return r && r.host ? r.host : null;
+  };
+
+  // hitOK tells whether h, the element at the action's point, lets a
+  // pointer action reach e (tgt: the control e stands for). It does when h
+  // is e, tgt or inside one of them (across shadow roots); when h is a
+  // shadow host e lives in (the hit test retargets content slotted into a
+  // component to the component itself); and when h is inside a label that
+  // forwards activation to the control. Anything else covers e.
+  const hitOK = (e, tgt, h) => {
+    if (!h) return false;
+    if (composedContains(e, h) || (tgt && tgt !== e && composedContains(tgt, h))) return true;
+    for (let x = hostOf(e); x; x = hostOf(x)) {
+      if (x === h) return true;
+    }
+    for (let n = h; n; n = n.parentNode || n.host) {
+      if (n.tagName === 'LABEL' && n.control && (n.control === tgt || n.control === e)) return true;
+    }
+    return false;
+  };
+
+  const checkable = (e) => !!e && e.tagName === 'INPUT' && (inputType(e) === 'checkbox' || inputType(e) === 'radio');
+
+  // proxyPoint finds, for a checkbox or radio button that a person cannot
+  // hit itself (visually hidden, or covered by its styled box), what they
+  // would click instead: a visible label of it, else the component that
+  // hosts it. It returns the point, or null.
+  const proxyPoint = (e, tgt) => {
+    const cands = [];
+    if (tgt.labels) for (const l of tgt.labels) cands.push(l);
+    for (let x = hostOf(tgt); x; x = hostOf(x)) cands.push(x);
+    const vw = window.innerWidth, vh = window.innerHeight;
+    for (const c of cands) {
+      if (!c.checkVisibility({ visibilityProperty: true })) continue;
+      let r = c.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0) continue;
+      if (r.top < 0 || r.left < 0 || r.bottom > vh || r.right > vw) {
+        c.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
+        r = c.getBoundingClientRect();
+      }
+      const left = Math.max(r.left, 0), top = Math.max(r.top, 0);
+      const right = Math.min(r.right, vw), bottom = Math.min(r.bottom, vh);
+      if (right <= left || bottom <= top) continue;
+      const x = (left + right) / 2, y = (top + bottom) / 2;
+      const h = deepHit(x, y);
+      if (h && (composedContains(c, h) || hitOK(e, tgt, h))) return { x, y };
+    }
+    return null;
+  };
+
   const editable = (e) => {
     if (e.tagName === 'INPUT') return !['checkbox', 'radio', 'submit', 'button', 'reset', 'image', 'file', 'hidden', 'range', 'color'].includes(inputType(e));
     if (e.tagName === 'TEXTAREA') return true;
@@ -683,6 +809,7 @@
       if (t.readOnly || t.getAttribute('aria-readonly') === 'true') return { st: 'readonly' };
     }
     if (action === 'upload_file') return { st: 'ok' };
+    const pointer = action === 'click' || action === 'hover' || action === 'check' || action === 'uncheck';
     const vis = e.checkVisibility({ visibilityProperty: true });
     const r0 = e.getBoundingClientRect();
     if (!vis || r0.width === 0 || r0.height === 0) {
@@ -690,6 +817,9 @@
         // A hidden native control driven by a visible widget is still a target.
         if (!vis) return { st: 'hidden' };
       } else {
+        const tgt = target(i);
+        const p = pointer && action !== 'hover' && checkable(tgt) ? proxyPoint(e, tgt) : null;
+        if (p) return { st: 'ok', x: p.x, y: p.y };
         return { st: 'hidden' };
       }
     }
@@ -700,7 +830,6 @@
       e.scrollIntoView({ block: 'center', inline: 'center', behavior: 'instant' });
       r1 = e.getBoundingClientRect();
     }
-    const pointer = action === 'click' || action === 'hover' || action === 'check' || action === 'uncheck';
     let r2 = r1;
     if (pointer) {
       // Stable: the same box in two consecutive animation frames.
@@ -717,7 +846,9 @@
     if (!pointer) return { st: 'ok', x, y };
     const h = deepHit(x, y);
     const tgt = target(i);
-    if (!h || !(composedContains(e, h) || composedContains(tgt, h) || (h.tagName === 'LABEL' && h.control === tgt))) {
+    if (!hitOK(e, tgt, h)) {
+      const p = action !== 'hover' && checkable(tgt) ? proxyPoint(e, tgt) : null;
+      if (p) return { st: 'ok', x: p.x, y: p.y };
       return { st: 'covered', by: describeEl(h) };
     }
     return { st: 'ok', x, y };
@@ -814,14 +945,19 @@
     return { st: 'ok', selected: picked.map((o) => norm(o.label)) };
   };
 
+  // checkedState reads the checked state of element i: v is true, false or
+  // null (not checkable as far as the DOM tells); ax asks the server to
+  // take the browser's accessibility tree's word for it (custom elements and
+  // controls inside components, whose state may live on the host).
   const checkedState = (i) => {
     const e = target(i);
-    if (!e) return null;
-    if (e.tagName === 'INPUT' && (inputType(e) === 'checkbox' || inputType(e) === 'radio')) return e.checked;
+    if (!e) return { st: 'nonode' };
+    const ax = e.localName.indexOf('-') > 0 || e.getRootNode() !== document;
+    if (checkable(e)) return { st: 'ok', v: e.checked, ax };
     const a = e.getAttribute('aria-checked') || e.getAttribute('aria-pressed');
-    if (a === 'true') return true;
-    if (a === 'false') return false;
-    return null;
+    if (a === 'true') return { st: 'ok', v: true, ax };
+    if (a === 'false') return { st: 'ok', v: false, ax };
+    return { st: 'ok', v: null, ax };
   };
 
   // box scrolls element i into view and returns its border box in the frame's viewport.
@@ -979,6 +1115,6 @@
   globalThis.__bap = {
     snapshot, query, check, frameBox, focus, selectText, setValue, textKind, selectOption,
     checkedState, scrollIntoView, box, fileInput, classify, visibleText, table, attributes, links,
-    fieldValue, info, get, reg, contains,
+    fieldValue, info, get, reg, contains, elements,
   };
 })();

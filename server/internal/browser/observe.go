@@ -41,12 +41,17 @@ type snapResult struct {
 	Tr    bool   `json:"tr"`
 	Wf    int    `json:"wf"`
 	Stale bool   `json:"stale"`
+	// Ask lists the elements whose role, name and states the agent wants
+	// from the browser's accessibility tree (see ax.go).
+	Ask []int `json:"ask"`
 }
 
 type snapOpts struct {
 	Mode   string `json:"mode"`
 	Max    int    `json:"max"`
 	Within int    `json:"within,omitempty"`
+	// AX is the browser's view of the elements a first walk asked about.
+	AX map[int]axState `json:"ax,omitempty"`
 }
 
 const defaultMaxNodes = 5000
@@ -149,8 +154,14 @@ func (s *Session) snapFrame(ctx context.Context, t *tab, f *frameState, opts sna
 	var nodes []Node
 	var res snapResult
 	err := s.inFrame(ctx, t, f, func(w *world) error {
-		res = snapResult{}
-		if err := s.eval(ctx, w, agentCall("snapshot", opts), false, &res); err != nil {
+		err := s.withAX(ctx, w, func(ax map[int]axState) ([]int, error) {
+			res = snapResult{}
+			o := opts
+			o.AX = ax
+			err := s.eval(ctx, w, agentCall("snapshot", o), false, &res)
+			return res.Ask, err
+		})
+		if err != nil {
 			return err
 		}
 		if res.Stale {
@@ -174,6 +185,21 @@ func (s *Session) snapFrame(ctx context.Context, t *tab, f *frameState, opts sna
 		return nil
 	})
 	return nodes, res, err
+}
+
+// withAX runs an agent walk (snapshot or query) and, when it asks for the
+// browser's view of some elements, runs it again with that view.
+func (s *Session) withAX(ctx context.Context, w *world, run func(ax map[int]axState) (ask []int, err error)) error {
+	ask, err := run(nil)
+	if err != nil || len(ask) == 0 {
+		return err
+	}
+	states, err := s.axStates(ctx, w, ask)
+	if err != nil || len(states) == 0 {
+		return err
+	}
+	_, err = run(states)
+	return err
 }
 
 // snapChildren snapshots the child frames in parallel, keyed by the index

@@ -20,11 +20,14 @@ type queryArgs struct {
 	Exact       bool   `json:"exact,omitempty"`
 	Within      int    `json:"within,omitempty"`
 	Limit       int    `json:"limit,omitempty"`
+	// AX is the browser's view of the elements a first walk asked about.
+	AX map[int]axState `json:"ax,omitempty"`
 }
 
 type queryResult struct {
 	N     []rec `json:"n"`
 	Stale bool  `json:"stale"`
+	Ask   []int `json:"ask"`
 }
 
 // match is one query match with where it was found.
@@ -137,7 +140,13 @@ func (s *Session) queryOnce(ctx context.Context, t *tab, q Query, limit int) ([]
 			}
 			err := s.inFrame(ctx, t, f, func(w *world) error {
 				var res queryResult
-				if err := s.eval(ctx, w, agentCall("query", a), false, &res); err != nil {
+				err := s.withAX(ctx, w, func(ax map[int]axState) ([]int, error) {
+					res = queryResult{}
+					a.AX = ax
+					err := s.eval(ctx, w, agentCall("query", a), false, &res)
+					return res.Ask, err
+				})
+				if err != nil {
 					return err
 				}
 				if res.Stale {

@@ -1,0 +1,52 @@
+package browser
+
+import (
+	"testing"
+)
+
+// Components as libraries build them (widgets.html): each case failed before actions were
+// judged on the composed tree and states were read from the browser's accessibility tree.
+func TestComponentWidgets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.navigate("/widgets.html")
+
+	snap := b.observe(ModeInteractive)
+	terms := b.node(snap, "checkbox", "Accept the terms")
+	if terms.Checked == nil || *terms.Checked {
+		t.Fatalf("ElementInternals checkbox: %+v, want checked=false from the accessibility tree", terms)
+	}
+	b.node(snap, "button", "Save profile")
+	b.node(snap, "checkbox", "Newsletter")
+	b.node(snap, "radio", "Large")
+
+	cases := []struct {
+		name string
+		req  ActRequest
+		log  string
+	}{
+		// The hit test at the button's centre returns its host (the text is slotted): not a cover.
+		{"slotted button", ActRequest{Action: ActionClick, Query: &Query{Role: "button", Name: "Save profile"}}, "saved;"},
+		// Role and state from ElementInternals; the state changes a frame after the click.
+		{"internals checkbox", ActRequest{Action: ActionCheck, Query: &Query{Role: "checkbox", Name: "Accept the terms"}}, "terms=true;"},
+		// The native input lies under its styled box, inside its label.
+		{"styled checkbox", ActRequest{Action: ActionCheck, Query: &Query{Role: "checkbox", Name: "Newsletter"}}, "news=true;"},
+		// The radio is clipped away: its label is what a person clicks.
+		{"btn-check radio", ActRequest{Action: ActionCheck, Query: &Query{Role: "radio", Name: "Large"}}, "size=l;"},
+	}
+	want := ""
+	for _, c := range cases {
+		b.act(c.req)
+		want += c.log
+		b.waitText(want)
+	}
+	snap = b.observe(ModeInteractive)
+	for _, n := range []Node{b.node(snap, "checkbox", "Accept the terms"), b.node(snap, "checkbox", "Newsletter"), b.node(snap, "radio", "Large")} {
+		if n.Checked == nil || !*n.Checked {
+			t.Errorf("%s %q after check: %+v", n.Role, n.Name, n)
+		}
+	}
+	// Unchecking the internals checkbox reads its state from the browser again.
+	b.act(ActRequest{Action: ActionUncheck, Query: &Query{Role: "checkbox", Name: "Accept the terms"}})
+	b.waitText(want + "terms=false;")
+}
