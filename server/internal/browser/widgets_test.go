@@ -33,6 +33,8 @@ func TestComponentWidgets(t *testing.T) {
 		{"styled checkbox", ActRequest{Action: ActionCheck, Query: &Query{Role: "checkbox", Name: "Newsletter"}}, "news=true;"},
 		// The radio is clipped away: its label is what a person clicks.
 		{"btn-check radio", ActRequest{Action: ActionCheck, Query: &Query{Role: "radio", Name: "Large"}}, "size=l;"},
+		// A custom select opens on a click; its option is clicked by name.
+		{"custom select", ActRequest{Action: ActionSelectOption, Query: &Query{Role: "combobox", Name: "Country"}, Value: "Japan"}, "country=jp;"},
 	}
 	want := ""
 	for _, c := range cases {
