@@ -50,7 +50,7 @@ type classifyResult struct {
 // the action caused.
 type actWindow struct {
 	commits, navSignals, stops, blocked, windowOpen, dialogs, downloads, expectDL int
-	tabs                                                                          int
+	tabs, subStarted                                                              int
 }
 
 func validateAct(req ActRequest) error {
@@ -289,7 +289,7 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 		}
 		return nil, s.mapErr(err)
 	}
-	res := s.settle(ctx, t, win, req)
+	res := s.settle(ctx, t, tg.f, win, req)
 	if derr := s.deadErr(); derr != nil {
 		return nil, derr
 	}
@@ -322,7 +322,7 @@ func (s *Session) window(t *tab, req ActRequest) actWindow {
 	return actWindow{
 		commits: t.commits, navSignals: t.navSignals, stops: t.stops, blocked: t.blocked,
 		windowOpen: t.windowOpen, dialogs: len(t.dialogs), downloads: len(t.downloads), tabs: len(s.tabOrder),
-		expectDL: t.expectDL,
+		expectDL: t.expectDL, subStarted: t.subStarted,
 	}
 }
 
@@ -773,15 +773,28 @@ func (s *Session) upload(ctx context.Context, tg *actTarget, files []File) error
 	})
 }
 
-// settle waits for what the action set in motion (a navigation to load,
-// popups to attach, downloads to finish) and reports it.
-func (s *Session) settle(ctx context.Context, t *tab, win actWindow, req ActRequest) *ActResult {
+// settle waits for what the action set in motion (a navigation of the
+// page or of any of its frames to load, popups to attach, downloads to
+// finish) and reports it. f is the frame the action targeted (nil: the
+// main frame).
+func (s *Session) settle(ctx context.Context, t *tab, f *frameState, win actWindow, req ActRequest) *ActResult {
 	// Unless the action already started a navigation, one round trip
 	// through the page's event loop, so that a navigation or window.open the
 	// action scheduled has been started.
 	s.mu.Lock()
 	started := t.navSignals > win.navSignals || t.commits > win.commits
+	sub := f != nil && f != t.main && t.subStarted == win.subStarted
 	s.mu.Unlock()
+	if sub {
+		// The same for the target's own frame: a form it submits schedules
+		// the frame's navigation in its own event loop.
+		_ = s.inFrame(ctx, t, f, func(w *world) error {
+			if err := s.eval(ctx, w, "new Promise(r => setTimeout(r, 0))", true, nil); err != nil {
+				return err
+			}
+			return w.host.sess.drain(ctx)
+		})
+	}
 	if !started {
 		evalErr := s.inFrame(ctx, t, t.main, func(w *world) error {
 			return s.eval(ctx, w, "new Promise(r => setTimeout(r, 0))", true, nil)
@@ -808,25 +821,7 @@ func (s *Session) settle(ctx context.Context, t *tab, win actWindow, req ActRequ
 		if t.closed {
 			return true
 		}
-		started := t.navSignals > win.navSignals || t.commits > win.commits
-		if started {
-			if t.blocked > win.blocked && t.commits == win.commits {
-				return true // refused by the policy; the document stays
-			}
-			if t.commits == win.commits {
-				for _, d := range t.dialogs[win.dialogs:] {
-					if d.Type == "beforeunload" && !d.Accepted {
-						return true // the page was told to stay
-					}
-				}
-				// No new document (yet): done when the navigation stopped,
-				// once the downloads it turned into have begun.
-				return t.stops > win.stops && len(t.downloads)-win.downloads >= t.expectDL-win.expectDL
-			}
-			m := t.main
-			return m.life[m.loader][life]
-		}
-		return true
+		return s.mainSettledLocked(t, win, life) && s.framesSettledLocked(t, win)
 	})
 	// Popups the action opened are reported once attached (a popup the
 	// browser blocked never comes: wait a bounded time).
@@ -858,6 +853,45 @@ func (s *Session) settle(ctx context.Context, t *tab, win actWindow, req ActRequ
 		s.mu.Lock()
 	}
 	return res
+}
+
+// mainSettledLocked tells whether what the action did to the main frame is
+// over: no navigation started, or it was refused or stopped, or its new
+// document reached life.
+func (s *Session) mainSettledLocked(t *tab, win actWindow, life string) bool {
+	if t.navSignals == win.navSignals && t.commits == win.commits {
+		return true
+	}
+	if t.blocked > win.blocked && t.commits == win.commits {
+		return true // refused by the policy; the document stays
+	}
+	if t.commits == win.commits {
+		for _, d := range t.dialogs[win.dialogs:] {
+			if d.Type == "beforeunload" && !d.Accepted {
+				return true // the page was told to stay
+			}
+		}
+		// No new document (yet): done when the navigation stopped,
+		// once the downloads it turned into have begun.
+		return t.stops > win.stops && len(t.downloads)-win.downloads >= t.expectDL-win.expectDL
+	}
+	m := t.main
+	return m.life[m.loader][life]
+}
+
+// framesSettledLocked tells whether the subframe navigations the action
+// started are over: each frame stopped loading (its new document loaded, or
+// the navigation was refused or failed) or went away.
+func (s *Session) framesSettledLocked(t *tab, win actWindow) bool {
+	if t.subStarted == win.subStarted {
+		return true
+	}
+	for _, f := range t.frames {
+		if f != t.main && f.navPending {
+			return false
+		}
+	}
+	return true
 }
 
 // openedSinceLocked counts the tabs opened by t since the window began.

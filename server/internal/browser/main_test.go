@@ -63,6 +63,7 @@ type fixtures struct {
 	A, B, Site  string // base URLs
 	Other       string
 	orders      atomic.Int64
+	frameOrders atomic.Int64 // orders placed from a form inside an iframe (frame-order)
 	mu          sync.Mutex
 	otherHits   []string
 }
@@ -107,6 +108,13 @@ func (f *fixtures) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		n := f.orders.Add(1)
 		http.Redirect(w, r, fmt.Sprintf("/thanks.html?order=%d", n), http.StatusSeeOther)
+		return
+	case "/frame-order":
+		// A slow site: the order counts only once it was processed.
+		time.Sleep(300 * time.Millisecond)
+		f.frameOrders.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte("<!doctype html><title>Ordered</title><p>Frame order placed"))
 		return
 	case "/redirect":
 		http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)

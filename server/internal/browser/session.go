@@ -92,6 +92,7 @@ type tab struct {
 	blockedURL string // the last one, redacted
 	windowOpen int    // window.open / target=_blank requests
 	navigating bool   // a Navigate call is running (accepts beforeunload)
+	subStarted int    // cross-document navigations started in its subframes
 	dialogs    []Dialog
 	downloads  []*download
 	expectDL   int    // navigations answered with an attachment
@@ -110,6 +111,10 @@ type frameState struct {
 	loader cdp.LoaderID
 	life   map[cdp.LoaderID]map[string]bool
 	status int
+
+	// navPending: a cross-document navigation of this subframe started and
+	// the frame has not stopped loading since.
+	navPending bool
 
 	worldMu     sync.Mutex
 	world       runtime.ExecutionContextID
@@ -494,22 +499,24 @@ func (tc *targetConn) handle(ev any) {
 			return
 		}
 		s.mu.Lock()
-		if t := tc.tab; t != nil && t.main != nil && ev.FrameID == t.main.id {
-			t.navSignals++
-		}
+		s.navStartedLocked(tc.tab, ev.FrameID)
 		s.notifyLocked()
 		s.mu.Unlock()
 	case *page.EventFrameRequestedNavigation:
 		s.mu.Lock()
-		if t := tc.tab; t != nil && t.main != nil && ev.FrameID == t.main.id && ev.Disposition == page.ClientNavigationDispositionCurrentTab {
-			t.navSignals++
+		if ev.Disposition == page.ClientNavigationDispositionCurrentTab {
+			s.navStartedLocked(tc.tab, ev.FrameID)
 		}
 		s.notifyLocked()
 		s.mu.Unlock()
 	case *page.EventFrameStoppedLoading:
 		s.mu.Lock()
-		if t := tc.tab; t != nil && t.main != nil && ev.FrameID == t.main.id {
-			t.stops++
+		if t := tc.tab; t != nil && t.main != nil {
+			if ev.FrameID == t.main.id {
+				t.stops++
+			} else if f := t.frames[ev.FrameID]; f != nil {
+				f.navPending = false
+			}
 		}
 		s.notifyLocked()
 		s.mu.Unlock()
@@ -525,6 +532,23 @@ func (tc *targetConn) handle(ev any) {
 	case *inspector.EventTargetCrashed:
 		s.lose("the page's renderer process crashed")
 		go s.b.disposeLost(s)
+	}
+}
+
+// navStartedLocked counts a cross-document navigation requested or started
+// in frame id of t: the main frame's signal, or a pending subframe load
+// (an act waits for both).
+func (s *Session) navStartedLocked(t *tab, id cdp.FrameID) {
+	if t == nil || t.main == nil {
+		return
+	}
+	if id == t.main.id {
+		t.navSignals++
+		return
+	}
+	if f := t.frames[id]; f != nil {
+		f.navPending = true
+		t.subStarted++
 	}
 }
 

@@ -52,3 +52,19 @@ func TestComponentWidgets(t *testing.T) {
 	b.act(ActRequest{Action: ActionUncheck, Query: &Query{Role: "checkbox", Name: "Accept the terms"}})
 	b.waitText(want + "terms=false;")
 }
+
+// An act whose click submits a form inside an iframe returns after the frame's new document,
+// so the site has processed the request by then (it once returned before the request left).
+func TestActWaitsForASubframeSubmission(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.navigate("/frame-form.html")
+	before := fx.frameOrders.Load()
+	res := b.act(ActRequest{Action: ActionClick, Query: &Query{Role: "button", Name: "Pay now"}})
+	if got := fx.frameOrders.Load() - before; got != 1 {
+		t.Fatalf("the act returned with %d frame orders processed, want 1 (%+v)", got, res)
+	}
+	if res.Navigated {
+		t.Fatalf("the main frame did not navigate: %+v", res)
+	}
+}
