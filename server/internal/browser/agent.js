@@ -792,6 +792,29 @@
     return e;
   };
 
+  const VALUE_INPUTS = ['date', 'time', 'datetime-local', 'month', 'week', 'color', 'range'];
+  const fillable = (e) => editable(e) || (e.tagName === 'INPUT' && VALUE_INPUTS.includes(inputType(e)));
+
+  // editTarget is the field an edit of element i goes to: the element (or
+  // a label's control) when it is one, else the first visible field inside
+  // the component it is (its open shadow trees): a text field component's
+  // host stands for its inner input.
+  const editTarget = (i) => {
+    const e = target(i);
+    if (!e || fillable(e) || !e.shadowRoot) return e;
+    const find = (root) => {
+      for (const c of root.querySelectorAll('*')) {
+        if (fillable(c) && c.checkVisibility({ visibilityProperty: true })) return c;
+        if (c.shadowRoot) {
+          const f = find(c.shadowRoot);
+          if (f) return f;
+        }
+      }
+      return null;
+    };
+    return find(e.shadowRoot) || e;
+  };
+
   // check runs one actionability check of element i for an action and, when
   // it passes, returns the point to use (in this frame's viewport).
   const check = async (i, action) => {
@@ -804,8 +827,8 @@
     }
     if (action === 'select_option' && isDisabled(e)) return { st: 'disabled' };
     if (action === 'fill' || action === 'clear') {
-      const t = target(i);
-      if (!editable(t) && !(t.tagName === 'INPUT' && ['date', 'time', 'datetime-local', 'month', 'week', 'color', 'range'].includes(inputType(t)))) return { st: 'noteditable' };
+      const t = editTarget(i);
+      if (!fillable(t)) return { st: 'noteditable' };
       if (t.readOnly || t.getAttribute('aria-readonly') === 'true') return { st: 'readonly' };
     }
     if (action === 'upload_file') return { st: 'ok' };
@@ -880,7 +903,7 @@
 
   // selectText prepares a fill: focuses the control and selects its content.
   const selectText = (i) => {
-    const e = target(i);
+    const e = editTarget(i);
     if (!e) return { st: 'nonode' };
     e.focus();
     if (e.tagName === 'INPUT' || e.tagName === 'TEXTAREA') {
@@ -901,7 +924,7 @@
   // setValue sets the value of a control that has no text editing (date,
   // color, range…) or clears one, firing input and change like a user would.
   const setValue = (i, v) => {
-    const e = target(i);
+    const e = editTarget(i);
     if (!e) return { st: 'nonode' };
     e.focus();
     if (e.isContentEditable && e.tagName !== 'INPUT' && e.tagName !== 'TEXTAREA') {
@@ -916,7 +939,7 @@
   };
 
   const textKind = (i) => {
-    const e = target(i);
+    const e = editTarget(i);
     if (!e) return '';
     if (e.tagName === 'INPUT') return TEXT_INPUTS.has(inputType(e)) ? 'text' : 'value';
     return 'text';

@@ -48,6 +48,9 @@ func TestComponentWidgets(t *testing.T) {
 			t.Errorf("%s %q after check: %+v", n.Role, n.Name, n)
 		}
 	}
+	// fill on a text field component's host types into the input of its shadow tree.
+	b.act(ActRequest{Action: ActionFill, Query: &Query{Role: "textbox", Name: "City"}, Value: "Paris"})
+	b.waitText("city=Paris")
 	// Unchecking the internals checkbox reads its state from the browser again.
 	b.act(ActRequest{Action: ActionUncheck, Query: &Query{Role: "checkbox", Name: "Accept the terms"}})
 	b.waitText(want + "terms=false;")
