@@ -472,13 +472,20 @@ func (s *Session) perform(ctx context.Context, tg *actTarget, req ActRequest) er
 // after its trigger was clicked.
 const optionWait = 5 * time.Second
 
+// optionRoles are the roles a component's open popup gives its choices, in
+// order of preference: listbox options, then the menu items and radio
+// buttons of the menus, popovers and alerts some libraries open instead.
+// Before the control is opened only options count, so that an unrelated
+// radio button of the page is never taken for a choice.
+var optionRoles = []string{"option", "menuitemradio", "menuitem", "radio"}
+
 // selectCustom picks options of a select that is not a <select> (a
 // component's combobox or listbox) as a person does: it opens the control
-// with a click unless the option is already shown, then clicks the option
+// with a click unless the option is already shown, then clicks the choice
 // whose accessible name is the value, for each value in turn.
 func (s *Session) selectCustom(ctx context.Context, tg *actTarget, values []string) error {
 	for _, v := range values {
-		opt, err := s.visibleOption(ctx, tg.t, v, 0)
+		opt, err := s.visibleOption(ctx, tg.t, v, 0, optionRoles[:1])
 		if err != nil {
 			return err
 		}
@@ -490,7 +497,7 @@ func (s *Session) selectCustom(ctx context.Context, tg *actTarget, values []stri
 			if err := s.click(ctx, tg.t, x, y); err != nil {
 				return err
 			}
-			if opt, err = s.visibleOption(ctx, tg.t, v, optionWait); err != nil {
+			if opt, err = s.visibleOption(ctx, tg.t, v, optionWait, optionRoles); err != nil {
 				return err
 			}
 			if opt == nil {
@@ -508,26 +515,29 @@ func (s *Session) selectCustom(ctx context.Context, tg *actTarget, values []stri
 	return nil
 }
 
-// visibleOption finds the option named v shown in the tab (exactly, else
-// ignoring case), waiting up to wait for it to appear; nil when none does.
-func (s *Session) visibleOption(ctx context.Context, t *tab, v string, wait time.Duration) (*actTarget, error) {
+// visibleOption finds the choice named v (ignoring case) shown in the tab
+// with one of roles, the first role first, waiting up to wait for one to
+// appear; nil when none does.
+func (s *Session) visibleOption(ctx context.Context, t *tab, v string, wait time.Duration, roles []string) (*actTarget, error) {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	delay := 20 * time.Millisecond
 	for {
-		ms, _, err := s.query(ctx, t, Query{Role: "option", Name: v}, 5)
-		if err != nil && !errors.Is(err, ErrStaleNodeHandle) {
-			return nil, err
-		}
-		for _, m := range ms {
-			if m.rec == nil || !strings.EqualFold(normSpace(m.node.Name), normSpace(v)) || m.node.Disabled != nil && *m.node.Disabled {
-				continue
+		for _, role := range roles {
+			ms, _, err := s.query(ctx, t, Query{Role: role, Name: v}, 5)
+			if err != nil && !errors.Is(err, ErrStaleNodeHandle) {
+				return nil, err
 			}
-			s.mu.Lock()
-			r, f, err := s.reg.lookup(m.node.NodeID)
-			s.mu.Unlock()
-			if err == nil {
-				return &actTarget{t: t, rec: r, f: f}, nil
+			for _, m := range ms {
+				if m.rec == nil || !strings.EqualFold(normSpace(m.node.Name), normSpace(v)) || m.node.Disabled != nil && *m.node.Disabled {
+					continue
+				}
+				s.mu.Lock()
+				r, f, err := s.reg.lookup(m.node.NodeID)
+				s.mu.Unlock()
+				if err == nil {
+					return &actTarget{t: t, rec: r, f: f}, nil
+				}
 			}
 		}
 		select {

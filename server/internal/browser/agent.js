@@ -707,8 +707,11 @@
     return s;
   };
 
+  // composedContains tells whether inner is outer or inside it in the flat
+  // tree: slotted content counts as inside the slot's ancestors (a
+  // component's option renders its light-DOM text through its own slots).
   const composedContains = (outer, inner) => {
-    for (let n = inner; n; n = n.parentNode || n.host) {
+    for (let n = inner; n; n = n.assignedSlot || n.parentNode || n.host) {
       if (n === outer) return true;
     }
     return false;
