@@ -50,9 +50,11 @@
 // script installed in an isolated world of every frame (page scripts cannot
 // see or change it; clients cannot run JavaScript). One walk of the flat tree
 // (open shadow roots and slots included) computes roles and accessible names
-// the way Chromium does for the common cases; the server stitches the frames'
-// snapshots (same- and cross-origin, in or out of process) under their iframe
-// nodes. Interactive mode (the default) keeps every actionable node plus
+// the way Chromium does for the common cases of plain HTML; for custom
+// elements (whose role and states may live in ElementInternals) and controls
+// inside shadow trees it takes Chromium's own accessibility tree's word
+// (ax.go, ADR 0014). The server stitches the frames' snapshots (same- and
+// cross-origin, in or out of process) under their iframe nodes. Interactive mode (the default) keeps every actionable node plus
 // headings with text of their own, frames and dialogs; full mode keeps every
 // node with a role and the text runs.
 //
@@ -60,11 +62,16 @@
 //
 // An action waits until its target is attached, visible, stable (same box in
 // two animation frames; pointer actions), enabled, editable (fill) and hit by
-// the pointer at its centre through every enclosing frame, else it returns
+// the pointer at its centre through every enclosing frame (judged on the flat
+// tree: slotted content and the target's own shadow hosts are the target; a
+// label forwards to its control; a hidden or covered checkbox is clicked
+// through its label or host), else it returns
 // [ActionTimeoutError] naming the blocker ("covered by another element
 // (div#overlay)", "disabled", …). Mouse and keyboard input is dispatched
-// with Input.* to the tab. After the action, the call returns once a
-// navigation it started has loaded (Navigated, new EpochID), popups it opened
+// with Input.* to the tab; select_option on a component's select opens it and
+// clicks the choice by name. After the action, the call returns once a
+// navigation it started has loaded (Navigated, new EpochID) and the
+// navigations it started in subframes have stopped loading, popups it opened
 // are attached, downloads it started have finished (Content kept up to
 // Config.MaxDownloadBytes), and reports the dialogs it answered. fill values
 // and uploaded files are never logged or put in events.
