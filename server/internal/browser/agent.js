@@ -733,19 +733,45 @@
     return r && r.host ? r.host : null;
   };
 
+  const flatParent = (n) => n.assignedSlot || n.parentNode || n.host;
+
+  // sideEffecting: an element whose own activation navigates or submits a
+  // form (a link, a form's submit button). A click that lands on one is its
+  // action, not the target's, and the approval rules judged the target.
+  const sideEffecting = (n) => {
+    if (n.nodeType !== 1) return false;
+    if ((n.tagName === 'A' || n.tagName === 'AREA') && n.hasAttribute('href')) return true;
+    if (n.tagName === 'BUTTON') return !!n.form && (n.getAttribute('type') || 'submit').toLowerCase() === 'submit';
+    if (n.tagName === 'INPUT') return !!n.form && ['submit', 'image'].includes(inputType(n));
+    return false;
+  };
+
+  // within tells whether h is stop or inside it in the flat tree with no
+  // side-effecting element in between other than the allowed ones.
+  const within = (stop, h, e, tgt) => {
+    for (let n = h; n; n = flatParent(n)) {
+      if (n === stop) return true;
+      if (n !== e && n !== tgt && sideEffecting(n)) return false;
+    }
+    return false;
+  };
+
   // hitOK tells whether h, the element at the action's point, lets a
   // pointer action reach e (tgt: the control e stands for). It does when h
-  // is e, tgt or inside one of them (across shadow roots); when h is a
-  // shadow host e lives in (the hit test retargets content slotted into a
+  // is e, tgt or inside one of them in the flat tree; when h is a shadow
+  // host e lives in (the hit test retargets content slotted into a
   // component to the component itself); and when h is inside a label that
-  // forwards activation to the control. Anything else covers e.
+  // forwards activation to the control. A link or submit button in between
+  // (a page nesting one in a label or a component) would take the click for
+  // itself: that covers e, as anything else does.
   const hitOK = (e, tgt, h) => {
     if (!h) return false;
-    if (composedContains(e, h) || (tgt && tgt !== e && composedContains(tgt, h))) return true;
+    if (within(e, h, e, tgt) || (tgt && tgt !== e && within(tgt, h, e, tgt))) return true;
     for (let x = hostOf(e); x; x = hostOf(x)) {
       if (x === h) return true;
     }
-    for (let n = h; n; n = n.parentNode || n.host) {
+    for (let n = h; n; n = flatParent(n)) {
+      if (n !== e && n !== tgt && sideEffecting(n)) return false;
       if (n.tagName === 'LABEL' && n.control && (n.control === tgt || n.control === e)) return true;
     }
     return false;
@@ -775,7 +801,7 @@
       if (right <= left || bottom <= top) continue;
       const x = (left + right) / 2, y = (top + bottom) / 2;
       const h = deepHit(x, y);
-      if (h && (composedContains(c, h) || hitOK(e, tgt, h))) return { x, y };
+      if (h && (within(c, h, e, tgt) || hitOK(e, tgt, h))) return { x, y };
     }
     return null;
   };

@@ -1,7 +1,10 @@
 package browser
 
 import (
+	"errors"
+	"strings"
 	"testing"
+	"time"
 )
 
 // Components as libraries build them (widgets.html): each case failed before actions were
@@ -69,5 +72,23 @@ func TestActWaitsForASubframeSubmission(t *testing.T) {
 	}
 	if res.Navigated {
 		t.Fatalf("the main frame did not navigate: %+v", res)
+	}
+}
+
+// A hostile page nests its form's submit button in a checkbox's label, where the click that
+// checks the box would land: the click would submit the form (a form_submission) while the
+// approval rules judged a checkbox. The button covers the checkbox; nothing is submitted.
+func TestCheckThroughALabelNeverClicksItsSubmitButton(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.navigate("/widgets.html")
+	before := fx.orders.Load()
+	_, err := b.s.Act(tctx(t), ActRequest{Action: ActionCheck, Query: &Query{Role: "checkbox", Name: "Gift wrap"}, Timeout: 1500 * time.Millisecond})
+	var ate *ActionTimeoutError
+	if !errors.As(err, &ate) || !strings.Contains(ate.Reason, "covered by another element (button)") {
+		t.Fatalf("check through a label holding a submit button: %v, want covered by the button (orders %d)", err, fx.orders.Load()-before)
+	}
+	if got := fx.orders.Load() - before; got != 0 {
+		t.Fatalf("%d orders placed by checking a checkbox", got)
 	}
 }
