@@ -844,6 +844,21 @@
     return find(e.shadowRoot) || e;
   };
 
+  // animating tells whether a finite CSS animation or transition runs on e
+  // or on one of its flat-tree ancestors (endless ones, such as spinners,
+  // never end and do not count).
+  const animating = (e) => {
+    let anims;
+    try { anims = document.getAnimations(); } catch (err) { return false; }
+    for (const a of anims) {
+      if (a.playState !== 'running' || !a.effect || !a.effect.target) continue;
+      const end = a.effect.getComputedTiming().endTime;
+      if (!(end < Infinity)) continue;
+      if (composedContains(a.effect.target, e)) return true;
+    }
+    return false;
+  };
+
   // check runs one actionability check of element i for an action and, when
   // it passes, returns the point to use (in this frame's viewport).
   const check = async (i, action) => {
@@ -884,7 +899,10 @@
     }
     let r2 = r1;
     if (pointer) {
-      // Stable: the same box in two consecutive animation frames.
+      // Stable: no finite animation or transition running on it or an
+      // ancestor (a dialog sliding or fading in ignores clicks until it is
+      // shown), and the same box in two consecutive animation frames.
+      if (animating(e)) return { st: 'unstable' };
       await raf();
       r2 = e.getBoundingClientRect();
       if (r1.x !== r2.x || r1.y !== r2.y || r1.width !== r2.width || r1.height !== r2.height) return { st: 'unstable' };
