@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/bap
 
-.PHONY: run build deps generate check-generated lint-spec vet test test-go test-sdks test-mcp-conformance bench clean
+.PHONY: run build deps generate check-generated lint-spec vet test test-go component-fixtures test-sdks test-mcp-conformance bench clean
 
 ## run: install what is missing, build, and serve (local profile, embedded PostgreSQL)
 run: deps build
@@ -42,8 +42,12 @@ vet:
 ## test: every test (installs what is missing; starts its own PostgreSQL)
 test: deps lint-spec check-generated vet test-go test-sdks test-mcp-conformance conformance
 
-test-go:
-	$(GO) test -count=1 ./...
+test-go: component-fixtures
+	$(GO) test -count=1 -timeout 30m ./...
+
+## component-fixtures: install the pinned UI component libraries of the e2e fixture pages (npm ci once; offline after)
+component-fixtures:
+	scripts/install-component-fixtures.sh
 
 ## test-sdks: the Python, TypeScript and Rust SDK tests (Go's run in test-go)
 test-sdks:
@@ -59,7 +63,7 @@ conformance:
 	scripts/conformance.sh
 
 ## bench: benchmarks with a baseline in the same run (see docs/benchmarks.md)
-bench: deps build
+bench: deps build component-fixtures
 	scripts/bench.sh
 
 clean:
