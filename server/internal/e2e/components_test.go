@@ -31,10 +31,12 @@ import (
 
 const (
 	componentsDir = "testdata/components"
-	// componentStepTimeoutMS bounds each act (a query that never matches waits this long).
-	componentStepTimeoutMS = 8000
+	// componentStepTimeoutMS bounds each act (a query that never matches waits this long): the
+	// API's default, because Ionic defines its components lazily after load, which took more
+	// than 8 s on a 2-core machine under a load average of 38.
+	componentStepTimeoutMS = 30000
 	// componentEffectWait bounds the wait for the expected POSTs after the last step.
-	componentEffectWait = 5 * time.Second
+	componentEffectWait = 15 * time.Second
 	// componentParallel tasks run at once (each in its own session of the shared browser);
 	// BAP_COMPONENTS_PARALLEL overrides it.
 	componentParallel = 4
