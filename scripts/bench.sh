@@ -13,7 +13,11 @@
 #      bapbench -op create_task -clients $BENCH_CLIENTS -duration $BENCH_DURATION → rps, p50/p90/p99;
 #   4. prints bap_rps / pgbench_tps and whether the goals hold (ratio ≥ 0.40, p99 < 50 ms);
 #   5. stops the server (SIGTERM; it stops its cluster) and runs the Go micro-benchmarks
-#      (go test -bench in the packages of server/internal that have any).
+#      (go test -bench in the packages of server/internal that have any);
+#   6. the component scores: every real-component fixture task (server/internal/e2e/testdata/
+#      components/tasks.json) through BAP and through Playwright MCP (pinned in
+#      server/internal/e2e/testdata/playwright-mcp, on the system Chromium), passes per library side
+#      by side (BenchmarkComponentScores; about 25 minutes on 2 CPUs).
 # A CHECKPOINT precedes every measured phase. During each phase the CPU time of PostgreSQL (all its
 # processes), of bap serve, of the load generator and of everything else on the machine is sampled from
 # /proc: the CPU cost per operation is the figure that other work on a shared machine disturbs least,
@@ -26,13 +30,16 @@
 #
 # It reports; it does not fail when a goal is missed (a benchmark is not a test). It exits non-zero
 # only when something could not run. Raw results go to bench-results/<timestamp>.json (and
-# <timestamp>-go.txt for the Go benchmarks).
+# <timestamp>-go.txt for the Go benchmarks, <timestamp>-components.json and -components.txt for the
+# component scores).
 #
 # Knobs (environment): BENCH_CLIENTS (16), BENCH_DURATION seconds (20), BENCH_WARMUP seconds (3),
 # BENCH_SCALE (16), BENCH_COLD seconds of the cold-start phase (10), BENCH_GO=0 skips the Go
 # benchmarks, BENCH_STREAMS=0 skips the event-delivery runs (BENCH_STREAM_DURATION, 10 s each),
-# BENCH_EXPERIMENTS=1 adds the diagnostic runs, BENCH_BAP=<path> runs that bap binary instead
-# of building bin/bap from the tree (to compare builds), GO (go).
+# BENCH_EXPERIMENTS=1 adds the diagnostic runs, BENCH_COMPONENTS=0 skips the component scores
+# (BAP_COMPONENTS_PARALLEL tasks at a time, within GOMAXPROCS; BENCH_COMPONENTS_TASKS=<regexp> runs
+# only the matching task ids), BENCH_BAP=<path> runs that bap binary instead of building bin/bap from
+# the tree (to compare builds), GO (go).
 #
 # Works as root (the cluster then runs as `postgres`; root reaches its socket) and as a normal user.
 set -euo pipefail
@@ -44,6 +51,7 @@ warmup=${BENCH_WARMUP:-3}
 scale=${BENCH_SCALE:-16}
 cold=${BENCH_COLD:-10}
 run_go=${BENCH_GO:-1}
+run_components=${BENCH_COMPONENTS:-1}
 experiments=${BENCH_EXPERIMENTS:-0}
 GO=${GO:-go}
 ratio_goal=0.40
@@ -72,6 +80,8 @@ results_dir=bench-results
 mkdir -p "$results_dir"
 out_json="$results_dir/$stamp.json"
 out_go="$results_dir/$stamp-go.txt"
+out_components="$results_dir/$stamp-components.json"
+out_components_txt="$results_dir/$stamp-components.txt"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bap-bench.XXXXXX")
 # As root the cluster runs as `postgres`, which must be able to enter the directory.
@@ -466,6 +476,10 @@ go_file=null
 if [[ $run_go == 1 ]]; then
 	go_file=$(json_str "$out_go")
 fi
+components_file=null
+if [[ $run_components == 1 ]]; then
+	components_file=$(json_str "$out_components")
+fi
 
 cat >"$out_json" <<EOF
 {
@@ -484,7 +498,8 @@ cat >"$out_json" <<EOF
   "noisy": $noisy,
   "experiments": $experiments_json,
   "streams": $streams_json,
-  "go_bench": $go_file
+  "go_bench": $go_file,
+  "components": $components_file
 }
 EOF
 
@@ -516,11 +531,29 @@ printf '  results: %s\n\n' "$out_json"
 # ---- Go micro-benchmarks -----------------------------------------------------------------------
 
 if [[ $run_go == 1 ]]; then
-	mapfile -t pkgs < <(grep -rl --include='*_test.go' '^func Benchmark' server/internal | xargs -r -n 1 dirname | sort -u | sed 's|^|./|')
+	# BenchmarkComponentScores is the component-score phase below, not a micro-benchmark.
+	mapfile -t pkgs < <(grep -rl --include='*_test.go' '^func Benchmark' server/internal | grep -v '/components_bench_test\.go$' |
+		xargs -r -n 1 dirname | sort -u | sed 's|^|./|')
 	if [[ ${#pkgs[@]} -gt 0 ]]; then
 		log "go test -bench in ${pkgs[*]}"
-		"$GO" test -run '^$' -bench . -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
+		"$GO" test -run '^$' -bench . -skip '^BenchmarkComponentScores$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
 	else
 		log "no Go benchmarks found"
 	fi
+fi
+
+# ---- component scores: BAP beside Playwright MCP -----------------------------------------------
+# Every task of server/internal/e2e/testdata/components/tasks.json once through BAP's HTTP API and
+# once through Playwright MCP over stdio (docs/benchmarks.md, "Component scores"). The libraries and
+# the Playwright MCP server are pinned npm packages, installed once (npm ci --ignore-scripts; no
+# browser is downloaded: Playwright MCP runs on the system Chromium, BAP_CHROMIUM or chromium on PATH).
+
+if [[ $run_components == 1 ]]; then
+	scripts/install-component-fixtures.sh
+	scripts/install-playwright-mcp.sh
+	log "component scores: BAP and Playwright MCP on the fixture tasks (go test -bench BenchmarkComponentScores)"
+	BENCH_COMPONENTS_OUT="$PWD/$out_components" "$GO" test ./server/internal/e2e -run '^$' \
+		-bench '^BenchmarkComponentScores$' -benchtime 1x -count 1 -timeout 120m | tee "$out_components_txt"
+	[[ -s $out_components ]] || die "the component scores wrote no results ($out_components)"
+	log "component scores: $out_components"
 fi
