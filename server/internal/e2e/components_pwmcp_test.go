@@ -330,19 +330,7 @@ func runPWMCPTask(t *testing.T, env pwmcpEnv, tk componentTask) (res scoreResult
 			lastQuery = string(b)
 		}
 	}
-	got := site.waitFor(tk.Expect, componentEffectWait)
-	res.step = len(tk.Steps)
-	if !sameEffects(got, tk.Expect) {
-		site.mu.Lock()
-		missing := slices.Clone(site.missing)
-		site.mu.Unlock()
-		res.problem = fmt.Sprintf("recorded %s; want %s", effectsString(got), effectsString(tk.Expect))
-		if len(missing) > 0 {
-			res.problem += fmt.Sprintf(" (404s: %s)", strings.Join(missing, ", "))
-		}
-		return res
-	}
-	res.pass = true
+	site.judge(tk, &res.componentResult)
 	return res
 }
 

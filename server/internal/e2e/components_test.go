@@ -374,20 +374,26 @@ func runComponentTask(t *testing.T, s *stack, tk componentTask) componentResult 
 			return res
 		}
 	}
-	got := site.waitFor(tk.Expect, componentEffectWait)
+	site.judge(tk, &res)
+	return res
+}
+
+// judge waits (bounded) for the task's expected effects after its last step and records in res
+// whether the site saw exactly them; both runners (BAP and Playwright MCP) are judged by it.
+func (s *componentSite) judge(tk componentTask, res *componentResult) {
+	got := s.waitFor(tk.Expect, componentEffectWait)
 	res.step = len(tk.Steps)
 	if !sameEffects(got, tk.Expect) {
-		site.mu.Lock()
-		missing := slices.Clone(site.missing)
-		site.mu.Unlock()
+		s.mu.Lock()
+		missing := slices.Clone(s.missing)
+		s.mu.Unlock()
 		res.problem = fmt.Sprintf("recorded %s; want %s", effectsString(got), effectsString(tk.Expect))
 		if len(missing) > 0 {
 			res.problem += fmt.Sprintf(" (404s: %s)", strings.Join(missing, ", "))
 		}
-		return res
+		return
 	}
 	res.pass = true
-	return res
 }
 
 // problemJSON is the problem of a refused act without its receipt (ids of no use in a summary).
