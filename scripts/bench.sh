@@ -17,7 +17,7 @@
 #   6. the component scores: every real-component fixture task (server/internal/e2e/testdata/
 #      components/tasks.json) through BAP and through Playwright MCP (pinned in
 #      server/internal/e2e/testdata/playwright-mcp, on the system Chromium), passes per library side
-#      by side (BenchmarkComponentScores; about 25 minutes on 2 CPUs).
+#      by side (BenchmarkComponentScores; about 15 minutes on 2 CPUs).
 # A CHECKPOINT precedes every measured phase. During each phase the CPU time of PostgreSQL (all its
 # processes), of bap serve, of the load generator and of everything else on the machine is sampled from
 # /proc: the CPU cost per operation is the figure that other work on a shared machine disturbs least,

@@ -285,7 +285,16 @@ func ariaQueryOf(q map[string]any) (ariaQuery, error) {
 }
 
 func (q ariaQuery) String() string {
-	b, _ := json.Marshal(map[string]any{"role": q.Role, "name": q.Name, "label": q.Label, "text": q.Text, "exact": q.Exact})
+	m := map[string]any{}
+	for k, v := range map[string]string{"role": q.Role, "name": q.Name, "label": q.Label, "text": q.Text} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if q.Exact {
+		m["exact"] = true
+	}
+	b, _ := json.Marshal(m)
 	return string(b)
 }
 

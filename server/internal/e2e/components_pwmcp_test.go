@@ -55,8 +55,9 @@ const (
 	pwmcpCLI   = pwmcpDir + "/node_modules/@playwright/mcp/cli.js"
 	// pwmcpPoll is the pause between two snapshots while a step's element is not there yet.
 	pwmcpPoll = 200 * time.Millisecond
-	// pwmcpTaskTimeout bounds one task (server start, browser launch, navigation, steps).
-	pwmcpTaskTimeout = 3 * time.Minute
+	// pwmcpTaskSlack bounds, with the step timeouts, one task: server start, browser launch,
+	// navigation and the wait for the effects (pwmcpTaskTimeout).
+	pwmcpTaskSlack = 2 * time.Minute
 )
 
 // pwmcpAllowedTools are the only tools the driver calls: no script evaluation, no code.
@@ -278,6 +279,12 @@ func (p *pwmcpSession) find(ctx context.Context, qs ...ariaQuery) ([]ariaNode, i
 	}
 }
 
+// pwmcpTaskTimeout bounds one task: each step may wait the step timeout for its element and
+// again for its tool (select_option: for the option too), plus the slack.
+func pwmcpTaskTimeout(tk componentTask) time.Duration {
+	return time.Duration(len(tk.Steps))*3*componentStepTimeoutMS*time.Millisecond + componentEffectWait + pwmcpTaskSlack
+}
+
 // runPWMCPTask runs one task through a Playwright MCP server of its own (a fresh browser, as BAP
 // gets a fresh session) against a fixture site of its own.
 func runPWMCPTask(t *testing.T, env pwmcpEnv, tk componentTask) (res scoreResult) {
@@ -285,7 +292,7 @@ func runPWMCPTask(t *testing.T, env pwmcpEnv, tk componentTask) (res scoreResult
 	site := newComponentSite(t)
 	res = scoreResult{componentResult: componentResult{task: tk, ran: true, step: -1}}
 	defer func() { res.seconds = time.Since(start).Seconds() }()
-	ctx, cancel := context.WithTimeout(context.Background(), pwmcpTaskTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), pwmcpTaskTimeout(tk))
 	defer cancel()
 
 	dir := t.TempDir()
