@@ -183,8 +183,11 @@ func flag(v string) int {
 	return 0
 }
 
+// normSpace collapses white space as the agent's norm does.
 func normSpace(s string) string { return strings.Join(strings.Fields(s), " ") }
 
+// clipText clips to n characters as the agent's clip does (n-1 and an ellipsis), so that the
+// browser's names are as long as the agent's; clipString (session.go) bounds bytes instead.
 func clipText(s string, n int) string {
 	r := []rune(s)
 	if len(r) > n {
