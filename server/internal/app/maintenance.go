@@ -84,6 +84,10 @@ func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseU
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
+		// The heartbeat first: a slow round of the work below must not make this node look dead.
+		if err := s.RegisterNode(ctx, advertiseURL, version); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("node heartbeat failed", "err", err)
+		}
 		if n, err := s.ExpireDue(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("deadline expiry failed", "err", err)
 		} else if n > 0 {
@@ -111,9 +115,6 @@ func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseU
 			s.cfg.Logger.Error("closing sessions of ended tasks failed", "err", err)
 		} else if n > 0 {
 			s.cfg.Logger.Info("sessions of ended tasks closed", "count", n)
-		}
-		if err := s.RegisterNode(ctx, advertiseURL, version); err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Error("node heartbeat failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():

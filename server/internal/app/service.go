@@ -106,6 +106,9 @@ type Service struct {
 	held          sync.Map      // approval id → held: actions waiting for their approval
 	lastUsed      sync.Map      // task id → lastUse: where its postcondition is evaluated
 	flights       flights       // two-phase commands between phase 1 and phase 3 (cancel.go)
+	// running holds the ids of the two-phase commands this process is executing: recovery never
+	// classifies them, even when a stalled heartbeat makes this node look dead (twophase.go).
+	running sync.Map
 
 	// sessions holds the reservations of browser sessions being opened on this node (limits.go).
 	sessions admission.Reservations

@@ -42,13 +42,23 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 	var cmd *Command
 	var fl *flight // registered for cancel_task from phase 1 until phase 3 committed (cancel.go)
 	var taskDeadline *time.Time
-	defer func() { s.flights.end(fl) }()
+	defer func() {
+		s.flights.end(fl)
+		if cmd != nil {
+			s.running.Delete(cmd.ID)
+		}
+	}()
 	dispatched := false
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		resp, plan, cmd, dispatched = Response{}, nil, nil, false
 		s.flights.end(fl) // a retried transaction registers again
 		fl = nil
+		if cmd != nil {
+			s.running.Delete(cmd.ID) // a retried transaction claims under a new command id
+		}
 		cmd = s.newCommand(call)
+		// Marked before the claim can commit, unmarked once phase 3 has (or the claim rolled back).
+		s.running.Store(cmd.ID, struct{}{})
 		done, replay, err := s.claim(ctx, tx, call, cmd)
 		if err != nil || done {
 			resp = replay
@@ -119,6 +129,20 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 	// Phase 3.
 	err = s.store.InTx(context.WithoutCancel(ctx), func(tx Tx) error {
 		c := &commandCtx{s: s, tx: tx, cmd: cmd, now: s.cfg.Now()}
+		// Locked first, as recovery locks it (then the task): a node that another node took for
+		// dead, while this one still ran the command, finds its outcome classified already and
+		// answers what the key replays rather than issuing a second receipt.
+		if _, err := tx.LockCommand(ctx, cmd.Tenant, cmd.ID); errors.Is(err, ErrNotFound) {
+			s.cfg.Logger.Warn("command classified by recovery while this node ran it", "command", cmd.ID, "operation", cmd.Operation)
+			done, replay, err := s.claim(ctx, tx, call, cmd)
+			if err == nil && !done {
+				err = fmt.Errorf("command %s has a receipt but its key %q was free", cmd.ID, call.IdempotencyKey)
+			}
+			resp = replay
+			return err
+		} else if err != nil {
+			return err
+		}
 		t, err := tx.LockTask(ctx, cmd.Tenant, taskID)
 		if err != nil {
 			return err
@@ -188,6 +212,9 @@ func (s *Service) RecoverInterrupted(ctx context.Context, staleBefore time.Time)
 	}
 	n := 0
 	for _, cl := range claims {
+		if _, live := s.running.Load(cl.CommandID); live {
+			continue // this process is running it and records its outcome itself
+		}
 		err := s.store.InTx(ctx, func(tx Tx) error {
 			cmd, err := tx.LockCommand(ctx, cl.Tenant, cl.CommandID)
 			if errors.Is(err, ErrNotFound) {

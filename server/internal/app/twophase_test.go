@@ -167,3 +167,44 @@ func TestRecoveryClassifiesInterruptedCommands(t *testing.T) {
 		})
 	}
 }
+
+// A node whose heartbeat lapses while it runs a command (a stalled machine) is taken for dead:
+// its own recovery leaves the command alone, as it is running it; another node's recovery
+// classifies it. When the effect returns, the node answers what the key replays: one receipt,
+// never a second one (once a 500 from a duplicate receipt).
+func TestRecoveryDuringDispatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *app.Config) { c.InterruptedResponse = interrupted })
+	ctx := context.Background()
+	other, err := app.NewService(store.New(b.db), app.Config{NodeID: "node_other", InterruptedResponse: interrupted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := b.create(t, app.CreateTaskInput{})
+	call := b.call(t, "act", []string{"bs_x"}, "stalled", "stalled-key")
+	dispatch := func(context.Context) (any, error) {
+		if err := store.New(b.db).StopNode(ctx, "node_test"); err != nil {
+			return nil, err
+		}
+		if n, err := b.svc.RecoverInterrupted(ctx, time.Now()); err != nil || n != 0 {
+			t.Errorf("the running node classified %d of its own live commands (%v)", n, err)
+		}
+		if n, err := other.RecoverInterrupted(ctx, time.Now()); err != nil || n != 1 {
+			t.Errorf("another node classified %d (%v), want 1", n, err)
+		}
+		return nil, nil
+	}
+	resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, true, dispatch, false)
+	var body struct {
+		Receipt struct{ Outcome task.Outcome } `json:"receipt"`
+	}
+	if err != nil || !resp.Replayed || resp.Status != 200 || json.Unmarshal(resp.Body, &body) != nil ||
+		body.Receipt.Outcome != task.ReconciliationRequired {
+		t.Fatalf("phase 3 after recovery: %v %d %s", err, resp.Status, resp.Body)
+	}
+	var receipts int
+	if err := b.db.QueryRow(ctx, `SELECT count(*) FROM task_receipt r JOIN task_command c USING (command_id)
+		WHERE c.task_id = $1 AND c.operation = 'act'`, tk.ID).Scan(&receipts); err != nil || receipts != 1 {
+		t.Fatalf("%d receipts for the command (%v), want 1", receipts, err)
+	}
+}

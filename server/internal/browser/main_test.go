@@ -64,6 +64,7 @@ type fixtures struct {
 	Other       string
 	orders      atomic.Int64
 	frameOrders atomic.Int64 // orders placed from a form inside an iframe (frame-order)
+	giftOrders  atomic.Int64 // orders from widgets.html's hostile form: its own counter, as tests run in parallel
 	mu          sync.Mutex
 	otherHits   []string
 }
@@ -108,6 +109,10 @@ func (f *fixtures) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		n := f.orders.Add(1)
 		http.Redirect(w, r, fmt.Sprintf("/thanks.html?order=%d", n), http.StatusSeeOther)
+		return
+	case "/gift-order":
+		f.giftOrders.Add(1)
+		http.Redirect(w, r, "/thanks.html?order=gift", http.StatusSeeOther)
 		return
 	case "/frame-order":
 		// A slow site: the order counts only once it was processed.

@@ -82,13 +82,13 @@ func TestCheckThroughALabelNeverClicksItsSubmitButton(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.navigate("/widgets.html")
-	before := fx.orders.Load()
+	before := fx.giftOrders.Load()
 	_, err := b.s.Act(tctx(t), ActRequest{Action: ActionCheck, Query: &Query{Role: "checkbox", Name: "Gift wrap"}, Timeout: 1500 * time.Millisecond})
 	var ate *ActionTimeoutError
 	if !errors.As(err, &ate) || !strings.Contains(ate.Reason, "covered by another element (button)") {
-		t.Fatalf("check through a label holding a submit button: %v, want covered by the button (orders %d)", err, fx.orders.Load()-before)
+		t.Fatalf("check through a label holding a submit button: %v, want covered by the button (orders %d)", err, fx.giftOrders.Load()-before)
 	}
-	if got := fx.orders.Load() - before; got != 0 {
+	if got := fx.giftOrders.Load() - before; got != 0 {
 		t.Fatalf("%d orders placed by checking a checkbox", got)
 	}
 }
