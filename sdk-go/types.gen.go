@@ -727,6 +727,45 @@ func (e ReconciliationOutcome) Valid() bool {
 	}
 }
 
+// Defines values for RequestBlockedDataLayer.
+const (
+	RequestBlockedDataLayerInterception RequestBlockedDataLayer = "interception"
+	RequestBlockedDataLayerProxy        RequestBlockedDataLayer = "proxy"
+)
+
+// Valid indicates whether the value is a known member of the RequestBlockedDataLayer enum.
+func (e RequestBlockedDataLayer) Valid() bool {
+	switch e {
+	case RequestBlockedDataLayerInterception:
+		return true
+	case RequestBlockedDataLayerProxy:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RequestBlockedDataReason.
+const (
+	RequestBlockedDataReasonOriginNotAllowed RequestBlockedDataReason = "origin_not_allowed"
+	RequestBlockedDataReasonPrivateNetwork   RequestBlockedDataReason = "private_network"
+	RequestBlockedDataReasonUnclassifiable   RequestBlockedDataReason = "unclassifiable"
+)
+
+// Valid indicates whether the value is a known member of the RequestBlockedDataReason enum.
+func (e RequestBlockedDataReason) Valid() bool {
+	switch e {
+	case RequestBlockedDataReasonOriginNotAllowed:
+		return true
+	case RequestBlockedDataReasonPrivateNetwork:
+		return true
+	case RequestBlockedDataReasonUnclassifiable:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SafetyJudgedDataVerdict.
 const (
 	SafetyJudgedDataVerdictAllow   SafetyJudgedDataVerdict = "allow"
@@ -3376,16 +3415,22 @@ type RequestApprovalResponse struct {
 	Receipt Receipt `json:"receipt"`
 }
 
-// RequestBlockedData `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
+// RequestBlockedData `data` of a `request.blocked` event: a request of the page (a document, a subresource, a frame, a redirect, a popup, a worker, a WebSocket or a tunnel) was refused at the browser's boundary; nothing of it left the browser.
 //
-// Examples: {"context_id":"ctx_9aB3cD5eF7gH","resource_type":"Image","session_id":"bs_4fT8nQ2rL6vY","url":"https://tracker.example.net/pixel.gif"}
+// Examples: {"context_id":"ctx_9aB3cD5eF7gH","layer":"interception","reason":"origin_not_allowed","resource_type":"image","session_id":"bs_4fT8nQ2rL6vY","url":"https://tracker.example.net/pixel.gif"}
 type RequestBlockedData struct {
 	// ContextId Browsing context identifier.
 	//
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
 
-	// ResourceType What was requested (Document, Script, Image, XHR, WebSocket, …).
+	// Layer Which control refused it: `interception` (the browser paused the request and BAP refused it) or `proxy` (the browser context's egress proxy refused the connection, for traffic interception cannot see: WebSockets, service workers, preconnects).
+	Layer *RequestBlockedDataLayer `json:"layer,omitempty"`
+
+	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
+	Reason *RequestBlockedDataReason `json:"reason,omitempty"`
+
+	// ResourceType What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see.
 	ResourceType *string `json:"resource_type,omitempty"`
 
 	// SessionId Browser session identifier.
@@ -3396,6 +3441,12 @@ type RequestBlockedData struct {
 	// Url The refused URL without userinfo, query or fragment.
 	Url string `json:"url"`
 }
+
+// RequestBlockedDataLayer Which control refused it: `interception` (the browser paused the request and BAP refused it) or `proxy` (the browser context's egress proxy refused the connection, for traffic interception cannot see: WebSockets, service workers, preconnects).
+type RequestBlockedDataLayer string
+
+// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
+type RequestBlockedDataReason string
 
 // RequestBlockedEvent An Event of type `request.blocked`.
 type RequestBlockedEvent struct {
@@ -3412,9 +3463,9 @@ type RequestBlockedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
+	// Data `data` of a `request.blocked` event: a request of the page (a document, a subresource, a frame, a redirect, a popup, a worker, a WebSocket or a tunnel) was refused at the browser's boundary; nothing of it left the browser.
 	//
-	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","resource_type":"Image","session_id":"bs_4fT8nQ2rL6vY","url":"https://tracker.example.net/pixel.gif"}
+	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","layer":"interception","reason":"origin_not_allowed","resource_type":"image","session_id":"bs_4fT8nQ2rL6vY","url":"https://tracker.example.net/pixel.gif"}
 	Data RequestBlockedData `json:"data"`
 
 	// EventId Event identifier.

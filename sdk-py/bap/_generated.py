@@ -1845,13 +1845,26 @@ class RequestApprovalResponse(TypedDict):
 
 
 class RequestBlockedData(TypedDict):
-    """`data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect
-    or a popup) was refused by the task's origin policy; nothing was loaded.
+    """`data` of a `request.blocked` event: a request of the page (a document, a subresource, a frame,
+    a redirect, a popup, a worker, a WebSocket or a tunnel) was refused at the browser's boundary;
+    nothing of it left the browser.
     """
 
     #: Browsing context identifier.
     context_id: NotRequired[str]
-    #: What was requested (Document, Script, Image, XHR, WebSocket, …).
+    #: Which control refused it: `interception` (the browser paused the request and BAP refused it)
+    #: or `proxy` (the browser context's egress proxy refused the connection, for traffic
+    #: interception cannot see: WebSockets, service workers, preconnects).
+    layer: NotRequired[Literal["interception", "proxy"]]
+    #: Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or
+    #: resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy
+    #: does not name explicitly), `unclassifiable` (the request could not be read or checked, so it
+    #: was refused).
+    reason: NotRequired[Literal["origin_not_allowed", "private_network", "unclassifiable"]]
+    #: What was requested: the browser's resource type at the interception layer (document, script,
+    #: image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's
+    #: Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or
+    #: tunnel for a CONNECT, whose contents the proxy cannot see.
     resource_type: NotRequired[str]
     #: Browser session identifier.
     session_id: str

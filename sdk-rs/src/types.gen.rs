@@ -3831,14 +3831,29 @@ impl RequestApprovalResponse {
     }
 }
 
-/// `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect
-/// or a popup) was refused by the task's origin policy; nothing was loaded.
+/// `data` of a `request.blocked` event: a request of the page (a document, a subresource, a frame,
+/// a redirect, a popup, a worker, a WebSocket or a tunnel) was refused at the browser's boundary;
+/// nothing of it left the browser.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RequestBlockedData {
     /// Browsing context identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
-    /// What was requested (Document, Script, Image, XHR, WebSocket, …).
+    /// Which control refused it: `interception` (the browser paused the request and BAP refused it)
+    /// or `proxy` (the browser context's egress proxy refused the connection, for traffic
+    /// interception cannot see: WebSockets, service workers, preconnects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<String>,
+    /// Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or
+    /// resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy
+    /// does not name explicitly), `unclassifiable` (the request could not be read or checked, so it
+    /// was refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// What was requested: the browser's resource type at the interception layer (document, script,
+    /// image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's
+    /// Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or
+    /// tunnel for a CONNECT, whose contents the proxy cannot see.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_type: Option<String>,
     /// Browser session identifier.

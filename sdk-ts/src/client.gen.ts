@@ -338,8 +338,9 @@ export type RequestApprovalRequest = S["RequestApprovalRequest"];
 /** Answer of request_approval. */
 export type RequestApprovalResponse = S["RequestApprovalResponse"];
 /**
- * `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or
- * a popup) was refused by the task's origin policy; nothing was loaded.
+ * `data` of a `request.blocked` event: a request of the page (a document, a subresource, a frame, a
+ * redirect, a popup, a worker, a WebSocket or a tunnel) was refused at the browser's boundary;
+ * nothing of it left the browser.
  */
 export type RequestBlockedData = S["RequestBlockedData"];
 /** An Event of type `request.blocked`. */

@@ -3425,10 +3425,12 @@ export interface components {
         };
         /**
          * RequestBlockedData
-         * @description `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
+         * @description `data` of a `request.blocked` event: a request of the page (a document, a subresource, a frame, a redirect, a popup, a worker, a WebSocket or a tunnel) was refused at the browser's boundary; nothing of it left the browser.
          * @example {
          *       "context_id": "ctx_9aB3cD5eF7gH",
-         *       "resource_type": "Image",
+         *       "layer": "interception",
+         *       "reason": "origin_not_allowed",
+         *       "resource_type": "image",
          *       "session_id": "bs_4fT8nQ2rL6vY",
          *       "url": "https://tracker.example.net/pixel.gif"
          *     }
@@ -3439,7 +3441,17 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
-            /** @description What was requested (Document, Script, Image, XHR, WebSocket, …). */
+            /**
+             * @description Which control refused it: `interception` (the browser paused the request and BAP refused it) or `proxy` (the browser context's egress proxy refused the connection, for traffic interception cannot see: WebSockets, service workers, preconnects).
+             * @enum {string}
+             */
+            layer?: "interception" | "proxy";
+            /**
+             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
+             * @enum {string}
+             */
+            reason?: "origin_not_allowed" | "private_network" | "unclassifiable";
+            /** @description What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see. */
             resource_type?: string;
             /**
              * @description Browser session identifier.

@@ -90,6 +90,8 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 	}
 	s.emit(Event{Type: EventRequestBlocked, ContextID: ctxID, EpochID: epoch, URL: red, Data: map[string]any{
 		"resource_type": strings.ToLower(string(ev.ResourceType)),
+		"layer":         "interception",
+		"reason":        "origin_not_allowed",
 		"navigation":    isDoc,
 		"main_frame":    main,
 		"redirect":      ev.RedirectedRequestID != "",
