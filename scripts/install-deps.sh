@@ -21,6 +21,9 @@
 #                       sdk-rs and its conformance runner, built offline from Debian's crates
 #                       (/usr/share/cargo/registry; rustc 1.63)
 #
+# It also creates the system account bap-browser (no home, no login shell) if missing: when bap runs as
+# root, Chromium runs as that account with its sandbox on (see docs/operability.md, "The browser").
+#
 # Recommended packages are installed too (Debian's default): chromium's include the fonts pages render
 # with. Note that installing postgresql also creates and starts Debian's default cluster "main" on
 # localhost:5432; BAP does not use it (it runs its own private cluster on a Unix socket), and
@@ -57,25 +60,42 @@ for pkg in $PACKAGES; do
 done
 missing=${missing# }
 
-if [ -z "$missing" ]; then
-	echo "install-deps.sh: all present: $PACKAGES"
+# The account Chromium runs as when bap runs as root (browser.DefaultRunAsUser).
+BROWSER_USER=bap-browser
+ADD_USER="useradd --system --user-group --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin $BROWSER_USER"
+user_missing=false
+if ! getent passwd "$BROWSER_USER" >/dev/null 2>&1; then
+	user_missing=true
+fi
+
+if [ -z "$missing" ] && ! $user_missing; then
+	echo "install-deps.sh: all present: $PACKAGES, user $BROWSER_USER"
 	exit 0
 fi
 
 if $check_only; then
-	echo "install-deps.sh: missing: $missing" >&2
+	[ -z "$missing" ] || echo "install-deps.sh: missing: $missing" >&2
+	! $user_missing || echo "install-deps.sh: missing: the user $BROWSER_USER" >&2
 	exit 1
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
-	echo "install-deps.sh: missing: $missing" >&2
+	[ -z "$missing" ] || echo "install-deps.sh: missing: $missing" >&2
+	! $user_missing || echo "install-deps.sh: missing: the user $BROWSER_USER (Chromium's account when bap runs as root)" >&2
 	echo "Run as root, or:" >&2
-	echo "sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y $missing"
+	[ -z "$missing" ] || echo "sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y $missing"
+	! $user_missing || echo "sudo $ADD_USER"
 	exit 1
 fi
 
-echo "install-deps.sh: installing: $missing"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update
-# shellcheck disable=SC2086 # word splitting of the package list is intended
-apt-get install -y $missing
+if [ -n "$missing" ]; then
+	echo "install-deps.sh: installing: $missing"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	# shellcheck disable=SC2086 # word splitting of the package list is intended
+	apt-get install -y $missing
+fi
+if $user_missing; then
+	echo "install-deps.sh: creating the user $BROWSER_USER"
+	$ADD_USER
+fi

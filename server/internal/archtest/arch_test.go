@@ -100,11 +100,11 @@ var rules = []rule{
 		why: "the Go SDK is a client: it speaks BAP over HTTP and never imports the server",
 	},
 	{
-		name: "pgcluster", packages: internal("pgcluster"), forbid: []string{module},
-		why: "pgcluster runs PostgreSQL with pgx and the standard library; it knows nothing of BAP",
+		name: "pgcluster", packages: internal("pgcluster"), forbid: []string{module}, except: internal("osuser"),
+		why: "pgcluster runs PostgreSQL with pgx, osuser and the standard library; it knows nothing of BAP",
 	},
 	{
-		name: "pgtest", packages: internal("pgtest"), forbid: []string{module}, except: internal("pgcluster"),
+		name: "pgtest", packages: internal("pgtest"), forbid: []string{module}, except: internal("pgcluster", "osuser"),
 		why: "the test harness builds on pgcluster and pgx only",
 	},
 	{
@@ -130,8 +130,8 @@ var rules = []rule{
 		why: "the fake model orchestrator (and its standalone cmd/fakeorch) is a standard-library test double that knows nothing of BAP",
 	},
 	{
-		name: "helpers", packages: internal("ratelimit", "redact"), forbid: []string{nonStd},
-		why: "ratelimit (token buckets) and redact (the log redaction layer) are standard-library helpers every layer may use",
+		name: "helpers", packages: internal("ratelimit", "redact", "osuser"), forbid: []string{nonStd},
+		why: "ratelimit (token buckets), redact (the log redaction layer) and osuser (the unprivileged account of child processes) are standard-library helpers every layer may use",
 	},
 	{
 		name: "end-to-end tests", packages: internal("e2e"), forbid: []string{nonStd},

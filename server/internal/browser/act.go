@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -749,7 +748,7 @@ func (s *Session) click(ctx context.Context, t *tab, x, y float64) error {
 // file input.
 func (s *Session) upload(ctx context.Context, tg *actTarget, files []File) error {
 	dir := filepath.Join(s.upDir, ids.New(ids.Artifact))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := s.ps.p.mkdirBap(dir); err != nil {
 		return err
 	}
 	var paths []string
@@ -761,7 +760,7 @@ func (s *Session) upload(ctx context.Context, tg *actTarget, files []File) error
 		}
 		seen[safeName(f.Name)]++
 		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, f.Content, 0o600); err != nil {
+		if err := s.ps.p.writeUpload(p, f.Content); err != nil {
 			return err
 		}
 		paths = append(paths, p)

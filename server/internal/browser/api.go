@@ -40,6 +40,18 @@ type Config struct {
 	NoDocumentCSP bool
 	// ExtraFlags are appended to the browser command line (tests).
 	ExtraFlags []string
+	// RunAsUser is the OS account Chromium runs as when this process runs
+	// as root (Chromium's sandbox refuses root); "" means DefaultRunAsUser.
+	// The account must not be root; its profile, downloads and crash dumps
+	// live in directories only it can write. When this process is not root,
+	// Chromium runs as the current user and RunAsUser must be empty or name
+	// that user.
+	RunAsUser string
+	// NoSandbox starts Chromium with --no-sandbox, for machines where its
+	// sandbox cannot start (Start otherwise fails with a [SandboxError]
+	// naming the fix). Without the sandbox a page that exploits the renderer
+	// runs with the browser user's full rights; a WARN line says so at start.
+	NoSandbox bool
 }
 
 // Errors (the same values as page's, so errors.Is works with either name).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -101,7 +100,7 @@ func Start(ctx context.Context, cfg Config) (*Browser, error) {
 
 // startProcess launches a browser and turns on auto-attach for its pages.
 func (b *Browser) startProcess(ctx context.Context) (*procState, error) {
-	p, err := launch(ctx, b.bin, b.cfg.ExtraFlags, b.log)
+	p, err := launch(ctx, b.bin, b.cfg, b.log)
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +344,7 @@ func (b *Browser) newContextSession(ctx context.Context, ps *procState) (*Sessio
 		s.dispose(context.Background())
 		return nil, err
 	}
-	if err := os.MkdirAll(s.dlDir, 0o700); err != nil {
+	if err := ps.p.makeDownloadDir(s.dlDir); err != nil {
 		return fail(err)
 	}
 	dl := start(ctx, root, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{

@@ -121,12 +121,7 @@ func (d *download) collect(ctx context.Context, limit int64) Download {
 		out.Reason = "cancelled"
 		return out
 	}
-	st, err := os.Stat(path)
-	if err != nil || st.Size() > limit {
-		out.Reason = "not readable"
-		return out
-	}
-	b, err := os.ReadFile(path) // #nosec G304 -- a file the browser wrote into the session's own directory, named by guid
+	b, err := d.s.ps.p.readDownload(path, limit) // a file the browser wrote into the session's own directory, named by guid
 	if err != nil {
 		out.Reason = "not readable"
 		return out

@@ -3,7 +3,9 @@ package browser
 import "syscall"
 
 // sysProcAttr puts the browser in its own process group (so that stop can
-// kill its helpers) and kills it when this process dies.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+// kill its helpers), kills it when this process dies and, when cred is set
+// (bap runs as root), runs it as the browser user. Go sets the parent-death
+// signal after switching credentials, so the switch does not clear it.
+func sysProcAttr(cred *syscall.Credential) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: cred}
 }

@@ -102,7 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	perm := os.FileMode(0o700)
-	if o.switchUser {
+	if o.Switch {
 		perm = 0o711 // the cluster user must be able to enter it
 	}
 	if err := os.MkdirAll(cfg.DataDir, perm); err != nil {
@@ -113,7 +113,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	defer unlock()
-	if err := o.checkSearchable(cfg.DataDir); err != nil {
+	if err := o.CheckSearchable(cfg.DataDir); err != nil {
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 
@@ -272,7 +272,7 @@ func (c *Cluster) initdb(ctx context.Context) error {
 			return fmt.Errorf("removing %s: %w", tmp, err)
 		}
 	}
-	if err := c.run.owner.ensurePrivateDir(tmp, true); err != nil {
+	if err := c.run.owner.EnsurePrivateDir(tmp, true); err != nil {
 		return err
 	}
 	c.log.Info("initialising a PostgreSQL cluster", "version", c.run.bin.version, "bin", c.run.bin.dir)
@@ -307,8 +307,8 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.writeOwned(filepath.Join(c.pgdata, "bap.conf"), renderConf(c.socketDir, c.settings)); err != nil {
 		return err
 	}
-	if err := c.run.owner.ensurePrivateDir(c.socketDir, !c.fallbackSocket); err != nil {
-		return err
+	if err := c.run.owner.EnsurePrivateDir(c.socketDir, !c.fallbackSocket); err != nil {
+		return fmt.Errorf("the socket directory: %w", err)
 	}
 	logPath := filepath.Join(c.dataDir, "postgres.log")
 	if err := c.ensureLog(logPath); err != nil {
@@ -377,7 +377,7 @@ func (c *Cluster) writeOwned(path string, data []byte) error {
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := c.run.owner.chown(tmp); err != nil {
+	if err := c.run.owner.Chown(tmp); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, path); err != nil {
@@ -394,7 +394,7 @@ func (c *Cluster) ensureLog(path string) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("creating %s: %w", path, err)
 	}
-	return c.run.owner.chown(path)
+	return c.run.owner.Chown(path)
 }
 
 // runner runs the PostgreSQL programs as the cluster user.
@@ -409,7 +409,7 @@ func (r runner) run(ctx context.Context, program string, args ...string) error {
 	cmd := exec.CommandContext(ctx, r.bin.path(program), args...)
 	cmd.Dir = r.workDir
 	cmd.Env = childEnv(os.Environ())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.owner.credential()}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.owner.Credential()}
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	r.log.Debug("ran "+program, "args", args, "output", string(out), "error", err)

@@ -296,12 +296,12 @@ func TestCheckSearchable(t *testing.T) {
 	if err := os.Mkdir(closed, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.checkSearchable(base); err != nil {
-		t.Errorf("checkSearchable(%s) = %v, want nil", base, err)
+	if err := o.CheckSearchable(base); err != nil {
+		t.Errorf("CheckSearchable(%s) = %v, want nil", base, err)
 	}
-	err = o.checkSearchable(filepath.Join(closed, "data"))
+	err = o.CheckSearchable(filepath.Join(closed, "data"))
 	if err == nil || !strings.Contains(err.Error(), "cannot enter "+closed+" ") {
-		t.Errorf("checkSearchable below a 0700 root dir = %v, want it to name %s", err, closed)
+		t.Errorf("CheckSearchable below a 0700 root dir = %v, want it to name %s", err, closed)
 	}
 	_, err = Start(t.Context(), Config{DataDir: filepath.Join(closed, "data")})
 	if err == nil || !strings.Contains(err.Error(), "chmod o+x "+closed) {
