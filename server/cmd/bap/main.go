@@ -114,6 +114,7 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.StringVar(&cfg.OrchestratorConfigFile, "orchestrator-config", "", "JSON file: roles → ordered approved model ids, and model metadata (default: every listed model for every role)")
 	fs.StringVar(&cfg.OrchestratorCredentialFile, "orchestrator-credential-file", "", "file holding BAP's bearer token for the orchestrator (default: $BAP_ORCHESTRATOR_TOKEN)")
 	fs.DurationVar(&cfg.OrchestratorCallTimeout, "orchestrator-call-timeout", 0, "bound on each model call before the next approved model is tried (default 60s)")
+	browserFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -153,9 +154,11 @@ func migrate(ctx context.Context, args []string, logger *slog.Logger, stderr io.
 }
 
 func printVersion(w io.Writer) error {
-	return json.NewEncoder(w).Encode(map[string]any{
+	v := map[string]any{
 		"bap": version.BAP, "mcp": version.MCP, "schema": daemon.SchemaVersion(), "software": version.Software,
-	})
+	}
+	addBrowserVersion(v)
+	return json.NewEncoder(w).Encode(v)
 }
 
 // printDatabaseURL prints the connection string of the embedded cluster of --data-dir.

@@ -37,6 +37,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// Ready reports whether the server may take requests (for /readyz).
 	Ready func(ctx context.Context) error
+	// Warnings, when set, lists the node's standing warnings (e.g. a browser without its sandbox);
+	// a ready /readyz carries them as its detail, so monitoring sees them.
+	Warnings func() []string
 	// Adapters lists the protocol adapters served, for GET /bap/v1.
 	Adapters []string
 	// Audit, when set, records refused requests (401, 403, 429) in the authorization audit trail.
@@ -71,6 +74,7 @@ type server struct {
 	log     *slog.Logger
 	maxBody int64
 	ready   func(ctx context.Context) error
+	warn    func() []string
 	spec    *specIndex
 	audit   AuditLog
 	limiter Limiter
@@ -113,7 +117,7 @@ func New(o Options) (http.Handler, error) {
 		return nil, err
 	}
 	s := &server{svc: o.Service, auth: o.Authenticator, log: o.Logger, maxBody: o.MaxBodyBytes,
-		ready: o.Ready, spec: idx, opMux: http.NewServeMux(), adapters: o.Adapters, audit: o.Audit, limiter: o.Limiter}
+		ready: o.Ready, warn: o.Warnings, spec: idx, opMux: http.NewServeMux(), adapters: o.Adapters, audit: o.Audit, limiter: o.Limiter}
 	s.stream = newStreamOptions(o)
 	s.admission = o.Admission
 	if o.Cluster != nil {
@@ -451,5 +455,12 @@ func (s *server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, apigen.HealthStatus{Status: apigen.HealthStateNotReady, Detail: &detail})
 		return
 	}
-	writeJSON(w, http.StatusOK, apigen.HealthStatus{Status: apigen.HealthStateReady})
+	ready := apigen.HealthStatus{Status: apigen.HealthStateReady}
+	if s.warn != nil {
+		if ws := s.warn(); len(ws) > 0 {
+			detail := "warning: " + strings.Join(ws, "; warning: ")
+			ready.Detail = &detail
+		}
+	}
+	writeJSON(w, http.StatusOK, ready)
 }

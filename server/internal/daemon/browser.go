@@ -16,11 +16,16 @@ func startBrowser(ctx context.Context, cfg Config, log *slog.Logger) (app.Browse
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	b, err := browser.Start(ctx, browser.Config{Binary: cfg.Chromium, Logger: log.With("component", "browser"),
-		MaxSessions: cfg.browserMaxSessions()})
+		MaxSessions: cfg.browserMaxSessions(), RunAsUser: cfg.BrowserUser, NoSandbox: cfg.BrowserNoSandbox})
 	if err != nil {
-		if errors.Is(err, browser.ErrUnavailable) {
+		var sandbox *browser.SandboxError
+		switch {
+		case errors.As(err, &sandbox):
+			// Fail closed: no browser rather than one without its sandbox; the error names the fix.
+			log.Error("the browser's sandbox cannot start: browser operations will answer 503 browser_unavailable", "err", err)
+		case errors.Is(err, browser.ErrUnavailable):
 			log.Warn("no browser: browser operations will answer 503 browser_unavailable", "err", err)
-		} else {
+		default:
 			log.Error("starting the browser failed: browser operations will answer 503 browser_unavailable", "err", err)
 		}
 		return nil, func() {}
@@ -30,4 +35,16 @@ func startBrowser(ctx context.Context, cfg Config, log *slog.Logger) (app.Browse
 			log.Warn("closing the browser", "err", err)
 		}
 	}
+}
+
+// BrowserNoSandboxWarning is the standing warning of a node whose browser runs without its sandbox
+// (on /readyz and in `bap version`).
+const BrowserNoSandboxWarning = "the browser runs without its sandbox (--browser-no-sandbox)"
+
+// browserWarnings are the node's standing warnings about its browser, for /readyz.
+func browserWarnings(cfg Config, br app.Browser) []string {
+	if br != nil && cfg.BrowserNoSandbox {
+		return []string{BrowserNoSandboxWarning}
+	}
+	return nil
 }

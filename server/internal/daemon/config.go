@@ -39,6 +39,12 @@ type Config struct {
 	MCPConformanceFixtures bool
 	// Chromium is the browser binary (BAP_CHROMIUM); empty: looked up on PATH.
 	Chromium string
+	// BrowserUser is the OS account Chromium runs as when bap runs as root (--browser-user,
+	// BAP_BROWSER_USER); empty: browser.DefaultRunAsUser. Not root: Chromium runs as bap's user.
+	BrowserUser string
+	// BrowserNoSandbox starts Chromium without its sandbox (--browser-no-sandbox,
+	// BAP_BROWSER_NO_SANDBOX=1), where it cannot start; logged at WARN and reported by /readyz.
+	BrowserNoSandbox bool
 	// IdempotencyTTL is how long completed idempotency keys are kept (default 24 h).
 	IdempotencyTTL time.Duration
 	// MaxActiveTasksPerTenant caps admitted tasks per tenant (0: no cap).

@@ -175,6 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 	opts := api.Options{
 		Service: svc, Logger: log, Registry: reg, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready:         func(ctx context.Context) error { return checkReady(ctx, db.Pool) },
+		Warnings:      func() []string { return browserWarnings(cfg, br) },
 		Authenticator: api.LocalOperator{},
 		Streams:       ev.streams(svc),
 		Admission:     bp.api(),
