@@ -33,9 +33,9 @@ func concat(lists ...[]string) []string { return slices.Concat(lists...) }
 // The layers of docs/architecture.md. Names that do not exist yet (planned by DESIGN.md) are listed
 // so that the packages are held to their layer's rules from their first commit.
 var (
-	core       = internal("task", "policy", "ids", "idempotency", "page", "admission")
+	core       = internal("task", "policy", "ids", "idempotency", "page", "admission", "serverkey")
 	useCases   = internal("app")
-	adapters   = internal("store", "events", "browser", "auth", "artifact", "orchestrator")
+	adapters   = internal("store", "events", "browser", "egress", "auth", "artifact", "orchestrator")
 	transports = internal("api", "mcp", "mcpserver", "stream")                         // only api exists today
 	generated  = internal("apigen", "mcpcatalog", "streamgen")                         // only apigen exists today
 	leaves     = concat(internal("version"), []string{mod("migrations"), mod("spec")}) // constants and embedded files
@@ -71,7 +71,7 @@ type reverseRule struct {
 var rules = []rule{
 	{
 		name: "core", packages: core, forbid: []string{nonStd, "net/http"}, tests: true,
-		why: "task, policy, ids and idempotency are pure rules: standard library only (and no net/http), so every layer can use them and they are tested with tables",
+		why: "task, policy, ids and idempotency are pure rules, and serverkey the server key's derivations (ADR 0015): standard library only (and no net/http), so every layer can use them and they are tested with tables",
 	},
 	{
 		name: "use-cases", packages: useCases, forbid: []string{nonStd, "net/http"}, except: core,
@@ -175,6 +175,10 @@ var reverseRules = []reverseRule{
 	{
 		name: "chromedp", imported: chromedp, by: internal("browser"),
 		why: "browser is the only package that speaks CDP; only opaque ids leave it",
+	},
+	{
+		name: "egress", imported: internal("egress"), by: internal("browser"),
+		why: "the egress proxy is the browser's boundary: only the browser adapter starts one, one per browser context",
 	},
 }
 

@@ -40,6 +40,10 @@ type Config struct {
 	NoDocumentCSP bool
 	// ExtraFlags are appended to the browser command line (tests).
 	ExtraFlags []string
+
+	// cspBodyTimeout bounds the wait for a document's body before the connect-src CSP is added
+	// to it; past it the document goes on without (the proxy still guards it). 0 means 60 s.
+	cspBodyTimeout time.Duration
 	// RunAsUser is the OS account Chromium runs as when this process runs
 	// as root (Chromium's sandbox refuses root); "" means DefaultRunAsUser.
 	// The account must not be root; its profile, downloads and crash dumps

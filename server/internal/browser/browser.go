@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 
+	"github.com/originweave/bap/server/internal/egress"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/policy"
 )
@@ -332,11 +333,24 @@ func (b *Browser) reapLoop() {
 // loads in it until OpenSession assigns one).
 func (b *Browser) newContextSession(ctx context.Context, ps *procState) (*Session, error) {
 	root := ps.p.conn.root
-	bc, err := call(ctx, root, target.CreateBrowserContext, target.CreateBrowserContextParams{DisposeOnDetach: ptr(true)})
+	// The context's own egress proxy, before the context exists: nothing it loads can go around
+	// it (netpolicy.go). Its policy is the session's once OpenSession assigns one; until then it
+	// refuses everything.
+	gate := &sessionGate{}
+	px, err := egress.Listen(egress.Config{Policy: gate.policy, OnBlocked: gate.blocked, Logger: b.log})
 	if err != nil {
+		return nil, fmt.Errorf("%w: starting the context's egress proxy: %w", ErrUnavailable, err)
+	}
+	bc, err := call(ctx, root, target.CreateBrowserContext, target.CreateBrowserContextParams{
+		DisposeOnDetach: ptr(true), ProxyServer: px.URL(), ProxyBypassList: proxyBypassList,
+	})
+	if err != nil {
+		_ = px.Close()
 		return nil, fmt.Errorf("creating a browser context: %w", err)
 	}
 	s := newSession(b, ps, bc.BrowserContextID)
+	s.proxy = px
+	gate.bind(s)
 	b.mu.Lock()
 	ps.owners[bc.BrowserContextID] = s
 	b.mu.Unlock()

@@ -3,12 +3,14 @@ package browser
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +41,7 @@ func TestMain(m *testing.M) {
 		WarmContexts:     4,
 		MaxSessions:      64,
 		MaxDownloadBytes: 1 << 20,
+		cspBodyTimeout:   2 * time.Second, // the slow-body test outlasts it (egress_test.go)
 	})
 	cancel()
 	if err != nil {
@@ -151,6 +154,9 @@ func (f *fixtures) serve(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, "<!doctype html><title>Who</title><p>signed out</p>")
 		}
 		return
+	case "/hostile/channels.html", "/hostile/worker.js", "/hostile/sw.js", "/hostile/sniffed.html":
+		f.serveHostile(w, r)
+		return
 	case "/status/404":
 		http.Error(w, "not here", http.StatusNotFound)
 		return
@@ -168,6 +174,40 @@ func (f *fixtures) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte(s))
+}
+
+// serveHostile serves a page of testdata/hostile with {{TARGET}} set to the query's t (each test
+// has a listener of its own), the Content-Type ct and Content-Disposition cd, and with slow set,
+// a body that stalls that many milliseconds after its first half.
+func (f *fixtures) serveHostile(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	b, err := os.ReadFile(filepath.Join("testdata", "hostile", filepath.Base(r.URL.Path)))
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	body := strings.ReplaceAll(string(b), "{{TARGET}}", q.Get("t"))
+	ct := q.Get("ct")
+	if ct == "" {
+		ct = "text/html; charset=utf-8"
+	}
+	w.Header().Set("Content-Type", ct)
+	if cd := q.Get("cd"); cd != "" {
+		w.Header().Set("Content-Disposition", cd)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	if ms, err := strconv.Atoi(q.Get("slow")); err == nil && ms > 0 {
+		half := len(body) / 2
+		_, _ = io.WriteString(w, body[:half])
+		http.NewResponseController(w).Flush()
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		body = body[half:]
+	}
+	_, _ = io.WriteString(w, body)
 }
 
 var pixelPNG = []byte{

@@ -5,11 +5,15 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/chromedp/cdproto/audits"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/target"
 
+	"github.com/originweave/bap/server/internal/egress"
 	"github.com/originweave/bap/server/internal/policy"
 )
 
@@ -131,8 +135,14 @@ func (s *Session) onResponsePaused(tc *targetConn, ev *fetch.EventRequestPaused)
 	headers := make([]*fetch.HeaderEntry, 0, len(ev.ResponseHeaders)+1)
 	headers = append(headers, ev.ResponseHeaders...)
 	headers = append(headers, &fetch.HeaderEntry{Name: "Content-Security-Policy", Value: csp})
+	wait := s.b.cfg.cspBodyTimeout
+	if wait <= 0 {
+		wait = 60 * time.Second
+	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		// A body that takes longer goes on without the CSP: the proxy is what guarantees that its
+		// WebSockets and requests stay within the policy; the CSP only reports them earlier.
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		body, err := call(ctx, tc.sess, fetch.GetResponseBody, fetch.GetResponseBodyParams{RequestID: ev.RequestID})
 		if err != nil {
@@ -209,4 +219,104 @@ func connectSrc(pol *policy.Policy) string {
 		}
 	}
 	return b.String()
+}
+
+// onIssue reports what the connect-src CSP refused (a WebSocket, fetch, EventSource, beacon or a
+// redirect of one) as request.blocked: the renderer refused it before a request existed, so
+// neither interception nor the proxy saw it. Only connect-src refusals of URLs the policy does
+// not allow are ours; the page's own CSP refusing one of its allowed URLs is the page's business.
+func (s *Session) onIssue(tc *targetConn, is *audits.InspectorIssue) {
+	if is == nil || is.Code != audits.InspectorIssueCodeContentSecurityPolicyIssue || is.Details == nil {
+		return
+	}
+	d := is.Details.ContentSecurityPolicyIssueDetails
+	if d == nil || d.IsReportOnly || d.ViolatedDirective != "connect-src" || d.BlockedURL == "" {
+		return
+	}
+	u, err := url.Parse(d.BlockedURL)
+	s.mu.Lock()
+	pol := s.pol
+	ctxID, epoch := "", ""
+	if t := tc.tab; t != nil {
+		ctxID, epoch = t.id, t.epoch
+	}
+	s.mu.Unlock()
+	if err == nil && pol.AllowsURL(u) {
+		return
+	}
+	rt := "connect" // fetch, XHR, EventSource or beacon: the CSP does not say which
+	if err == nil && (u.Scheme == "ws" || u.Scheme == "wss") {
+		rt = "websocket"
+	}
+	s.emit(Event{Type: EventRequestBlocked, ContextID: ctxID, EpochID: epoch, URL: redactURL(d.BlockedURL), Data: map[string]any{
+		"resource_type": rt,
+		"layer":         "csp",
+		"reason":        "origin_not_allowed",
+	}})
+}
+
+// claimAudits tells whether tc is the first session attached to its target to ask for its
+// issues: a worker attached through more than one session (the browser's and its page's) would
+// report each refusal once per session.
+func (s *Session) claimAudits(tc *targetConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.auditing == nil || len(s.auditing) > 4096 {
+		s.auditing = make(map[target.ID]bool)
+	}
+	if s.auditing[tc.id] {
+		return false
+	}
+	s.auditing[tc.id] = true
+	return true
+}
+
+// proxyBypassList is every context's proxy bypass list. "<-loopback>" removes Chromium's implicit
+// bypass of localhost and loopback addresses, so that they go through the proxy too (they are
+// private addresses, reachable only when the policy names them); nothing bypasses the proxy.
+const proxyBypassList = "<-loopback>"
+
+// sessionGate connects a context's egress proxy to its session, which exists only after the
+// context does: until bind, and while the session has no policy (a warm context), the proxy
+// refuses everything.
+type sessionGate struct {
+	mu sync.Mutex
+	s  *Session
+}
+
+func (g *sessionGate) bind(s *Session) {
+	g.mu.Lock()
+	g.s = s
+	g.mu.Unlock()
+}
+
+func (g *sessionGate) session() *Session {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.s
+}
+
+// policy is the session's policy, nil (refuse everything) before it has one.
+func (g *sessionGate) policy() *policy.Policy {
+	s := g.session()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pol
+}
+
+// blocked reports a refusal of the proxy as a request.blocked event of the session. The proxy
+// cannot tell which tab sent it (all of a context's tabs share it): no context id.
+func (g *sessionGate) blocked(b egress.Blocked) {
+	s := g.session()
+	if s == nil {
+		return
+	}
+	s.emit(Event{Type: EventRequestBlocked, URL: b.URL, Data: map[string]any{
+		"resource_type": b.ResourceType,
+		"layer":         "proxy",
+		"reason":        string(b.Reason),
+	}})
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chromedp/cdproto/audits"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/inspector"
@@ -18,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 
+	"github.com/originweave/bap/server/internal/egress"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/policy"
 )
@@ -30,6 +32,8 @@ type Session struct {
 	b    *Browser
 	ps   *procState
 	bctx cdp.BrowserContextID
+
+	proxy *egress.Proxy // the context's egress proxy: all its traffic goes through it (netpolicy.go)
 
 	dlDir string // downloads (allowAndName: files named by guid)
 	upDir string // files staged for upload_file
@@ -52,8 +56,9 @@ type Session struct {
 	closed     bool
 	lastUsed   time.Time
 	busy       int
-	changed    chan struct{} // closed and replaced on every state change
-	seedURL    string        // the stand-in document of a restore (state.go)
+	changed    chan struct{}      // closed and replaced on every state change
+	seedURL    string             // the stand-in document of a restore (state.go)
+	auditing   map[target.ID]bool // targets whose issues a session reports (netpolicy.go claimAudits)
 
 	// life ends when the session is lost or closed.
 	life    context.Context
@@ -405,6 +410,11 @@ func (tc *targetConn) setup(frames bool) {
 		start(ctx, s, target.SetAutoAttach, target.SetAutoAttachParams{AutoAttach: true, WaitForDebuggerOnStart: true, Flatten: ptr(true)}),
 		start(ctx, s, fetch.Enable, fetch.EnableParams{Patterns: patterns}),
 	}
+	if tc.s.claimAudits(tc) {
+		// Issues report what the connect-src CSP refused in the renderer, before any request
+		// existed for interception or the proxy to see (netpolicy.go).
+		fs = append(fs, start(ctx, s, audits.Enable, cdp.Empty{}))
+	}
 	if frames {
 		fs = append(fs,
 			start(ctx, s, page.Enable, page.EnableParams{}),
@@ -433,6 +443,8 @@ func (tc *targetConn) handle(ev any) {
 	switch ev := ev.(type) {
 	case *fetch.EventRequestPaused:
 		s.onRequestPaused(tc, ev)
+	case *audits.EventIssueAdded:
+		s.onIssue(tc, ev.Issue)
 	case *target.EventAttachedToTarget:
 		sess := s.ps.p.conn.session(ev.SessionID)
 		if sess != nil {
@@ -737,7 +749,12 @@ func (s *Session) dispose(ctx context.Context) {
 	s.cleanupFiles()
 }
 
+// cleanupFiles removes the session's files and stops its egress proxy (which ends any tunnel a
+// page kept open).
 func (s *Session) cleanupFiles() {
+	if s.proxy != nil {
+		_ = s.proxy.Close()
+	}
 	_ = os.RemoveAll(filepath.Dir(s.dlDir))
 }
 

@@ -1,0 +1,430 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/originweave/bap/server/internal/policy"
+)
+
+// Reason says why a request was refused; the values are the spec's RequestBlockedData.reason.
+type Reason string
+
+// The reasons of a refusal.
+const (
+	// ReasonOriginNotAllowed: no allowed origin pattern matches the request's origin.
+	ReasonOriginNotAllowed Reason = "origin_not_allowed"
+	// ReasonPrivateNetwork: the host is or resolves to a private address ([policy.PrivateAddr])
+	// that the policy does not name explicitly.
+	ReasonPrivateNetwork Reason = "private_network"
+	// ReasonUnclassifiable: the request could not be read or checked.
+	ReasonUnclassifiable Reason = "unclassifiable"
+)
+
+// Blocked describes one refused request or connection.
+type Blocked struct {
+	// URL is what was refused, without userinfo, query or fragment: scheme://host[:port]/path for
+	// an HTTP request, host:port for a tunnel (its scheme and path are inside it, unseen).
+	URL string
+	// ResourceType is the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …),
+	// "websocket" for an upgrade, "tunnel" for a CONNECT, "" when unknown.
+	ResourceType string
+	// Reason is why it was refused.
+	Reason Reason
+}
+
+// Resolver looks up the addresses of a host name (net.Resolver implements it).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Config configures a [Proxy].
+type Config struct {
+	// Policy returns the session's current policy; nil refuses everything (a warm context has no
+	// session yet). It is called for every request.
+	Policy func() *policy.Policy
+	// OnBlocked, when set, is told of every refusal. It must not block.
+	OnBlocked func(Blocked)
+	// Resolver resolves host names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// DialTimeout bounds one connection attempt to an upstream address; 0 means 15 s.
+	DialTimeout time.Duration
+	// Logger receives operational logs (never URLs' queries); nil discards them.
+	Logger *slog.Logger
+}
+
+// Proxy is an HTTP forward proxy on a loopback port of its own, for one browser context. It is
+// safe for concurrent use.
+type Proxy struct {
+	cfg       Config
+	ln        net.Listener
+	srv       *http.Server
+	rp        *httputil.ReverseProxy
+	transport *http.Transport
+
+	mu      sync.Mutex
+	tunnels map[net.Conn]struct{}
+	closed  bool
+	done    chan struct{}
+}
+
+// Listen starts a proxy on 127.0.0.1 at a port of its own.
+func Listen(cfg Config) (*Proxy, error) {
+	p, err := newProxy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("egress: listening on loopback: %w", err)
+	}
+	p.ln = ln
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: 30 * time.Second,
+		MaxHeaderBytes:    256 << 10,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(p.cfg.Logger.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		defer close(p.done)
+		_ = p.srv.Serve(ln)
+	}()
+	return p, nil
+}
+
+// newProxy is a proxy that does not listen yet: its handler and its upstream transport.
+func newProxy(cfg Config) (*Proxy, error) {
+	if cfg.Policy == nil {
+		return nil, errors.New("egress: Config.Policy is required")
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 15 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Proxy{cfg: cfg, tunnels: make(map[net.Conn]struct{}), done: make(chan struct{})}
+	p.transport = &http.Transport{
+		Proxy:                 nil, // never another proxy: the proxy connects itself, to checked addresses
+		DialContext:           p.dialChecked,
+		ForceAttemptHTTP2:     false,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   15 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ResponseHeaderTimeout: 0, // a slow site is the page's business; the browser times it out
+		DisableCompression:    true,
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// Absolute-form in, origin-form out: the URL is the checked one, no X-Forwarded-*.
+			pr.Out.URL = pr.In.URL
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Del("Proxy-Connection")
+			pr.Out.Header.Del("Proxy-Authorization")
+		},
+		Transport:     p.transport,
+		FlushInterval: -1, // stream every write: event streams and long polls must not wait
+		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		ErrorHandler:  p.upstreamError,
+	}
+	return p, nil
+}
+
+// Addr is the proxy's address, 127.0.0.1:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// URL is the proxy's address as a browser's proxy setting: http://127.0.0.1:port.
+func (p *Proxy) URL() string { return "http://" + p.Addr() }
+
+// Close stops the proxy: the listener, every connection and every tunnel.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	for c := range p.tunnels {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	err := p.srv.Close()
+	<-p.done
+	p.transport.CloseIdleConnections()
+	return err
+}
+
+// ServeHTTP handles one proxied request: a CONNECT or an absolute-form HTTP request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		p.connect(w, r)
+		return
+	}
+	u := r.URL
+	if !u.IsAbs() || u.Host == "" || u.Opaque != "" || u.User != nil {
+		p.refuse(w, Blocked{URL: "", ResourceType: dest(r), Reason: ReasonUnclassifiable}, http.StatusBadRequest)
+		return
+	}
+	if !strings.EqualFold(u.Scheme, "http") {
+		// https travels in a CONNECT tunnel and ws over http; anything else is not ours to carry.
+		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonUnclassifiable}, http.StatusBadRequest)
+		return
+	}
+	if !strings.EqualFold(r.Host, u.Host) {
+		// A Host header that disagrees with the checked URL would let the site see another name.
+		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonUnclassifiable}, http.StatusBadRequest)
+		return
+	}
+	pol := p.cfg.Policy()
+	if !pol.AllowsURL(u) {
+		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonOriginNotAllowed}, http.StatusForbidden)
+		return
+	}
+	ctx := context.WithValue(r.Context(), permitKey{}, &permit{named: pol.NamesExplicitly(u), url: strip(u), dest: dest(r)})
+	p.rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// connect handles a CONNECT (a TLS connection, or a WebSocket): the policy must allow the
+// authority as an http or https origin (ws and wss are the same origins).
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
+	host, port, ok := authority(r.Host)
+	if !ok {
+		p.refuse(w, Blocked{ResourceType: "tunnel", Reason: ReasonUnclassifiable}, http.StatusBadRequest)
+		return
+	}
+	hostport := net.JoinHostPort(host, port)
+	pol := p.cfg.Policy()
+	allowed, named := false, false
+	for _, scheme := range []string{"https", "http"} {
+		u := &url.URL{Scheme: scheme, Host: hostport}
+		if pol.AllowsURL(u) {
+			allowed = true
+			named = named || pol.NamesExplicitly(u)
+		}
+	}
+	if !allowed {
+		p.refuse(w, Blocked{URL: hostport, ResourceType: "tunnel", Reason: ReasonOriginNotAllowed}, http.StatusForbidden)
+		return
+	}
+	ctx := context.WithValue(r.Context(), permitKey{}, &permit{named: named, url: hostport, dest: "tunnel"})
+	up, err := p.dialChecked(ctx, "tcp", hostport)
+	if err != nil {
+		var refused *refusedError
+		if errors.As(err, &refused) {
+			p.refuse(w, refused.b, http.StatusForbidden)
+			return
+		}
+		http.Error(w, "the proxy could not connect", http.StatusBadGateway)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		_ = up.Close()
+		http.Error(w, "cannot tunnel", http.StatusInternalServerError)
+		return
+	}
+	if !p.track(conn, up) {
+		return
+	}
+	defer p.untrack(conn, up)
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	splice(conn, brw.Reader, up)
+}
+
+// track registers a tunnel's two connections so that Close ends them; false when closed already.
+func (p *Proxy) track(conns ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		return false
+	}
+	for _, c := range conns {
+		p.tunnels[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *Proxy) untrack(conns ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+		delete(p.tunnels, c)
+	}
+}
+
+// splice copies bytes both ways until either side ends; buffered holds what the client sent
+// after its CONNECT request and the server read already.
+func splice(client net.Conn, buffered *bufio.Reader, up net.Conn) {
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = io.Copy(up, io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), client))
+		if c, ok := up.(interface{ CloseWrite() error }); ok {
+			_ = c.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(client, up)
+		if c, ok := client.(interface{ CloseWrite() error }); ok {
+			_ = c.CloseWrite()
+		}
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
+}
+
+// permit carries what the handler decided to the dialer: whether the policy names the host
+// (so that a private address may be reached), and how to report a refusal.
+type permit struct {
+	named     bool
+	url, dest string
+}
+
+type permitKey struct{}
+
+// refusedError is a connection the dialer refused by policy.
+type refusedError struct{ b Blocked }
+
+func (e *refusedError) Error() string {
+	return fmt.Sprintf("egress: %s refused (%s)", e.b.URL, e.b.Reason)
+}
+
+// dialChecked resolves addr's host once, refuses private addresses the policy does not name, and
+// connects to a checked address itself (so a second lookup cannot rebind the name). Without a
+// permit in ctx (the handler's decision) it refuses.
+func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn, error) {
+	pm, _ := ctx.Value(permitKey{}).(*permit)
+	if pm == nil {
+		return nil, &refusedError{Blocked{URL: addr, Reason: ReasonUnclassifiable}}
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, &refusedError{Blocked{URL: pm.url, ResourceType: pm.dest, Reason: ReasonUnclassifiable}}
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+		addrs, err = p.cfg.Resolver.LookupNetIP(lctx, "ip", host)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("egress: resolving %s: %w", host, err)
+		}
+	}
+	var allowed []netip.Addr
+	for _, a := range addrs {
+		if !policy.PrivateAddr(a) || pm.named {
+			allowed = append(allowed, a.Unmap())
+		}
+	}
+	if len(allowed) == 0 {
+		return nil, &refusedError{Blocked{URL: pm.url, ResourceType: pm.dest, Reason: ReasonPrivateNetwork}}
+	}
+	d := net.Dialer{Timeout: p.cfg.DialTimeout}
+	var last error
+	for _, a := range allowed {
+		c, err := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("egress: connecting to %s: %w", host, last)
+}
+
+// upstreamError answers a request the proxy could not forward: refused at dial (a private
+// address), or the site unreachable.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		p.refuse(w, refused.b, http.StatusForbidden)
+		return
+	}
+	p.cfg.Logger.Debug("egress: upstream failed", "err", err)
+	w.WriteHeader(http.StatusBadGateway)
+}
+
+// refuse answers a refused request and reports it. The answer carries nothing of the site.
+func (p *Proxy) refuse(w http.ResponseWriter, b Blocked, status int) {
+	if p.cfg.OnBlocked != nil {
+		p.cfg.OnBlocked(b)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, "refused by the task's policy ("+string(b.Reason)+")\n")
+}
+
+// dest is what the browser says the request is for.
+func dest(r *http.Request) string {
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return "websocket"
+	}
+	d := strings.ToLower(r.Header.Get("Sec-Fetch-Dest"))
+	if len(d) > 32 || strings.ContainsFunc(d, func(c rune) bool { return (c < 'a' || c > 'z') && c != '-' }) {
+		return ""
+	}
+	return d
+}
+
+// strip renders u without userinfo, query or fragment, and with its path clipped.
+func strip(u *url.URL) string {
+	path := u.EscapedPath()
+	if len(path) > 512 {
+		path = path[:512]
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Host) + path
+}
+
+// authority splits a CONNECT target host:port, with a decimal port 1–65535 and a host that is a
+// DNS name or an IP literal; ok=false for anything else.
+func authority(s string) (host, port string, ok bool) {
+	h, p, err := net.SplitHostPort(s)
+	if err != nil || h == "" || len(h) > 253 {
+		return "", "", false
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != p {
+		return "", "", false
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Zone() != "" {
+			return "", "", false
+		}
+		return a.String(), p, true
+	}
+	for _, c := range h {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' && c != '.' {
+			return "", "", false
+		}
+	}
+	return strings.ToLower(h), p, true
+}

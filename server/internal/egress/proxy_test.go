@@ -1,0 +1,284 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/policy"
+)
+
+// site is an upstream HTTP server on loopback that counts the connections it accepted.
+type site struct {
+	*httptest.Server
+	conns atomic.Int64
+	hits  atomic.Int64 // requests served
+	port  string
+}
+
+func newSite(t testing.TB) *site {
+	t.Helper()
+	s := &site{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		fmt.Fprintf(w, "host=%s path=%s", r.Host, r.URL.Path)
+	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
+	return s
+}
+
+// names is a resolver for made-up names (the proxy's DNS stand-in): each maps to fixed addresses.
+type names map[string][]netip.Addr
+
+func (n names) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := n[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+type recorder struct {
+	mu  sync.Mutex
+	got []Blocked
+}
+
+func (r *recorder) add(b Blocked) { r.mu.Lock(); r.got = append(r.got, b); r.mu.Unlock() }
+
+func (r *recorder) all() []Blocked {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Blocked(nil), r.got...)
+}
+
+func startProxy(t *testing.T, allowed []string, res Resolver) (*Proxy, *recorder) {
+	t.Helper()
+	var pol *policy.Policy
+	if allowed != nil {
+		var err error
+		if pol, err = policy.ParsePolicy(allowed, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := &recorder{}
+	p, err := Listen(Config{Policy: func() *policy.Policy { return pol }, OnBlocked: rec.add, Resolver: res, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p, rec
+}
+
+func client(p *Proxy) *http.Client {
+	pu, _ := url.Parse(p.URL())
+	return &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}}
+}
+
+// Plain HTTP through the proxy: an allowed origin is forwarded, with the Host it was checked for;
+// everything else is refused before a connection to the site exists, and reported.
+func TestProxyHTTP(t *testing.T) {
+	t.Parallel()
+	allowedSite, otherSite := newSite(t), newSite(t)
+	res := names{
+		"shop.test":          {netip.MustParseAddr("127.0.0.1")},
+		"a.wild.test":        {netip.MustParseAddr("127.0.0.1")},
+		"metadata.evil.test": {netip.MustParseAddr("169.254.169.254")},
+	}
+	p, rec := startProxy(t, []string{
+		"http://127.0.0.1:" + allowedSite.port, "http://shop.test:" + allowedSite.port, "http://*.wild.test:*",
+	}, res)
+	c := client(p)
+	for _, tt := range []struct {
+		name, url string
+		status    int
+		reason    Reason
+	}{
+		{"allowed IP literal", "http://127.0.0.1:" + allowedSite.port + "/a?q=secret", 200, ""},
+		{"allowed name resolving to loopback, named explicitly", "http://shop.test:" + allowedSite.port + "/b", 200, ""},
+		{"another port of the same host", "http://127.0.0.1:" + otherSite.port + "/c?q=secret", 403, ReasonOriginNotAllowed},
+		{"a wildcard never reaches a private address", "http://a.wild.test:" + otherSite.port + "/d", 403, ReasonPrivateNetwork},
+		{"unknown name", "http://nowhere.test:" + otherSite.port + "/", 403, ReasonOriginNotAllowed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := c.Get(tt.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d (%s), want %d", resp.StatusCode, body, tt.status)
+			}
+			u, _ := url.Parse(tt.url)
+			if tt.status == 200 && !strings.Contains(string(body), "host="+u.Host) {
+				t.Errorf("the site saw %q, want host %s", body, u.Host)
+			}
+			if tt.reason != "" {
+				found := false
+				for _, b := range rec.all() {
+					if b.Reason == tt.reason && strings.HasPrefix(b.URL, "http://"+u.Host) && !strings.Contains(b.URL, "secret") {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("no %s refusal of %s reported without its query: %+v", tt.reason, u.Host, rec.all())
+				}
+			}
+		})
+	}
+	if n := otherSite.conns.Load(); n != 0 {
+		t.Errorf("the disallowed site accepted %d connections", n)
+	}
+}
+
+// A CONNECT tunnels bytes to an allowed authority (a TLS site or a WebSocket) and is refused for
+// any other, and for a private address behind a wildcard.
+func TestProxyConnect(t *testing.T) {
+	t.Parallel()
+	allowedSite, otherSite := newSite(t), newSite(t)
+	res := names{"a.wild.test": {netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("127.0.0.1")}}
+	p, rec := startProxy(t, []string{"http://127.0.0.1:" + allowedSite.port, "https://*.wild.test:*"}, res)
+
+	tunnel := func(authority string) (int, *bufio.Reader, net.Conn) {
+		t.Helper()
+		conn, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, br, conn
+	}
+	status, br, conn := tunnel("127.0.0.1:" + allowedSite.port)
+	if status != 200 {
+		t.Fatalf("CONNECT to the allowed site: %d", status)
+	}
+	fmt.Fprintf(conn, "GET /through HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(body), "path=/through") {
+		t.Fatalf("through the tunnel: %q", body)
+	}
+	for _, tt := range []struct {
+		authority string
+		status    int
+		reason    Reason
+	}{
+		{"127.0.0.1:" + otherSite.port, 403, ReasonOriginNotAllowed},
+		{"a.wild.test:" + otherSite.port, 403, ReasonPrivateNetwork},
+		{"127.0.0.1:0", 400, ReasonUnclassifiable},
+		{"127.0.0.1:080", 400, ReasonUnclassifiable},
+		{"bad_host!:443", 400, ReasonUnclassifiable},
+		{"[fe80::1%25eth0]:443", 400, ReasonUnclassifiable},
+	} {
+		if status, _, _ := tunnel(tt.authority); status != tt.status {
+			t.Errorf("CONNECT %s: %d, want %d", tt.authority, status, tt.status)
+		}
+	}
+	reasons := map[Reason]int{}
+	for _, b := range rec.all() {
+		reasons[b.Reason]++
+		if b.ResourceType != "tunnel" {
+			t.Errorf("a refused CONNECT reported as %q, want tunnel", b.ResourceType)
+		}
+	}
+	if reasons[ReasonOriginNotAllowed] != 1 || reasons[ReasonPrivateNetwork] != 1 || reasons[ReasonUnclassifiable] != 4 {
+		t.Errorf("refusals %v", reasons)
+	}
+	if n := otherSite.conns.Load(); n != 0 {
+		t.Errorf("the disallowed site accepted %d connections", n)
+	}
+}
+
+// Anything the proxy cannot classify is refused: origin-form requests (a client talking to it as
+// a site), https in absolute form, no policy yet (a warm context).
+func TestProxyFailsClosed(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	p, _ := startProxy(t, []string{"http://127.0.0.1:" + s.port}, nil)
+	resp, err := http.Get(p.URL() + "/direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("origin-form request: %d, want 400", resp.StatusCode)
+	}
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET https://127.0.0.1:%s/ HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\n", s.port, s.port)
+	r, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StatusCode != 400 {
+		t.Errorf("https in absolute form: %d, want 400", r.StatusCode)
+	}
+
+	none, rec := startProxy(t, nil, nil)
+	resp, err = client(none).Get(s.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 403 || len(rec.all()) != 1 {
+		t.Errorf("without a policy: %d, %d refusals", resp.StatusCode, len(rec.all()))
+	}
+	if n := s.conns.Load(); n != 0 {
+		t.Errorf("the site accepted %d connections", n)
+	}
+}
+
+// Close ends open tunnels (a WebSocket kept open by a page must not outlive its session).
+func TestProxyCloseEndsTunnels(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	p, _ := startProxy(t, []string{"http://127.0.0.1:" + s.port}, nil)
+	conn, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "CONNECT 127.0.0.1:%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", s.port)
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the tunnel is still open after Close")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the tunnel is still open after Close (read timed out)")
+	}
+}
