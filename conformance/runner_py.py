@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import sys
 import uuid
 
@@ -65,6 +66,31 @@ def call(client, op, args, key):
     if op == "verify_artifact":
         return client.verify_artifact(args["artifact_id"], body)
     raise ValueError("unknown op " + op)
+
+
+def operator_call(op, args, key):
+    """A step the local operator takes (conformance/README.md "Who takes a step"): `bap approvals
+    approve|deny` over the server's Unix socket; stdout is the answer, or the problem (exit 1)."""
+    body = args.get("body") or {}
+    decision = body.get("decision")
+    if op != "resolve_approval" or decision not in ("approve", "deny") or not args.get("approval_id"):
+        raise ValueError("the operator takes only resolve_approval steps with a decision, not " + op)
+    argv = [os.environ["CONFORMANCE_BAP"], "approvals", decision, args["approval_id"],
+            "--socket", os.environ["CONFORMANCE_SOCKET"]]
+    if "reason" in body:
+        argv += ["--reason", body["reason"]]
+    if key is not None:
+        argv += ["--idempotency-key", key]
+    p = subprocess.run(argv, capture_output=True, text=True, check=False)
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError:
+        doc = None
+    if p.returncode == 0:
+        return "ok", None, doc
+    if isinstance(doc, dict) and isinstance(doc.get("status"), int):
+        return doc["status"], doc.get("code"), doc
+    raise RuntimeError("bap approvals %s: %s" % (decision, p.stderr.strip()))
 
 
 def pointer(doc, ptr):
@@ -139,7 +165,10 @@ def run_scenario(client, sc, nonce, pages, errors):
             key = "conf-%s-%s-%s-%s" % (LANG, nonce, sc["name"], step["key"])
         status, code, doc = "ok", None, {}
         try:
-            doc = call(client, step["op"], subst(step.get("args", {}), vars_), key)
+            if step.get("as") == "operator":
+                status, code, doc = operator_call(step["op"], subst(step.get("args", {}), vars_), key)
+            else:
+                doc = call(client, step["op"], subst(step.get("args", {}), vars_), key)
         except bap.ProblemError as e:
             status, code, doc = e.status, e.code, e.problem or {}
         except Exception as e:  # transport or runner error

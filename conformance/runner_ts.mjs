@@ -9,6 +9,7 @@ import { readFileSync, readdirSync, writeFileSync, mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomUUID } from "node:crypto";
+import { spawnSync } from "node:child_process";
 import { Client, ProblemError } from "../sdk-ts/dist/index.js";
 
 const LANG = "ts";
@@ -50,6 +51,24 @@ async function call(client, op, args, key) {
     case "verify_artifact": return client.verifyArtifact(args.artifact_id, b);
     default: throw new Error(`unknown op ${op}`);
   }
+}
+
+// A step the local operator takes (conformance/README.md "Who takes a step"): `bap approvals
+// approve|deny` over the server's Unix socket; stdout is the answer, or the problem (exit 1).
+function operatorCall(op, args, key) {
+  const b = args.body ?? {};
+  if (op !== "resolve_approval" || !["approve", "deny"].includes(b.decision) || !args.approval_id) {
+    throw new Error(`the operator takes only resolve_approval steps with a decision, not ${op}`);
+  }
+  const argv = ["approvals", b.decision, args.approval_id, "--socket", process.env.CONFORMANCE_SOCKET];
+  if ("reason" in b) argv.push("--reason", b.reason);
+  if (key !== null) argv.push("--idempotency-key", key);
+  const p = spawnSync(process.env.CONFORMANCE_BAP, argv, { encoding: "utf8" });
+  let doc = null;
+  try { doc = JSON.parse(p.stdout); } catch { doc = null; }
+  if (p.status === 0) return { status: "ok", code: null, doc };
+  if (doc && typeof doc.status === "number") return { status: doc.status, code: doc.code ?? null, doc };
+  throw new Error(`bap approvals ${b.decision}: ${(p.stderr ?? String(p.error)).trim()}`);
 }
 
 // RFC 6901; a missing member answers null.
@@ -115,7 +134,11 @@ async function runScenario(client, sc, nonce, pages, errors) {
     const key = "key" in step ? `conf-${LANG}-${nonce}-${sc.name}-${step.key}` : null;
     let status = "ok", code = null, doc = {};
     try {
-      doc = await call(client, step.op, subst(step.args ?? {}, vars), key);
+      if (step.as === "operator") {
+        ({ status, code, doc } = operatorCall(step.op, subst(step.args ?? {}, vars), key));
+      } else {
+        doc = await call(client, step.op, subst(step.args ?? {}, vars), key);
+      }
     } catch (e) {
       if (e instanceof ProblemError) {
         status = e.status; code = e.code ?? null; doc = e.problem ?? {};

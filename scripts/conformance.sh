@@ -77,6 +77,9 @@ export CONFORMANCE_PAGES="http://127.0.0.1:$pages_port"
 echo "pages: $CONFORMANCE_PAGES"
 
 export CONFORMANCE_RUN="$(date +%s)-$$"
+# Steps marked "as": "operator" are the local operator's: every runner takes them with
+# `bap approvals` over the server's Unix socket (the runners' own clients are the local agent).
+export CONFORMANCE_BAP="$root/bin/bap" CONFORMANCE_SOCKET="$work/data/bap.sock"
 status=0
 # A runner exits 1 when a step fails; conformance/compare.py judges the result files against the
 # baseline of known failures, so the exit statuses are only reported here.

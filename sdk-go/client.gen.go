@@ -14,6 +14,18 @@ import (
 //
 // Approves or denies a pending approval as the authenticated caller. `approve` runs a held action
 // exactly once and returns only after it ran, with its `action_receipt`; `deny` never runs it.
+// **Who may resolve.** Separation of duties is always on: whoever requested or caused the approval
+// (its `requested_by`, the same OAuth client, and for a hold raised by a delegated or autonomous
+// task's own worker also the task's creator) is refused with `403 approver_not_permitted`, recorded
+// with a `rejected` receipt. In the local profile the agent on TCP loopback (`/mcp` included) is
+// `agent:local`, without `bap:approvals.resolve` (`403 insufficient_scope`): only the operator
+// resolves, on the Unix socket (`bap approvals approve|deny ID`). In the remote profile give
+// `bap:approvals.resolve` to approvers, not to agents (`bap client create` grants it only when
+// `--scopes` names it). An approval whose rule has `channel: elicitation` may also be answered by
+// the person at the requesting MCP client through the elicitation the adapter sends; the decision
+// then records `resolved_via: elicitation`. **Expiry.** Every approval has `expires_at` (its rule's
+// `ttl`, default 15 minutes); an expired approval is never revived: resolving it answers `409
+// approval_not_pending` (state `expired`) and its held action never runs.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:approvals.resolve.
@@ -59,8 +71,10 @@ func (c *Client) VerifyArtifact(ctx context.Context, artifactID string, body Ver
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:browser.act. The server may also answer 202 with
 // ActPendingApprovalResponse (Held by an approval rule: the action has not run; the task waits in
-// `waiting_for_approval`); the result then holds only the fields the two share, and
-// WithResponseMeta gives the status and the raw body to decode.
+// `waiting_for_approval`. A separate approver resolves the approval (never the caller that was
+// held) before its `expires_at` (the rule's `ttl`, default 15 minutes); expired, the action never
+// runs); the result then holds only the fields the two share, and WithResponseMeta gives the status
+// and the raw body to decode.
 func (c *Client) Act(ctx context.Context, sessionID string, body ActRequest, opts ...CallOption) (*ActResponse, error) {
 	req := &request{op: "act", method: http.MethodPost, path: "/bap/v1/browser-sessions/" + url.PathEscape(sessionID) + "/act", body: body, hasBody: true, mutating: true}
 	out := new(ActResponse)
@@ -216,7 +230,9 @@ func (c *Client) GetTask(ctx context.Context, taskID string, opts ...CallOption)
 
 // RequestApproval calls request_approval (POST /bap/v1/tasks/{task_id}/approvals): Request an approval.
 //
-// Asks a person for approval; the task waits in `waiting_for_approval`.
+// Asks a person for approval; the task waits in `waiting_for_approval`. The approval expires 15
+// minutes after it was requested (`expires_at`) unless resolved, and whoever requested it can never
+// resolve it (separation of duties, see resolve_approval).
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:approvals.request. The server may also answer 200

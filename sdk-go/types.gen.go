@@ -57,6 +57,7 @@ func (e ActAction) Valid() bool {
 
 // Defines values for ActorKind.
 const (
+	ActorKindAgent    ActorKind = "agent"
 	ActorKindClient   ActorKind = "client"
 	ActorKindOperator ActorKind = "operator"
 	ActorKindSystem   ActorKind = "system"
@@ -67,6 +68,8 @@ const (
 // Valid indicates whether the value is a known member of the ActorKind enum.
 func (e ActorKind) Valid() bool {
 	switch e {
+	case ActorKindAgent:
+		return true
 	case ActorKindClient:
 		return true
 	case ActorKindOperator:
@@ -76,6 +79,24 @@ func (e ActorKind) Valid() bool {
 	case ActorKindUser:
 		return true
 	case ActorKindWorker:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ApprovalChannel.
+const (
+	ApprovalChannelApprover    ApprovalChannel = "approver"
+	ApprovalChannelElicitation ApprovalChannel = "elicitation"
+)
+
+// Valid indicates whether the value is a known member of the ApprovalChannel enum.
+func (e ApprovalChannel) Valid() bool {
+	switch e {
+	case ApprovalChannelApprover:
+		return true
+	case ApprovalChannelElicitation:
 		return true
 	default:
 		return false
@@ -295,6 +316,30 @@ func (e DataClassification) Valid() bool {
 	case DataClassificationPublic:
 		return true
 	case DataClassificationRestricted:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DecisionChannel.
+const (
+	DecisionChannelApi         DecisionChannel = "api"
+	DecisionChannelElicitation DecisionChannel = "elicitation"
+	DecisionChannelMcp         DecisionChannel = "mcp"
+	DecisionChannelSocket      DecisionChannel = "socket"
+)
+
+// Valid indicates whether the value is a known member of the DecisionChannel enum.
+func (e DecisionChannel) Valid() bool {
+	switch e {
+	case DecisionChannelApi:
+		return true
+	case DecisionChannelElicitation:
+		return true
+	case DecisionChannelMcp:
+		return true
+	case DecisionChannelSocket:
 		return true
 	default:
 		return false
@@ -596,6 +641,7 @@ func (e PlannerProposedDataOp) Valid() bool {
 const (
 	ProblemCodeActionTimeout           ProblemCode = "action_timeout"
 	ProblemCodeApprovalNotPending      ProblemCode = "approval_not_pending"
+	ProblemCodeApproverNotPermitted    ProblemCode = "approver_not_permitted"
 	ProblemCodeBrowserSessionLost      ProblemCode = "browser_session_lost"
 	ProblemCodeBrowserUnavailable      ProblemCode = "browser_unavailable"
 	ProblemCodeCheckpointForeign       ProblemCode = "checkpoint_foreign"
@@ -627,6 +673,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeActionTimeout:
 		return true
 	case ProblemCodeApprovalNotPending:
+		return true
+	case ProblemCodeApproverNotPermitted:
 		return true
 	case ProblemCodeBrowserSessionLost:
 		return true
@@ -729,6 +777,7 @@ func (e ReconciliationOutcome) Valid() bool {
 
 // Defines values for RequestBlockedDataLayer.
 const (
+	RequestBlockedDataLayerCsp          RequestBlockedDataLayer = "csp"
 	RequestBlockedDataLayerInterception RequestBlockedDataLayer = "interception"
 	RequestBlockedDataLayerProxy        RequestBlockedDataLayer = "proxy"
 )
@@ -736,6 +785,8 @@ const (
 // Valid indicates whether the value is a known member of the RequestBlockedDataLayer enum.
 func (e RequestBlockedDataLayer) Valid() bool {
 	switch e {
+	case RequestBlockedDataLayerCsp:
+		return true
 	case RequestBlockedDataLayerInterception:
 		return true
 	case RequestBlockedDataLayerProxy:
@@ -939,11 +990,11 @@ type ActAction string
 
 // ActPendingApprovalResponse Answer of an act held by an approval rule (`202`): the action has not run; the receipt's outcome is `pending_approval`.
 //
-// Examples: {"approval":{"approval_id":"apr_3gH5jK7lM9nP","effect":"form_submission","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"pending_approval","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
+// Examples: {"approval":{"approval_id":"apr_3gH5jK7lM9nP","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"pending_approval","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type ActPendingApprovalResponse struct {
-	// Approval An approval request of a task.
+	// Approval An approval request of a task. Separation of duties: whoever requested or caused it (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never resolves it.
 	//
-	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","effect":"form_submission","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
+	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Approval Approval `json:"approval"`
 
 	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
@@ -1089,21 +1140,24 @@ type Actor struct {
 	// Id Client id or user id (absent for `system`).
 	Id *string `json:"id,omitempty"`
 
-	// Kind Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a delegated-mode worker (its id is the node it runs on), or the server itself.
+	// Kind Who caused an event: an OAuth client, a person (authorization-code login), the local operator (on the local profile's Unix socket, id `local`), the local agent (a caller on the local profile's TCP loopback, `/mcp` included, id `local`), a delegated-mode worker (its id is the node it runs on), or the server itself.
 	Kind ActorKind `json:"kind"`
 }
 
-// ActorKind Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a delegated-mode worker (its id is the node it runs on), or the server itself.
+// ActorKind Who caused an event: an OAuth client, a person (authorization-code login), the local operator (on the local profile's Unix socket, id `local`), the local agent (a caller on the local profile's TCP loopback, `/mcp` included, id `local`), a delegated-mode worker (its id is the node it runs on), or the server itself.
 type ActorKind string
 
-// Approval An approval request of a task.
+// Approval An approval request of a task. Separation of duties: whoever requested or caused it (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never resolves it.
 //
-// Examples: {"approval_id":"apr_3gH5jK7lM9nP","effect":"form_submission","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
+// Examples: {"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
 type Approval struct {
 	// ApprovalId Approval identifier.
 	//
 	// Examples: apr_3gH5jK7lM9nP
 	ApprovalId string `json:"approval_id"`
+
+	// Channel Who may answer it: `approver` (a separate approver only) or `elicitation` (the rule lets the person at the requesting MCP client answer an elicitation too).
+	Channel *ApprovalChannel `json:"channel,omitempty"`
 
 	// CommandId The held `act` command, if any.
 	//
@@ -1115,17 +1169,26 @@ type Approval struct {
 
 	// Effect Effect of the rule that held an action (absent for request_approval).
 	Effect *ApprovalEffect `json:"effect,omitempty"`
-	Reason string          `json:"reason"`
+
+	// ExpiresAt When a still pending approval expires (RFC 3339, UTC): `requested_at` plus the rule's `ttl` (default 15 minutes). From then on it is `expired`, resolving it answers `409 approval_not_pending`, and its held action never runs.
+	ExpiresAt time.Time `json:"expires_at"`
+	Reason    string    `json:"reason"`
 
 	// RequestedAt Request time (RFC 3339, UTC).
-	RequestedAt      time.Time `json:"requested_at"`
-	ResolutionReason *string   `json:"resolution_reason,omitempty"`
+	RequestedAt time.Time `json:"requested_at"`
+
+	// RequestedBy Authenticated principal whose act was held or who called request_approval (`worker:<node>` for a delegated or autonomous task's own step).
+	RequestedBy      *string `json:"requested_by,omitempty"`
+	ResolutionReason *string `json:"resolution_reason,omitempty"`
 
 	// ResolvedAt Resolution time (RFC 3339, UTC).
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
 
-	// ResolvedBy Authenticated principal that resolved it (never a name from a request body).
+	// ResolvedBy Authenticated principal that resolved it (never a name from a request body): `operator:local` for the local operator.
 	ResolvedBy *string `json:"resolved_by,omitempty"`
+
+	// ResolvedVia How the decision reached the server (present with `decision`).
+	ResolvedVia *DecisionChannel `json:"resolved_via,omitempty"`
 
 	// State State of an approval request. Only `pending` may be resolved.
 	State ApprovalState `json:"state"`
@@ -1136,6 +1199,9 @@ type Approval struct {
 	TaskId string `json:"task_id"`
 }
 
+// ApprovalChannel Who may answer the approvals of a rule. `approver` (the default): only a separate approver — in the local profile the operator on the Unix socket (`bap approvals approve|deny`), in the remote profile a client or person holding `bap:approvals.resolve` that neither requested nor caused the hold. `elicitation`: in addition, the person at the MCP client whose tool call was held may answer the MCP elicitation the adapter sends (Tasks extension); the decision is recorded with channel `elicitation`. Opt in only where the MCP host shows elicitations to a person: a client program that answers them itself approves its own actions.
+type ApprovalChannel string
+
 // ApprovalDecision Decision of an approver.
 type ApprovalDecision string
 
@@ -1144,12 +1210,15 @@ type ApprovalEffect string
 
 // ApprovalRequestedData `data` of a `approval.requested` event: an approval was requested.
 //
-// Examples: {"approval_id":"apr_3gH5jK7lM9nP","command_id":"cmd_1hJ3kL5mN7pQ","effect":"form_submission","reason":"Submit the order form"}
+// Examples: {"approval_id":"apr_3gH5jK7lM9nP","command_id":"cmd_1hJ3kL5mN7pQ","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form"}
 type ApprovalRequestedData struct {
 	// ApprovalId Approval identifier.
 	//
 	// Examples: apr_3gH5jK7lM9nP
 	ApprovalId string `json:"approval_id"`
+
+	// Channel Who may answer it.
+	Channel *ApprovalChannel `json:"channel,omitempty"`
 
 	// CommandId Held act command, if any.
 	//
@@ -1158,7 +1227,10 @@ type ApprovalRequestedData struct {
 
 	// Effect Kind of action an approval rule holds for approval.
 	Effect *ApprovalEffect `json:"effect,omitempty"`
-	Reason string          `json:"reason"`
+
+	// ExpiresAt When the approval expires unless resolved (RFC 3339, UTC).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Reason    string     `json:"reason"`
 }
 
 // ApprovalRequestedEvent An Event of type `approval.requested`.
@@ -1178,7 +1250,7 @@ type ApprovalRequestedEvent struct {
 
 	// Data `data` of a `approval.requested` event: an approval was requested.
 	//
-	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","command_id":"cmd_1hJ3kL5mN7pQ","effect":"form_submission","reason":"Submit the order form"}
+	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","command_id":"cmd_1hJ3kL5mN7pQ","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form"}
 	Data ApprovalRequestedData `json:"data"`
 
 	// EventId Event identifier.
@@ -1199,9 +1271,9 @@ type ApprovalRequestedEvent struct {
 	Type interface{} `json:"type"`
 }
 
-// ApprovalResolvedData `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or expired).
+// ApprovalResolvedData `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or expired). An approval that expired (its `expires_at` passed, checked by the server's upkeep even when nobody calls) has state `expired` and no decision.
 //
-// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"local","state":"approved"}
+// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"operator:local","resolved_via":"socket","state":"approved"}, {"approval_id":"apr_3gH5jK7lM9nP","state":"expired"}
 type ApprovalResolvedData struct {
 	// ActionReceiptId Receipt of the held action that ran.
 	//
@@ -1214,8 +1286,13 @@ type ApprovalResolvedData struct {
 	ApprovalId string `json:"approval_id"`
 
 	// Decision Decision of an approver.
-	Decision   *ApprovalDecision `json:"decision,omitempty"`
-	ResolvedBy *string           `json:"resolved_by,omitempty"`
+	Decision *ApprovalDecision `json:"decision,omitempty"`
+
+	// ResolvedBy Authenticated principal that decided (with `decision`).
+	ResolvedBy *string `json:"resolved_by,omitempty"`
+
+	// ResolvedVia How the decision reached the server (with `decision`).
+	ResolvedVia *DecisionChannel `json:"resolved_via,omitempty"`
 
 	// State State of an approval request. Only `pending` may be resolved.
 	State ApprovalState `json:"state"`
@@ -1236,9 +1313,9 @@ type ApprovalResolvedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or expired).
+	// Data `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or expired). An approval that expired (its `expires_at` passed, checked by the server's upkeep even when nobody calls) has state `expired` and no decision.
 	//
-	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"local","state":"approved"}
+	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"operator:local","resolved_via":"socket","state":"approved"}, {"approval_id":"apr_3gH5jK7lM9nP","state":"expired"}
 	Data ApprovalResolvedData `json:"data"`
 
 	// EventId Event identifier.
@@ -1261,13 +1338,21 @@ type ApprovalResolvedEvent struct {
 
 // ApprovalRule Marks actions of a kind (optionally on some origins) as needing approval.
 //
-// Examples: {"effect":"form_submission","origins":["https://shop.example.com"]}
+// Examples: {"effect":"form_submission","origins":["https://shop.example.com"],"ttl":"PT10M"}
 type ApprovalRule struct {
+	// Channel Who may answer this rule's approvals (default `approver`: a separate approver only).
+	Channel *ApprovalChannel `json:"channel,omitempty"`
+
 	// Effect Kind of action an approval rule holds for approval.
 	Effect ApprovalEffect `json:"effect"`
 
 	// Origins Limit the rule to these origin patterns; absent: every allowed origin.
 	Origins *[]string `json:"origins,omitempty"`
+
+	// Ttl How long an approval this rule asks for stays pending: an ISO 8601 duration of hours, minutes and seconds, from `PT1S` to `PT24H` (default `PT15M`). Then it expires (state `expired`, event `approval.resolved`) and its held action never runs; an expired approval is never revived.
+	//
+	// Examples: PT15M
+	Ttl *string `json:"ttl,omitempty"`
 }
 
 // ApprovalState State of an approval request. Only `pending` may be resolved.
@@ -2049,6 +2134,9 @@ type CreateTaskResponse struct {
 // DataClassification Sensitivity of a task's data, lowest first. A model may see a task's data only when its approved classification is at least this high.
 type DataClassification string
 
+// DecisionChannel How a decision reached the server: `socket` (the BAP HTTP API on the local profile's Unix socket, i.e. the operator: `bap approvals`), `api` (the BAP HTTP API over TCP), `mcp` (the `resolve_approval` MCP tool) or `elicitation` (an answer to the MCP elicitation of a rule with channel `elicitation`).
+type DecisionChannel string
+
 // DialogHandledData `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
 //
 // Examples: {"accepted":false,"context_id":"ctx_9aB3cD5eF7gH","dialog_type":"confirm","message":"Leave this page?","session_id":"bs_4fT8nQ2rL6vY"}
@@ -2417,6 +2505,13 @@ type InterruptedCommandResponse struct {
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
+}
+
+// ListApprovalsResponse Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
+//
+// Examples: {"approvals":[{"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","command_id":"cmd_1hJ3kL5mN7pQ","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}]}
+type ListApprovalsResponse struct {
+	Approvals []Approval `json:"approvals"`
 }
 
 // ListTaskEventsResponse A page of a task's history, in seq order.
@@ -2799,7 +2894,7 @@ type PlanStepFinishedData struct {
 	// Op Operation of a delegated-mode plan step.
 	Op PlanOp `json:"op"`
 
-	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 	ProblemCode *ProblemCode `json:"problem_code,omitempty"`
 
 	// ReceiptId Receipt identifier.
@@ -3048,7 +3143,7 @@ type PostconditionResult struct {
 	Unmet []Clause `json:"unmet"`
 }
 
-// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 type ProblemCode string
 
 // ProblemViolation One validation failure.
@@ -3402,11 +3497,11 @@ type RequestApprovalRequest struct {
 
 // RequestApprovalResponse Answer of request_approval.
 //
-// Examples: {"approval":{"approval_id":"apr_3gH5jK7lM9nP","reason":"Confirm the shipping address before paying","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"request_approval","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
+// Examples: {"approval":{"approval_id":"apr_3gH5jK7lM9nP","expires_at":"2026-11-20T09:30:02Z","reason":"Confirm the shipping address before paying","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"request_approval","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type RequestApprovalResponse struct {
-	// Approval An approval request of a task.
+	// Approval An approval request of a task. Separation of duties: whoever requested or caused it (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never resolves it.
 	//
-	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","effect":"form_submission","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
+	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Approval Approval `json:"approval"`
 
 	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
@@ -3424,7 +3519,7 @@ type RequestBlockedData struct {
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
 
-	// Layer Which control refused it: `interception` (the browser paused the request and BAP refused it) or `proxy` (the browser context's egress proxy refused the connection, for traffic interception cannot see: WebSockets, service workers, preconnects).
+	// Layer Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
 	Layer *RequestBlockedDataLayer `json:"layer,omitempty"`
 
 	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
@@ -3438,11 +3533,11 @@ type RequestBlockedData struct {
 	// Examples: bs_4fT8nQ2rL6vY
 	SessionId string `json:"session_id"`
 
-	// Url The refused URL without userinfo, query or fragment.
+	// Url The refused URL without userinfo, query or fragment; for a tunnel (resource_type `tunnel`), the `host:port` it was to reach, as the proxy cannot see the URL inside.
 	Url string `json:"url"`
 }
 
-// RequestBlockedDataLayer Which control refused it: `interception` (the browser paused the request and BAP refused it) or `proxy` (the browser context's egress proxy refused the connection, for traffic interception cannot see: WebSockets, service workers, preconnects).
+// RequestBlockedDataLayer Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
 type RequestBlockedDataLayer string
 
 // RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
@@ -3497,16 +3592,16 @@ type ResolveApprovalRequest struct {
 
 // ResolveApprovalResponse Answer of resolve_approval; with `approve` it returns only after the held action ran.
 //
-// Examples: {"action_receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"approval":{"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","effect":"form_submission","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","resolved_at":"2026-11-20T09:15:02Z","resolved_by":"local","state":"approved","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_2bC4dE6fG8hJ","issued_at":"2026-11-20T09:15:02Z","operation":"resolve_approval","outcome":"applied","receipt_id":"rcp_4aB6cD8eF0gH","task_id":"tsk_7Hq2ZkP9xW3m"}}
+// Examples: {"action_receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"approval":{"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","resolved_at":"2026-11-20T09:15:02Z","resolved_by":"operator:local","resolved_via":"socket","state":"approved","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_2bC4dE6fG8hJ","issued_at":"2026-11-20T09:15:02Z","operation":"resolve_approval","outcome":"applied","receipt_id":"rcp_4aB6cD8eF0gH","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type ResolveApprovalResponse struct {
 	// ActionReceipt Receipt of the held action, which ran exactly once (approve only): the action is recorded as a command of its own (operation act) when the approval releases it; the held act command keeps its pending_approval receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	ActionReceipt *Receipt `json:"action_receipt,omitempty"`
 
-	// Approval An approval request of a task.
+	// Approval An approval request of a task. Separation of duties: whoever requested or caused it (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never resolves it.
 	//
-	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","effect":"form_submission","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
+	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Approval Approval `json:"approval"`
 
 	// Receipt Receipt of the resolve command itself.
@@ -3959,6 +4054,11 @@ type StreamAfterSeq = int
 // TaskId defines model for TaskId.
 type TaskId = string
 
+// ApproverForbidden RFC 9457 problem details with a stable `code`. Never echoes secrets, tokens or protected input values.
+//
+// Examples: {"code":"not_found","detail":"No task tsk_7Hq2ZkP9xW3m.","status":404,"title":"Not found","type":"urn:bap:problem:not_found"}
+type ApproverForbidden = Problem
+
 // BadGateway RFC 9457 problem details with a stable `code`. Never echoes secrets, tokens or protected input values.
 //
 // Examples: {"code":"not_found","detail":"No task tsk_7Hq2ZkP9xW3m.","status":404,"title":"Not found","type":"urn:bap:problem:not_found"}
@@ -4018,6 +4118,15 @@ type Unauthorized = Problem
 //
 // Examples: {"code":"not_found","detail":"No task tsk_7Hq2ZkP9xW3m.","status":404,"title":"Not found","type":"urn:bap:problem:not_found"}
 type UnprocessableEntity = Problem
+
+// ListApprovalsParams defines parameters for ListApprovals.
+type ListApprovalsParams struct {
+	// State Which approvals (default `pending`).
+	State *ApprovalState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Limit Maximum number of events to return.
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+}
 
 // ResolveApprovalParams defines parameters for ResolveApproval.
 type ResolveApprovalParams struct {

@@ -54,6 +54,7 @@ var extraOps = map[string]struct {
 	stream        bool
 }{
 	"get_service_info":   {"get", "/bap/v1", "", false},
+	"list_approvals":     {"get", "/bap/v1/approvals", "approvals.resolve", false},
 	"get_healthz":        {"get", "/healthz", "", false},
 	"get_readyz":         {"get", "/readyz", "", false},
 	"stream_task_events": {"get", "/bap/v1/tasks/{task_id}/events/stream", "events.read", true},

@@ -56,7 +56,7 @@ func TestContractOperations(t *testing.T) {
 			nonContract = append(nonContract, o.ID)
 		}
 	}
-	if got := strings.Join(nonContract, ","); got != "get_service_info,stream_events,stream_task_events,get_healthz,get_readyz" {
+	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,stream_events,stream_task_events,get_healthz,get_readyz" {
 		t.Errorf("non-contract operations %s", got)
 	}
 }

@@ -39,7 +39,8 @@ func newUUID() string {
 
 func main() {
 	harness.Main("mcp", func(ctx context.Context, baseURL string) (harness.Caller, func(), error) {
-		// The local profile (as for the SDK runners): the caller is the local operator, no token.
+		// The local profile (as for the SDK runners): the caller is the local agent, no token; the
+		// operator's steps go through harness.OperatorCall.
 		c := mcp.NewClient(&mcp.Implementation{Name: "bap-conformance", Version: "1"}, nil)
 		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: baseURL + "/mcp", HTTPClient: http.DefaultClient},
 			&mcp.ClientSessionOptions{ProtocolVersion: protocolVersion})

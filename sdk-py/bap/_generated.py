@@ -23,6 +23,7 @@ __all__ = [
     "Actor",
     "ActorKind",
     "Approval",
+    "ApprovalChannel",
     "ApprovalDecision",
     "ApprovalEffect",
     "ApprovalRequestedData",
@@ -70,6 +71,7 @@ __all__ = [
     "CreateTaskRequest",
     "CreateTaskResponse",
     "DataClassification",
+    "DecisionChannel",
     "DialogHandledData",
     "DialogHandledEvent",
     "DownloadCompletedData",
@@ -92,6 +94,7 @@ __all__ = [
     "HealthState",
     "HealthStatus",
     "InterruptedCommandResponse",
+    "ListApprovalsResponse",
     "ListTaskEventsResponse",
     "ModelCalledData",
     "ModelCalledEvent",
@@ -280,33 +283,62 @@ class Actor(TypedDict):
     kind: "ActorKind"
 
 
-ActorKind = Literal["client", "user", "operator", "worker", "system"]
-"""Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a
-delegated-mode worker (its id is the node it runs on), or the server itself.
+ActorKind = Literal["client", "user", "operator", "agent", "worker", "system"]
+"""Who caused an event: an OAuth client, a person (authorization-code login), the local operator (on
+the local profile's Unix socket, id `local`), the local agent (a caller on the local profile's TCP
+loopback, `/mcp` included, id `local`), a delegated-mode worker (its id is the node it runs on), or
+the server itself.
 """
 
 
 class Approval(TypedDict):
-    """An approval request of a task."""
+    """An approval request of a task. Separation of duties: whoever requested or caused it
+    (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never
+    resolves it.
+    """
 
     #: Approval identifier.
     approval_id: str
+    #: Who may answer it: `approver` (a separate approver only) or `elicitation` (the rule lets the
+    #: person at the requesting MCP client answer an elicitation too).
+    channel: NotRequired["ApprovalChannel"]
     #: The held `act` command, if any.
     command_id: NotRequired[str]
     decision: NotRequired["ApprovalDecision"]
     #: Effect of the rule that held an action (absent for request_approval).
     effect: NotRequired["ApprovalEffect"]
+    #: When a still pending approval expires (RFC 3339, UTC): `requested_at` plus the rule's `ttl`
+    #: (default 15 minutes). From then on it is `expired`, resolving it answers `409
+    #: approval_not_pending`, and its held action never runs.
+    expires_at: str
     reason: str
     #: Request time (RFC 3339, UTC).
     requested_at: str
+    #: Authenticated principal whose act was held or who called request_approval (`worker:<node>`
+    #: for a delegated or autonomous task's own step).
+    requested_by: NotRequired[str]
     resolution_reason: NotRequired[str]
     #: Resolution time (RFC 3339, UTC).
     resolved_at: NotRequired[str]
-    #: Authenticated principal that resolved it (never a name from a request body).
+    #: Authenticated principal that resolved it (never a name from a request body): `operator:local`
+    #: for the local operator.
     resolved_by: NotRequired[str]
+    #: How the decision reached the server (present with `decision`).
+    resolved_via: NotRequired["DecisionChannel"]
     state: "ApprovalState"
     #: Task identifier.
     task_id: str
+
+
+ApprovalChannel = Literal["approver", "elicitation"]
+"""Who may answer the approvals of a rule. `approver` (the default): only a separate approver — in
+the local profile the operator on the Unix socket (`bap approvals approve|deny`), in the remote
+profile a client or person holding `bap:approvals.resolve` that neither requested nor caused the
+hold. `elicitation`: in addition, the person at the MCP client whose tool call was held may answer
+the MCP elicitation the adapter sends (Tasks extension); the decision is recorded with channel
+`elicitation`. Opt in only where the MCP host shows elicitations to a person: a client program that
+answers them itself approves its own actions.
+"""
 
 
 ApprovalDecision = Literal["approve", "deny"]
@@ -322,9 +354,13 @@ class ApprovalRequestedData(TypedDict):
 
     #: Approval identifier.
     approval_id: str
+    #: Who may answer it.
+    channel: NotRequired["ApprovalChannel"]
     #: Held act command, if any.
     command_id: NotRequired[str]
     effect: NotRequired["ApprovalEffect"]
+    #: When the approval expires unless resolved (RFC 3339, UTC).
+    expires_at: NotRequired[str]
     reason: str
 
 
@@ -350,7 +386,8 @@ class ApprovalRequestedEvent(TypedDict):
 
 class ApprovalResolvedData(TypedDict):
     """`data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled
-    or expired).
+    or expired). An approval that expired (its `expires_at` passed, checked by the server's upkeep
+    even when nobody calls) has state `expired` and no decision.
     """
 
     #: Receipt of the held action that ran.
@@ -358,7 +395,10 @@ class ApprovalResolvedData(TypedDict):
     #: Approval identifier.
     approval_id: str
     decision: NotRequired["ApprovalDecision"]
+    #: Authenticated principal that decided (with `decision`).
     resolved_by: NotRequired[str]
+    #: How the decision reached the server (with `decision`).
+    resolved_via: NotRequired["DecisionChannel"]
     state: "ApprovalState"
 
 
@@ -385,9 +425,16 @@ class ApprovalResolvedEvent(TypedDict):
 class ApprovalRule(TypedDict):
     """Marks actions of a kind (optionally on some origins) as needing approval."""
 
+    #: Who may answer this rule's approvals (default `approver`: a separate approver only).
+    channel: NotRequired["ApprovalChannel"]
     effect: "ApprovalEffect"
     #: Limit the rule to these origin patterns; absent: every allowed origin.
     origins: NotRequired[list[str]]
+    #: How long an approval this rule asks for stays pending: an ISO 8601 duration of hours, minutes
+    #: and seconds, from `PT1S` to `PT24H` (default `PT15M`). Then it expires (state `expired`,
+    #: event `approval.resolved`) and its held action never runs; an expired approval is never
+    #: revived.
+    ttl: NotRequired[str]
 
 
 ApprovalState = Literal["pending", "approved", "denied", "cancelled", "expired"]
@@ -873,6 +920,14 @@ classification is at least this high.
 """
 
 
+DecisionChannel = Literal["api", "socket", "mcp", "elicitation"]
+"""How a decision reached the server: `socket` (the BAP HTTP API on the local profile's Unix socket,
+i.e. the operator: `bap approvals`), `api` (the BAP HTTP API over TCP), `mcp` (the
+`resolve_approval` MCP tool) or `elicitation` (an answer to the MCP elicitation of a rule with
+channel `elicitation`).
+"""
+
+
 class DialogHandledData(TypedDict):
     """`data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt,
     beforeunload); the session handled it by policy (default: dismiss).
@@ -1134,6 +1189,13 @@ class InterruptedCommandResponse(TypedDict):
     """
 
     receipt: "Receipt"
+
+
+class ListApprovalsResponse(TypedDict):
+    """Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
+    """
+
+    approvals: list["Approval"]
 
 
 class ListTaskEventsResponse(TypedDict):
@@ -1606,13 +1668,15 @@ ProblemCode = Literal[
     "navigation_failed",
     "model_policy_unsatisfied",
     "orchestrator_unavailable",
+    "approver_not_permitted",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
-403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409:
-invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
-checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
-payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
-satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
+403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
+caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404:
+not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle,
+approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale,
+browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied
+(no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
 browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
 configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
 browser could not load the page: DNS, connection, TLS).
@@ -1852,10 +1916,13 @@ class RequestBlockedData(TypedDict):
 
     #: Browsing context identifier.
     context_id: NotRequired[str]
-    #: Which control refused it: `interception` (the browser paused the request and BAP refused it)
-    #: or `proxy` (the browser context's egress proxy refused the connection, for traffic
-    #: interception cannot see: WebSockets, service workers, preconnects).
-    layer: NotRequired[Literal["interception", "proxy"]]
+    #: Which control refused it: `interception` (the browser paused the request and BAP refused it),
+    #: `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts
+    #: refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request
+    #: existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the
+    #: other two cannot see, such as WebSockets of documents without that CSP, service workers, and
+    #: every connection to a private address).
+    layer: NotRequired[Literal["interception", "csp", "proxy"]]
     #: Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or
     #: resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy
     #: does not name explicitly), `unclassifiable` (the request could not be read or checked, so it
@@ -1868,7 +1935,8 @@ class RequestBlockedData(TypedDict):
     resource_type: NotRequired[str]
     #: Browser session identifier.
     session_id: str
-    #: The refused URL without userinfo, query or fragment.
+    #: The refused URL without userinfo, query or fragment; for a tunnel (resource_type `tunnel`),
+    #: the `host:port` it was to reach, as the proxy cannot see the URL inside.
     url: str
 
 
@@ -2335,7 +2403,19 @@ class Operations:
 
         Approves or denies a pending approval as the authenticated caller. `approve` runs a held
         action exactly once and returns only after it ran, with its `action_receipt`; `deny` never
-        runs it.
+        runs it. **Who may resolve.** Separation of duties is always on: whoever requested or caused
+        the approval (its `requested_by`, the same OAuth client, and for a hold raised by a
+        delegated or autonomous task's own worker also the task's creator) is refused with `403
+        approver_not_permitted`, recorded with a `rejected` receipt. In the local profile the agent
+        on TCP loopback (`/mcp` included) is `agent:local`, without `bap:approvals.resolve` (`403
+        insufficient_scope`): only the operator resolves, on the Unix socket (`bap approvals
+        approve|deny ID`). In the remote profile give `bap:approvals.resolve` to approvers, not to
+        agents (`bap client create` grants it only when `--scopes` names it). An approval whose rule
+        has `channel: elicitation` may also be answered by the person at the requesting MCP client
+        through the elicitation the adapter sends; the decision then records `resolved_via:
+        elicitation`. **Expiry.** Every approval has `expires_at` (its rule's `ttl`, default 15
+        minutes); an expired approval is never revived: resolving it answers `409
+        approval_not_pending` (state `expired`) and its held action never runs.
 
         ``POST /bap/v1/approvals/{approval_id}/resolve`` (mutating: sends ``idempotency_key``, or a
         new UUID that the client's own retries reuse); scope ``bap:approvals.resolve``.
@@ -2411,7 +2491,9 @@ class Operations:
         ``POST /bap/v1/browser-sessions/{session_id}/act`` (mutating: sends ``idempotency_key``, or
         a new UUID that the client's own retries reuse); scope ``bap:browser.act``. May also answer
         202 with ActPendingApprovalResponse: Held by an approval rule: the action has not run; the
-        task waits in `waiting_for_approval`.
+        task waits in `waiting_for_approval`. A separate approver resolves the approval (never the
+        caller that was held) before its `expires_at` (the rule's `ttl`, default 15 minutes);
+        expired, the action never runs.
         """
         return self._request(
             "act",
@@ -2667,7 +2749,9 @@ class Operations:
     ) -> Union["RequestApprovalResponse", "InterruptedCommandResponse"]:
         """Request an approval.
 
-        Asks a person for approval; the task waits in `waiting_for_approval`.
+        Asks a person for approval; the task waits in `waiting_for_approval`. The approval expires
+        15 minutes after it was requested (`expires_at`) unless resolved, and whoever requested it
+        can never resolve it (separation of duties, see resolve_approval).
 
         ``POST /bap/v1/tasks/{task_id}/approvals`` (mutating: sends ``idempotency_key``, or a new
         UUID that the client's own retries reuse); scope ``bap:approvals.request``. May also answer

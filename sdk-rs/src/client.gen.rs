@@ -14,7 +14,19 @@ impl Client {
     ///
     /// Approves or denies a pending approval as the authenticated caller. `approve` runs a held
     /// action exactly once and returns only after it ran, with its `action_receipt`; `deny` never
-    /// runs it.
+    /// runs it. **Who may resolve.** Separation of duties is always on: whoever requested or caused
+    /// the approval (its `requested_by`, the same OAuth client, and for a hold raised by a
+    /// delegated or autonomous task's own worker also the task's creator) is refused with `403
+    /// approver_not_permitted`, recorded with a `rejected` receipt. In the local profile the agent
+    /// on TCP loopback (`/mcp` included) is `agent:local`, without `bap:approvals.resolve` (`403
+    /// insufficient_scope`): only the operator resolves, on the Unix socket (`bap approvals
+    /// approve|deny ID`). In the remote profile give `bap:approvals.resolve` to approvers, not to
+    /// agents (`bap client create` grants it only when `--scopes` names it). An approval whose rule
+    /// has `channel: elicitation` may also be answered by the person at the requesting MCP client
+    /// through the elicitation the adapter sends; the decision then records `resolved_via:
+    /// elicitation`. **Expiry.** Every approval has `expires_at` (its rule's `ttl`, default 15
+    /// minutes); an expired approval is never revived: resolving it answers `409
+    /// approval_not_pending` (state `expired`) and its held action never runs.
     ///
     /// `POST /bap/v1/approvals/{approval_id}/resolve` (mutating: it sends an `Idempotency-Key`, the
     /// one of `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
@@ -74,7 +86,9 @@ impl Client {
     /// `POST /bap/v1/browser-sessions/{session_id}/act` (mutating: it sends an `Idempotency-Key`,
     /// the one of `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
     /// `bap:browser.act`. May also answer 202 with ActPendingApprovalResponse: Held by an approval
-    /// rule: the action has not run; the task waits in `waiting_for_approval`.
+    /// rule: the action has not run; the task waits in `waiting_for_approval`. A separate approver
+    /// resolves the approval (never the caller that was held) before its `expires_at` (the rule's
+    /// `ttl`, default 15 minutes); expired, the action never runs.
     pub fn act(&self, session_id: &str, body: &ActRequest) -> Result<ActAnswer, Error> {
         self.act_with(session_id, body, &CallOptions::default())
     }
@@ -272,7 +286,9 @@ impl Client {
 
     /// Request an approval.
     ///
-    /// Asks a person for approval; the task waits in `waiting_for_approval`.
+    /// Asks a person for approval; the task waits in `waiting_for_approval`. The approval expires
+    /// 15 minutes after it was requested (`expires_at`) unless resolved, and whoever requested it
+    /// can never resolve it (separation of duties, see resolve_approval).
     ///
     /// `POST /bap/v1/tasks/{task_id}/approvals` (mutating: it sends an `Idempotency-Key`, the one
     /// of `CallOptions` or a new UUID v7, that the client's own retries reuse); scope

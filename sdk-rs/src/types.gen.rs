@@ -298,8 +298,10 @@ impl Actor {
     }
 }
 
-/// Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a
-/// delegated-mode worker (its id is the node it runs on), or the server itself.
+/// Who caused an event: an OAuth client, a person (authorization-code login), the local operator
+/// (on the local profile's Unix socket, id `local`), the local agent (a caller on the local
+/// profile's TCP loopback, `/mcp` included, id `local`), a delegated-mode worker (its id is the
+/// node it runs on), or the server itself.
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ActorKind::Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -310,6 +312,8 @@ pub enum ActorKind {
     User,
     /// `operator`
     Operator,
+    /// `agent`
+    Agent,
     /// `worker`
     Worker,
     /// `system`
@@ -320,7 +324,7 @@ pub enum ActorKind {
 
 impl ActorKind {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ActorKind] = &[ActorKind::Client, ActorKind::User, ActorKind::Operator, ActorKind::Worker, ActorKind::System];
+    pub const ALL: &'static [ActorKind] = &[ActorKind::Client, ActorKind::User, ActorKind::Operator, ActorKind::Agent, ActorKind::Worker, ActorKind::System];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -328,6 +332,7 @@ impl ActorKind {
             ActorKind::Client => "client",
             ActorKind::User => "user",
             ActorKind::Operator => "operator",
+            ActorKind::Agent => "agent",
             ActorKind::Worker => "worker",
             ActorKind::System => "system",
             ActorKind::Unknown(s) => s,
@@ -341,6 +346,7 @@ impl From<&str> for ActorKind {
             "client" => ActorKind::Client,
             "user" => ActorKind::User,
             "operator" => ActorKind::Operator,
+            "agent" => ActorKind::Agent,
             "worker" => ActorKind::Worker,
             "system" => ActorKind::System,
             other => ActorKind::Unknown(other.to_string()),
@@ -372,11 +378,17 @@ impl<'de> Deserialize<'de> for ActorKind {
     }
 }
 
-/// An approval request of a task.
+/// An approval request of a task. Separation of duties: whoever requested or caused it
+/// (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never
+/// resolves it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Approval {
     /// Approval identifier.
     pub approval_id: String,
+    /// Who may answer it: `approver` (a separate approver only) or `elicitation` (the rule lets the
+    /// person at the requesting MCP client answer an elicitation too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ApprovalChannel>,
     /// The held `act` command, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_id: Option<String>,
@@ -385,17 +397,29 @@ pub struct Approval {
     /// Effect of the rule that held an action (absent for request_approval).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<ApprovalEffect>,
+    /// When a still pending approval expires (RFC 3339, UTC): `requested_at` plus the rule's `ttl`
+    /// (default 15 minutes). From then on it is `expired`, resolving it answers `409
+    /// approval_not_pending`, and its held action never runs.
+    pub expires_at: String,
     pub reason: String,
     /// Request time (RFC 3339, UTC).
     pub requested_at: String,
+    /// Authenticated principal whose act was held or who called request_approval (`worker:<node>`
+    /// for a delegated or autonomous task's own step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution_reason: Option<String>,
     /// Resolution time (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<String>,
-    /// Authenticated principal that resolved it (never a name from a request body).
+    /// Authenticated principal that resolved it (never a name from a request body):
+    /// `operator:local` for the local operator.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_by: Option<String>,
+    /// How the decision reached the server (present with `decision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_via: Option<DecisionChannel>,
     pub state: ApprovalState,
     /// Task identifier.
     pub task_id: String,
@@ -403,20 +427,91 @@ pub struct Approval {
 
 impl Approval {
     /// A value with the required fields; the optional ones are `None`.
-    pub fn new(approval_id: String, reason: String, requested_at: String, state: ApprovalState, task_id: String) -> Self {
+    pub fn new(approval_id: String, expires_at: String, reason: String, requested_at: String, state: ApprovalState, task_id: String) -> Self {
         Approval {
             approval_id,
+            channel: None,
             command_id: None,
             decision: None,
             effect: None,
+            expires_at,
             reason,
             requested_at,
+            requested_by: None,
             resolution_reason: None,
             resolved_at: None,
             resolved_by: None,
+            resolved_via: None,
             state,
             task_id,
         }
+    }
+}
+
+/// Who may answer the approvals of a rule. `approver` (the default): only a separate approver —
+/// in the local profile the operator on the Unix socket (`bap approvals approve|deny`), in the
+/// remote profile a client or person holding `bap:approvals.resolve` that neither requested nor
+/// caused the hold. `elicitation`: in addition, the person at the MCP client whose tool call was
+/// held may answer the MCP elicitation the adapter sends (Tasks extension); the decision is
+/// recorded with channel `elicitation`. Opt in only where the MCP host shows elicitations to a
+/// person: a client program that answers them itself approves its own actions.
+///
+/// Serialized as its string; a value this SDK does not know is kept in `ApprovalChannel::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ApprovalChannel {
+    /// `approver`
+    Approver,
+    /// `elicitation`
+    Elicitation,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl ApprovalChannel {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [ApprovalChannel] = &[ApprovalChannel::Approver, ApprovalChannel::Elicitation];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ApprovalChannel::Approver => "approver",
+            ApprovalChannel::Elicitation => "elicitation",
+            ApprovalChannel::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for ApprovalChannel {
+    fn from(s: &str) -> Self {
+        match s {
+            "approver" => ApprovalChannel::Approver,
+            "elicitation" => ApprovalChannel::Elicitation,
+            other => ApprovalChannel::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for ApprovalChannel {
+    fn from(s: String) -> Self {
+        ApprovalChannel::from(s.as_str())
+    }
+}
+
+impl fmt::Display for ApprovalChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ApprovalChannel {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ApprovalChannel {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(ApprovalChannel::from)
     }
 }
 
@@ -551,11 +646,17 @@ impl<'de> Deserialize<'de> for ApprovalEffect {
 pub struct ApprovalRequestedData {
     /// Approval identifier.
     pub approval_id: String,
+    /// Who may answer it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ApprovalChannel>,
     /// Held act command, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<ApprovalEffect>,
+    /// When the approval expires unless resolved (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
     pub reason: String,
 }
 
@@ -583,7 +684,8 @@ pub struct ApprovalRequestedEvent {
 }
 
 /// `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled
-/// or expired).
+/// or expired). An approval that expired (its `expires_at` passed, checked by the server's upkeep
+/// even when nobody calls) has state `expired` and no decision.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalResolvedData {
     /// Receipt of the held action that ran.
@@ -593,8 +695,12 @@ pub struct ApprovalResolvedData {
     pub approval_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<ApprovalDecision>,
+    /// Authenticated principal that decided (with `decision`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_by: Option<String>,
+    /// How the decision reached the server (with `decision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_via: Option<DecisionChannel>,
     pub state: ApprovalState,
 }
 
@@ -606,6 +712,7 @@ impl ApprovalResolvedData {
             approval_id,
             decision: None,
             resolved_by: None,
+            resolved_via: None,
             state,
         }
     }
@@ -654,18 +761,29 @@ impl ApprovalResolvedEvent {
 /// Marks actions of a kind (optionally on some origins) as needing approval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRule {
+    /// Who may answer this rule's approvals (default `approver`: a separate approver only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<ApprovalChannel>,
     pub effect: ApprovalEffect,
     /// Limit the rule to these origin patterns; absent: every allowed origin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origins: Option<Vec<String>>,
+    /// How long an approval this rule asks for stays pending: an ISO 8601 duration of hours,
+    /// minutes and seconds, from `PT1S` to `PT24H` (default `PT15M`). Then it expires (state
+    /// `expired`, event `approval.resolved`) and its held action never runs; an expired approval is
+    /// never revived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
 }
 
 impl ApprovalRule {
     /// A value with the required fields; the optional ones are `None`.
     pub fn new(effect: ApprovalEffect) -> Self {
         ApprovalRule {
+            channel: None,
             effect,
             origins: None,
+            ttl: None,
         }
     }
 }
@@ -1690,6 +1808,78 @@ impl<'de> Deserialize<'de> for DataClassification {
     }
 }
 
+/// How a decision reached the server: `socket` (the BAP HTTP API on the local profile's Unix
+/// socket, i.e. the operator: `bap approvals`), `api` (the BAP HTTP API over TCP), `mcp` (the
+/// `resolve_approval` MCP tool) or `elicitation` (an answer to the MCP elicitation of a rule with
+/// channel `elicitation`).
+///
+/// Serialized as its string; a value this SDK does not know is kept in `DecisionChannel::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DecisionChannel {
+    /// `api`
+    Api,
+    /// `socket`
+    Socket,
+    /// `mcp`
+    Mcp,
+    /// `elicitation`
+    Elicitation,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl DecisionChannel {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [DecisionChannel] = &[DecisionChannel::Api, DecisionChannel::Socket, DecisionChannel::Mcp, DecisionChannel::Elicitation];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            DecisionChannel::Api => "api",
+            DecisionChannel::Socket => "socket",
+            DecisionChannel::Mcp => "mcp",
+            DecisionChannel::Elicitation => "elicitation",
+            DecisionChannel::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for DecisionChannel {
+    fn from(s: &str) -> Self {
+        match s {
+            "api" => DecisionChannel::Api,
+            "socket" => DecisionChannel::Socket,
+            "mcp" => DecisionChannel::Mcp,
+            "elicitation" => DecisionChannel::Elicitation,
+            other => DecisionChannel::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for DecisionChannel {
+    fn from(s: String) -> Self {
+        DecisionChannel::from(s.as_str())
+    }
+}
+
+impl fmt::Display for DecisionChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for DecisionChannel {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for DecisionChannel {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(DecisionChannel::from)
+    }
+}
+
 /// `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt,
 /// beforeunload); the session handled it by policy (default: dismiss).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -2365,6 +2555,12 @@ impl InterruptedCommandResponse {
             receipt,
         }
     }
+}
+
+/// Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ListApprovalsResponse {
+    pub approvals: Vec<Approval>,
 }
 
 /// A page of a task's history, in seq order.
@@ -3209,14 +3405,15 @@ pub struct PostconditionResult {
 }
 
 /// Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
-/// 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409:
-/// invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
-/// checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
-/// payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
-/// satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
-/// browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
-/// configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
-/// browser could not load the page: DNS, connection, TLS).
+/// 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
+/// caller requested or caused the approval it tries to resolve, or its channel may not answer it);
+/// 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight,
+/// stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible,
+/// checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused,
+/// model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429:
+/// rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task
+/// with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented;
+/// 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ProblemCode::Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -3271,13 +3468,15 @@ pub enum ProblemCode {
     ModelPolicyUnsatisfied,
     /// `orchestrator_unavailable`
     OrchestratorUnavailable,
+    /// `approver_not_permitted`
+    ApproverNotPermitted,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -3307,6 +3506,7 @@ impl ProblemCode {
             ProblemCode::NavigationFailed => "navigation_failed",
             ProblemCode::ModelPolicyUnsatisfied => "model_policy_unsatisfied",
             ProblemCode::OrchestratorUnavailable => "orchestrator_unavailable",
+            ProblemCode::ApproverNotPermitted => "approver_not_permitted",
             ProblemCode::Unknown(s) => s,
         }
     }
@@ -3340,6 +3540,7 @@ impl From<&str> for ProblemCode {
             "navigation_failed" => ProblemCode::NavigationFailed,
             "model_policy_unsatisfied" => ProblemCode::ModelPolicyUnsatisfied,
             "orchestrator_unavailable" => ProblemCode::OrchestratorUnavailable,
+            "approver_not_permitted" => ProblemCode::ApproverNotPermitted,
             other => ProblemCode::Unknown(other.to_string()),
         }
     }
@@ -3839,9 +4040,12 @@ pub struct RequestBlockedData {
     /// Browsing context identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
-    /// Which control refused it: `interception` (the browser paused the request and BAP refused it)
-    /// or `proxy` (the browser context's egress proxy refused the connection, for traffic
-    /// interception cannot see: WebSockets, service workers, preconnects).
+    /// Which control refused it: `interception` (the browser paused the request and BAP refused
+    /// it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts
+    /// refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request
+    /// existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the
+    /// other two cannot see, such as WebSockets of documents without that CSP, service workers, and
+    /// every connection to a private address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer: Option<String>,
     /// Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or
@@ -3858,7 +4062,8 @@ pub struct RequestBlockedData {
     pub resource_type: Option<String>,
     /// Browser session identifier.
     pub session_id: String,
-    /// The refused URL without userinfo, query or fragment.
+    /// The refused URL without userinfo, query or fragment; for a tunnel (resource_type `tunnel`),
+    /// the `host:port` it was to reach, as the proxy cannot see the URL inside.
     pub url: String,
 }
 
@@ -4584,7 +4789,9 @@ pub enum ActAnswer {
     /// `200` with only `{"receipt"}` (InterruptedCommandResponse).
     Act(ActResponse),
     /// 202: Held by an approval rule: the action has not run; the task waits in
-    /// `waiting_for_approval`.
+    /// `waiting_for_approval`. A separate approver resolves the approval (never the caller that was
+    /// held) before its `expires_at` (the rule's `ttl`, default 15 minutes); expired, the action
+    /// never runs.
     ActPendingApproval(ActPendingApprovalResponse),
 }
 

@@ -27,12 +27,28 @@ export type ActionPerformedEvent = S["ActionPerformedEvent"];
 /** Who caused an event. */
 export type Actor = S["Actor"];
 /**
- * Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a
- * delegated-mode worker (its id is the node it runs on), or the server itself.
+ * Who caused an event: an OAuth client, a person (authorization-code login), the local operator (on
+ * the local profile's Unix socket, id `local`), the local agent (a caller on the local profile's
+ * TCP loopback, `/mcp` included, id `local`), a delegated-mode worker (its id is the node it runs
+ * on), or the server itself.
  */
 export type ActorKind = S["ActorKind"];
-/** An approval request of a task. */
+/**
+ * An approval request of a task. Separation of duties: whoever requested or caused it
+ * (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never
+ * resolves it.
+ */
 export type Approval = S["Approval"];
+/**
+ * Who may answer the approvals of a rule. `approver` (the default): only a separate approver — in
+ * the local profile the operator on the Unix socket (`bap approvals approve|deny`), in the remote
+ * profile a client or person holding `bap:approvals.resolve` that neither requested nor caused the
+ * hold. `elicitation`: in addition, the person at the MCP client whose tool call was held may
+ * answer the MCP elicitation the adapter sends (Tasks extension); the decision is recorded with
+ * channel `elicitation`. Opt in only where the MCP host shows elicitations to a person: a client
+ * program that answers them itself approves its own actions.
+ */
+export type ApprovalChannel = S["ApprovalChannel"];
 /** Decision of an approver. */
 export type ApprovalDecision = S["ApprovalDecision"];
 /** Kind of action an approval rule holds for approval. */
@@ -43,7 +59,8 @@ export type ApprovalRequestedData = S["ApprovalRequestedData"];
 export type ApprovalRequestedEvent = S["ApprovalRequestedEvent"];
 /**
  * `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or
- * expired).
+ * expired). An approval that expired (its `expires_at` passed, checked by the server's upkeep even
+ * when nobody calls) has state `expired` and no decision.
  */
 export type ApprovalResolvedData = S["ApprovalResolvedData"];
 /** An Event of type `approval.resolved`. */
@@ -143,6 +160,13 @@ export type CreateTaskResponse = S["CreateTaskResponse"];
  */
 export type DataClassification = S["DataClassification"];
 /**
+ * How a decision reached the server: `socket` (the BAP HTTP API on the local profile's Unix socket,
+ * i.e. the operator: `bap approvals`), `api` (the BAP HTTP API over TCP), `mcp` (the
+ * `resolve_approval` MCP tool) or `elicitation` (an answer to the MCP elicitation of a rule with
+ * channel `elicitation`).
+ */
+export type DecisionChannel = S["DecisionChannel"];
+/**
  * `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt,
  * beforeunload); the session handled it by policy (default: dismiss).
  */
@@ -196,6 +220,10 @@ export type HealthStatus = S["HealthStatus"];
  * `unknown_outcome` or `reconciliation_required`).
  */
 export type InterruptedCommandResponse = S["InterruptedCommandResponse"];
+/**
+ * Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
+ */
+export type ListApprovalsResponse = S["ListApprovalsResponse"];
 /** A page of a task's history, in seq order. */
 export type ListTaskEventsResponse = S["ListTaskEventsResponse"];
 /**
@@ -288,14 +316,15 @@ export type PostconditionResult = S["PostconditionResult"];
 export type Problem = S["Problem"];
 /**
  * Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
- * 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409:
- * invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
- * checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
- * payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
- * satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
- * browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
- * configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
- * browser could not load the page: DNS, connection, TLS).
+ * 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
+ * caller requested or caused the approval it tries to resolve, or its channel may not answer it);
+ * 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight,
+ * stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible,
+ * checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused,
+ * model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429:
+ * rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task
+ * with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented;
+ * 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
  */
 export type ProblemCode = S["ProblemCode"];
 /** One validation failure. */
@@ -430,6 +459,19 @@ export abstract class Operations {
    *
    * Approves or denies a pending approval as the authenticated caller. `approve` runs a held action
    * exactly once and returns only after it ran, with its `action_receipt`; `deny` never runs it.
+   * **Who may resolve.** Separation of duties is always on: whoever requested or caused the
+   * approval (its `requested_by`, the same OAuth client, and for a hold raised by a delegated or
+   * autonomous task's own worker also the task's creator) is refused with `403
+   * approver_not_permitted`, recorded with a `rejected` receipt. In the local profile the agent on
+   * TCP loopback (`/mcp` included) is `agent:local`, without `bap:approvals.resolve` (`403
+   * insufficient_scope`): only the operator resolves, on the Unix socket (`bap approvals
+   * approve|deny ID`). In the remote profile give `bap:approvals.resolve` to approvers, not to
+   * agents (`bap client create` grants it only when `--scopes` names it). An approval whose rule
+   * has `channel: elicitation` may also be answered by the person at the requesting MCP client
+   * through the elicitation the adapter sends; the decision then records `resolved_via:
+   * elicitation`. **Expiry.** Every approval has `expires_at` (its rule's `ttl`, default 15
+   * minutes); an expired approval is never revived: resolving it answers `409 approval_not_pending`
+   * (state `expired`) and its held action never runs.
    *
    * `POST /bap/v1/approvals/{approval_id}/resolve` (`resolve_approval`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope
@@ -472,7 +514,9 @@ export abstract class Operations {
    * `POST /bap/v1/browser-sessions/{session_id}/act` (`act`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope
    * `bap:browser.act`). May also answer 202 with ActPendingApprovalResponse: Held by an approval
-   * rule: the action has not run; the task waits in `waiting_for_approval`.
+   * rule: the action has not run; the task waits in `waiting_for_approval`. A separate approver
+   * resolves the approval (never the caller that was held) before its `expires_at` (the rule's
+   * `ttl`, default 15 minutes); expired, the action never runs.
    */
   act(sessionId: string, body: ActRequest, options?: CallOptions): Promise<ActResponse | ActPendingApprovalResponse> {
     return this.request<ActResponse | ActPendingApprovalResponse>({ op: "act", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/act`, body, mutating: true }, options);
@@ -604,7 +648,9 @@ export abstract class Operations {
   /**
    * Request an approval.
    *
-   * Asks a person for approval; the task waits in `waiting_for_approval`.
+   * Asks a person for approval; the task waits in `waiting_for_approval`. The approval expires 15
+   * minutes after it was requested (`expires_at`) unless resolved, and whoever requested it can
+   * never resolve it (separation of duties, see resolve_approval).
    *
    * `POST /bap/v1/tasks/{task_id}/approvals` (`request_approval`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope

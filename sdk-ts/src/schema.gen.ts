@@ -27,6 +27,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/bap/v1/approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List approvals
+         * @description The tenant's approvals in one state (default `pending`), oldest request first: the queue an approver works through (`bap approvals list` on the local socket). An approval past its `expires_at` is listed as `expired`, never as `pending`. Not an MCP tool.
+         */
+        get: operations["list_approvals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/bap/v1/approvals/{approval_id}/resolve": {
         parameters: {
             query?: never;
@@ -38,7 +58,7 @@ export interface paths {
         put?: never;
         /**
          * Resolve an approval
-         * @description Approves or denies a pending approval as the authenticated caller. `approve` runs a held action exactly once and returns only after it ran, with its `action_receipt`; `deny` never runs it.
+         * @description Approves or denies a pending approval as the authenticated caller. `approve` runs a held action exactly once and returns only after it ran, with its `action_receipt`; `deny` never runs it. **Who may resolve.** Separation of duties is always on: whoever requested or caused the approval (its `requested_by`, the same OAuth client, and for a hold raised by a delegated or autonomous task's own worker also the task's creator) is refused with `403 approver_not_permitted`, recorded with a `rejected` receipt. In the local profile the agent on TCP loopback (`/mcp` included) is `agent:local`, without `bap:approvals.resolve` (`403 insufficient_scope`): only the operator resolves, on the Unix socket (`bap approvals approve|deny ID`). In the remote profile give `bap:approvals.resolve` to approvers, not to agents (`bap client create` grants it only when `--scopes` names it). An approval whose rule has `channel: elicitation` may also be answered by the person at the requesting MCP client through the elicitation the adapter sends; the decision then records `resolved_via: elicitation`. **Expiry.** Every approval has `expires_at` (its rule's `ttl`, default 15 minutes); an expired approval is never revived: resolving it answers `409 approval_not_pending` (state `expired`) and its held action never runs.
          */
         post: operations["resolve_approval"];
         delete?: never;
@@ -318,7 +338,7 @@ export interface paths {
         put?: never;
         /**
          * Request an approval
-         * @description Asks a person for approval; the task waits in `waiting_for_approval`.
+         * @description Asks a person for approval; the task waits in `waiting_for_approval`. The approval expires 15 minutes after it was requested (`expires_at`) unless resolved, and whoever requested it can never resolve it (separation of duties, see resolve_approval).
          */
         post: operations["request_approval"];
         delete?: never;
@@ -504,6 +524,7 @@ export interface components {
          *       "approval": {
          *         "approval_id": "apr_3gH5jK7lM9nP",
          *         "effect": "form_submission",
+         *         "expires_at": "2026-11-20T09:30:02Z",
          *         "reason": "Submit the order form",
          *         "requested_at": "2026-11-20T09:15:02Z",
          *         "state": "pending",
@@ -676,18 +697,21 @@ export interface components {
         };
         /**
          * ActorKind
-         * @description Who caused an event: an OAuth client, a person (authorization-code login), the local operator, a delegated-mode worker (its id is the node it runs on), or the server itself.
+         * @description Who caused an event: an OAuth client, a person (authorization-code login), the local operator (on the local profile's Unix socket, id `local`), the local agent (a caller on the local profile's TCP loopback, `/mcp` included, id `local`), a delegated-mode worker (its id is the node it runs on), or the server itself.
          * @enum {string}
          */
-        ActorKind: "client" | "user" | "operator" | "worker" | "system";
+        ActorKind: "client" | "user" | "operator" | "agent" | "worker" | "system";
         /**
          * Approval
-         * @description An approval request of a task.
+         * @description An approval request of a task. Separation of duties: whoever requested or caused it (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never resolves it.
          * @example {
          *       "approval_id": "apr_3gH5jK7lM9nP",
+         *       "channel": "approver",
          *       "effect": "form_submission",
+         *       "expires_at": "2026-11-20T09:30:02Z",
          *       "reason": "Submit the order form",
          *       "requested_at": "2026-11-20T09:15:02Z",
+         *       "requested_by": "agent:local",
          *       "state": "pending",
          *       "task_id": "tsk_7Hq2ZkP9xW3m"
          *     }
@@ -698,6 +722,8 @@ export interface components {
              * @example apr_3gH5jK7lM9nP
              */
             approval_id: string;
+            /** @description Who may answer it: `approver` (a separate approver only) or `elicitation` (the rule lets the person at the requesting MCP client answer an elicitation too). */
+            channel?: components["schemas"]["ApprovalChannel"];
             /**
              * @description The held `act` command, if any.
              * @example cmd_1hJ3kL5mN7pQ
@@ -706,20 +732,29 @@ export interface components {
             decision?: components["schemas"]["ApprovalDecision"];
             /** @description Effect of the rule that held an action (absent for request_approval). */
             effect?: components["schemas"]["ApprovalEffect"];
+            /**
+             * Format: date-time
+             * @description When a still pending approval expires (RFC 3339, UTC): `requested_at` plus the rule's `ttl` (default 15 minutes). From then on it is `expired`, resolving it answers `409 approval_not_pending`, and its held action never runs.
+             */
+            expires_at: string;
             reason: string;
             /**
              * Format: date-time
              * @description Request time (RFC 3339, UTC).
              */
             requested_at: string;
+            /** @description Authenticated principal whose act was held or who called request_approval (`worker:<node>` for a delegated or autonomous task's own step). */
+            requested_by?: string;
             resolution_reason?: string;
             /**
              * Format: date-time
              * @description Resolution time (RFC 3339, UTC).
              */
             resolved_at?: string;
-            /** @description Authenticated principal that resolved it (never a name from a request body). */
+            /** @description Authenticated principal that resolved it (never a name from a request body): `operator:local` for the local operator. */
             resolved_by?: string;
+            /** @description How the decision reached the server (present with `decision`). */
+            resolved_via?: components["schemas"]["DecisionChannel"];
             state: components["schemas"]["ApprovalState"];
             /**
              * @description Task identifier.
@@ -727,6 +762,12 @@ export interface components {
              */
             task_id: string;
         };
+        /**
+         * ApprovalChannel
+         * @description Who may answer the approvals of a rule. `approver` (the default): only a separate approver — in the local profile the operator on the Unix socket (`bap approvals approve|deny`), in the remote profile a client or person holding `bap:approvals.resolve` that neither requested nor caused the hold. `elicitation`: in addition, the person at the MCP client whose tool call was held may answer the MCP elicitation the adapter sends (Tasks extension); the decision is recorded with channel `elicitation`. Opt in only where the MCP host shows elicitations to a person: a client program that answers them itself approves its own actions.
+         * @enum {string}
+         */
+        ApprovalChannel: "approver" | "elicitation";
         /**
          * ApprovalDecision
          * @description Decision of an approver.
@@ -746,6 +787,7 @@ export interface components {
          *       "approval_id": "apr_3gH5jK7lM9nP",
          *       "command_id": "cmd_1hJ3kL5mN7pQ",
          *       "effect": "form_submission",
+         *       "expires_at": "2026-11-20T09:30:02Z",
          *       "reason": "Submit the order form"
          *     }
          */
@@ -755,12 +797,19 @@ export interface components {
              * @example apr_3gH5jK7lM9nP
              */
             approval_id: string;
+            /** @description Who may answer it. */
+            channel?: components["schemas"]["ApprovalChannel"];
             /**
              * @description Held act command, if any.
              * @example cmd_1hJ3kL5mN7pQ
              */
             command_id?: string;
             effect?: components["schemas"]["ApprovalEffect"];
+            /**
+             * Format: date-time
+             * @description When the approval expires unless resolved (RFC 3339, UTC).
+             */
+            expires_at?: string;
             reason: string;
         };
         /**
@@ -794,12 +843,17 @@ export interface components {
         };
         /**
          * ApprovalResolvedData
-         * @description `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or expired).
+         * @description `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or expired). An approval that expired (its `expires_at` passed, checked by the server's upkeep even when nobody calls) has state `expired` and no decision.
          * @example {
          *       "approval_id": "apr_3gH5jK7lM9nP",
          *       "decision": "approve",
-         *       "resolved_by": "local",
+         *       "resolved_by": "operator:local",
+         *       "resolved_via": "socket",
          *       "state": "approved"
+         *     }
+         * @example {
+         *       "approval_id": "apr_3gH5jK7lM9nP",
+         *       "state": "expired"
          *     }
          */
         ApprovalResolvedData: {
@@ -814,7 +868,10 @@ export interface components {
              */
             approval_id: string;
             decision?: components["schemas"]["ApprovalDecision"];
+            /** @description Authenticated principal that decided (with `decision`). */
             resolved_by?: string;
+            /** @description How the decision reached the server (with `decision`). */
+            resolved_via?: components["schemas"]["DecisionChannel"];
             state: components["schemas"]["ApprovalState"];
         };
         /**
@@ -853,13 +910,21 @@ export interface components {
          *       "effect": "form_submission",
          *       "origins": [
          *         "https://shop.example.com"
-         *       ]
+         *       ],
+         *       "ttl": "PT10M"
          *     }
          */
         ApprovalRule: {
+            /** @description Who may answer this rule's approvals (default `approver`: a separate approver only). */
+            channel?: components["schemas"]["ApprovalChannel"];
             effect: components["schemas"]["ApprovalEffect"];
             /** @description Limit the rule to these origin patterns; absent: every allowed origin. */
             origins?: string[];
+            /**
+             * @description How long an approval this rule asks for stays pending: an ISO 8601 duration of hours, minutes and seconds, from `PT1S` to `PT24H` (default `PT15M`). Then it expires (state `expired`, event `approval.resolved`) and its held action never runs; an expired approval is never revived.
+             * @example PT15M
+             */
+            ttl?: string;
         };
         /**
          * ApprovalState
@@ -1812,6 +1877,12 @@ export interface components {
          */
         DataClassification: "public" | "internal" | "confidential" | "restricted";
         /**
+         * DecisionChannel
+         * @description How a decision reached the server: `socket` (the BAP HTTP API on the local profile's Unix socket, i.e. the operator: `bap approvals`), `api` (the BAP HTTP API over TCP), `mcp` (the `resolve_approval` MCP tool) or `elicitation` (an answer to the MCP elicitation of a rule with channel `elicitation`).
+         * @enum {string}
+         */
+        DecisionChannel: "api" | "socket" | "mcp" | "elicitation";
+        /**
          * DialogHandledData
          * @description `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
          * @example {
@@ -2264,6 +2335,29 @@ export interface components {
          */
         InterruptedCommandResponse: {
             receipt: components["schemas"]["Receipt"];
+        };
+        /**
+         * ListApprovalsResponse
+         * @description Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
+         * @example {
+         *       "approvals": [
+         *         {
+         *           "approval_id": "apr_3gH5jK7lM9nP",
+         *           "channel": "approver",
+         *           "command_id": "cmd_1hJ3kL5mN7pQ",
+         *           "effect": "form_submission",
+         *           "expires_at": "2026-11-20T09:30:02Z",
+         *           "reason": "Submit the order form",
+         *           "requested_at": "2026-11-20T09:15:02Z",
+         *           "requested_by": "agent:local",
+         *           "state": "pending",
+         *           "task_id": "tsk_7Hq2ZkP9xW3m"
+         *         }
+         *       ]
+         *     }
+         */
+        ListApprovalsResponse: {
+            approvals: components["schemas"]["Approval"][];
         };
         /**
          * ListTaskEventsResponse
@@ -3020,10 +3114,10 @@ export interface components {
         };
         /**
          * ProblemCode
-         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed; 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted";
         /**
          * ProblemViolation
          * @description One validation failure.
@@ -3404,6 +3498,7 @@ export interface components {
          * @example {
          *       "approval": {
          *         "approval_id": "apr_3gH5jK7lM9nP",
+         *         "expires_at": "2026-11-20T09:30:02Z",
          *         "reason": "Confirm the shipping address before paying",
          *         "requested_at": "2026-11-20T09:15:02Z",
          *         "state": "pending",
@@ -3442,10 +3537,10 @@ export interface components {
              */
             context_id?: string;
             /**
-             * @description Which control refused it: `interception` (the browser paused the request and BAP refused it) or `proxy` (the browser context's egress proxy refused the connection, for traffic interception cannot see: WebSockets, service workers, preconnects).
+             * @description Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
              * @enum {string}
              */
-            layer?: "interception" | "proxy";
+            layer?: "interception" | "csp" | "proxy";
             /**
              * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
              * @enum {string}
@@ -3458,7 +3553,7 @@ export interface components {
              * @example bs_4fT8nQ2rL6vY
              */
             session_id: string;
-            /** @description The refused URL without userinfo, query or fragment. */
+            /** @description The refused URL without userinfo, query or fragment; for a tunnel (resource_type `tunnel`), the `host:port` it was to reach, as the proxy cannot see the URL inside. */
             url: string;
         };
         /**
@@ -3517,10 +3612,12 @@ export interface components {
          *         "approval_id": "apr_3gH5jK7lM9nP",
          *         "decision": "approve",
          *         "effect": "form_submission",
+         *         "expires_at": "2026-11-20T09:30:02Z",
          *         "reason": "Submit the order form",
          *         "requested_at": "2026-11-20T09:15:02Z",
          *         "resolved_at": "2026-11-20T09:15:02Z",
-         *         "resolved_by": "local",
+         *         "resolved_by": "operator:local",
+         *         "resolved_via": "socket",
          *         "state": "approved",
          *         "task_id": "tsk_7Hq2ZkP9xW3m"
          *       },
@@ -4011,6 +4108,16 @@ export interface components {
         WaitUntil: "commit" | "domcontentloaded" | "load" | "networkidle";
     };
     responses: {
+        /** @description The caller may not resolve this approval: it lacks `bap:approvals.resolve` (`insufficient_scope`, e.g. the local profile's agent), or it requested or caused the approval, or answered through a channel the approval's rule does not allow (`approver_not_permitted`, recorded with a `rejected` receipt and replayed for the same key). */
+        ApproverForbidden: {
+            headers: {
+                "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The browser could not load the page (DNS, connection or TLS failure); nothing was loaded. */
         BadGateway: {
             headers: {
@@ -4230,6 +4337,42 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    list_approvals: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Which approvals (default `pending`).
+                 * @example pending
+                 */
+                state?: components["schemas"]["ApprovalState"];
+                /**
+                 * @description Maximum number of events to return.
+                 * @example 100
+                 */
+                limit?: components["parameters"]["Limit"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListApprovalsResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     resolve_approval: {
         parameters: {
             query?: never;
@@ -4267,7 +4410,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
+            403: components["responses"]["ApproverForbidden"];
             404: components["responses"]["NotFound"];
             408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
@@ -4385,7 +4528,7 @@ export interface operations {
                     "application/json": components["schemas"]["ActResponse"];
                 };
             };
-            /** @description Held by an approval rule: the action has not run; the task waits in `waiting_for_approval`. */
+            /** @description Held by an approval rule: the action has not run; the task waits in `waiting_for_approval`. A separate approver resolves the approval (never the caller that was held) before its `expires_at` (the rule's `ttl`, default 15 minutes); expired, the action never runs. */
             202: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];

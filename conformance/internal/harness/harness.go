@@ -11,9 +11,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -42,8 +44,11 @@ type Caller func(ctx context.Context, op string, args map[string]any, key string
 type Setup func(ctx context.Context, baseURL string) (Caller, func(), error)
 
 type step struct {
-	Op     string            `json:"op"`
-	Args   map[string]any    `json:"args"`
+	Op   string         `json:"op"`
+	Args map[string]any `json:"args"`
+	// As is "operator" for a step the local operator takes (OperatorCall), "" for the runner's
+	// own client (the local agent).
+	As     string            `json:"as"`
 	Key    *string           `json:"key"`
 	Expect expect            `json:"expect"`
 	Save   map[string]string `json:"save"`
@@ -192,6 +197,49 @@ func Generic(v any) any {
 	return Decode(raw)
 }
 
+// OperatorCall takes a step as the local profile's operator: only the operator, on the server's
+// Unix socket, resolves approvals (the runners' SDK clients and the MCP client on TCP are the
+// agent). Every runner does it the same way, with the operator's own tool:
+// `$CONFORMANCE_BAP approvals approve|deny ID [--reason R] [--idempotency-key K] --socket
+// $CONFORMANCE_SOCKET`, whose stdout is the answer or the problem document (exit status 1).
+func OperatorCall(ctx context.Context, op string, args map[string]any, key string) Outcome {
+	bin, socket := os.Getenv("CONFORMANCE_BAP"), os.Getenv("CONFORMANCE_SOCKET")
+	if bin == "" || socket == "" {
+		return Outcome{Err: fmt.Errorf("an operator step needs CONFORMANCE_BAP and CONFORMANCE_SOCKET")}
+	}
+	body, _ := args["body"].(map[string]any)
+	decision, _ := body["decision"].(string)
+	id, _ := args["approval_id"].(string)
+	if op != "resolve_approval" || (decision != "approve" && decision != "deny") || id == "" {
+		return Outcome{Err: fmt.Errorf("the operator takes only resolve_approval steps with a decision, not %s", op)}
+	}
+	argv := []string{"approvals", decision, id, "--socket", socket}
+	if r, ok := body["reason"].(string); ok {
+		argv = append(argv, "--reason", r)
+	}
+	if key != "" {
+		argv = append(argv, "--idempotency-key", key)
+	}
+	cmd := exec.CommandContext(ctx, bin, argv...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	doc := Decode(out)
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return Outcome{Status: "ok", Doc: doc}
+	case errors.As(err, &exit):
+		p, _ := doc.(map[string]any)
+		if status, ok := p["status"].(float64); ok {
+			return Outcome{Status: status, Code: p["code"], Doc: doc}
+		}
+		return Outcome{Err: fmt.Errorf("bap approvals %s: %s", decision, strings.TrimSpace(stderr.String()))}
+	default:
+		return Outcome{Err: err}
+	}
+}
+
 // Decode parses raw JSON into plain values ({} when it is not JSON).
 func Decode(raw []byte) any {
 	var out any
@@ -219,7 +267,11 @@ func runScenario(ctx context.Context, call Caller, lang string, sc scenario, non
 			if a == nil {
 				a = map[string]any{}
 			}
-			o = call(ctx, st.Op, a, key)
+			if st.As == "operator" {
+				o = OperatorCall(ctx, st.Op, a, key)
+			} else {
+				o = call(ctx, st.Op, a, key)
+			}
 		}
 		if o.Err != nil {
 			o.Status, o.Code, o.Doc = "error", nil, map[string]any{}

@@ -271,6 +271,57 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// A step the local operator takes (conformance/README.md "Who takes a step"): `bap approvals
+/// approve|deny` over the server's Unix socket; stdout is the answer, or the problem (exit 1).
+fn operator_call(op: &str, a: &Map<String, Value>, key: Option<String>) -> Outcome {
+    let fail = |e: String| Outcome {
+        status: Value::Null,
+        code: Value::Null,
+        doc: Value::Null,
+        err: Some(e),
+    };
+    let body = a.get("body").cloned().unwrap_or_else(|| json!({}));
+    let decision = body["decision"].as_str().unwrap_or("");
+    let id = a.get("approval_id").and_then(Value::as_str).unwrap_or("");
+    if op != "resolve_approval" || (decision != "approve" && decision != "deny") || id.is_empty() {
+        return fail(format!("the operator takes only resolve_approval steps with a decision, not {}", op));
+    }
+    let (bin, socket) = match (std::env::var("CONFORMANCE_BAP"), std::env::var("CONFORMANCE_SOCKET")) {
+        (Ok(b), Ok(s)) => (b, s),
+        _ => return fail("an operator step needs CONFORMANCE_BAP and CONFORMANCE_SOCKET".to_owned()),
+    };
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(["approvals", decision, id, "--socket", &socket]);
+    if let Some(r) = body["reason"].as_str() {
+        cmd.args(["--reason", r]);
+    }
+    if let Some(k) = key {
+        cmd.args(["--idempotency-key", &k]);
+    }
+    let out = match cmd.output() {
+        Ok(o) => o,
+        Err(e) => return fail(format!("bap approvals {}: {}", decision, e)),
+    };
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    if out.status.success() {
+        return Outcome {
+            status: json!("ok"),
+            code: Value::Null,
+            doc,
+            err: None,
+        };
+    }
+    match doc["status"].as_u64() {
+        Some(st) => Outcome {
+            status: json!(st),
+            code: doc.get("code").cloned().unwrap_or(Value::Null),
+            doc,
+            err: None,
+        },
+        None => fail(format!("bap approvals {}: {}", decision, String::from_utf8_lossy(&out.stderr).trim())),
+    }
+}
+
 fn run_scenario(c: &Client, sc: &Value, nonce: &str, pages: &str, errs: &mut Vec<String>) -> Value {
     let name = sc["name"].as_str().unwrap_or("").to_owned();
     let mut vars: BTreeMap<String, Value> = BTreeMap::new();
@@ -291,6 +342,7 @@ fn run_scenario(c: &Client, sc: &Value, nonce: &str, pages: &str, errs: &mut Vec
                 doc: Value::Null,
                 err: Some(e),
             },
+            Ok(Value::Object(a)) if st["as"] == "operator" => operator_call(op, &a, key),
             Ok(Value::Object(a)) => run_call(c, op, &a, key),
             Ok(_) => run_call(c, op, &Map::new(), key),
         };

@@ -22,10 +22,22 @@ type repeated []string
 func (r *repeated) String() string     { return strings.Join(*r, " ") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
+// agentScopes is every capability but bap:approvals.resolve: what `bap client create` grants
+// without --scopes.
+func agentScopes() []string {
+	var out []string
+	for _, s := range auth.Scopes {
+		if s != "bap:approvals.resolve" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // clientCommand runs `bap client create|revoke`.
 func clientCommand(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: bap client create --tenant T --name N --scopes \"S …\" [--grant client_credentials|authorization_code] [--redirect-uri URI]… | bap client revoke CLIENT_ID")
+		return errors.New("usage: bap client create --tenant T --name N [--scopes \"S …\"] [--grant client_credentials|authorization_code] [--redirect-uri URI]… | bap client revoke CLIENT_ID")
 	}
 	cfg := daemon.Config{Logger: logger}
 	switch args[0] {
@@ -38,7 +50,7 @@ func clientCommand(ctx context.Context, args []string, stdout io.Writer, logger 
 		var redirects repeated
 		fs.StringVar(&spec.Tenant, "tenant", "", "tenant the client belongs to (created if new)")
 		fs.StringVar(&spec.Name, "name", "", "a name people recognise on the consent page")
-		fs.StringVar(&scopes, "scopes", "", "space-separated capabilities, e.g. \"bap:tasks.read bap:tasks.write\"")
+		fs.StringVar(&scopes, "scopes", "", "space-separated capabilities, e.g. \"bap:tasks.read bap:tasks.write\" (default: every capability but bap:approvals.resolve, which a client gets only when named here)")
 		fs.StringVar(&spec.Grant, "grant", "client_credentials", "client_credentials (a workload, gets a secret) or authorization_code (people, PKCE, public)")
 		fs.Var(&redirects, "redirect-uri", "redirect URI of an authorization_code client (repeatable)")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -48,6 +60,9 @@ func clientCommand(ctx context.Context, args []string, stdout io.Writer, logger 
 			return fmt.Errorf("bap client create: unexpected argument %q", fs.Arg(0))
 		}
 		spec.Scopes = strings.Fields(scopes)
+		if len(spec.Scopes) == 0 {
+			spec.Scopes = agentScopes() // an agent's: resolving approvals is an approver's, asked for by name
+		}
 		spec.RedirectURIs = redirects
 		db, err := daemon.OpenAdminDatabase(ctx, cfg)
 		if err != nil {

@@ -33,6 +33,7 @@ commands:
   client    register (client create) or revoke (client revoke) an OAuth client
   user      add a person who signs in on the login page (user create)
   reconcile settle commands a crash interrupted (reconcile list | reconcile resolve ID --outcome applied|no_side_effect --note TEXT)
+  approvals the local operator's approvals, over the server's Unix socket (approvals list | approvals approve ID [--reason TEXT] | approvals deny ID [--reason TEXT])
   database-url
             print the connection string of the embedded database of --data-dir, for another node
             on this machine to share it (BAP_DATABASE_URL) while its server runs
@@ -58,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = userCommand(ctx, args[1:], os.Stdin, stdout, logger, stderr)
 	case "reconcile":
 		err = reconcileCommand(ctx, args[1:], stdout, logger, stderr)
+	case "approvals":
+		err = approvalsCommand(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		err = migrate(ctx, args[1:], logger, stderr)
 	case "version":
@@ -105,7 +108,7 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-retention", 0, "how long completed Idempotency-Keys are kept (default 24h)")
 	fs.IntVar(&cfg.MaxActiveTasksPerTenant, "max-active-tasks", 0, "admitted tasks per tenant before new ones wait in created (0: no cap)")
 	fs.DurationVar(&cfg.CheckpointMaxAge, "checkpoint-max-age", 0, "how old a checkpoint may be when a session is restored from it (default 24h)")
-	fs.BoolVar(&cfg.SeparationOfDuties, "separation-of-duties", false, "refuse resolve_approval by the caller who requested the approval")
+	sod := fs.Bool("separation-of-duties", true, "always on, kept for old scripts: whoever requested or caused an approval never resolves it (false is refused)")
 	fs.DurationVar(&cfg.CancelDeadline, "cancel-deadline", 0, "how long cancel_task waits for the task's in-flight browser commands to stop and record their outcome (default 3s)")
 	limitFlags(fs, &cfg) // backpressure caps (limits.go)
 	fs.IntVar(&cfg.Workers, "workers", 4, "delegated tasks (plans) this node runs at once; 0 runs none")
@@ -120,6 +123,9 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bap serve: unexpected argument %q", fs.Arg(0))
+	}
+	if !*sod {
+		return errors.New("bap serve: --separation-of-duties=false is no longer possible: whoever requested or caused an approval never resolves it (give approvers their own identity, or use `bap approvals` on the local socket)")
 	}
 	cfg.Profile = daemon.Profile(*profile)
 	// The orchestrator's workload credential: read once, registered with the redaction layer, and

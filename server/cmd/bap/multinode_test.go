@@ -154,13 +154,16 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 	dirB := dataDir(t)
 	b := startNode(t, bin, dirB, nil, "--issuer", front.URL)
 	dbURL := databaseURLOf(t, dirB)
-	a := startNode(t, bin, dataDir(t), []string{"BAP_DATABASE_URL=" + dbURL}, "--issuer", front.URL)
+	a := startNode(t, bin, dataDir(t), []string{"BAP_DATABASE_URL=" + dbURL, "BAP_SERVER_KEY_FILE=" + filepath.Join(dirB, "server.key")}, "--issuer", front.URL)
 	lb.set(a.base, b.base)
 
 	client := admin(t, bin, dirB, "", "client", "create", "--tenant", "acme", "--name", "agent", "--scopes",
 		"bap:tasks.read bap:tasks.write bap:browser.act bap:browser.observe bap:approvals.request bap:approvals.resolve")
 	token := accessToken(t, front.URL, client) // issued by whichever node the balancer picked
 	subject := "client:" + client["client_id"].(string)
+	// Separation of duties: the agent's holds are approved by another client.
+	reviewer := admin(t, bin, dirB, "", "client", "create", "--tenant", "acme", "--name", "reviewer", "--scopes", "bap:approvals.resolve")
+	reviewToken := accessToken(t, front.URL, reviewer)
 
 	// Tasks created through one node are listed and read through the other.
 	for i, n := range []*node{a, b} {
@@ -225,8 +228,12 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 	if aprID == "" || site.orders.Load() != 0 {
 		t.Fatalf("held act: %v (orders %d)", held, site.orders.Load())
 	}
-	res := mustCall(t, 200, token, "POST", b.base+"/bap/v1/approvals/"+aprID+"/resolve", "mn-approve", `{"decision":"approve"}`)
-	if field(res, "approval", "state") != "approved" || field(res, "action_receipt", "outcome") != "applied" || site.orders.Load() != 1 {
+	if self := mustCall(t, 403, token, "POST", b.base+"/bap/v1/approvals/"+aprID+"/resolve", "mn-self", `{"decision":"approve"}`); self["code"] != "approver_not_permitted" || site.orders.Load() != 0 {
+		t.Fatalf("the requesting client's resolve through node B: %v (orders %d)", self, site.orders.Load())
+	}
+	res := mustCall(t, 200, reviewToken, "POST", b.base+"/bap/v1/approvals/"+aprID+"/resolve", "mn-approve", `{"decision":"approve"}`)
+	if field(res, "approval", "state") != "approved" || field(res, "action_receipt", "outcome") != "applied" || site.orders.Load() != 1 ||
+		field(res, "approval", "resolved_via") != "api" {
 		t.Fatalf("resolve_approval through node B: %v (orders %d)", res, site.orders.Load())
 	}
 	if o := mustCall(t, 200, token, "POST", b.base+sp+"/observe", "", `{}`); field(o, "title") != "Thanks" {
@@ -243,8 +250,8 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 		}
 		commands++
 		actor, _ := ev["actor"].(map[string]any)
-		if actor["kind"].(string)+":"+fmt.Sprint(actor["id"]) != subject {
-			t.Fatalf("command recorded with actor %v, want %s", actor, subject)
+		if who := actor["kind"].(string) + ":" + fmt.Sprint(actor["id"]); who != subject && who != "client:"+reviewer["client_id"].(string) {
+			t.Fatalf("command recorded with actor %v, want %s (or the reviewer)", actor, subject)
 		}
 	}
 	if commands < 5 {
@@ -336,7 +343,7 @@ func TestLocalProfileNodesForward(t *testing.T) {
 	bin := buildBinary(t)
 	dirB := dataDir(t)
 	b := start(t, bin, dirB)
-	a := start(t, bin, dataDir(t), "BAP_DATABASE_URL="+databaseURLOf(t, dirB))
+	a := start(t, bin, dataDir(t), "BAP_DATABASE_URL="+databaseURLOf(t, dirB), "BAP_SERVER_KEY_FILE="+filepath.Join(dirB, "server.key"))
 
 	task := mustAPI(t, 201, b.listen, "POST", "/bap/v1/tasks", "local-mn-task", `{"goal":"local nodes","policy":{"allowed_origins":["https://shop.example.com"]}}`)
 	taskID := field(task, "task", "task_id")

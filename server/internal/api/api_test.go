@@ -18,8 +18,8 @@ import (
 	"github.com/originweave/bap/server/internal/store"
 )
 
-// headerAuth is a test Authenticator: X-Test-Tenant picks the tenant and X-Test-Scopes the
-// capabilities; no header means unauthenticated. It stands in for the OAuth resource server so the
+// headerAuth is a test Authenticator: X-Test-Tenant picks the tenant, X-Test-Subject the subject
+// (default client:<tenant>) and X-Test-Scopes the capabilities; no header means unauthenticated. It stands in for the OAuth resource server so the
 // transport's tenant and scope handling can be tested on their own.
 type headerAuth struct{}
 
@@ -37,7 +37,11 @@ func (headerAuth) Authenticate(r *http.Request) (api.Principal, error) {
 			scopes[s] = true
 		}
 	}
-	return api.Principal{Actor: app.Actor{Tenant: tenant, Subject: "client:" + tenant}, Scopes: scopes}, nil
+	subject := r.Header.Get("X-Test-Subject")
+	if subject == "" {
+		subject = "client:" + tenant
+	}
+	return api.Principal{Actor: app.Actor{Tenant: tenant, Subject: subject}, Scopes: scopes}, nil
 }
 
 type bundle struct {
@@ -261,11 +265,20 @@ func TestLifecycleOverHTTP(t *testing.T) {
 		t.Fatalf("request_approval: %d %s", r.status, r.raw)
 	}
 	apr := r.field("approval", "approval_id").(string)
-	r = b.do(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", `{"decision":"approve"}`, "Idempotency-Key", "rs1")
-	if r.status != 200 || r.field("approval", "state") != "approved" || r.field("approval", "resolved_by") != "client:acme" {
+	if r.field("approval", "expires_at") == nil || r.field("approval", "requested_by") != "client:acme" {
+		t.Fatalf("request_approval: %s", r.raw)
+	}
+	// Separation of duties: the requester is refused (recorded), a separate approver decides.
+	r = b.do(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", `{"decision":"approve"}`, "Idempotency-Key", "rs0")
+	if r.status != 403 || r.code() != "approver_not_permitted" || r.field("receipt", "outcome") != "rejected" {
+		t.Fatalf("the requester's own resolve: %d %s", r.status, r.raw)
+	}
+	r = b.do(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", `{"decision":"approve"}`, "Idempotency-Key", "rs1", "X-Test-Subject", "user:reviewer")
+	if r.status != 200 || r.field("approval", "state") != "approved" || r.field("approval", "resolved_by") != "user:reviewer" ||
+		r.field("approval", "resolved_via") != "api" {
 		t.Fatalf("resolve_approval: %d %s", r.status, r.raw)
 	}
-	r = b.do(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", `{"decision":"deny"}`, "Idempotency-Key", "rs2")
+	r = b.do(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", `{"decision":"deny"}`, "Idempotency-Key", "rs2", "X-Test-Subject", "user:reviewer")
 	if r.status != 409 || r.code() != "approval_not_pending" || r.field("receipt", "outcome") != "rejected" {
 		t.Fatalf("second resolve: %d %s", r.status, r.raw)
 	}

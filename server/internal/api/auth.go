@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/originweave/bap/server/internal/app"
@@ -13,6 +14,10 @@ type Principal struct {
 	Scopes map[string]bool
 	// ClientID is the OAuth client (workload) the credential was issued to; empty in the local profile.
 	ClientID string
+	// Via is how the request reached the server (app.ViaSocket, app.ViaAPI, app.ViaMCP,
+	// app.ViaElicitation; "" is app.ViaAPI). Set by authenticators and in-process callers only,
+	// never from a request's headers or body; a decision on an approval records it.
+	Via string
 }
 
 // Authenticator identifies the caller of a request. Implementations verify credentials themselves
@@ -28,15 +33,58 @@ var AllScopes = []string{
 	"bap:approvals.request", "bap:approvals.resolve", "bap:artifacts.read", "bap:events.read",
 }
 
-// LocalOperator authenticates every request as the local operator of tenant `local` with every
-// capability: the local profile, where reaching the Unix socket or loopback port is the credential.
-type LocalOperator struct{}
+// ResolveScope is the capability of resolve_approval (and list_approvals): an approver's.
+const ResolveScope = "bap:approvals.resolve"
+
+// The local profile's two callers (CONTRACT "Profiles and endpoints").
+const (
+	// LocalOperator is the subject of callers on the Unix socket: every scope.
+	LocalOperator = "operator:local"
+	// LocalAgent is the subject of callers on TCP loopback, /mcp included: every scope but
+	// bap:approvals.resolve.
+	LocalAgent = "agent:local"
+)
+
+type socketKey struct{}
+
+// OnSocket returns ctx marking the requests of connections accepted on the local profile's Unix
+// socket (mode 0600: reaching it is the operator's credential). The daemon sets it as the
+// http.Server's base context for that listener alone; only code can set a context value, so no
+// request from the network, and no header, can claim it.
+func OnSocket(ctx context.Context) context.Context {
+	return context.WithValue(ctx, socketKey{}, true)
+}
+
+// fromSocket reports whether ctx belongs to a request accepted on the Unix socket.
+func fromSocket(ctx context.Context) bool {
+	on, _ := ctx.Value(socketKey{}).(bool)
+	return on
+}
+
+// Local authenticates the local profile's callers, where reaching the server is the credential:
+// a request accepted on the Unix socket (marked by OnSocket) is the operator of tenant `local`
+// with every capability; any other (TCP loopback, the MCP adapter's callers on it included) is
+// the agent, with every capability but bap:approvals.resolve. So an agent never resolves an
+// approval: the operator does, on the socket (`bap approvals approve|deny`).
+type Local struct{}
 
 // Authenticate implements Authenticator.
-func (LocalOperator) Authenticate(*http.Request) (Principal, error) {
+func (Local) Authenticate(r *http.Request) (Principal, error) {
 	scopes := make(map[string]bool, len(AllScopes))
 	for _, s := range AllScopes {
 		scopes[s] = true
 	}
-	return Principal{Actor: app.Actor{Tenant: "local", Subject: "operator:local"}, Scopes: scopes}, nil
+	if fromSocket(r.Context()) {
+		return Principal{Actor: app.Actor{Tenant: "local", Subject: LocalOperator}, Scopes: scopes, Via: app.ViaSocket}, nil
+	}
+	delete(scopes, ResolveScope)
+	return Principal{Actor: app.Actor{Tenant: "local", Subject: LocalAgent}, Scopes: scopes, Via: app.ViaAPI}, nil
+}
+
+// scopeDetail is the detail of a 403 insufficient_scope for p lacking scope.
+func scopeDetail(p Principal, scope string) string {
+	if scope == ResolveScope && p.Actor.Subject == LocalAgent {
+		return "this operation needs the " + scope + " capability; in the local profile only the operator resolves approvals, on the Unix socket (bap approvals approve ID)"
+	}
+	return "this operation needs the " + scope + " capability"
 }

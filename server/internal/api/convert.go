@@ -10,6 +10,7 @@ import (
 	"github.com/originweave/bap/server/internal/apigen"
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/policy"
 )
 
 // This file translates between the generated wire types and the app's types. It decides nothing.
@@ -43,6 +44,12 @@ func toTask(t *app.Task) (apigen.Task, error) {
 			ar := apigen.ApprovalRule{Effect: apigen.ApprovalEffect(r.Effect)}
 			if len(r.Origins) > 0 {
 				ar.Origins = ptr(r.Origins)
+			}
+			if r.TTL > 0 {
+				ar.Ttl = ptr(policy.FormatTTL(r.TTL))
+			}
+			if r.Channel != "" {
+				ar.Channel = ptr(apigen.ApprovalChannel(r.Channel))
 			}
 			rules = append(rules, ar)
 		}
@@ -99,7 +106,13 @@ func toReceipt(r *app.Receipt) apigen.Receipt {
 func toApproval(a *app.Approval) apigen.Approval {
 	out := apigen.Approval{
 		ApprovalId: a.ID, TaskId: a.TaskID, State: apigen.ApprovalState(a.State), Reason: a.Reason,
-		CommandId: ptr(a.CommandID), RequestedAt: a.RequestedAt, ResolvedAt: a.ClosedAt,
+		CommandId: ptr(a.CommandID), RequestedAt: a.RequestedAt, ExpiresAt: a.ExpiresAt, ResolvedAt: a.ClosedAt,
+	}
+	if a.RequestedBy != "" {
+		out.RequestedBy = ptr(a.RequestedBy)
+	}
+	if a.Channel != "" {
+		out.Channel = ptr(apigen.ApprovalChannel(a.Channel))
 	}
 	if a.Effect != "" {
 		out.Effect = ptr(apigen.ApprovalEffect(a.Effect))
@@ -107,6 +120,9 @@ func toApproval(a *app.Approval) apigen.Approval {
 	if d := a.Decision; d != nil {
 		out.Decision = ptr(apigen.ApprovalDecision(d.Decision))
 		out.ResolvedBy = ptr(d.DecidedBy)
+		if d.Via != "" {
+			out.ResolvedVia = ptr(apigen.DecisionChannel(d.Via))
+		}
 		if d.Reason != "" {
 			out.ResolutionReason = ptr(d.Reason)
 		}
@@ -153,6 +169,16 @@ func fromCreateTask(in apigen.CreateTaskRequest) (app.CreateTaskInput, error) {
 			spec := app.ApprovalRuleSpec{Effect: string(r.Effect)}
 			if r.Origins != nil {
 				spec.Origins = *r.Origins
+			}
+			if r.Ttl != nil {
+				d, err := policy.ParseTTL(*r.Ttl)
+				if err != nil {
+					return out, app.Errorf(app.CodeInvalidRequest, "policy.approval_rules[%d].ttl: %v", len(out.Policy.ApprovalRules), err)
+				}
+				spec.TTL = d
+			}
+			if r.Channel != nil {
+				spec.Channel = string(*r.Channel)
 			}
 			out.Policy.ApprovalRules = append(out.Policy.ApprovalRules, spec)
 		}

@@ -133,6 +133,31 @@ func (s *server) RequestApproval(w http.ResponseWriter, r *http.Request, taskID 
 	s.reply(w, r, resp, err)
 }
 
+// ListApprovals implements apigen.ServerInterface.
+func (s *server) ListApprovals(w http.ResponseWriter, r *http.Request, params apigen.ListApprovalsParams) {
+	req, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	state, limit := "", 100
+	if params.State != nil {
+		state = string(*params.State)
+	}
+	if params.Limit != nil {
+		limit = *params.Limit
+	}
+	as, err := s.svc.ListApprovals(r.Context(), req.principal.Actor, state, limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := apigen.ListApprovalsResponse{Approvals: make([]apigen.Approval, 0, len(as))}
+	for _, a := range as {
+		out.Approvals = append(out.Approvals, toApproval(a))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // ResolveApproval implements apigen.ServerInterface.
 func (s *server) ResolveApproval(w http.ResponseWriter, r *http.Request, approvalID apigen.ApprovalId, _ apigen.ResolveApprovalParams) {
 	req, ok := s.begin(w, r, approvalID)

@@ -43,6 +43,7 @@ type NodeCredential struct {
 	Subject  string   `json:"sub"`
 	ClientID string   `json:"cid,omitempty"`
 	Scopes   []string `json:"scp"`
+	Via      string   `json:"via,omitempty"` // Principal.Via: a decision records it; it tells an elicited answer
 	Method   string   `json:"m"`
 	Path     string   `json:"p"`  // request URI: escaped path and query, as sent
 	Body     string   `json:"bd"` // SHA-256 (hex) of the body
@@ -79,7 +80,7 @@ func NewNodeCredential(iss, aud string, p Principal, method, requestURI string, 
 	_, _ = rand.Read(jti[:])
 	return NodeCredential{
 		Version: nodeCredentialVersion, Issuer: iss, Audience: aud,
-		Tenant: p.Actor.Tenant, Subject: p.Actor.Subject, ClientID: p.ClientID, Scopes: scopes,
+		Tenant: p.Actor.Tenant, Subject: p.Actor.Subject, ClientID: p.ClientID, Scopes: scopes, Via: p.Via,
 		Method: method, Path: requestURI, Body: sha256Hex(body), Key: keyDigest(idempotencyKey),
 		IssuedAt: now.Unix(), Expires: now.Add(nodeCredentialTTL).Unix(),
 		ID: base64.RawURLEncoding.EncodeToString(jti[:]),
@@ -128,7 +129,7 @@ func (v *nodeVerifier) verify(raw, method, requestURI string, body []byte, idemp
 	for _, s := range c.Scopes {
 		scopes[s] = true
 	}
-	return Principal{Actor: app.Actor{Tenant: c.Tenant, Subject: c.Subject}, Scopes: scopes, ClientID: c.ClientID}, nil
+	return Principal{Actor: app.Actor{Tenant: c.Tenant, Subject: c.Subject}, Scopes: scopes, ClientID: c.ClientID, Via: c.Via}, nil
 }
 
 func (v *nodeVerifier) check(raw, method, requestURI string, body []byte, idempotencyKey string) (*NodeCredential, error) {

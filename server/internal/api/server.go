@@ -209,12 +209,12 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			writeProblem(w, e)
 			return
 		}
-		if !p.Scopes[oh.op.Scope] {
+		if !p.Scopes[oh.op.Scope] && !elicitedAnswer(oh.op, p) {
 			if challenger != nil {
 				w.Header().Set("WWW-Authenticate", challenger.Challenge(nil, oh.op.Scope))
 			}
 			s.refused(r, oh.op, p, string(app.CodeInsufficientScope))
-			writeProblem(w, app.Errorf(app.CodeInsufficientScope, "this operation needs the %s capability", oh.op.Scope))
+			writeProblem(w, &app.Error{Code: app.CodeInsufficientScope, Detail: scopeDetail(p, oh.op.Scope)})
 			return
 		}
 		if s.limiter != nil && p.ClientID != "" && !forwarded { // the forwarding node counted it
@@ -237,6 +237,14 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		ctx = context.WithValue(ctx, opCtxKey{}, oh.op)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// elicitedAnswer reports whether r is the MCP adapter's resolve_approval for the answer its caller
+// gave to the elicitation of the caller's own held act (Via is set in-process only). It needs the
+// act's capability instead of bap:approvals.resolve; the use-case then accepts it only for an
+// approval whose rule has channel elicitation, requested by this caller (app.mayResolve).
+func elicitedAnswer(op *operation, p Principal) bool {
+	return op.ID == "resolve_approval" && p.Via == app.ViaElicitation && p.Scopes["bap:browser.act"]
 }
 
 // refused records a refused request in the audit trail (when one is configured).
@@ -371,7 +379,7 @@ func (s *server) begin(w http.ResponseWriter, r *http.Request, target ...string)
 			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request body is not valid JSON"})
 			return nil, false
 		}
-		req.call = app.Call{Actor: p.Actor, Operation: op.ID, IdempotencyKey: key, Fingerprint: fp}
+		req.call = app.Call{Actor: p.Actor, ClientID: p.ClientID, Via: p.Via, Operation: op.ID, IdempotencyKey: key, Fingerprint: fp}
 	}
 	return req, true
 }

@@ -611,16 +611,16 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 	}
 	taskID := rec.TaskID
 	if rec.State == SessionOpen {
-		effect, rule, needs, err := s.approvalRule(ctx, call.Actor, rec, req)
+		effect, rule, spec, err := s.approvalRule(ctx, call.Actor, rec, req)
 		if err != nil {
 			if e, _ := browserProblem(err, false); e != nil {
 				return Response{}, e
 			}
 			return Response{}, err
 		}
-		if needs {
+		if spec != nil {
 			return s.holdAction(ctx, call, rec, req, timeoutMs, effect,
-				fmt.Sprintf("approval rule %d holds this %s (%s)", rule, req.Action, effect), r)
+				fmt.Sprintf("approval rule %d holds this %s (%s)", rule, req.Action, effect), spec, r)
 		}
 	}
 	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{

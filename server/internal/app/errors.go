@@ -16,6 +16,9 @@ const (
 	CodeUnauthenticated        Code = "unauthenticated"
 	CodeInsufficientScope      Code = "insufficient_scope"
 	CodeOriginNotAllowed       Code = "origin_not_allowed"
+	// CodeApproverNotPermitted refuses a resolve_approval by whoever requested or caused the
+	// approval (separation of duties), or through a channel the approval's rule does not allow.
+	CodeApproverNotPermitted   Code = "approver_not_permitted"
 	CodeNotFound               Code = "not_found"
 	CodeActionTimeout          Code = "action_timeout"
 	CodeInvalidTransition      Code = "invalid_transition"

@@ -28,6 +28,7 @@ type held struct {
 	tenant, taskID, sessionID string
 	req                       page.ActRequest
 	timeoutMs                 int
+	expiresAt                 time.Time // its approval's: then it is forgotten (approvals.go)
 }
 
 // HeldResult is the result of an act held for approval (202).
@@ -45,32 +46,39 @@ func (s *Service) heldAction(approvalID string) (held, bool) {
 }
 
 // approvalRule reports whether an act must wait for approval: the effect the browser gives the
-// action (before dispatch, without acting) matched against the task's rules.
-func (s *Service) approvalRule(ctx context.Context, actor Actor, rec *SessionRecord, req page.ActRequest) (effect string, rule int, needs bool, err error) {
+// action (before dispatch, without acting) matched against the task's rules. spec is the rule that
+// matched (its ttl and channel shape the approval).
+func (s *Service) approvalRule(ctx context.Context, actor Actor, rec *SessionRecord, req page.ActRequest) (effect string, rule int, spec *ApprovalRuleSpec, err error) {
 	t, err := s.store.GetTask(ctx, actor.Tenant, rec.TaskID)
 	if err != nil {
-		return "", 0, false, err
+		return "", 0, nil, err
 	}
 	if len(t.Policy.ApprovalRules) == 0 {
-		return "", 0, false, nil
+		return "", 0, nil, nil
 	}
 	pol, err := taskPolicy(t)
 	if err != nil {
-		return "", 0, false, err
+		return "", 0, nil, err
 	}
 	sess, err := s.liveSession(ctx, rec)
 	if err != nil {
-		return "", 0, false, err
+		return "", 0, nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeoutOf(0))
 	defer cancel()
 	effect, origin, err := sess.ClassifyAction(cctx, req)
 	if err != nil {
-		return "", 0, false, err
+		return "", 0, nil, err
 	}
 	u, _ := url.Parse(origin) // an unparsable origin is nil: NeedsApproval then applies every rule of the effect
-	rule, needs = pol.NeedsApproval(policy.Effect(effect), u)
-	return effect, rule, needs, nil
+	rule, needs := pol.NeedsApproval(policy.Effect(effect), u)
+	if !needs {
+		return effect, rule, nil, nil
+	}
+	if rule < 0 || rule >= len(t.Policy.ApprovalRules) {
+		return "", 0, nil, fmt.Errorf("approval rule %d of task %s does not exist", rule, t.ID)
+	}
+	return effect, rule, &t.Policy.ApprovalRules[rule], nil
 }
 
 // actionDigest binds an approval to the exact action: operation, target, arguments (values
@@ -85,9 +93,9 @@ func actionDigest(sessionID string, req page.ActRequest) []byte {
 	return sum[:]
 }
 
-// holdAction records a held act: its command with outcome pending_approval, a pending approval,
-// and the task waiting for it.
-func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, effect, reason string, r Responder) (Response, error) {
+// holdAction records a held act: its command with outcome pending_approval, a pending approval
+// (shaped by rule; nil for a safety hold: the defaults), and the task waiting for it.
+func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, effect, reason string, rule *ApprovalRuleSpec, r Responder) (Response, error) {
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
 		c, err := s.beginOnTask(ctx, tx, cmd, rec.TaskID, true)
 		if err != nil {
@@ -103,26 +111,20 @@ func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord,
 		if err := c.transition(ctx, c.t, task.AwaitApproval, "approval_rule"); err != nil {
 			return nil, err
 		}
-		a := &Approval{
-			ID: ids.New(ids.Approval), TaskID: c.t.ID, Tenant: c.t.Tenant, CommandID: cmd.ID, State: task.ApprovalPending,
-			Reason: reason, Effect: effect, Digest: actionDigest(rec.ID, req),
-			RequestedBy: call.Actor.Subject, RequestedAt: c.now,
-		}
-		if err := tx.InsertApproval(ctx, a); err != nil {
-			return nil, fmt.Errorf("inserting approval: %w", err)
-		}
-		data := map[string]any{"approval_id": a.ID, "reason": a.Reason, "session_id": rec.ID, "action": req.Action}
+		a := c.newApproval(call, reason, effect, rule)
+		a.Digest = actionDigest(rec.ID, req)
+		data := map[string]any{"session_id": rec.ID, "action": req.Action, "command_id": cmd.ID}
 		if effect != "" {
 			data["effect"] = effect
 		}
-		if err := c.emit(ctx, c.t, "approval.requested", "act", data); err != nil {
+		if err := c.insertApproval(ctx, a, "act", data); err != nil {
 			return nil, err
 		}
 		rc, err := c.receipt(ctx, task.PendingApproval, "", "")
 		if err != nil {
 			return nil, err
 		}
-		s.held.Store(a.ID, held{tenant: c.t.Tenant, taskID: c.t.ID, sessionID: rec.ID, req: req, timeoutMs: timeoutMs})
+		s.held.Store(a.ID, held{tenant: c.t.Tenant, taskID: c.t.ID, sessionID: rec.ID, req: req, timeoutMs: timeoutMs, expiresAt: a.ExpiresAt})
 		return &HeldResult{Approval: a, Receipt: rc}, nil
 	})
 }
@@ -150,7 +152,7 @@ func (s *Service) holdActForSafety(ctx context.Context, call Call, sessionID str
 			}
 		}
 	}
-	return s.holdAction(ctx, call, rec, req, timeoutMs, effect, reason, r)
+	return s.holdAction(ctx, call, rec, req, timeoutMs, effect, reason, nil, r)
 }
 
 // approveHeldAction records the approval and runs the held action, once: phase 1 records the

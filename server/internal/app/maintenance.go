@@ -78,7 +78,7 @@ func (s *Service) StopNode(ctx context.Context) error {
 	return s.store.StopNode(ctx, s.cfg.NodeID)
 }
 
-// Upkeep runs the periodic background work (deadline expiry, idempotency retention, recovery of
+// Upkeep runs the periodic background work (deadline and approval expiry, idempotency retention, recovery of
 // commands interrupted on dead nodes, node heartbeat) every interval until ctx ends. Errors are logged, never fatal: the next round retries.
 func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseURL, version string) {
 	tick := time.NewTicker(interval)
@@ -92,6 +92,11 @@ func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseU
 			s.cfg.Logger.Error("deadline expiry failed", "err", err)
 		} else if n > 0 {
 			s.cfg.Logger.Info("tasks expired", "count", n)
+		}
+		if n, err := s.ExpireApprovals(ctx); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("approval expiry failed", "err", err)
+		} else if n > 0 {
+			s.cfg.Logger.Info("approvals expired", "count", n)
 		}
 		if n, err := s.PurgeIdempotency(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("idempotency purge failed", "err", err)

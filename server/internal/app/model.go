@@ -28,6 +28,9 @@ type Task struct {
 	Deadline      *time.Time
 	Plan          []PlanStep
 	CreatedBy     string
+	// CreatedClient is the OAuth client create_task came through ("" without one): with CreatedBy
+	// it is who caused the holds the task's own worker raises (separation of duties).
+	CreatedClient string
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
 	EndedAt       *time.Time
@@ -49,6 +52,11 @@ type PolicySpec struct {
 type ApprovalRuleSpec struct {
 	Effect  string
 	Origins []string
+	// TTL is how long its approvals stay pending (0: DefaultApprovalTTL).
+	TTL time.Duration
+	// Channel is who may answer its approvals: ApprovalChannelApprover ("": the same) or
+	// ApprovalChannelElicitation.
+	Channel string
 }
 
 // PlanStep is one step of a delegated task's plan.
@@ -96,15 +104,26 @@ type Approval struct {
 	Effect      string
 	Digest      []byte // SHA-256 of the held action, when an action is held
 	RequestedBy string
-	RequestedAt time.Time
-	ClosedAt    *time.Time
-	Decision    *Decision
+	// RequestedClient is the OAuth client of the request ("" without one).
+	RequestedClient string
+	// OnBehalfOf and OnBehalfClient name the task's creator when the task's own worker raised the
+	// hold (a delegated or autonomous task): they caused it too.
+	OnBehalfOf, OnBehalfClient string
+	RequestedAt                time.Time
+	// ExpiresAt is when a still pending approval expires (the rule's TTL after RequestedAt).
+	ExpiresAt time.Time
+	// Channel is who may answer it: ApprovalChannelApprover or ApprovalChannelElicitation.
+	Channel  string
+	ClosedAt *time.Time
+	Decision *Decision
 }
 
 // Decision is the recorded resolution of an approval, bound to the authenticated approver.
 type Decision struct {
 	Decision  string // "approve" or "deny"
 	DecidedBy string
+	// Via is how the decision reached the server (ViaSocket, ViaAPI, ViaMCP, ViaElicitation).
+	Via       string
 	Reason    string
 	DecidedAt time.Time
 }

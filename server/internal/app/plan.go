@@ -200,7 +200,7 @@ const (
 
 func classify(code Code) errorClass {
 	switch code {
-	case CodeInvalidRequest, CodeOriginNotAllowed, CodeInsufficientScope, CodeBrowserUnavailable,
+	case CodeInvalidRequest, CodeOriginNotAllowed, CodeInsufficientScope, CodeApproverNotPermitted, CodeBrowserUnavailable,
 		CodeNotImplemented, CodeCheckpointForeign, CodeCheckpointIncompatible, CodeCheckpointStale,
 		CodeIdempotencyKeyReused, CodePayloadTooLarge, CodeUnauthenticated, CodeIdempotencyKeyRequired:
 		return fatal
@@ -301,7 +301,7 @@ func problemStatus(code Code) int {
 	switch code {
 	case CodeInvalidRequest, CodeIdempotencyKeyRequired:
 		return 400
-	case CodeInsufficientScope, CodeOriginNotAllowed:
+	case CodeInsufficientScope, CodeOriginNotAllowed, CodeApproverNotPermitted:
 		return 403
 	case CodeNotFound:
 		return 404

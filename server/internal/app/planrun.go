@@ -641,6 +641,11 @@ func (r *planRun) settleHeld(i int) *stepResult {
 	case task.ApprovalDenied:
 		return &stepResult{deadReason: "approval_denied", problem: &Error{Code: CodeInvalidTransition,
 			Detail: "the approval of the step's action was denied; it never ran"}}
+	case task.ApprovalExpired:
+		// Nobody decided before its expires_at (or the task itself expired: then recording the
+		// dead letter finds the task ended). An expired approval is never revived.
+		return &stepResult{deadReason: "approval_expired", problem: &Error{Code: CodeApprovalNotPending,
+			Detail: "the approval of the step's action expired before anyone decided; it never ran"}}
 	case task.ApprovalApproved:
 		if ao.Outcome == "" {
 			return &stepResult{wait: true, delay: time.Second} // the approved action is still running
@@ -648,7 +653,7 @@ func (r *planRun) settleHeld(i int) *stepResult {
 		res := r.fromOutcome(ao.Outcome, ao.Reconciliation, ao.ProblemCode)
 		res.receiptID = ao.ReceiptID
 		return res
-	default: // cancelled or expired: so is the task
+	default: // cancelled: so is the task
 		return &stepResult{err: errTaskEnded}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/idempotency"
+	"github.com/originweave/bap/server/internal/task"
 )
 
 // Store is the durable state of the runtime. Implementations must make every Tx atomic and must
@@ -25,6 +26,11 @@ type Store interface {
 	PurgeIdempotency(ctx context.Context, now time.Time) (int64, error)
 	// GetApproval reads an approval of tenant.
 	GetApproval(ctx context.Context, tenant, approvalID string) (*Approval, error)
+	// DueApprovals lists up to limit pending approvals (of every tenant) whose expires_at is not
+	// after now, oldest expiry first.
+	DueApprovals(ctx context.Context, now time.Time, limit int) ([]ApprovalRef, error)
+	// ListApprovals lists up to limit approvals of tenant in state, oldest request first.
+	ListApprovals(ctx context.Context, tenant string, state task.ApprovalState, limit int) ([]*Approval, error)
 	// ListReconciliations lists reconciliations of every tenant (open ones unless all).
 	ListReconciliations(ctx context.Context, all bool) ([]Reconciliation, error)
 	// GetSession reads a browser session of tenant.

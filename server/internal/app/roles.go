@@ -306,7 +306,12 @@ func (a *autoRun) settleGate(i int) (res *stepResult, approved bool) {
 	case task.ApprovalDenied:
 		return &stepResult{deadReason: "approval_denied", problem: &Error{Code: CodeInvalidTransition,
 			Detail: "a person denied the step the safety review held; it never ran"}}, false
-	default: // cancelled or expired: so is the task
+	case task.ApprovalExpired:
+		// Nobody decided before its expires_at (or the task expired: recording the dead letter
+		// then finds it ended). An expired approval is never revived.
+		return &stepResult{deadReason: "approval_expired", problem: &Error{Code: CodeApprovalNotPending,
+			Detail: "nobody decided on the step the safety review held before its approval expired; it never ran"}}, false
+	default: // cancelled: so is the task
 		return &stepResult{err: errTaskEnded}, false
 	}
 }

@@ -49,10 +49,6 @@ type Config struct {
 	// CheckpointMaxAge is how old a checkpoint may be when a session is restored from it
 	// (default 24 h); an older one answers 409 checkpoint_stale.
 	CheckpointMaxAge time.Duration
-	// SeparationOfDuties refuses resolve_approval by the subject who requested the approval
-	// (403 insufficient_scope, recorded as a rejected command). Off by default: in the local
-	// profile the operator approves its own actions.
-	SeparationOfDuties bool
 	// CancelDeadline bounds how long cancel_task waits for the task's in-flight commands to stop
 	// and record their receipts before it cancels the task (default 3 s).
 	CancelDeadline time.Duration
@@ -126,7 +122,12 @@ func NewService(store Store, cfg Config) (*Service, error) {
 
 // Call is one mutating request as a transport received it, after authentication and validation.
 type Call struct {
-	Actor          Actor
+	Actor Actor
+	// ClientID is the OAuth client the caller's credential was issued to ("" without one).
+	ClientID string
+	// Via is how the call reached the server (ViaSocket, ViaAPI, ViaMCP, ViaElicitation; "" is
+	// ViaAPI); a decision records it.
+	Via            string
 	Operation      string
 	IdempotencyKey string
 	Fingerprint    idempotency.Fingerprint

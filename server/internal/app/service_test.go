@@ -306,12 +306,17 @@ func TestApprovals(t *testing.T) {
 	tk := b.create(t, app.CreateTaskInput{})
 	request := func() *app.Approval {
 		r := &recorder{}
-		if _, err := b.svc.RequestApproval(ctx, b.call(t, "request_approval", []string{tk.ID}, "why"), tk.ID, "why", r); err != nil {
+		call := b.call(t, "request_approval", []string{tk.ID}, "why")
+		call.Actor.Subject = "agent:local" // the operator (b.actor) resolves: separation of duties
+		if _, err := b.svc.RequestApproval(ctx, call, tk.ID, "why", r); err != nil {
 			t.Fatal(err)
 		}
 		return r.result.(*app.ApprovalResult).Approval
 	}
 	a1, a2 := request(), request()
+	if a1.ExpiresAt.Sub(a1.RequestedAt) != 15*time.Minute || a1.RequestedBy != "agent:local" {
+		t.Fatalf("a request_approval expires 15 minutes after it was asked: %+v", a1)
+	}
 	got, _ := b.svc.GetTask(ctx, b.actor, tk.ID)
 	if got.State != task.WaitingForApproval {
 		t.Fatalf("state %s, want waiting_for_approval", got.State)
@@ -348,6 +353,73 @@ func TestApprovals(t *testing.T) {
 	_, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{"apr_x"}, "x"), "apr_x", "approve", "", &recorder{})
 	if !errors.Is(err, app.ErrNotFound) && (app.AsError(err) == nil || app.AsError(err).Code != app.CodeNotFound) {
 		t.Fatalf("unknown approval: %v", err)
+	}
+}
+
+// An approval expires at its expires_at: the sweep (what the upkeep calls) closes it as expired,
+// once, with an approval.resolved event by the runtime, and the task runs again; an expired
+// approval is never revived, and one due but not yet swept is expired by the resolve that finds it.
+func TestApprovalExpiry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tk := b.create(t, app.CreateTaskInput{})
+	request := func() *app.Approval {
+		r := &recorder{}
+		call := b.call(t, "request_approval", []string{tk.ID}, "why")
+		call.Actor.Subject = "agent:local"
+		if _, err := b.svc.RequestApproval(ctx, call, tk.ID, "why", r); err != nil {
+			t.Fatal(err)
+		}
+		return r.result.(*app.ApprovalResult).Approval
+	}
+	resolve := func(id string) *recorder {
+		r := &recorder{}
+		if _, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{id}, "approve"), id, "approve", "", r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := request()
+	b.advance(15*time.Minute - time.Second)
+	if n, err := b.svc.ExpireApprovals(ctx); err != nil || n != 0 {
+		t.Fatalf("sweep before expires_at: %d, %v", n, err)
+	}
+	b.advance(time.Second)
+	if n, err := b.svc.ExpireApprovals(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep at expires_at: %d, %v", n, err)
+	}
+	if n, err := b.svc.ExpireApprovals(ctx); err != nil || n != 0 {
+		t.Fatalf("second sweep: %d, %v", n, err)
+	}
+	if got, _ := b.svc.GetTask(ctx, b.actor, tk.ID); got.State != task.Running {
+		t.Fatalf("task %s after its approval expired, want running", got.State)
+	}
+	if r := resolve(a.ID); r.problem == nil || r.problem.Code != app.CodeApprovalNotPending {
+		t.Fatalf("resolving an expired approval: %+v", r)
+	}
+	// Due but not swept: the resolve expires it and refuses.
+	a2 := request()
+	b.advance(time.Hour)
+	if r := resolve(a2.ID); r.problem == nil || r.problem.Code != app.CodeApprovalNotPending {
+		t.Fatalf("resolving a due approval: %+v", r)
+	}
+	got, err := b.svc.ListApprovals(ctx, b.actor, "expired", 10)
+	if err != nil || len(got) != 2 || got[0].State != task.ApprovalExpired || got[0].Decision != nil {
+		t.Fatalf("expired approvals: %+v, %v", got, err)
+	}
+	evs, _, err := b.svc.ListTaskEvents(ctx, b.actor, tk.ID, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := 0
+	for _, e := range evs {
+		if e.Type == "approval.resolved" && e.Data["state"] == "expired" && e.Actor == "system:runtime" {
+			expired++
+		}
+	}
+	if expired != 2 {
+		t.Fatalf("%d approval.resolved events with state expired, want 2", expired)
 	}
 }
 

@@ -63,7 +63,7 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 		t := &Task{
 			ID: ids.New(ids.Task), Tenant: call.Actor.Tenant, Goal: in.Goal, State: task.Created,
 			Policy: in.Policy, Postcondition: in.Postcondition, Plan: in.Plan,
-			CreatedBy: call.Actor.Subject, CreatedAt: now, UpdatedAt: now,
+			CreatedBy: call.Actor.Subject, CreatedClient: call.ClientID, CreatedAt: now, UpdatedAt: now,
 			Mode: auto.mode, ModelPolicy: auto.policy, Budget: auto.budget,
 		}
 		if in.Deadline != nil {
@@ -280,6 +280,16 @@ func validatePolicy(p PolicySpec) error {
 	}
 	if _, err := policy.ParsePolicy(p.AllowedOrigins, rules); err != nil {
 		return Errorf(CodeInvalidRequest, "policy: %v", err)
+	}
+	for i, r := range p.ApprovalRules {
+		if r.TTL != 0 && (r.TTL < time.Second || r.TTL > policy.MaxApprovalTTL) {
+			return Errorf(CodeInvalidRequest, "policy: approval rule %d: %v", i, policy.ErrBadTTL)
+		}
+		switch r.Channel {
+		case "", ApprovalChannelApprover, ApprovalChannelElicitation:
+		default:
+			return Errorf(CodeInvalidRequest, "policy: approval rule %d: channel must be approver or elicitation", i)
+		}
 	}
 	return nil
 }

@@ -51,8 +51,6 @@ type Config struct {
 	MaxActiveTasksPerTenant int
 	// CheckpointMaxAge is how old a checkpoint may be when restored (default 24 h).
 	CheckpointMaxAge time.Duration
-	// SeparationOfDuties forbids resolving an approval one requested oneself (off by default).
-	SeparationOfDuties bool
 	// CancelDeadline bounds how long cancel_task waits for in-flight browser commands (default 3 s).
 	CancelDeadline time.Duration
 	// Backpressure caps (backpressure.go; 0 picks the default, a negative value means no cap).

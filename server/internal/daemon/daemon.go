@@ -144,7 +144,6 @@ func Run(ctx context.Context, cfg Config) error {
 	svc, err := app.NewService(store.New(db.Pool, ev.storeOptions()), app.Config{
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
 		Browser: br, Orchestrator: orch, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
-		SeparationOfDuties:  cfg.SeparationOfDuties,
 		CancelDeadline:      cfg.CancelDeadline,
 		InterruptedResponse: api.InterruptedResponse,
 		SoftwareVersion:     version.Software, ProtocolVersion: version.BAP, CheckpointMaxAge: cfg.CheckpointMaxAge,
@@ -176,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Service: svc, Logger: log, Registry: reg, MaxBodyBytes: cfg.MaxBodyBytes,
 		Ready:         func(ctx context.Context) error { return checkReady(ctx, db.Pool) },
 		Warnings:      func() []string { return browserWarnings(cfg, br) },
-		Authenticator: api.LocalOperator{},
+		Authenticator: api.Local{}, // the operator on the socket, the agent on TCP (BaseContext below)
 		Streams:       ev.streams(svc),
 		Admission:     bp.api(),
 	}
@@ -219,6 +218,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	var listeners []net.Listener
+	var socket net.Listener
+	// Requests accepted on the Unix socket carry its mark (api.OnSocket): in the local profile
+	// their caller is the operator. Only the listener decides it, never anything a request sends.
+	srv.BaseContext = func(l net.Listener) context.Context {
+		if socket != nil && l == socket {
+			return api.OnSocket(context.Background())
+		}
+		return context.Background()
+	}
 	closeAll := func() {
 		for _, l := range listeners {
 			_ = l.Close()
@@ -242,6 +250,7 @@ func Run(ctx context.Context, cfg Config) error {
 			closeAll()
 			return err
 		}
+		socket = ul
 		listeners = append(listeners, ul)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/originweave/bap/server/internal/api"
+	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/mcpserver"
 )
 
@@ -41,7 +42,11 @@ func mountMCP(cfg Config, o *api.Options, log *slog.Logger, secret []byte) (func
 			return
 		}
 		if c, ok := mcpserver.CallerFrom(r.Context()); ok {
-			r = r.WithContext(api.InProcess(r.Context(), api.Principal{Actor: c.Actor, Scopes: c.Scopes, ClientID: c.ClientID}))
+			via := app.ViaMCP
+			if mcpserver.Elicited(r.Context()) {
+				via = app.ViaElicitation // the caller's answer to the elicitation of its held act
+			}
+			r = r.WithContext(api.InProcess(r.Context(), api.Principal{Actor: c.Actor, Scopes: c.Scopes, ClientID: c.ClientID, Via: via}))
 		}
 		(*h).ServeHTTP(w, r)
 	})

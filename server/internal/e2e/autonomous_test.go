@@ -347,7 +347,7 @@ func TestAutonomousHeldStepApprovedByAPerson(t *testing.T) {
 		t.Fatalf("approval.requested: %v", reqs)
 	}
 	apr := data(reqs[0])["approval_id"].(string)
-	ok := s.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-approve", map[string]any{"decision": "approve"})
+	ok := s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-approve", map[string]any{"decision": "approve"})
 	if ok.str("action_receipt", "outcome") != "applied" {
 		t.Fatalf("approve: %s", ok.raw)
 	}
@@ -746,7 +746,7 @@ func TestAutonomousSafetyHoldApprovedByAPerson(t *testing.T) {
 		t.Fatalf("approval.requested: %v", reqs)
 	}
 	apr := data(reqs[0])["approval_id"].(string)
-	ok := s.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-approve", map[string]any{"decision": "approve"})
+	ok := s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-approve", map[string]any{"decision": "approve"})
 	if ok.str("action_receipt", "outcome") != "applied" {
 		t.Fatalf("approve: %s", ok.raw)
 	}
@@ -802,7 +802,7 @@ func TestAutonomousSafetyAllFailHoldsForAPerson(t *testing.T) {
 		t.Fatalf("approval.requested: %v", reqs)
 	}
 	apr := data(reqs[0])["approval_id"].(string)
-	s.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-down-approve", map[string]any{"decision": "approve"})
+	s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-down-approve", map[string]any{"decision": "approve"})
 	done := s.awaitState(t, taskID, "succeeded", "failed")
 	if done.str("task", "state") != "succeeded" {
 		t.Fatalf("task: %s", done.raw)
@@ -834,7 +834,7 @@ func TestAutonomousSafetyHoldDenied(t *testing.T) {
 		t.Fatalf("approval.requested: %v", reqs)
 	}
 	apr := data(reqs[0])["approval_id"].(string)
-	s.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-deny-resolve", map[string]any{"decision": "deny"})
+	s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "auto-safety-deny-resolve", map[string]any{"decision": "deny"})
 	done := s.awaitState(t, taskID, "succeeded", "failed")
 	evs := s.history(t, taskID)
 	if done.str("task", "state") != "failed" {

@@ -93,14 +93,15 @@ func (s *stack) async(method, path, key string, body any) <-chan reply {
 	out := make(chan reply, 1)
 	go func() {
 		b, _ := json.Marshal(body)
-		req, err := http.NewRequestWithContext(context.Background(), method, s.srv.URL+path, bytes.NewReader(b))
+		client, base := s.endpoint()
+		req, err := http.NewRequestWithContext(context.Background(), method, base+path, bytes.NewReader(b))
 		if err != nil {
 			out <- reply{raw: []byte(err.Error())}
 			return
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			out <- reply{raw: []byte(err.Error())}
 			return
@@ -291,7 +292,7 @@ func TestCancelClosesAPendingApproval(t *testing.T) {
 	apr := held.str("approval", "approval_id")
 
 	s.cancel(t, taskID)
-	late := s.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "cancel-held-approve", map[string]any{"decision": "approve"})
+	late := s.operator().call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "cancel-held-approve", map[string]any{"decision": "approve"})
 	if late.status != 409 || late.body["code"] != "approval_not_pending" {
 		t.Fatalf("approve after cancel: %d %s", late.status, late.raw)
 	}

@@ -333,7 +333,7 @@ func TestDelegatedPlanWaitsForApproval(t *testing.T) {
 	if err := s.db.QueryRow(context.Background(), `SELECT owner_node FROM task_lease WHERE task_id = $1`, taskID).Scan(&owner); err != nil || owner != nil {
 		t.Fatalf("the lease of a waiting task is held by %v (%v)", owner, err)
 	}
-	s.must(t, 200, "POST", "/bap/v1/approvals/"+approvalID+"/resolve", "plan-apr-ok", map[string]any{"decision": "approve"})
+	s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+approvalID+"/resolve", "plan-apr-ok", map[string]any{"decision": "approve"})
 	done := s.awaitState(t, taskID, "succeeded", "failed")
 	if done.str("task", "state") != "succeeded" || sh.orders.Load() != 1 {
 		t.Fatalf("after approval: %s, %d orders", done.raw, sh.orders.Load())
@@ -358,13 +358,13 @@ func TestDelegatedPlanWithoutABrowserFailsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.New(api.Options{Service: svc, Authenticator: api.LocalOperator{}, Registry: prometheus.NewRegistry()})
+	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	s := &stack{srv: srv, db: db, svc: svc}
+	s := &stack{srv: srv, db: db, svc: svc, opClient: serveSocket(t, h)}
 	s.startWorkers(t)
 	r := s.must(t, 201, "POST", "/bap/v1/tasks", "plan-nobrowser", map[string]any{
 		"goal": "needs a browser", "policy": map[string]any{"allowed_origins": []string{"https://shop.example.com"}},

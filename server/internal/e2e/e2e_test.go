@@ -146,6 +146,11 @@ type stack struct {
 	srv *httptest.Server
 	db  *pgxpool.Pool
 	svc *app.Service
+	// opClient dials the stack's Unix socket (the operator); client and base, when set, are
+	// where this stack's calls go instead of srv (see operator_test.go).
+	opClient *http.Client
+	client   *http.Client
+	base     string
 }
 
 func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
@@ -167,13 +172,13 @@ func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
 	}
 	go svc.RunBrowserEvents(ctx)
 	go svc.RunSessionCloser(ctx)
-	h, err := api.New(api.Options{Service: svc, Authenticator: api.LocalOperator{}, Registry: prometheus.NewRegistry()})
+	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &stack{srv: srv, db: db, svc: svc}
+	return &stack{srv: srv, db: db, svc: svc, opClient: serveSocket(t, h)}
 }
 
 type reply struct {
@@ -199,7 +204,8 @@ func (s *stack) call(t *testing.T, method, path, key string, body any) reply {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(context.Background(), method, s.srv.URL+path, rd)
+	client, base := s.endpoint()
+	req, err := http.NewRequestWithContext(context.Background(), method, base+path, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +215,7 @@ func (s *stack) call(t *testing.T, method, path, key string, body any) reply {
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,8 +428,8 @@ func TestOffOriginNavigationLoadsNothing(t *testing.T) {
 	}
 }
 
-// A task whose policy holds form submissions: the click waits for a person, approve runs it
-// exactly once, deny never runs it.
+// A task whose policy holds form submissions: the click waits for a person; the agent (TCP) cannot
+// resolve it, the operator (the Unix socket) approves and it runs exactly once, deny never runs it.
 func TestApprovalHoldsFormSubmission(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
@@ -453,11 +459,23 @@ func TestApprovalHoldsFormSubmission(t *testing.T) {
 		t.Fatalf("task %s while the click is held", st)
 	}
 	apr := held.str("approval", "approval_id")
-	ok := s.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "approve-1", map[string]any{"decision": "approve"})
-	if ok.str("approval", "state") != "approved" || ok.str("action_receipt", "outcome") != "applied" || sh.orders.Load() != 1 {
+	if held.str("approval", "expires_at") == "" || held.str("approval", "channel") != "approver" || held.str("approval", "requested_by") != "agent:local" {
+		t.Fatalf("held approval: %s", held.raw)
+	}
+	// The agent that was held cannot resolve it, either way: it has no bap:approvals.resolve.
+	for _, d := range []string{"approve", "deny"} {
+		self := s.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "agent-"+d, map[string]any{"decision": d})
+		if self.status != 403 || self.body["code"] != "insufficient_scope" || !strings.Contains(self.str("detail"), "operator") || sh.orders.Load() != 0 {
+			t.Fatalf("the agent's own %s: orders %d, %d %s", d, sh.orders.Load(), self.status, self.raw)
+		}
+	}
+	op := s.operator()
+	ok := op.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "approve-1", map[string]any{"decision": "approve"})
+	if ok.str("approval", "state") != "approved" || ok.str("action_receipt", "outcome") != "applied" || sh.orders.Load() != 1 ||
+		ok.str("approval", "resolved_by") != "operator:local" || ok.str("approval", "resolved_via") != "socket" {
 		t.Fatalf("approve: orders %d, %s", sh.orders.Load(), ok.raw)
 	}
-	again := s.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "approve-2", map[string]any{"decision": "approve"})
+	again := op.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "approve-2", map[string]any{"decision": "approve"})
 	if again.status != 409 || again.body["code"] != "approval_not_pending" || sh.orders.Load() != 1 {
 		t.Fatalf("second approve: orders %d, %d %s", sh.orders.Load(), again.status, again.raw)
 	}
@@ -475,7 +493,7 @@ func TestApprovalHoldsFormSubmission(t *testing.T) {
 		s.must(t, 200, "POST", base+"/act", fmt.Sprint("held2-", step["action"], step["value"]), step)
 	}
 	held2 := s.must(t, 202, "POST", base+"/act", "held-click-2", click)
-	no := s.must(t, 200, "POST", "/bap/v1/approvals/"+held2.str("approval", "approval_id")+"/resolve", "deny-1", map[string]any{"decision": "deny"})
+	no := op.must(t, 200, "POST", "/bap/v1/approvals/"+held2.str("approval", "approval_id")+"/resolve", "deny-1", map[string]any{"decision": "deny"})
 	if no.str("approval", "state") != "denied" || no.body["action_receipt"] != nil || sh.orders.Load() != 1 {
 		t.Fatalf("deny: orders %d, %s", sh.orders.Load(), no.raw)
 	}

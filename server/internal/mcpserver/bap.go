@@ -147,7 +147,8 @@ func (b *bapServer) planTask(rt *route) func(ctx context.Context, req *mcp.CallT
 			}
 			res := toolResult(rt, resp, pathVals)
 			if held, ok := heldFor(resp); ok {
-				return b.awaitApproval(ctx, run, held, res, elicit)
+				// Only a rule that opted in (channel elicitation) lets this client's person answer.
+				return b.awaitApproval(ctx, run, held, res, elicit && held.Channel == "elicitation")
 			}
 			return res, nil
 		}, nil
@@ -160,6 +161,25 @@ type held struct {
 	TaskID     string `json:"task_id"`
 	State      string `json:"state"`
 	Reason     string `json:"reason"`
+	// Channel is who may answer it: "elicitation" lets this client's person answer (the rule
+	// opted in); anything else waits for a separate approver.
+	Channel string `json:"channel"`
+}
+
+type elicitedKey struct{}
+
+// withElicited marks the in-process request that carries the caller's answer to the elicitation
+// of its held act (Elicited reads it).
+func withElicited(ctx context.Context) context.Context {
+	return context.WithValue(ctx, elicitedKey{}, true)
+}
+
+// Elicited reports whether ctx belongs to the adapter's resolve_approval for an answer its caller
+// gave to an elicitation (the API records the decision with channel elicitation and accepts it
+// only for an approval whose rule opted in). Only this package sets it: no MCP request can.
+func Elicited(ctx context.Context) bool {
+	on, _ := ctx.Value(elicitedKey{}).(bool)
+	return on
 }
 
 func heldFor(resp apiResponse) (held, bool) {
@@ -193,28 +213,34 @@ var approvalSchema = json.RawMessage(`{"type":"object","properties":{` +
 	`"decision":{"type":"string","title":"Decision","enum":["approve","deny"],"description":"approve runs the held action once; deny never runs it"},` +
 	`"reason":{"type":"string","title":"Reason"}},"required":["decision"]}`)
 
-// awaitApproval keeps the task of a held action open until the approval is decided: by the
-// client's answer to an elicitation (when it declared elicitation), which the adapter turns into
-// resolve_approval under the caller's identity, or by anyone through BAP (observed in the task's
-// events). tasks/cancel withdraws the action: the approval is denied, the action never runs.
+// awaitApproval keeps the task of a held action open until the approval is decided: by a
+// separate approver through BAP (observed in the task's events) or — only when the approval's rule
+// has channel elicitation and the client declared elicitation — by the client's answer to an
+// elicitation, which the adapter turns into resolve_approval under the caller's identity, marked
+// as an elicited answer (recorded with channel elicitation). With such a rule, tasks/cancel
+// withdraws the action (denied through the same channel: it never runs); without one the
+// approval stays pending for an approver, or until it expires.
 func (b *bapServer) awaitApproval(ctx context.Context, run *taskRun, h held, heldRes *mcp.CallToolResult, elicit bool) (*mcp.CallToolResult, error) {
 	bg := context.WithoutCancel(ctx)
+	elicited := withElicited(bg) // only resolve_approval carries the mark
 	resolve := func(decision, reason, key string) (*mcp.CallToolResult, error) {
 		args := map[string]any{"approval_id": h.ApprovalID, "decision": decision, "idempotency_key": key}
 		if reason != "" {
 			args["reason"] = reason
 		}
-		resp, err := b.call(bg, "resolve_approval", args)
+		resp, err := b.call(elicited, "resolve_approval", args)
 		if err != nil {
 			return nil, err
 		}
 		return toolResult(b.routes["resolve_approval"], resp, nil), nil
 	}
-	run.OnCancel(func() {
-		if _, err := resolve("deny", "withdrawn: the MCP client cancelled the task", "mcp-task-cancel:"+run.ID()); err != nil {
-			b.o.Logger.Warn("mcp: withdrawing a held action", "approval_id", h.ApprovalID, "err", err)
-		}
-	})
+	if elicit {
+		run.OnCancel(func() {
+			if _, err := resolve("deny", "withdrawn: the MCP client cancelled the task", "mcp-task-cancel:"+run.ID()); err != nil {
+				b.o.Logger.Warn("mcp: withdrawing a held action", "approval_id", h.ApprovalID, "err", err)
+			}
+		})
+	}
 	run.SetMessage(fmt.Sprintf("held for approval %s (BAP task %s)", h.ApprovalID, h.TaskID))
 
 	type answer struct {

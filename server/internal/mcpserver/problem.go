@@ -26,11 +26,12 @@ var problemStatus = map[app.Code]struct {
 	status int
 	title  string
 }{
-	app.CodeInvalidRequest:    {http.StatusBadRequest, "Invalid request"},
-	app.CodeUnauthenticated:   {http.StatusUnauthorized, "Unauthenticated"},
-	app.CodeInsufficientScope: {http.StatusForbidden, "Insufficient scope"},
-	app.CodeRateLimited:       {http.StatusTooManyRequests, "Rate limited"},
-	app.CodeInternal:          {http.StatusInternalServerError, "Internal error"},
+	app.CodeInvalidRequest:       {http.StatusBadRequest, "Invalid request"},
+	app.CodeUnauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
+	app.CodeInsufficientScope:    {http.StatusForbidden, "Insufficient scope"},
+	app.CodeApproverNotPermitted: {http.StatusForbidden, "Approver not permitted"},
+	app.CodeRateLimited:          {http.StatusTooManyRequests, "Rate limited"},
+	app.CodeInternal:             {http.StatusInternalServerError, "Internal error"},
 }
 
 func newProblem(e *app.Error) problem {

@@ -125,7 +125,8 @@ func TestFastCallsStaySynchronous(t *testing.T) {
 // fakeAPI stands in for BAP when an act is held for approval (202 with a pending approval).
 type fakeAPI struct {
 	mu       sync.Mutex
-	resolved []string // "decision key"
+	channel  string   // the held approval's channel (who may answer it)
+	resolved []string // "decision key", with " elicited" when the request carried the elicitation mark
 	decided  string   // an approval.resolved event's state, once someone decided elsewhere
 }
 
@@ -140,12 +141,16 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/bap/v1/browser-sessions/bs_1/act":
 		w.WriteHeader(http.StatusAccepted)
-		_, _ = io.WriteString(w, `{"approval":{"approval_id":"apr_1","task_id":"tsk_1","state":"pending","reason":"Submit the order"},`+
+		_, _ = io.WriteString(w, `{"approval":{"approval_id":"apr_1","task_id":"tsk_1","state":"pending","reason":"Submit the order","channel":"`+f.channel+`"},`+
 			`"receipt":{"receipt_id":"rcp_1","command_id":"cmd_1","outcome":"pending_approval"}}`)
 	case r.URL.Path == "/bap/v1/approvals/apr_1/resolve":
 		var body struct{ Decision string }
 		_ = json.NewDecoder(r.Body).Decode(&body)
-		f.resolved = append(f.resolved, body.Decision+" "+r.Header.Get("Idempotency-Key"))
+		d := body.Decision + " " + r.Header.Get("Idempotency-Key")
+		if mcpserver.Elicited(r.Context()) {
+			d += " elicited"
+		}
+		f.resolved = append(f.resolved, d)
 		state := map[string]string{"approve": "approved", "deny": "denied"}[body.Decision]
 		_, _ = io.WriteString(w, `{"approval":{"approval_id":"apr_1","state":"`+state+`"},"action_receipt":{"receipt_id":"rcp_2","command_id":"cmd_1","outcome":"applied"}}`)
 	case r.URL.Path == "/bap/v1/tasks/tsk_1/events":
@@ -166,9 +171,9 @@ func (f *fakeAPI) decisions() []string {
 	return append([]string(nil), f.resolved...)
 }
 
-func setupFake(t *testing.T) (*bundle, *fakeAPI) {
+func setupFake(t *testing.T, channel string) (*bundle, *fakeAPI) {
 	t.Helper()
-	f := &fakeAPI{}
+	f := &fakeAPI{channel: channel}
 	h, err := mcpserver.New(mcpserver.Options{API: f, Authenticator: mcpAuth{}, Logger: quiet, TaskSyncWindow: -1,
 		TaskPollInterval: 50 * time.Millisecond, ApprovalPoll: 20 * time.Millisecond})
 	if err != nil {
@@ -190,9 +195,11 @@ func (b *bundle) heldAct(t *testing.T, c caps) string {
 	return created.TaskID
 }
 
+// A held act whose rule opted in (channel elicitation) asks the client; its answer becomes
+// resolve_approval marked as an elicited answer (recorded with channel elicitation).
 func TestHeldActionAsksTheClientForTheDecision(t *testing.T) {
 	t.Parallel()
-	b, f := setupFake(t)
+	b, f := setupFake(t, "elicitation")
 	id := b.heldAct(t, taskElcit)
 	st := b.awaitTask(t, id, "working")
 	if st.Status != "input_required" || len(st.InputRequests) != 1 {
@@ -216,14 +223,38 @@ func TestHeldActionAsksTheClientForTheDecision(t *testing.T) {
 		field(t, st.Result.StructuredContent, "action_receipt", "outcome") != "applied" {
 		t.Fatalf("after approval: %+v %s", st, st.Result.StructuredContent)
 	}
-	if d := f.decisions(); len(d) != 1 || d[0] != "approve mcp-task:"+id {
+	if d := f.decisions(); len(d) != 1 || d[0] != "approve mcp-task:"+id+" elicited" {
 		t.Fatalf("resolve_approval calls: %v", d)
+	}
+}
+
+// A held act whose rule did not opt in is never offered to the client, even one that declared
+// elicitation: it waits for a separate approver, and cancelling the MCP task resolves nothing.
+func TestHeldActionWithoutElicitationRuleWaitsForAnApprover(t *testing.T) {
+	t.Parallel()
+	b, f := setupFake(t, "approver")
+	id := b.heldAct(t, taskElcit)
+	st := b.taskGet(t, id)
+	for deadline := time.Now().Add(20 * time.Second); st.Status == "working" && st.StatusMessage == "" && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		st = b.taskGet(t, id)
+	}
+	if st.Status != "working" || len(st.InputRequests) != 0 || !strings.Contains(st.StatusMessage, "apr_1") {
+		t.Fatalf("held act under an approver-only rule: %+v", st)
+	}
+	var ack map[string]any
+	b.rpc(t, "/mcp", "tasks/cancel", map[string]any{"taskId": id, "_meta": meta(taskElcit)}).result(t, &ack)
+	if st := b.awaitTask(t, id, "working"); st.Status != "cancelled" {
+		t.Fatalf("cancelled: %+v", st)
+	}
+	if d := f.decisions(); len(d) != 0 {
+		t.Fatalf("the adapter resolved the approval itself: %v", d)
 	}
 }
 
 func TestHeldActionFollowsADecisionMadeElsewhere(t *testing.T) {
 	t.Parallel()
-	b, f := setupFake(t)
+	b, f := setupFake(t, "elicitation")
 	id := b.heldAct(t, taskCaps) // no elicitation: the task waits, working
 	// The act runs in the background: poll until the task reports the hold it is waiting on.
 	st := b.taskGet(t, id)
@@ -249,7 +280,7 @@ func TestHeldActionFollowsADecisionMadeElsewhere(t *testing.T) {
 
 func TestCancellingAHeldActionWithdrawsIt(t *testing.T) {
 	t.Parallel()
-	b, f := setupFake(t)
+	b, f := setupFake(t, "elicitation")
 	id := b.heldAct(t, taskElcit)
 	b.awaitTask(t, id, "working")
 	var ack map[string]any
@@ -258,7 +289,7 @@ func TestCancellingAHeldActionWithdrawsIt(t *testing.T) {
 	if st.Status != "cancelled" {
 		t.Fatalf("cancelled held act: %+v", st)
 	}
-	if d := f.decisions(); len(d) != 1 || d[0] != "deny mcp-task-cancel:"+id {
+	if d := f.decisions(); len(d) != 1 || d[0] != "deny mcp-task-cancel:"+id+" elicited" {
 		t.Fatalf("resolve_approval calls: %v", d)
 	}
 }

@@ -107,24 +107,27 @@ func (t *pgTx) IssueReceipt(ctx context.Context, r *app.Receipt) error {
 }
 
 const approvalColumns = `a.tenant_id, a.approval_id, a.task_id, a.command_id, a.state, a.reason, coalesce(a.effect, ''),
-	a.requested_by, a.requested_at, a.closed_at, d.decision, d.decided_by, d.reason, d.decided_at`
+	a.requested_by, coalesce(a.requested_client, ''), coalesce(a.on_behalf_of, ''), coalesce(a.on_behalf_client, ''),
+	a.requested_at, a.expires_at, a.channel, a.closed_at, d.decision, d.decided_by, d.channel, d.reason, d.decided_at`
 
 const approvalFrom = ` FROM approval_request a LEFT JOIN approval_decision d ON d.approval_id = a.approval_id`
 
 func scanApproval(row pgx.Row) (*app.Approval, error) {
 	var a app.Approval
 	var state string
-	var decision, decidedBy, reason *string
+	var decision, decidedBy, via, reason *string
 	var decidedAt *time.Time
 	if err := row.Scan(&a.Tenant, &a.ID, &a.TaskID, &a.CommandID, &state, &a.Reason, &a.Effect,
-		&a.RequestedBy, &a.RequestedAt, &a.ClosedAt, &decision, &decidedBy, &reason, &decidedAt); err != nil {
+		&a.RequestedBy, &a.RequestedClient, &a.OnBehalfOf, &a.OnBehalfClient,
+		&a.RequestedAt, &a.ExpiresAt, &a.Channel, &a.ClosedAt, &decision, &decidedBy, &via, &reason, &decidedAt); err != nil {
 		return nil, translate(err)
 	}
 	a.State = task.ApprovalState(state)
 	utc(&a.RequestedAt)
+	utc(&a.ExpiresAt)
 	utcp(a.ClosedAt)
 	if decision != nil {
-		a.Decision = &app.Decision{Decision: *decision, DecidedBy: *decidedBy, Reason: *reason, DecidedAt: decidedAt.UTC()}
+		a.Decision = &app.Decision{Decision: *decision, DecidedBy: *decidedBy, Via: *via, Reason: *reason, DecidedAt: decidedAt.UTC()}
 	}
 	return &a, nil
 }
@@ -135,9 +138,15 @@ func (t *pgTx) InsertApproval(ctx context.Context, a *app.Approval) error {
 	if len(a.Digest) > 0 {
 		digest = a.Digest
 	}
+	channel := a.Channel
+	if channel == "" {
+		channel = app.ApprovalChannelApprover
+	}
 	t.queue(`INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, effect, action_digest,
-		requested_by, requested_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-		a.Tenant, a.ID, a.TaskID, a.CommandID, string(a.State), a.Reason, nullIfEmpty(a.Effect), digest, a.RequestedBy, a.RequestedAt)
+		requested_by, requested_client, on_behalf_of, on_behalf_client, requested_at, expires_at, channel)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		a.Tenant, a.ID, a.TaskID, a.CommandID, string(a.State), a.Reason, nullIfEmpty(a.Effect), digest, a.RequestedBy,
+		nullIfEmpty(a.RequestedClient), nullIfEmpty(a.OnBehalfOf), nullIfEmpty(a.OnBehalfClient), a.RequestedAt, a.ExpiresAt, channel)
 	return nil
 }
 
@@ -193,11 +202,48 @@ func (t *pgTx) CloseApproval(ctx context.Context, a *app.Approval, commandID str
 	t.queue(`UPDATE approval_request SET state = $3, closed_at = $4 WHERE tenant_id = $1 AND approval_id = $2`,
 		a.Tenant, a.ID, string(a.State), a.ClosedAt)
 	if a.Decision != nil {
-		t.queue(`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, reason, command_id, decided_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			a.Tenant, a.ID, a.Decision.Decision, a.Decision.DecidedBy, a.Decision.Reason, commandID, a.Decision.DecidedAt)
+		via := a.Decision.Via
+		if via == "" {
+			via = app.ViaAPI
+		}
+		t.queue(`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, channel, reason, command_id, decided_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			a.Tenant, a.ID, a.Decision.Decision, a.Decision.DecidedBy, via, a.Decision.Reason, commandID, a.Decision.DecidedAt)
 	}
 	return nil
+}
+
+// DueApprovals implements app.Store.
+func (s *Store) DueApprovals(ctx context.Context, now time.Time, limit int) ([]app.ApprovalRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id, task_id, approval_id FROM approval_request
+		WHERE state = 'pending' AND expires_at <= $1 ORDER BY expires_at LIMIT $2`, now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing due approvals: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.ApprovalRef, error) {
+		var ref app.ApprovalRef
+		err := r.Scan(&ref.Tenant, &ref.TaskID, &ref.ApprovalID)
+		return ref, err
+	})
+}
+
+// ListApprovals implements app.Store.
+func (s *Store) ListApprovals(ctx context.Context, tenant string, state task.ApprovalState, limit int) ([]*app.Approval, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+approvalFrom+`
+		WHERE a.tenant_id = $1 AND a.state = $2 ORDER BY a.requested_at, a.approval_id LIMIT $3`, tenant, string(state), limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing approvals: %w", err)
+	}
+	defer rows.Close()
+	out := []*app.Approval{}
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing approvals: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
 }
 
 // RegisterNode implements app.Store.

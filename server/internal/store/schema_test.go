@@ -93,7 +93,19 @@ func TestSchemaConstraints(t *testing.T) {
 		{"completed key without response", `INSERT INTO idempotency_record (tenant_id, idempotency_key, operation, request_hash, state, command_id, expires_at)
 			VALUES ('local', 'k', 'create_task', decode(repeat('00', 32), 'hex'), 'completed', 'cmd_4', now())`, "23514"},
 		{"approval in unknown state", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_5', 'tsk_b', 'request_approval', 'x', false);
-			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by) VALUES ('local', 'apr_1', 'tsk_b', 'cmd_5', 'maybe', 'r', 'x')`, "23514"},
+			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by, expires_at) VALUES ('local', 'apr_1', 'tsk_b', 'cmd_5', 'maybe', 'r', 'x', now() + interval '1 minute')`, "23514"},
+		{"approval without expiry", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_6', 'tsk_b', 'request_approval', 'x', false);
+			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by) VALUES ('local', 'apr_2', 'tsk_b', 'cmd_6', 'pending', 'r', 'x')`, "23502"},
+		{"approval expiring before it was requested", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_7', 'tsk_b', 'request_approval', 'x', false);
+			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by, requested_at, expires_at) VALUES ('local', 'apr_3', 'tsk_b', 'cmd_7', 'pending', 'r', 'x', now(), now() - interval '1 second')`, "23514"},
+		{"approval living past 24 hours", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_8', 'tsk_b', 'request_approval', 'x', false);
+			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by, requested_at, expires_at) VALUES ('local', 'apr_4', 'tsk_b', 'cmd_8', 'pending', 'r', 'x', now(), now() + interval '25 hours')`, "23514"},
+		{"approval of an unknown channel", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_10', 'tsk_b', 'request_approval', 'x', false);
+			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by, expires_at, channel) VALUES ('local', 'apr_5', 'tsk_b', 'cmd_10', 'pending', 'r', 'x', now() + interval '1 minute', 'anyone')`, "23514"},
+		{"decision through an unknown channel", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_11', 'tsk_b', 'request_approval', 'x', false);
+			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by, expires_at, closed_at) VALUES ('local', 'apr_6', 'tsk_b', 'cmd_11', 'approved', 'r', 'x', now() + interval '1 minute', now());
+			INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, command_id, channel) VALUES ('local', 'apr_6', 'approve', 'y', 'cmd_11', 'header')`, "23514"},
+		{"rule ttl over 24 hours", `INSERT INTO task_approval_rule (tenant_id, task_id, rule_index, effect, ttl_seconds) VALUES ('local', 'tsk_b', 0, 'any_action', 86401)`, "23514"},
 	}
 	for _, tt := range tests {
 		_, err := db.Exec(ctx, tt.sql)

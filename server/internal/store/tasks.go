@@ -15,9 +15,9 @@ import (
 // taskColumns reads a task with its policy and plan in one row: the child rows come back as JSON
 // arrays, so reading a task is one round trip.
 const taskColumns = `t.tenant_id, t.task_id, t.goal, t.state, coalesce(t.verification, ''), t.postcondition, t.deadline,
-	t.created_by, t.created_at, t.updated_at, t.ended_at, t.last_seq,
+	t.created_by, coalesce(t.created_client, ''), t.created_at, t.updated_at, t.ended_at, t.last_seq,
 	(SELECT coalesce(json_agg(o.pattern ORDER BY o.position), '[]') FROM task_allowed_origin o WHERE o.task_id = t.task_id),
-	(SELECT coalesce(json_agg(json_build_object('effect', r.effect, 'origins',
+	(SELECT coalesce(json_agg(json_build_object('effect', r.effect, 'ttl_seconds', r.ttl_seconds, 'channel', r.channel, 'origins',
 		(SELECT coalesce(json_agg(ro.pattern ORDER BY ro.position), '[]') FROM task_approval_rule_origin ro
 		 WHERE ro.task_id = r.task_id AND ro.rule_index = r.rule_index)) ORDER BY r.rule_index), '[]')
 	 FROM task_approval_rule r WHERE r.task_id = t.task_id),
@@ -32,8 +32,10 @@ const taskColumns = `t.tenant_id, t.task_id, t.goal, t.state, coalesce(t.verific
 		'max_wall_time_ms', b.max_wall_time_ms) FROM task_budget b WHERE b.task_id = t.task_id)`
 
 type ruleRow struct {
-	Effect  string   `json:"effect"`
-	Origins []string `json:"origins"`
+	Effect     string   `json:"effect"`
+	TTLSeconds *int     `json:"ttl_seconds"`
+	Channel    string   `json:"channel"`
+	Origins    []string `json:"origins"`
 }
 
 // modelPolicyRow and budgetRow read an autonomous task's model policy and budget
@@ -63,7 +65,7 @@ func scanTask(row pgx.Row) (*app.Task, error) {
 	var state string
 	var pc, origins, rules, steps, modelPolicy, budget []byte
 	if err := row.Scan(&t.Tenant, &t.ID, &t.Goal, &state, &t.Verification, &pc, &t.Deadline,
-		&t.CreatedBy, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &origins, &rules, &steps,
+		&t.CreatedBy, &t.CreatedClient, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &origins, &rules, &steps,
 		&t.Mode, &modelPolicy, &budget); err != nil {
 		return nil, translate(err)
 	}
@@ -98,6 +100,12 @@ func scanTask(row pgx.Row) (*app.Task, error) {
 	}
 	for _, r := range rr {
 		spec := app.ApprovalRuleSpec{Effect: r.Effect}
+		if r.TTLSeconds != nil {
+			spec.TTL = time.Duration(*r.TTLSeconds) * time.Second
+		}
+		if r.Channel != app.ApprovalChannelApprover {
+			spec.Channel = r.Channel // "" reads as the default, approver
+		}
 		if len(r.Origins) > 0 {
 			spec.Origins = r.Origins
 		}
@@ -134,10 +142,10 @@ func queueTaskInsert(b *pgx.Batch, tk *app.Task) {
 		mode = app.ModeInteractive
 	}
 	b.Queue(`INSERT INTO agent_task (tenant_id, task_id, goal, state, verification, postcondition, deadline,
-		created_by, created_at, updated_at, ended_at, last_seq, mode)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13)`,
+		created_by, created_client, created_at, updated_at, ended_at, last_seq, mode)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14)`,
 		tk.Tenant, tk.ID, tk.Goal, string(tk.State), nullIfEmpty(tk.Verification), pc, tk.Deadline,
-		tk.CreatedBy, tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq, mode)
+		tk.CreatedBy, nullIfEmpty(tk.CreatedClient), tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq, mode)
 }
 
 // GetTask implements app.Store.
@@ -197,8 +205,16 @@ func (t *pgTx) InsertTask(ctx context.Context, tk *app.Task) error {
 			tk.Tenant, tk.ID, i, o)
 	}
 	for i, r := range tk.Policy.ApprovalRules {
-		t.queue(`INSERT INTO task_approval_rule (tenant_id, task_id, rule_index, effect) VALUES ($1, $2, $3, $4)`,
-			tk.Tenant, tk.ID, i, r.Effect)
+		var ttl any
+		if r.TTL > 0 {
+			ttl = int(r.TTL / time.Second)
+		}
+		channel := r.Channel
+		if channel == "" {
+			channel = app.ApprovalChannelApprover
+		}
+		t.queue(`INSERT INTO task_approval_rule (tenant_id, task_id, rule_index, effect, ttl_seconds, channel) VALUES ($1, $2, $3, $4, $5, $6)`,
+			tk.Tenant, tk.ID, i, r.Effect, ttl, channel)
 		for j, o := range r.Origins {
 			t.queue(`INSERT INTO task_approval_rule_origin (tenant_id, task_id, rule_index, position, pattern)
 				VALUES ($1, $2, $3, $4, $5)`, tk.Tenant, tk.ID, i, j, o)
