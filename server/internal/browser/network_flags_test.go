@@ -1,8 +1,13 @@
 package browser
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -76,5 +81,112 @@ func TestWebRTCSendsNoUDPAroundTheProxy(t *testing.T) {
 				t.Errorf("the page gathered UDP candidates: %q", text)
 			}
 		})
+	}
+}
+
+// netlogLookups returns, per probe name, whether Chromium's net-log at path
+// mentions it at all and whether a host-resolution or DNS event does.
+func netlogLookups(t *testing.T, path string, probes []string) (mentioned, resolved map[string]bool) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log struct {
+		Constants struct {
+			LogEventTypes map[string]int `json:"logEventTypes"`
+		} `json:"constants"`
+		Events []struct {
+			Type   int             `json:"type"`
+			Params json.RawMessage `json:"params"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(raw, &log); err != nil {
+		t.Fatalf("net-log %s: %v", path, err)
+	}
+	names := map[int]string{}
+	for n, id := range log.Constants.LogEventTypes {
+		names[id] = n
+	}
+	mentioned, resolved = map[string]bool{}, map[string]bool{}
+	for _, e := range log.Events {
+		for _, p := range probes {
+			if bytes.Contains(e.Params, []byte(p)) {
+				mentioned[p] = true
+				if n := names[e.Type]; strings.Contains(n, "HOST_RESOLVER") || strings.HasPrefix(n, "DNS_") {
+					resolved[p] = true
+				}
+			}
+		}
+	}
+	return mentioned, resolved
+}
+
+// TestResourceHintsResolveNoNames: Chromium 156 has no switch against DNS
+// prefetch, so nothing but the browser's setup keeps a page's dns-prefetch
+// and preconnect hints from sending names to a resolver (a DNS channel
+// around the proxy). The same Chromium with the same flags, loading the page
+// outside a session (no browser context, no proxy), resolves both names of
+// its hints (its net-log shows the lookups); a session of this package's
+// browser, an isolated context behind its egress proxy, resolves neither.
+func TestResourceHintsResolveNoNames(t *testing.T) {
+	t.Parallel()
+	probes := []string{"dns-prefetch-probe.bap-hints.example", "preconnect-probe.bap-hints.example"}
+	acct, err := browserAccount(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "bap-netlog-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := acct.Chown(dir); err != nil { // the browsers write their net-logs here
+		t.Fatal(err)
+	}
+
+	// Control: the binary with this package's flags but without a session
+	// (no browser context, no proxy), sandboxed, as the browser user.
+	bin, err := findBinary("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(dir, "control.json")
+	var args []string
+	for _, f := range append(append([]string{}, baseFlags...), networkFlags...) {
+		if f != "--remote-debugging-pipe" {
+			args = append(args, f)
+		}
+	}
+	args = append(args, "--user-data-dir="+filepath.Join(dir, "profile"), "--log-net-log="+control,
+		"--virtual-time-budget=3000", "--dump-dom", fx.A+"/hints.html")
+	// #nosec G204 -- the test's own browser binary and fixed flags
+	cmd := exec.CommandContext(tctx(t), bin, args...)
+	cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}
+	cmd.SysProcAttr = sysProcAttr(acct.Credential())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("control run: %v\n%s", err, out)
+	}
+	if _, resolved := netlogLookups(t, control, probes); !resolved[probes[0]] || !resolved[probes[1]] {
+		t.Fatalf("the control run resolved %v of %v: its net-log would not show a lookup either", resolved, probes)
+	}
+
+	netlog := filepath.Join(dir, "bap.json")
+	b, err := Start(tctx(t), Config{WarmContexts: 1, ExtraFlags: []string{"--log-net-log=" + netlog}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.OpenSession(tctx(t), "bs_hints_test", testPolicy(t), func(Event) {})
+	if err != nil {
+		_ = b.Close()
+		t.Fatal(err)
+	}
+	_, err = s.Navigate(tctx(t), NavigateRequest{URL: fx.A + "/hints.html", WaitUntil: WaitNetworkIdle})
+	_ = b.Close() // Chromium completes its net-log as it exits
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, resolved := netlogLookups(t, netlog, probes); len(resolved) > 0 {
+		t.Errorf("the browser resolved the names of a page's resource hints: %v", resolved)
 	}
 }

@@ -63,6 +63,11 @@ var networkFlags = []string{
 	// kWebRtcIPHandlingPolicy, applied like the WebRTC IP-handling preference);
 	// --force-webrtc-ip-handling-policy is not in these builds.
 	"--webrtc-ip-handling-policy=disable_non_proxied_udp",
+	// DNS prefetch and preconnect hints have no switch in these builds (no
+	// --dns-prefetch-disable; network prediction is a profile preference):
+	// a context behind its proxy resolves no hint's name, which
+	// TestResourceHintsResolveNoNames checks against the same flags without
+	// one.
 }
 
 // findBinary returns the browser executable: cfg.Binary, or the first of
