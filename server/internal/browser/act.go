@@ -265,9 +265,16 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 	}
 	s.bringToFront(ctx, t)
 	win := s.window(t, req)
+	s.mu.Lock()
+	s.acting = &actHold{approved: req.Approved, tab: t, win: win} // its non-safe requests may be held (hold.go)
+	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		t.dialogMode, t.promptText = "", ""
+		s.acting = nil
+		if req.Approved {
+			s.approvedUntil = time.Now().Add(approvedGrace)
+		}
 		s.mu.Unlock()
 	}()
 	if err := s.perform(ctx, tg, req); err != nil {
@@ -830,18 +837,19 @@ func (s *Session) settle(ctx context.Context, t *tab, f *frameState, win actWind
 		if t.closed {
 			return true
 		}
-		return s.mainSettledLocked(t, win, life) && s.framesSettledLocked(t, win)
+		// A held request ends the wait: what it would cause waits for its approval.
+		return s.hold != nil || s.mainSettledLocked(t, win, life) && s.framesSettledLocked(t, win)
 	})
 	// Popups the action opened are reported once attached (a popup the
 	// browser blocked never comes: wait a bounded time).
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	_ = s.waitFor(pctx, func() bool {
-		return t.closed || s.openedSinceLocked(t, win) >= t.windowOpen-win.windowOpen
+		return t.closed || s.hold != nil || s.openedSinceLocked(t, win) >= t.windowOpen-win.windowOpen
 	})
 	cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	res := &ActResult{ContextID: t.id, EpochID: t.epoch, Navigated: t.commits > win.commits}
+	res := &ActResult{ContextID: t.id, EpochID: t.epoch, Navigated: t.commits > win.commits, Held: s.heldNowLocked()}
 	if t.main != nil {
 		res.URL = t.main.url
 	}

@@ -69,6 +69,8 @@ var (
 	ErrTooManySessions = page.ErrTooManySessions
 	ErrSessionExists   = page.ErrSessionExists
 	ErrInvalidRequest  = page.ErrInvalidRequest
+	ErrNoSuchHold      = page.ErrNoSuchHold
+	ErrHoldAbandoned   = page.ErrHoldAbandoned
 )
 
 // Error types.
@@ -86,6 +88,8 @@ type (
 
 // Request and result types.
 type (
+	// HeldRequest is a request held inside the browser for approval (hold.go).
+	HeldRequest = page.HeldRequest
 	// NavigateRequest is the input of Session.Navigate.
 	NavigateRequest = page.NavigateRequest
 	// NavigateResult is the outcome of a navigation.

@@ -68,6 +68,7 @@ type fixtures struct {
 	orders      atomic.Int64
 	frameOrders atomic.Int64 // orders placed from a form inside an iframe (frame-order)
 	giftOrders  atomic.Int64 // orders from widgets.html's hostile form: its own counter, as tests run in parallel
+	heldOrders  sync.Map     // hold_test.go: the bodies each checkout (by its ?id=) sent, as *heldLog
 	mu          sync.Mutex
 	otherHits   []string
 }
@@ -113,6 +114,9 @@ func (f *fixtures) serve(w http.ResponseWriter, r *http.Request) {
 		n := f.orders.Add(1)
 		http.Redirect(w, r, fmt.Sprintf("/thanks.html?order=%d", n), http.StatusSeeOther)
 		return
+	case "/held-order":
+		f.heldOrder(w, r)
+		return
 	case "/gift-order":
 		f.giftOrders.Add(1)
 		http.Redirect(w, r, "/thanks.html?order=gift", http.StatusSeeOther)
@@ -154,7 +158,7 @@ func (f *fixtures) serve(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, "<!doctype html><title>Who</title><p>signed out</p>")
 		}
 		return
-	case "/hostile/channels.html", "/hostile/worker.js", "/hostile/sw.js", "/hostile/sniffed.html":
+	case "/hostile/checkout.html", "/hostile/channels.html", "/hostile/worker.js", "/hostile/sw.js", "/hostile/sniffed.html":
 		f.serveHostile(w, r)
 		return
 	case "/status/404":

@@ -53,6 +53,7 @@ import (
 // allows its URL, refuse it otherwise.
 func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) {
 	if ev.ResponseStatusCode != 0 || ev.ResponseErrorReason != "" {
+		s.noteAnswered(ev.RequestID)
 		s.onResponsePaused(tc, ev)
 		return
 	}
@@ -68,6 +69,11 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 	pol := s.pol
 	s.mu.Unlock()
 	if err == nil && pol.AllowsURL(u) {
+		if ev.Request != nil {
+			if rule, ok := pol.HoldsRequest(ev.Request.Method, u, s.senderURL(tc, ev)); ok && s.holdOrRefuse(tc, ev, u, rule) {
+				return // held for approval, or refused (hold.go)
+			}
+		}
 		fireCmd(tc.sess, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
 		return
 	}
@@ -100,6 +106,31 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 		"main_frame":    main,
 		"redirect":      ev.RedirectedRequestID != "",
 	}})
+}
+
+// senderURL is the URL of the document that sent a paused request (its frame's, else its tab's),
+// nil when unknown (a worker's request, a frame not seen yet): the rules then apply (fail safe).
+func (s *Session) senderURL(tc *targetConn, ev *fetch.EventRequestPaused) *url.URL {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := tc.tab
+	if t == nil || tc.typ != "page" && tc.typ != "iframe" {
+		return nil
+	}
+	raw := ""
+	if f := t.frames[ev.FrameID]; f != nil {
+		raw = f.url
+	} else if t.main != nil {
+		raw = t.main.url
+	}
+	if ev.ResourceType == network.ResourceTypeDocument && ev.FrameID == t.main.id && t.main != nil {
+		raw = t.main.url // a form's submission is sent by the document it replaces
+	}
+	u, err := url.Parse(raw)
+	if err != nil || raw == "" {
+		return nil
+	}
+	return u
 }
 
 // onResponsePaused records a document's status and adds the connect-src

@@ -40,25 +40,30 @@ type Session struct {
 
 	actMu sync.Mutex // one act/navigate at a time
 
-	mu         sync.Mutex
-	id         string
-	pol        *policy.Policy
-	csp        string
-	onEvent    func(Event)
-	defaultCtx string
-	tabs       map[string]*tab    // by ctx_ id
-	byTarget   map[target.ID]*tab // by page target id
-	tabOrder   []*tab
-	front      *tab
-	reg        registry
-	docSeq     uint64 // source of document and world generations
-	lost       string // why the session was lost; "" while alive
-	closed     bool
-	lastUsed   time.Time
-	busy       int
-	changed    chan struct{}      // closed and replaced on every state change
-	seedURL    string             // the stand-in document of a restore (state.go)
-	auditing   map[target.ID]bool // targets whose issues a session reports (netpolicy.go claimAudits)
+	mu            sync.Mutex
+	id            string
+	pol           *policy.Policy
+	csp           string
+	onEvent       func(Event)
+	defaultCtx    string
+	tabs          map[string]*tab    // by ctx_ id
+	byTarget      map[target.ID]*tab // by page target id
+	tabOrder      []*tab
+	front         *tab
+	reg           registry
+	docSeq        uint64 // source of document and world generations
+	lost          string // why the session was lost; "" while alive
+	closed        bool
+	lastUsed      time.Time
+	busy          int
+	changed       chan struct{}      // closed and replaced on every state change
+	seedURL       string             // the stand-in document of a restore (state.go)
+	auditing      map[target.ID]bool // targets whose issues a session reports (netpolicy.go claimAudits)
+	acting        *actHold           // the act running, whose non-safe requests may be held (hold.go)
+	hold          *heldReq           // the request held for approval, if any (hold.go)
+	released      fetch.RequestID    // the request Release sent, until its answer
+	releasedDone  bool               // its answer came
+	approvedUntil time.Time          // an approved act's late requests go out until then (hold.go)
 
 	// life ends when the session is lost or closed.
 	life    context.Context

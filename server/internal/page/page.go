@@ -40,6 +40,14 @@ var ErrTooManySessions = errors.New("too many browser sessions on this node")
 // ErrSessionExists reports an OpenSession with the id of an open session.
 var ErrSessionExists = errors.New("browser session id already in use")
 
+// ErrNoSuchHold reports a release or a denial of a held request that the session does not hold
+// (never held, released or denied already, or abandoned by the page).
+var ErrNoSuchHold = errors.New("no such held request")
+
+// ErrHoldAbandoned reports a held request the page gave up while it waited (it navigated away,
+// closed, or aborted it): releasing it sent nothing.
+var ErrHoldAbandoned = errors.New("the page abandoned the held request")
+
 // ErrInvalidRequest is wrapped by errors about a request's arguments (an
 // unknown action or extract kind, a missing value, an action the target node
 // does not support); the message says what is wrong.
@@ -307,6 +315,9 @@ type ActRequest struct {
 	// Timeout bounds the actionability wait and the navigation the action
 	// starts; 0 means 30 s.
 	Timeout time.Duration `json:"-"`
+	// Approved marks an action a person approved before it ran (an any_action or file_upload
+	// hold): the requests it causes are not held again.
+	Approved bool `json:"-"`
 }
 
 // File is a file for upload_file.
@@ -329,6 +340,24 @@ type ActResult struct {
 	Downloads   []Download `json:"downloads,omitempty"`
 	// Effect is the effect ClassifyAction gives for the action.
 	Effect string `json:"effect"`
+	// Held is the request the action caused that a form_submission rule holds, unsent, inside
+	// the browser until Release or Deny; nil when nothing was held.
+	Held *HeldRequest `json:"-"`
+}
+
+// HeldRequest is a request with a non-safe method held inside the browser for approval.
+type HeldRequest struct {
+	// ID names the hold for Release and Deny (session-scoped).
+	ID string
+	// Method and URL are the request's; URL has no userinfo, query or fragment.
+	Method, URL string
+	// Rule is the index of the approval rule that holds it.
+	Rule int
+	// Body is the request's body as the page sent it (protected: it may hold fill values; never
+	// logged, stored or shown; digest it).
+	Body []byte
+	// BodyKnown is false when the browser did not hand over the body (too long, or a file).
+	BodyKnown bool
 }
 
 // ExtractRequest is the input of Session.Extract.
