@@ -316,7 +316,11 @@ func (p *process) readDownload(path string, limit int64) ([]byte, error) {
 	if st.Size() > limit {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
 	}
-	return io.ReadAll(io.LimitReader(f, limit+1))
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit { // it grew since
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, err
 }
 
 // browserEnv is the browser's whole environment: its own HOME, XDG and temp
