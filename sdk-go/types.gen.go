@@ -665,6 +665,7 @@ const (
 	ProblemCodeRateLimited             ProblemCode = "rate_limited"
 	ProblemCodeStaleNodeHandle         ProblemCode = "stale_node_handle"
 	ProblemCodeUnauthenticated         ProblemCode = "unauthenticated"
+	ProblemCodeUnsupportedMediaType    ProblemCode = "unsupported_media_type"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -721,6 +722,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeStaleNodeHandle:
 		return true
 	case ProblemCodeUnauthenticated:
+		return true
+	case ProblemCodeUnsupportedMediaType:
 		return true
 	default:
 		return false
@@ -2894,7 +2897,7 @@ type PlanStepFinishedData struct {
 	// Op Operation of a delegated-mode plan step.
 	Op PlanOp `json:"op"`
 
-	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 	ProblemCode *ProblemCode `json:"problem_code,omitempty"`
 
 	// ReceiptId Receipt identifier.
@@ -3143,7 +3146,7 @@ type PostconditionResult struct {
 	Unmet []Clause `json:"unmet"`
 }
 
-// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
 type ProblemCode string
 
 // ProblemViolation One validation failure.
@@ -4118,6 +4121,11 @@ type Unauthorized = Problem
 //
 // Examples: {"code":"not_found","detail":"No task tsk_7Hq2ZkP9xW3m.","status":404,"title":"Not found","type":"urn:bap:problem:not_found"}
 type UnprocessableEntity = Problem
+
+// UnsupportedMediaType RFC 9457 problem details with a stable `code`. Never echoes secrets, tokens or protected input values.
+//
+// Examples: {"code":"not_found","detail":"No task tsk_7Hq2ZkP9xW3m.","status":404,"title":"Not found","type":"urn:bap:problem:not_found"}
+type UnsupportedMediaType = Problem
 
 // ListApprovalsParams defines parameters for ListApprovals.
 type ListApprovalsParams struct {

@@ -3409,7 +3409,8 @@ pub struct PostconditionResult {
 /// caller requested or caused the approval it tries to resolve, or its channel may not answer it);
 /// 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight,
 /// stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible,
-/// checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused,
+/// checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a
+/// request body not sent as application/json); 422: idempotency_key_reused,
 /// model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429:
 /// rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task
 /// with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented;
@@ -3450,6 +3451,8 @@ pub enum ProblemCode {
     BrowserSessionLost,
     /// `payload_too_large`
     PayloadTooLarge,
+    /// `unsupported_media_type`
+    UnsupportedMediaType,
     /// `idempotency_key_reused`
     IdempotencyKeyReused,
     /// `rate_limited`
@@ -3476,7 +3479,7 @@ pub enum ProblemCode {
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -3497,6 +3500,7 @@ impl ProblemCode {
             ProblemCode::CheckpointStale => "checkpoint_stale",
             ProblemCode::BrowserSessionLost => "browser_session_lost",
             ProblemCode::PayloadTooLarge => "payload_too_large",
+            ProblemCode::UnsupportedMediaType => "unsupported_media_type",
             ProblemCode::IdempotencyKeyReused => "idempotency_key_reused",
             ProblemCode::RateLimited => "rate_limited",
             ProblemCode::Overloaded => "overloaded",
@@ -3531,6 +3535,7 @@ impl From<&str> for ProblemCode {
             "checkpoint_stale" => ProblemCode::CheckpointStale,
             "browser_session_lost" => ProblemCode::BrowserSessionLost,
             "payload_too_large" => ProblemCode::PayloadTooLarge,
+            "unsupported_media_type" => ProblemCode::UnsupportedMediaType,
             "idempotency_key_reused" => ProblemCode::IdempotencyKeyReused,
             "rate_limited" => ProblemCode::RateLimited,
             "overloaded" => ProblemCode::Overloaded,

@@ -320,11 +320,12 @@ export type Problem = S["Problem"];
  * caller requested or caused the approval it tries to resolve, or its channel may not answer it);
  * 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight,
  * stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible,
- * checkpoint_stale, browser_session_lost; 413: payload_too_large; 422: idempotency_key_reused,
- * model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429:
- * rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task
- * with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented;
- * 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+ * checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a
+ * request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied
+ * (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503:
+ * overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model
+ * orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502:
+ * navigation_failed (the browser could not load the page: DNS, connection, TLS).
  */
 export type ProblemCode = S["ProblemCode"];
 /** One validation failure. */

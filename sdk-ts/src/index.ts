@@ -402,6 +402,9 @@ export class Client extends Operations {
     let payload: string | undefined;
     if (spec.body !== undefined) {
       payload = JSON.stringify(spec.body);
+      // Always application/json, whatever extra headers say: the server answers any other
+      // Content-Type of a body with 415 unsupported_media_type.
+      for (const k of Object.keys(headers)) if (k.toLowerCase() === "content-type") delete headers[k];
       headers["content-type"] = "application/json";
     }
     let key: string | undefined;

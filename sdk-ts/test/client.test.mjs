@@ -86,6 +86,14 @@ test("body is sent verbatim", async () => {
   assert.equal(requests[1].url, "/bap/v1/tasks/tsk_1/close");
 });
 
+test("a body always goes as application/json, whatever extra headers say", async () => {
+  push(201, { task: {}, receipt: {} });
+  push(201, { task: {}, receipt: {} });
+  await client({ headers: { "Content-Type": "text/plain" } }).createTask({ goal: "g", policy: { allowed_origins: [] } });
+  await client().createTask({ goal: "g", policy: { allowed_origins: [] } }, { headers: { "CONTENT-TYPE": "text/plain" } });
+  for (const r of requests) assert.equal(r.headers["content-type"], "application/json");
+});
+
 test("problems become ProblemError", async () => {
   push(...problem(403, "origin_not_allowed"));
   await assert.rejects(client().navigate("bs_1", { url: "https://evil.example/" }), (e) => {

@@ -384,14 +384,15 @@ func (s *server) begin(w http.ResponseWriter, r *http.Request, target ...string)
 	return req, true
 }
 
-// readBody reads at most maxBody bytes of a JSON body.
+// readBody reads at most maxBody bytes of a JSON body. A body comes as application/json or not
+// at all (415 unsupported_media_type): a cross-site "simple" request — a form or a fetch without
+// a preflight — can only send text/plain, form or multipart bodies, so no page can post one here
+// on its visitor's behalf. An absent body (optional ones count as {}) needs no Content-Type.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the body must be application/json"})
-			return nil, false
-		}
+	cts := r.Header.Values("Content-Type")
+	if len(cts) > 1 || (len(cts) == 1 && !IsJSONMediaType(cts[0])) {
+		writeProblem(w, &app.Error{Code: app.CodeUnsupportedMediaType, Detail: "a request body must be sent as Content-Type: application/json"})
+		return nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
@@ -403,7 +404,26 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool)
 		writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the body could not be read"})
 		return nil, false
 	}
+	if len(body) > 0 && len(cts) == 0 {
+		writeProblem(w, &app.Error{Code: app.CodeUnsupportedMediaType, Detail: "a request body must be sent as Content-Type: application/json"})
+		return nil, false
+	}
 	return body, true
+}
+
+// IsJSONMediaType reports whether a Content-Type field value is application/json, with no
+// parameter but an optional charset=utf-8 (JSON is UTF-8: RFC 8259).
+func IsJSONMediaType(v string) bool {
+	mt, params, err := mime.ParseMediaType(v)
+	if err != nil || mt != "application/json" {
+		return false
+	}
+	for k, p := range params {
+		if k != "charset" || !strings.EqualFold(p, "utf-8") {
+			return false
+		}
+	}
+	return true
 }
 
 // reply writes the response of a mutating use-case, or its refusal.

@@ -30,6 +30,7 @@ const (
 	CodeCheckpointStale        Code = "checkpoint_stale"
 	CodeBrowserSessionLost     Code = "browser_session_lost"
 	CodePayloadTooLarge        Code = "payload_too_large"
+	CodeUnsupportedMediaType   Code = "unsupported_media_type" // a body not sent as application/json
 	CodeIdempotencyKeyReused   Code = "idempotency_key_reused"
 	CodeRateLimited            Code = "rate_limited"
 	CodeOverloaded             Code = "overloaded"

@@ -202,7 +202,7 @@ func classify(code Code) errorClass {
 	switch code {
 	case CodeInvalidRequest, CodeOriginNotAllowed, CodeInsufficientScope, CodeApproverNotPermitted, CodeBrowserUnavailable,
 		CodeNotImplemented, CodeCheckpointForeign, CodeCheckpointIncompatible, CodeCheckpointStale,
-		CodeIdempotencyKeyReused, CodePayloadTooLarge, CodeUnauthenticated, CodeIdempotencyKeyRequired:
+		CodeIdempotencyKeyReused, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnauthenticated, CodeIdempotencyKeyRequired:
 		return fatal
 	case CodeRateLimited, CodeOverloaded, CodeIdempotencyInFlight:
 		return throttled
@@ -312,6 +312,8 @@ func problemStatus(code Code) int {
 		return 409
 	case CodePayloadTooLarge:
 		return 413
+	case CodeUnsupportedMediaType:
+		return 415
 	case CodeIdempotencyKeyReused:
 		return 422
 	case CodeRateLimited:

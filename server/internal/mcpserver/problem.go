@@ -30,6 +30,7 @@ var problemStatus = map[app.Code]struct {
 	app.CodeUnauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
 	app.CodeInsufficientScope:    {http.StatusForbidden, "Insufficient scope"},
 	app.CodeApproverNotPermitted: {http.StatusForbidden, "Approver not permitted"},
+	app.CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
 	app.CodeRateLimited:          {http.StatusTooManyRequests, "Rate limited"},
 	app.CodeInternal:             {http.StatusInternalServerError, "Internal error"},
 }
