@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,7 @@ func TestKilledWorkerNodeIsTakenOverFromItsLastCheckpoint(t *testing.T) {
 	bin := buildBinary(t)
 	dbDir := dataDir(t)
 	holder := serveWith(t, bin, dbDir, nil, "--workers", "0")
-	dbEnv := []string{"BAP_DATABASE_URL=" + databaseURLOf(t, dbDir)}
+	dbEnv := []string{"BAP_DATABASE_URL=" + databaseURLOf(t, dbDir), "BAP_SERVER_KEY_FILE=" + filepath.Join(dbDir, "server.key")} // one key per database (ADR 0015)
 	a := serveWith(t, bin, dataDir(t), dbEnv, "--workers", "1")
 
 	plan := `[
@@ -308,7 +309,7 @@ func TestKilledWorkerNodeLeavesItsActToReconciliation(t *testing.T) {
 	dbDir := dataDir(t)
 	holder := serveWith(t, bin, dbDir, nil, "--workers", "0")
 	dbURL := databaseURLOf(t, dbDir)
-	dbEnv := []string{"BAP_DATABASE_URL=" + dbURL}
+	dbEnv := []string{"BAP_DATABASE_URL=" + dbURL, "BAP_SERVER_KEY_FILE=" + filepath.Join(dbDir, "server.key")}
 	a := serveWith(t, bin, dataDir(t), dbEnv, "--workers", "1")
 	plan := `[
 		{"op": "navigate", "args": {"url": "` + site.URL + `/pay-form"}},

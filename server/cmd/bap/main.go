@@ -102,6 +102,7 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL other nodes reach this one at (default: the listen URL)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (remote profile)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file (remote profile)")
+	fs.StringVar(&cfg.ServerKeyFile, "server-key-file", os.Getenv("BAP_SERVER_KEY_FILE"), "the 32-byte server key that keys digests and seals plan values; every node of one database needs the same (default: <data-dir>/server.key, created at first start)")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve the remote profile over plain HTTP (tests only)")
 	fs.DurationVar(&cfg.AccessTokenTTL, "access-token-ttl", 0, "access token lifetime (default 15m; at most 15m)")
 	fs.BoolVar(&cfg.MCPConformanceFixtures, "mcp-conformance-fixtures", false, "mount /mcp-conformance fixtures (local profile, tests)")

@@ -374,12 +374,14 @@ func (s *server) begin(w http.ResponseWriter, r *http.Request, target ...string)
 		if req.decoded != nil {
 			decoded = req.decoded
 		}
-		fp, err := idempotency.FingerprintOf(op.ID, target, decoded)
+		canon, err := idempotency.CanonicalValue(decoded)
 		if err != nil {
 			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request body is not valid JSON"})
 			return nil, false
 		}
-		req.call = app.Call{Actor: p.Actor, ClientID: p.ClientID, Via: p.Via, Operation: op.ID, IdempotencyKey: key, Fingerprint: fp}
+		// Keyed (ADR 0015); the unkeyed one is only compared with records of earlier releases.
+		req.call = app.Call{Actor: p.Actor, ClientID: p.ClientID, Via: p.Via, Operation: op.ID, IdempotencyKey: key,
+			Fingerprint: s.svc.Fingerprints().Sum(op.ID, target, canon), LegacyFingerprint: idempotency.LegacySum(op.ID, target, canon)}
 	}
 	return req, true
 }

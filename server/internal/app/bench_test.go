@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/app"
-	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
 )
@@ -68,7 +67,7 @@ func BenchmarkCreateTask(b *testing.B) {
 		Policy: app.PolicySpec{AllowedOrigins: []string{"https://shop.example.com"}},
 	}
 	body := []byte(`{"goal":"order the cart on the shop","policy":{"allowed_origins":["https://shop.example.com"]}}`)
-	fp, err := idempotency.NewFingerprint("create_task", nil, body)
+	fp, err := bn.svc.Fingerprints().Fingerprint("create_task", nil, body)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,15 +81,17 @@ func (s *Service) approvalRule(ctx context.Context, actor Actor, rec *SessionRec
 }
 
 // actionDigest binds an approval to the exact action: operation, target, arguments (values
-// included, hashed, never stored) and context.
-func actionDigest(sessionID string, req page.ActRequest) []byte {
+// included, never stored) and context. It is an HMAC under the server key (ADR 0015): an
+// unkeyed hash of an action that types a 4-digit PIN is reversed offline by trying every PIN.
+func (s *Service) actionDigest(sessionID string, req page.ActRequest) []byte {
 	b, _ := json.Marshal(struct {
 		Op, Session, Context, Action, Node, Value, Key string
 		Values                                         []string
 		Query                                          *page.Query
 	}{"act", sessionID, req.ContextID, req.Action, req.NodeID, req.Value, req.Key, req.Values, req.Query})
-	sum := sha256.Sum256(b)
-	return sum[:]
+	m := s.keys.actionMAC()
+	m.Write(b)
+	return m.Sum(nil)
 }
 
 // holdAction records a held act: its command with outcome pending_approval, a pending approval
@@ -112,7 +113,7 @@ func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord,
 			return nil, err
 		}
 		a := c.newApproval(call, reason, effect, rule)
-		a.Digest = actionDigest(rec.ID, req)
+		a.Digest = s.actionDigest(rec.ID, req)
 		data := map[string]any{"session_id": rec.ID, "action": req.Action, "command_id": cmd.ID}
 		if effect != "" {
 			data["effect"] = effect

@@ -61,9 +61,14 @@ type ApprovalRuleSpec struct {
 
 // PlanStep is one step of a delegated task's plan.
 type PlanStep struct {
-	Op          string
+	Op string
+	// Args are the step's arguments. Once the task is recorded, its protected values (what a
+	// fill types) are masked here and kept only in Sealed (keys.go, ADR 0015).
 	Args        json.RawMessage
 	MaxAttempts int // 0: the runtime's default
+	// Sealed holds the step's protected values, sealed with the server key for this step alone;
+	// nil when it has none. Opened only when the step runs.
+	Sealed []byte
 }
 
 // Event is one entry of a task's append-only history.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/task"
@@ -195,7 +194,7 @@ func (r *planRun) fail(i int, err error) (bool, time.Duration) {
 
 // call is the Call of a worker's command.
 func (r *planRun) call(op, key string, target []string, body []byte) (Call, error) {
-	fp, err := idempotency.NewFingerprint(op, target, body)
+	fp, err := r.s.keys.fingerprints.Fingerprint(op, target, body)
 	if err != nil {
 		return Call{}, err
 	}
@@ -418,7 +417,11 @@ func (r *planRun) attempt(i int, rerun bool) *stepResult {
 
 // exec runs step i's operation under key.
 func (r *planRun) exec(i int, key string) *stepResult {
-	st := r.t.Plan[i]
+	// The step's fill values are opened only now, for running it (keys.go).
+	st, e := r.s.keys.openStep(r.t.Tenant, r.t.ID, i, r.t.Plan[i])
+	if e != nil {
+		return &stepResult{problem: e}
+	}
 	sid := r.sessionID
 	target := []string{sid}
 	args := []byte(st.Args)

@@ -72,12 +72,15 @@ type IdempotencyClaim struct {
 	Key         string
 	Operation   string
 	Fingerprint idempotency.Fingerprint
-	CommandID   string
-	NodeID      string
-	Completed   bool
-	Status      int
-	Body        []byte
-	ExpiresAt   time.Time
+	// LegacyFingerprint marks a record whose Fingerprint is unkeyed: written by a release before
+	// ADR 0015, it is compared with Call.LegacyFingerprint until it expires.
+	LegacyFingerprint bool
+	CommandID         string
+	NodeID            string
+	Completed         bool
+	Status            int
+	Body              []byte
+	ExpiresAt         time.Time
 }
 
 // Tx is one open command transaction. Writes may be buffered and sent at commit; reads see earlier

@@ -11,6 +11,7 @@ import (
 	"github.com/originweave/bap/server/internal/admission"
 	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/serverkey"
 	"github.com/originweave/bap/server/internal/task"
 )
 
@@ -52,6 +53,11 @@ type Config struct {
 	// CancelDeadline bounds how long cancel_task waits for the task's in-flight commands to stop
 	// and record their receipts before it cancels the task (default 3 s).
 	CancelDeadline time.Duration
+	// ServerKey keys the fingerprints of idempotent requests and the digests of held actions,
+	// and seals plan fill values (ADR 0015; keys.go). Every node of a cluster needs the same. nil:
+	// a random key of this Service alone (tests, and embeddings whose fingerprints and sealed
+	// values need not outlive the process).
+	ServerKey *serverkey.Key
 	// Now is the clock (default time.Now); tests may fix it.
 	Now func() time.Time
 	// Logger receives operational logs (default slog.Default()).
@@ -108,6 +114,8 @@ type Service struct {
 
 	// sessions holds the reservations of browser sessions being opened on this node (limits.go).
 	sessions admission.Reservations
+
+	keys keyring // what the server key derives (keys.go)
 }
 
 // NewService builds a Service over store.
@@ -117,7 +125,7 @@ func NewService(store Store, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{store: store, cfg: cfg, browserEvents: make(chan browserEvent, 4096),
-		endedTasks: make(chan struct{}, 1)}, nil
+		endedTasks: make(chan struct{}, 1), keys: newKeyring(cfg.ServerKey)}, nil
 }
 
 // Call is one mutating request as a transport received it, after authentication and validation.
@@ -130,7 +138,12 @@ type Call struct {
 	Via            string
 	Operation      string
 	IdempotencyKey string
-	Fingerprint    idempotency.Fingerprint
+	// Fingerprint is the request's keyed fingerprint (Service.Fingerprints).
+	Fingerprint idempotency.Fingerprint
+	// LegacyFingerprint is its unkeyed fingerprint of the releases before ADR 0015, compared only
+	// with a record such a release wrote (zero: never matches one). Removable once no record of
+	// those releases can be within its retention.
+	LegacyFingerprint idempotency.Fingerprint
 	// Lease fences a plan worker's command: it is recorded only while the worker still holds the
 	// task's lease at that epoch (a stalled worker whose lease was taken over records nothing,
 	// so it dispatches nothing). nil for clients.

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/originweave/bap/server/internal/app"
-	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
 	"github.com/originweave/bap/server/internal/task"
@@ -58,7 +57,7 @@ func (b *bundle) advance(d time.Duration) {
 func (b *bundle) call(t *testing.T, op string, target []string, body any, key ...string) app.Call {
 	t.Helper()
 	raw, _ := json.Marshal(body)
-	fp, err := idempotency.NewFingerprint(op, target, raw)
+	fp, err := b.svc.Fingerprints().Fingerprint(op, target, raw)
 	if err != nil {
 		t.Fatal(err)
 	}

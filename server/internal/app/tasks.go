@@ -60,9 +60,14 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 		if in.Deadline != nil && !in.Deadline.After(now) {
 			return nil, Errorf(CodeInvalidRequest, "deadline must be in the future")
 		}
+		id := ids.New(ids.Task)
+		plan, err := s.keys.sealPlan(call.Actor.Tenant, id, in.Plan) // fill values sealed (keys.go)
+		if err != nil {
+			return nil, err
+		}
 		t := &Task{
-			ID: ids.New(ids.Task), Tenant: call.Actor.Tenant, Goal: in.Goal, State: task.Created,
-			Policy: in.Policy, Postcondition: in.Postcondition, Plan: in.Plan,
+			ID: id, Tenant: call.Actor.Tenant, Goal: in.Goal, State: task.Created,
+			Policy: in.Policy, Postcondition: in.Postcondition, Plan: plan,
 			CreatedBy: call.Actor.Subject, CreatedClient: call.ClientID, CreatedAt: now, UpdatedAt: now,
 			Mode: auto.mode, ModelPolicy: auto.policy, Budget: auto.budget,
 		}

@@ -188,7 +188,11 @@ func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (do
 	if claimed {
 		return false, Response{}, nil
 	}
-	switch idempotency.Judge(existing.Operation, existing.Fingerprint, existing.Completed, call.Operation, call.Fingerprint) {
+	fp := call.Fingerprint
+	if existing.LegacyFingerprint {
+		fp = call.LegacyFingerprint // a record of a release before ADR 0015 (keys.go)
+	}
+	switch idempotency.Judge(existing.Operation, existing.Fingerprint, existing.Completed, call.Operation, fp) {
 	case idempotency.Replay:
 		return true, Response{Status: existing.Status, Body: existing.Body, Replayed: true}, nil
 	case idempotency.InFlight:

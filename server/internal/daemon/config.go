@@ -35,6 +35,10 @@ type Config struct {
 	InsecureHTTP bool
 	// AccessTokenTTL is the lifetime of issued access tokens (at most 15 minutes).
 	AccessTokenTTL time.Duration
+	// ServerKeyFile is the server key (ADR 0015; --server-key-file, BAP_SERVER_KEY_FILE): it must
+	// exist, and every node of one database needs the same. Empty: <DataDir>/server.key, created
+	// at the first start.
+	ServerKeyFile string
 	// MCPConformanceFixtures mounts /mcp-conformance (local profile only, for tests).
 	MCPConformanceFixtures bool
 	// Chromium is the browser binary (BAP_CHROMIUM); empty: looked up on PATH.

@@ -133,6 +133,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer db.Close(context.WithoutCancel(ctx))
 
+	serverKey, err := loadServerKey(ctx, cfg, db.Pool) // serverkey.go
+	if err != nil {
+		return err
+	}
 	nodeID := newNodeID()
 	ev, err := newEventDelivery(ctx, db.Pool, nodeID, log)
 	if err != nil {
@@ -146,6 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Browser: br, Orchestrator: orch, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
 		CancelDeadline:      cfg.CancelDeadline,
 		InterruptedResponse: api.InterruptedResponse,
+		ServerKey:           serverKey,
 		SoftwareVersion:     version.Software, ProtocolVersion: version.BAP, CheckpointMaxAge: cfg.CheckpointMaxAge,
 	})
 	if err != nil {

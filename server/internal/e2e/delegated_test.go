@@ -12,7 +12,6 @@ import (
 
 	"github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
-	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
 )
@@ -410,7 +409,7 @@ func TestStalledWorkerCommandIsFencedOut(t *testing.T) {
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM task_command WHERE task_id = $1`, taskID).Scan(&before); err != nil {
 		t.Fatal(err)
 	}
-	fp, err := idempotency.NewFingerprint("create_browser_session", []string{taskID}, []byte(`{}`))
+	fp, err := s.svc.Fingerprints().Fingerprint("create_browser_session", []string{taskID}, []byte(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,10 +81,13 @@ func (responder) Failure(e *app.Error, _ *app.Receipt) (app.Response, error) {
 
 var keys atomic.Int64
 
+// testFingerprints fingerprints the test's calls (each call has a key of its own: any key will do).
+var testFingerprints, _ = idempotency.NewFingerprinter([]byte("relay-test-fingerprint-key-32byt"))
+
 func call(t *testing.T, op string, target ...string) app.Call {
 	t.Helper()
 	k := fmt.Sprintf("key-%d", keys.Add(1))
-	fp, err := idempotency.NewFingerprint(op, target, []byte(`{"k":"`+k+`"}`))
+	fp, err := testFingerprints.Fingerprint(op, target, []byte(`{"k":"`+k+`"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

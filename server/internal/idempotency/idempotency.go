@@ -6,10 +6,12 @@ package idempotency
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"sort"
 	"strings"
@@ -40,34 +42,56 @@ func ParseKey(raw string) (string, error) {
 	return k, nil
 }
 
-// Fingerprint is the SHA-256 of a request's operation, target and canonical body: two requests
-// with one key are "the same request" exactly when their fingerprints are equal.
+// Fingerprint is the HMAC-SHA256, under a server key, of a request's operation, target and
+// canonical body: two requests with one key are "the same request" exactly when their
+// fingerprints are equal. It is keyed because bodies hold protected values (what a fill types):
+// an unkeyed hash of a body with a 4-digit PIN is reversed offline by trying the 10 000 PINs
+// (ADR 0015).
 type Fingerprint [sha256.Size]byte
 
-// NewFingerprint reduces a request to its fingerprint. target names the objects the route
+// MinKeySize is the shortest fingerprint key accepted.
+const MinKeySize = 32
+
+// ErrShortKey reports a fingerprint key shorter than MinKeySize.
+var ErrShortKey = errors.New("idempotency: a fingerprint key must be at least 32 bytes")
+
+// Fingerprinter reduces requests to fingerprints under one key. Safe for concurrent use.
+type Fingerprinter struct{ key []byte }
+
+// NewFingerprinter returns the fingerprinter of key (at least MinKeySize bytes: a key derived
+// from the server key for this purpose alone).
+func NewFingerprinter(key []byte) (*Fingerprinter, error) {
+	if len(key) < MinKeySize {
+		return nil, ErrShortKey
+	}
+	return &Fingerprinter{key: bytes.Clone(key)}, nil
+}
+
+// Fingerprint reduces a request to its fingerprint. target names the objects the route
 // addresses (its path parameters in route order); body is the JSON body, canonicalised so that
 // key order and insignificant whitespace do not matter. An empty body counts as {}.
-func NewFingerprint(operation string, target []string, body []byte) (Fingerprint, error) {
+func (f *Fingerprinter) Fingerprint(operation string, target []string, body []byte) (Fingerprint, error) {
 	canon, err := Canonical(body)
 	if err != nil {
 		return Fingerprint{}, err
 	}
-	return fingerprint(operation, target, canon), nil
+	return f.Sum(operation, target, canon), nil
 }
 
-// FingerprintOf is NewFingerprint for a body already decoded with json.Decoder.UseNumber (maps,
-// slices, strings, json.Number, bools, nil), so that a transport that decoded the body once for
-// validation need not decode it again.
-func FingerprintOf(operation string, target []string, body any) (Fingerprint, error) {
-	var buf bytes.Buffer
-	if err := writeCanonical(&buf, body); err != nil {
-		return Fingerprint{}, err
-	}
-	return fingerprint(operation, target, buf.Bytes()), nil
+// Sum is the fingerprint of a request whose body is already canonical (Canonical, CanonicalValue).
+func (f *Fingerprinter) Sum(operation string, target []string, canon []byte) Fingerprint {
+	return sum(hmac.New(sha256.New, f.key), operation, target, canon)
 }
 
-func fingerprint(operation string, target []string, canon []byte) Fingerprint {
-	h := sha256.New()
+// LegacySum is the unkeyed SHA-256 fingerprint of the releases before ADR 0015. It is never
+// stored any more; it is only compared with the records those releases wrote, which expire
+// within one idempotency retention of the upgrade (see Judge's callers), so that a retry that
+// spans the upgrade still gets its replay.
+func LegacySum(operation string, target []string, canon []byte) Fingerprint {
+	return sum(sha256.New(), operation, target, canon)
+}
+
+func sum(h hash.Hash, operation string, target []string, canon []byte) Fingerprint {
 	fmt.Fprintf(h, "%s\n%d\n", operation, len(target))
 	for _, t := range target {
 		fmt.Fprintf(h, "%d:%s\n", len(t), t)
@@ -76,6 +100,17 @@ func fingerprint(operation string, target []string, canon []byte) Fingerprint {
 	var f Fingerprint
 	copy(f[:], h.Sum(nil))
 	return f
+}
+
+// CanonicalValue is the canonical form of a body already decoded with json.Decoder.UseNumber
+// (maps, slices, strings, json.Number, bools, nil), so that a transport that decoded the body
+// once for validation need not decode it again. It equals Canonical of the body's bytes.
+func CanonicalValue(body any) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := writeCanonical(&buf, body); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // Canonical re-encodes a JSON document with object keys sorted, no insignificant whitespace and

@@ -1,7 +1,11 @@
 package idempotency
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -63,21 +67,32 @@ func TestCanonical(t *testing.T) {
 	}
 }
 
+// testFingerprinter is a fingerprinter under a fixed test key.
+func testFingerprinter(t testing.TB, fill byte) *Fingerprinter {
+	t.Helper()
+	f, err := NewFingerprinter(bytes.Repeat([]byte{fill}, MinKeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func TestFingerprintAndJudge(t *testing.T) {
 	t.Parallel()
-	f1, _ := NewFingerprint("cancel_task", []string{"tsk_a"}, []byte(`{"reason":"x"}`))
-	f2, _ := NewFingerprint("cancel_task", []string{"tsk_a"}, []byte(`{ "reason" : "x" }`))
-	f3, _ := NewFingerprint("cancel_task", []string{"tsk_b"}, []byte(`{"reason":"x"}`))
-	f4, _ := NewFingerprint("cancel_task", []string{"tsk_", "ab"}, []byte(`{}`))
-	f5, _ := NewFingerprint("cancel_task", []string{"tsk_a", "b"}, []byte(`{}`))
+	fp := testFingerprinter(t, 1)
+	f1, _ := fp.Fingerprint("cancel_task", []string{"tsk_a"}, []byte(`{"reason":"x"}`))
+	f2, _ := fp.Fingerprint("cancel_task", []string{"tsk_a"}, []byte(`{ "reason" : "x" }`))
+	f3, _ := fp.Fingerprint("cancel_task", []string{"tsk_b"}, []byte(`{"reason":"x"}`))
+	f4, _ := fp.Fingerprint("cancel_task", []string{"tsk_", "ab"}, []byte(`{}`))
+	f5, _ := fp.Fingerprint("cancel_task", []string{"tsk_a", "b"}, []byte(`{}`))
 	var decoded any
 	dec := json.NewDecoder(strings.NewReader(`{ "reason" : "x" }`))
 	dec.UseNumber()
 	if err := dec.Decode(&decoded); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := FingerprintOf("cancel_task", []string{"tsk_a"}, decoded); err != nil || f != f1 {
-		t.Error("FingerprintOf of the decoded body differs from NewFingerprint of its bytes")
+	if canon, err := CanonicalValue(decoded); err != nil || fp.Sum("cancel_task", []string{"tsk_a"}, canon) != f1 {
+		t.Error("the fingerprint of the decoded body differs from the fingerprint of its bytes")
 	}
 	if f1 != f2 {
 		t.Error("same request, different spacing: fingerprints differ")
@@ -103,6 +118,32 @@ func TestFingerprintAndJudge(t *testing.T) {
 		if got := Judge(tt.recOp, tt.rec, tt.completed, tt.op, tt.fp); got != tt.want {
 			t.Errorf("case %d: Judge = %v, want %v", i, got, tt.want)
 		}
+	}
+}
+
+// A fingerprint of a body holding a 4-digit PIN cannot be reversed by trying every PIN without
+// the key, and is not the unkeyed SHA-256 the releases before ADR 0015 stored.
+func TestFingerprintIsKeyed(t *testing.T) {
+	t.Parallel()
+	body := func(pin int) []byte {
+		return []byte(fmt.Sprintf(`{"action":"fill","node_id":"nd_1","value":"%04d"}`, pin))
+	}
+	server, attacker := testFingerprinter(t, 1), testFingerprinter(t, 2)
+	stored, _ := server.Fingerprint("act", []string{"bs_1"}, body(4711))
+	for pin := 0; pin < 10000; pin++ {
+		canon, _ := Canonical(body(pin))
+		if attacker.Sum("act", []string{"bs_1"}, canon) == stored || LegacySum("act", []string{"bs_1"}, canon) == stored {
+			t.Fatalf("PIN %04d recovered from the fingerprint without the server key", pin)
+		}
+	}
+	if _, err := NewFingerprinter(make([]byte, MinKeySize-1)); !errors.Is(err, ErrShortKey) {
+		t.Fatalf("a short key: %v", err)
+	}
+	// LegacySum is exactly what the earlier releases stored, so their records still match.
+	canon := []byte(`{"reason":"x"}`)
+	want := sha256.Sum256([]byte("cancel_task\n1\n5:tsk_a\n" + string(canon)))
+	if LegacySum("cancel_task", []string{"tsk_a"}, canon) != Fingerprint(want) {
+		t.Fatal("LegacySum differs from the fingerprint earlier releases stored")
 	}
 }
 

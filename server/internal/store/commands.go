@@ -23,7 +23,7 @@ func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*a
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		tag, err := q.Exec(ctx, `INSERT INTO idempotency_record (tenant_id, idempotency_key, operation, request_hash,
-			state, command_id, node_id, expires_at) VALUES ($1, $2, $3, $4, 'in_flight', $5, $6, $7)
+			request_hash_scheme, state, command_id, node_id, expires_at) VALUES ($1, $2, $3, $4, 'hmac-sha256', 'in_flight', $5, $6, $7)
 			ON CONFLICT DO NOTHING`,
 			c.Tenant, c.Key, c.Operation, c.Fingerprint[:], c.CommandID, nullIfEmpty(c.NodeID), c.ExpiresAt)
 		if err != nil {
@@ -34,13 +34,13 @@ func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*a
 		}
 		var ex app.IdempotencyClaim
 		var hash []byte
-		var state string
+		var state, scheme string
 		var status *int
 		var nodeID *string
-		err = q.QueryRow(ctx, `SELECT tenant_id, idempotency_key, operation, request_hash, state, command_id, node_id,
+		err = q.QueryRow(ctx, `SELECT tenant_id, idempotency_key, operation, request_hash, request_hash_scheme, state, command_id, node_id,
 			response_status, response_body, expires_at FROM idempotency_record
 			WHERE tenant_id = $1 AND idempotency_key = $2`, c.Tenant, c.Key).
-			Scan(&ex.Tenant, &ex.Key, &ex.Operation, &hash, &state, &ex.CommandID, &nodeID, &status, &ex.Body, &ex.ExpiresAt)
+			Scan(&ex.Tenant, &ex.Key, &ex.Operation, &hash, &scheme, &state, &ex.CommandID, &nodeID, &status, &ex.Body, &ex.ExpiresAt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // purged between the two statements: claim again
 		}
@@ -48,6 +48,7 @@ func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*a
 			return nil, false, fmt.Errorf("reading claimed key: %w", err)
 		}
 		copy(ex.Fingerprint[:], hash)
+		ex.LegacyFingerprint = scheme != "hmac-sha256" // written before ADR 0015: unkeyed
 		ex.Completed = state == "completed"
 		if status != nil {
 			ex.Status = *status

@@ -21,7 +21,8 @@ const taskColumns = `t.tenant_id, t.task_id, t.goal, t.state, coalesce(t.verific
 		(SELECT coalesce(json_agg(ro.pattern ORDER BY ro.position), '[]') FROM task_approval_rule_origin ro
 		 WHERE ro.task_id = r.task_id AND ro.rule_index = r.rule_index)) ORDER BY r.rule_index), '[]')
 	 FROM task_approval_rule r WHERE r.task_id = t.task_id),
-	(SELECT coalesce(json_agg(json_build_object('op', p.op, 'args', p.args, 'max_attempts', coalesce(p.max_attempts, 0))
+	(SELECT coalesce(json_agg(json_build_object('op', p.op, 'args', p.args, 'max_attempts', coalesce(p.max_attempts, 0),
+		'sealed', translate(encode(p.sealed_values, 'base64'), E'\n', ''))
 		ORDER BY p.step_index), '[]') FROM task_plan_step p WHERE p.task_id = t.task_id),
 	t.mode,
 	(SELECT json_build_object('data_classification', mp.data_classification, 'max_retention_days', mp.max_retention_days,
@@ -58,6 +59,7 @@ type stepRow struct {
 	Op          string          `json:"op"`
 	Args        json.RawMessage `json:"args"`
 	MaxAttempts int             `json:"max_attempts"`
+	Sealed      []byte          `json:"sealed"` // base64 in JSON; null without sealed values
 }
 
 func scanTask(row pgx.Row) (*app.Task, error) {
@@ -116,7 +118,7 @@ func scanTask(row pgx.Row) (*app.Task, error) {
 		return nil, fmt.Errorf("decoding plan of %s: %w", t.ID, err)
 	}
 	for _, st := range sr {
-		t.Plan = append(t.Plan, app.PlanStep{Op: st.Op, Args: st.Args, MaxAttempts: st.MaxAttempts})
+		t.Plan = append(t.Plan, app.PlanStep{Op: st.Op, Args: st.Args, MaxAttempts: st.MaxAttempts, Sealed: st.Sealed})
 	}
 	utc(&t.CreatedAt)
 	utc(&t.UpdatedAt)
@@ -229,8 +231,9 @@ func (t *pgTx) InsertTask(ctx context.Context, tk *app.Task) error {
 		if st.MaxAttempts > 0 {
 			maxAttempts = st.MaxAttempts
 		}
-		t.queue(`INSERT INTO task_plan_step (tenant_id, task_id, step_index, op, args, max_attempts)
-			VALUES ($1, $2, $3, $4, $5::jsonb, $6)`, tk.Tenant, tk.ID, i, st.Op, args, maxAttempts)
+		// args hold the step's protected values masked; sealed_values holds them sealed (ADR 0015).
+		t.queue(`INSERT INTO task_plan_step (tenant_id, task_id, step_index, op, args, max_attempts, sealed_values)
+			VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7)`, tk.Tenant, tk.ID, i, st.Op, args, maxAttempts, nilIfEmpty(st.Sealed))
 	}
 	if tk.Mode == app.ModeAutonomous {
 		queueAutonomy(t, tk) // its model policy and budget (autonomous.go)
@@ -288,4 +291,12 @@ func (t *pgTx) OldestWaitingTask(ctx context.Context, tenant string) (*app.Task,
 	}
 	return scanTask(q.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task t
 		WHERE t.tenant_id = $1 AND t.state = 'created' ORDER BY t.created_at LIMIT 1 FOR UPDATE OF t SKIP LOCKED`, tenant))
+}
+
+// nilIfEmpty is NULL for an empty byte slice.
+func nilIfEmpty(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
