@@ -254,7 +254,8 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimSpace(r.PostForm.Get("username"))
 	page.Username = name
 	failKey := "login|" + c.tenant + "|" + strings.ToLower(name) + "|" + remoteIP(r)
-	if ok, wait := s.failureLimit.Peek(failKey); !ok {
+	ipKey := "login-ip|" + remoteIP(r) // across names and tenants: spraying one password over many names
+	if ok, wait := s.signInAllowed(failKey, ipKey); !ok {
 		s.record(ctx, app.AuthDecision{Tenant: c.tenant, ClientID: c.id, Operation: "oauth_authorize", Outcome: app.AuthRefused, Reason: "too_many_failures"})
 		w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 		page.Error = fmt.Sprintf("Too many failed sign-ins. Try again in %d seconds.", int((wait+time.Second-1)/time.Second))
@@ -269,11 +270,14 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	}
 	if personID == "" {
 		s.failureLimit.Charge(failKey)
+		s.signInIPLimit.Charge(ipKey)
 		s.record(ctx, app.AuthDecision{Tenant: c.tenant, ClientID: c.id, Operation: "oauth_authorize", Outcome: app.AuthRefused, Reason: "bad_credentials"})
 		page.Error = "The name or the password is wrong."
 		s.renderLogin(w, http.StatusUnauthorized, page)
 		return
 	}
+	// The name's count starts again; the address's does not: signing in to one account of one's
+	// own must not buy more guesses at other names.
 	s.failureLimit.Reset(failKey)
 	for _, sc := range ar.GetRequestedScopes() {
 		ar.GrantScope(sc)
@@ -289,6 +293,15 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 	s.record(ctx, app.AuthDecision{Tenant: c.tenant, Subject: "user:" + personID, ClientID: c.id, Operation: "oauth_authorize",
 		Outcome: app.AuthAllowed, Scope: strings.Join(ar.GetGrantedScopes(), " "), Reason: "signed_in"})
 	s.provider.WriteAuthorizeResponse(ctx, iw, ar, resp)
+}
+
+// signInAllowed reports whether a sign-in may be tried: neither the name at this address nor the
+// address across all names has spent its failures. Both limits are answered alike, so a caller
+// cannot tell which one held it back; wait is the longer of the two.
+func (s *Server) signInAllowed(nameKey, ipKey string) (bool, time.Duration) {
+	okName, waitName := s.failureLimit.Peek(nameKey)
+	okIP, waitIP := s.signInIPLimit.Peek(ipKey)
+	return okName && okIP, max(waitName, waitIP)
 }
 
 // hiddenFields are the authorization request parameters the page posts back.
@@ -331,26 +344,44 @@ func (s *Server) signIn(ctx context.Context, tenant, name, password string) (str
 	return id, nil
 }
 
-// introspect is RFC 7662 introspection for authenticated clients; a client learns only about
-// tokens of its own tenant.
+// introspect is RFC 7662 introspection for authenticated clients (resource servers); a client
+// learns only about tokens of its own tenant. The caller authenticates with its own client
+// credentials, HTTP Basic, and nothing else: fosite would also take a bearer access token (in the
+// Authorization header, the form or the query) as the caller's credential, and the caller — whose
+// tenant decides what it may learn — would then be whoever the form's client_id names.
 func (s *Server) introspect(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	refuse := func(reason string) {
+		s.record(ctx, app.AuthDecision{Operation: "oauth_introspect", Outcome: app.AuthRefused, Reason: reason})
+		w.Header().Set("WWW-Authenticate", `Basic realm="bap", charset="UTF-8"`)
+		writeOAuthError(w, http.StatusUnauthorized, "invalid_client",
+			"Introspection is for resource servers authenticated with their client credentials (HTTP Basic), not with a bearer token.", 0)
+	}
+	if fosite.AccessTokenFromRequest(r) != "" {
+		refuse("bearer_caller")
+		return
+	}
+	callerID, _, basic := r.BasicAuth()
+	if !basic {
+		refuse("no_client_credentials")
+		return
+	}
 	ir, err := s.provider.NewIntrospectionRequest(ctx, r, &Session{})
 	if err != nil {
 		s.provider.WriteIntrospectionError(ctx, w, err) // an inactive token is {"active":false}
 		return
 	}
-	callerID, _, basic := r.BasicAuth()
-	if !basic {
-		callerID = r.PostForm.Get("client_id")
-	}
-	if u, err := url.QueryUnescape(callerID); err == nil {
-		callerID = u
+	// fosite authenticated exactly this client (its Basic credentials, URL-decoded).
+	callerID, err = url.QueryUnescape(callerID)
+	if err != nil {
+		writeInactive(w)
+		return
 	}
 	caller, err := s.store.GetClient(ctx, callerID)
+	c, isClient := caller.(*client)
 	owner, ok := ir.GetAccessRequester().GetClient().(*client)
-	if err != nil || !ok || caller.(*client).tenant != owner.tenant {
+	if err != nil || !isClient || !ok || c.tenant != owner.tenant {
 		writeInactive(w)
 		return
 	}
@@ -413,7 +444,7 @@ func (s *Server) serverMetadata(w http.ResponseWriter, _ *http.Request) {
 		"grant_types_supported":                          []string{"authorization_code", "client_credentials", "refresh_token"},
 		"code_challenge_methods_supported":               []string{"S256"},
 		"token_endpoint_auth_methods_supported":          []string{"client_secret_basic", "client_secret_post", "none"},
-		"introspection_endpoint_auth_methods_supported":  []string{"client_secret_basic", "client_secret_post"},
+		"introspection_endpoint_auth_methods_supported":  []string{"client_secret_basic"},
 		"revocation_endpoint_auth_methods_supported":     []string{"client_secret_basic", "client_secret_post", "none"},
 		"scopes_supported":                               Scopes,
 		"authorization_response_iss_parameter_supported": true,

@@ -62,7 +62,12 @@ type Config struct {
 	// (default 0.2/s, burst 10).
 	FailureRate  float64
 	FailureBurst int
-	Logger       *slog.Logger
+	// SignInIPRate and SignInIPBurst bound failed sign-ins per address across every name and
+	// tenant, so that trying one password on many names (spraying) is limited too: after
+	// SignInIPBurst failures, one more per 1/SignInIPRate seconds (default 0.1/s, burst 30).
+	SignInIPRate  float64
+	SignInIPBurst int
+	Logger        *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -85,6 +90,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FailureRate == 0 {
 		c.FailureRate, c.FailureBurst = 0.2, 10
+	}
+	if c.SignInIPRate == 0 {
+		c.SignInIPRate, c.SignInIPBurst = 0.1, 30
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -150,8 +158,9 @@ type Server struct {
 	audit    *Audit
 	active   *activeCache
 
-	tokenLimit   *ratelimit.Limiter // token requests per client
-	failureLimit *ratelimit.Limiter // failed authentications per client/account and address
+	tokenLimit    *ratelimit.Limiter // token requests per client
+	failureLimit  *ratelimit.Limiter // failed authentications per client/account and address
+	signInIPLimit *ratelimit.Limiter // failed sign-ins per address, across names
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -166,13 +175,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, pool: cfg.Pool, log: cfg.Logger,
-		keys:         &keyStore{pool: cfg.Pool, rotation: cfg.KeyRotation, maxTTL: MaxAccessTokenTTL, now: cfg.Now},
-		store:        &storage{pool: cfg.Pool, resource: cfg.Resource, now: cfg.Now},
-		audit:        NewAudit(cfg.Pool, cfg.Logger),
-		active:       newActiveCache(cfg.RevocationCacheTTL, cfg.Now),
-		tokenLimit:   ratelimit.New(cfg.TokenRate, cfg.TokenBurst),
-		failureLimit: ratelimit.New(cfg.FailureRate, cfg.FailureBurst),
-		stop:         make(chan struct{}),
+		keys:          &keyStore{pool: cfg.Pool, rotation: cfg.KeyRotation, maxTTL: MaxAccessTokenTTL, now: cfg.Now},
+		store:         &storage{pool: cfg.Pool, resource: cfg.Resource, now: cfg.Now},
+		audit:         NewAudit(cfg.Pool, cfg.Logger),
+		active:        newActiveCache(cfg.RevocationCacheTTL, cfg.Now),
+		tokenLimit:    ratelimit.New(cfg.TokenRate, cfg.TokenBurst),
+		failureLimit:  ratelimit.New(cfg.FailureRate, cfg.FailureBurst),
+		signInIPLimit: ratelimit.New(cfg.SignInIPRate, cfg.SignInIPBurst),
+		stop:          make(chan struct{}),
 	}
 	s.store.revoked = s.active.clear
 	secret, err := s.hmacSecret(ctx)
