@@ -69,6 +69,9 @@ func (s *server) Act(w http.ResponseWriter, r *http.Request, id apigen.SessionId
 	if !s.decodeBody(w, req, &body) {
 		return
 	}
+	if !s.allowUpload(w, r, req.principal, body.Action == apigen.ActActionUploadFile) { // upload.go
+		return
+	}
 	in := page.ActRequest{
 		ContextID: deref(body.ContextId), Action: string(body.Action), NodeID: deref(body.NodeId),
 		Value: deref(body.Value), Values: deref(body.Values), Key: deref(body.Key), Query: fromQuery(body.Query),

@@ -23,6 +23,9 @@ func (s *server) CreateTask(w http.ResponseWriter, r *http.Request, _ apigen.Cre
 		s.fail(w, r, err)
 		return
 	}
+	if !s.allowUpload(w, r, req.principal, planUploads(in.Plan)) { // the plan's worker sends it later (upload.go)
+		return
+	}
 	resp, err := s.svc.CreateTask(r.Context(), req.call, in, createTaskResponder)
 	s.reply(w, r, resp, err)
 }

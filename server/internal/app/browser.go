@@ -580,11 +580,16 @@ func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionR
 }
 
 // actSession reads the session an act targets (held by this node) and, for upload_file, attaches
-// the artifact of the caller's tenant it sends: its bytes, its media type.
+// the artifact it sends: its bytes, its media type. The artifact passes the checks of
+// get_artifact (the caller's tenant, a kind that is ever served; the transport checks the
+// bap:artifacts.read capability), so nothing the caller could not read goes into a page.
 func (s *Service) actSession(ctx context.Context, call Call, sessionID string, req *page.ActRequest, artifactID string) (*SessionRecord, error) {
 	if artifactID != "" {
 		a, content, err := s.store.GetArtifact(ctx, call.Actor.Tenant, artifactID)
 		if err != nil {
+			return nil, err
+		}
+		if err := servable(a); err != nil {
 			return nil, err
 		}
 		req.Files = []page.File{{Name: artifactID + extensionOf(a.MediaType), MediaType: a.MediaType, Content: content}}

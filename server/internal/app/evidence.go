@@ -207,10 +207,20 @@ func (s *Service) GetArtifact(ctx context.Context, actor Actor, artifactID strin
 	if err != nil {
 		return nil, nil, err
 	}
-	if a.Kind == ArtifactKindCheckpoint {
-		return nil, nil, &Error{Code: CodeNotFound, Detail: "checkpoint state is never served: it holds the session's credentials"}
+	if err := servable(a); err != nil {
+		return nil, nil, err
 	}
 	return a, content, nil
+}
+
+// servable refuses the artifacts no caller may read — get_artifact serves none of them, and
+// upload_file sends none of them into a page: a checkpoint's state holds the session's
+// credentials (cookies, storage).
+func servable(a *Artifact) *Error {
+	if a.Kind == ArtifactKindCheckpoint {
+		return &Error{Code: CodeNotFound, Detail: "checkpoint state is never served: it holds the session's credentials"}
+	}
+	return nil
 }
 
 // VerifyArtifact re-hashes an artifact's stored bytes and checks its provenance chain: the task,
