@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/bap
 
-.PHONY: run build deps generate check-generated lint-spec vet test test-go component-fixtures test-sdks test-mcp-conformance bench clean
+.PHONY: run build deps generate check-generated lint-spec vet test test-go component-fixtures test-sdks test-mcp-conformance bench fuzz clean
 
 ## run: install what is missing, build, and serve (local profile, embedded PostgreSQL)
 run: deps build
@@ -61,6 +61,11 @@ test-mcp-conformance:
 .PHONY: conformance
 conformance:
 	scripts/conformance.sh
+
+## fuzz: every Go fuzz target for FUZZTIME each (default 30s), executions and findings per target (their seed corpora run in `make test`)
+FUZZTIME ?= 30s
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
 ## bench: benchmarks with a baseline in the same run (see docs/benchmarks.md)
 bench: deps build component-fixtures

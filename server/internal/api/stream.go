@@ -58,8 +58,8 @@ func (s *server) StreamTaskEvents(w http.ResponseWriter, r *http.Request, taskID
 		after = int64(*params.After)
 	}
 	if h := r.Header.Get("Last-Event-ID"); h != "" {
-		n, err := strconv.ParseInt(h, 10, 64)
-		if err != nil || n < 0 || len(h) > 19 {
+		n, ok := parseLastSeq(h)
+		if !ok {
 			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "Last-Event-ID must be the seq of the last event received"},
 				Violation{Pointer: "/header/Last-Event-ID", Message: "must be a non-negative integer"})
 			return
@@ -72,6 +72,16 @@ func (s *server) StreamTaskEvents(w http.ResponseWriter, r *http.Request, taskID
 		return
 	}
 	s.serveStream(w, r, st, false)
+}
+
+// parseLastSeq reads the Last-Event-ID of a task stream: a seq exactly as this server sends it
+// as the SSE id (decimal digits, no sign, no leading zero).
+func parseLastSeq(h string) (int64, bool) {
+	n, err := strconv.ParseInt(h, 10, 64)
+	if err != nil || n < 0 || strconv.FormatInt(n, 10) != h {
+		return 0, false
+	}
+	return n, true
 }
 
 // StreamEvents implements apigen.ServerInterface.

@@ -57,7 +57,11 @@ func ParseCursor(s string) (FeedPosition, error) {
 	if err1 != nil || err2 != nil || err3 != nil || o < 0 || q < 0 {
 		return FeedPosition{}, bad
 	}
-	return FeedPosition{XID: x, Offset: o, Seq: q}, nil
+	p := FeedPosition{XID: x, Offset: o, Seq: q}
+	if p.Cursor() != s {
+		return FeedPosition{}, bad // not as issued: a sign, a leading zero, an upper-case digit
+	}
+	return p, nil
 }
 
 // FeedEvent is an event with its position in the feed.

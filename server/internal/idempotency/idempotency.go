@@ -30,6 +30,11 @@ func ParseKey(raw string) (string, error) {
 	k := strings.Trim(raw, " \t")
 	if len(k) >= 2 && k[0] == '"' && k[len(k)-1] == '"' {
 		k = k[1 : len(k)-1]
+		// An sf-string holds no bare '"' and no escape (BAP keys never need one): `""""` would
+		// otherwise be the key `""`, which parses differently when sent again.
+		if strings.ContainsAny(k, `"\`) {
+			return "", ErrInvalidKey
+		}
 	}
 	if k == "" || len(k) > MaxKeyLength {
 		return "", ErrInvalidKey

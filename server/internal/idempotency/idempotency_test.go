@@ -22,6 +22,9 @@ func TestParseKey(t *testing.T) {
 		{raw: `"abc"`, want: "abc"},
 		{raw: "", wantErr: true},
 		{raw: `""`, wantErr: true},
+		{raw: `""""`, wantErr: true}, // found by FuzzParseKey: it was the key `""`
+		{raw: `"a\"b"`, wantErr: true},
+		{raw: `a"b`, want: `a"b`},
 		{raw: "a b", wantErr: true},
 		{raw: "é", wantErr: true},
 		{raw: "a\x00", wantErr: true},
