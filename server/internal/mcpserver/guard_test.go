@@ -84,6 +84,8 @@ func TestFailClosed(t *testing.T) {
 		{"tasks/get without Mcp-Name", std("tasks/get"),
 			[]byte(`{"jsonrpc":"2.0","id":4,"method":"tasks/get","params":{"taskId":"mtk_mine","_meta":` + string(mustJSON(t, meta(taskCaps))) + `}}`), 400, -32020, true},
 		{"wrong Content-Type", std("tools/list", "Content-Type", "text/plain"), listBody(map[string]any{"_meta": metaOK}), 415, 0, false},
+		{"no Content-Type", std("tools/list", "Content-Type", ""), listBody(map[string]any{"_meta": metaOK}), 415, 0, false},
+		{"form Content-Type (a cross-site simple request)", std("tools/list", "Content-Type", "application/x-www-form-urlencoded"), listBody(map[string]any{"_meta": metaOK}), 415, 0, false},
 		{"cross-origin browser request", std("tools/list", "Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site"), listBody(map[string]any{"_meta": metaOK}), 403, -32600, false},
 		{"foreign Origin without fetch metadata", std("tools/list", "Origin", "http://evil.example"), listBody(map[string]any{"_meta": metaOK}), 403, -32600, false},
 		{"unauthenticated", std("tools/list", "X-Test-Tenant", ""), listBody(map[string]any{"_meta": metaOK}), 401, 0, false},
