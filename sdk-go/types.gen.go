@@ -801,9 +801,10 @@ func (e RequestBlockedDataLayer) Valid() bool {
 
 // Defines values for RequestBlockedDataReason.
 const (
-	RequestBlockedDataReasonOriginNotAllowed RequestBlockedDataReason = "origin_not_allowed"
-	RequestBlockedDataReasonPrivateNetwork   RequestBlockedDataReason = "private_network"
-	RequestBlockedDataReasonUnclassifiable   RequestBlockedDataReason = "unclassifiable"
+	RequestBlockedDataReasonOriginNotAllowed     RequestBlockedDataReason = "origin_not_allowed"
+	RequestBlockedDataReasonPrivateNetwork       RequestBlockedDataReason = "private_network"
+	RequestBlockedDataReasonUnapprovedSideEffect RequestBlockedDataReason = "unapproved_side_effect"
+	RequestBlockedDataReasonUnclassifiable       RequestBlockedDataReason = "unclassifiable"
 )
 
 // Valid indicates whether the value is a known member of the RequestBlockedDataReason enum.
@@ -812,6 +813,8 @@ func (e RequestBlockedDataReason) Valid() bool {
 	case RequestBlockedDataReasonOriginNotAllowed:
 		return true
 	case RequestBlockedDataReasonPrivateNetwork:
+		return true
+	case RequestBlockedDataReasonUnapprovedSideEffect:
 		return true
 	case RequestBlockedDataReasonUnclassifiable:
 		return true
@@ -1175,7 +1178,10 @@ type Approval struct {
 
 	// ExpiresAt When a still pending approval expires (RFC 3339, UTC): `requested_at` plus the rule's `ttl` (default 15 minutes). From then on it is `expired`, resolving it answers `409 approval_not_pending`, and its held action never runs.
 	ExpiresAt time.Time `json:"expires_at"`
-	Reason    string    `json:"reason"`
+
+	// HeldRequest The request a `form_submission` rule holds inside the browser, unsent: what approving sends, exactly once. Its body is never shown (it may hold what a person typed); the approval is bound to it by a keyed digest. Absent when the approval holds an act before it runs (`any_action`, `file_upload`).
+	HeldRequest *HeldRequest `json:"held_request,omitempty"`
+	Reason      string       `json:"reason"`
 
 	// RequestedAt Request time (RFC 3339, UTC).
 	RequestedAt time.Time `json:"requested_at"`
@@ -1192,6 +1198,11 @@ type Approval struct {
 
 	// ResolvedVia How the decision reached the server (present with `decision`).
 	ResolvedVia *DecisionChannel `json:"resolved_via,omitempty"`
+
+	// ScreenshotArtifactId A screenshot of the page taken when the request was held (`get_artifact`), so that the approver sees what the agent saw.
+	//
+	// Examples: art_5nM7pQ9rS1tU
+	ScreenshotArtifactId *string `json:"screenshot_artifact_id,omitempty"`
 
 	// State State of an approval request. Only `pending` may be resolved.
 	State ApprovalState `json:"state"`
@@ -2500,6 +2511,19 @@ type HealthStatus struct {
 	Status HealthState `json:"status"`
 }
 
+// HeldRequest A request with a non-safe method that a `form_submission` rule holds inside the browser, unsent, until its approval is resolved.
+type HeldRequest struct {
+	// Method The request's HTTP method (POST, PUT, PATCH, DELETE, …).
+	//
+	// Examples: POST
+	Method string `json:"method"`
+
+	// Url Where it would go, without userinfo, query or fragment.
+	//
+	// Examples: https://shop.example.com/checkout
+	Url string `json:"url"`
+}
+
 // InterruptedCommandResponse Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome `unknown_outcome` or `reconciliation_required`).
 //
 // Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"reconciliation_required","receipt_id":"rcp_9rS1tU3vW5xY","reconciliation_id":"rec_7mN9pQ1rS3tU","task_id":"tsk_7Hq2ZkP9xW3m"}}
@@ -3525,7 +3549,10 @@ type RequestBlockedData struct {
 	// Layer Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
 	Layer *RequestBlockedDataLayer `json:"layer,omitempty"`
 
-	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
+	// Method The refused request's HTTP method, for `unapproved_side_effect`.
+	Method *string `json:"method,omitempty"`
+
+	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held.
 	Reason *RequestBlockedDataReason `json:"reason,omitempty"`
 
 	// ResourceType What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see.
@@ -3543,7 +3570,7 @@ type RequestBlockedData struct {
 // RequestBlockedDataLayer Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
 type RequestBlockedDataLayer string
 
-// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
+// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held.
 type RequestBlockedDataReason string
 
 // RequestBlockedEvent An Event of type `request.blocked`.

@@ -93,6 +93,7 @@ __all__ = [
     "GetTaskResponse",
     "HealthState",
     "HealthStatus",
+    "HeldRequest",
     "InterruptedCommandResponse",
     "ListApprovalsResponse",
     "ListTaskEventsResponse",
@@ -311,6 +312,11 @@ class Approval(TypedDict):
     #: (default 15 minutes). From then on it is `expired`, resolving it answers `409
     #: approval_not_pending`, and its held action never runs.
     expires_at: str
+    #: The request a `form_submission` rule holds inside the browser, unsent: what approving sends,
+    #: exactly once. Its body is never shown (it may hold what a person typed); the approval is
+    #: bound to it by a keyed digest. Absent when the approval holds an act before it runs
+    #: (`any_action`, `file_upload`).
+    held_request: NotRequired["HeldRequest"]
     reason: str
     #: Request time (RFC 3339, UTC).
     requested_at: str
@@ -325,6 +331,9 @@ class Approval(TypedDict):
     resolved_by: NotRequired[str]
     #: How the decision reached the server (present with `decision`).
     resolved_via: NotRequired["DecisionChannel"]
+    #: A screenshot of the page taken when the request was held (`get_artifact`), so that the
+    #: approver sees what the agent saw.
+    screenshot_artifact_id: NotRequired[str]
     state: "ApprovalState"
     #: Task identifier.
     task_id: str
@@ -1183,6 +1192,17 @@ class HealthStatus(TypedDict):
     status: "HealthState"
 
 
+class HeldRequest(TypedDict):
+    """A request with a non-safe method that a `form_submission` rule holds inside the browser, unsent,
+    until its approval is resolved.
+    """
+
+    #: The request's HTTP method (POST, PUT, PATCH, DELETE, …).
+    method: str
+    #: Where it would go, without userinfo, query or fragment.
+    url: str
+
+
 class InterruptedCommandResponse(TypedDict):
     """Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome
     `unknown_outcome` or `reconciliation_required`).
@@ -1925,11 +1945,20 @@ class RequestBlockedData(TypedDict):
     #: other two cannot see, such as WebSockets of documents without that CSP, service workers, and
     #: every connection to a private address).
     layer: NotRequired[Literal["interception", "csp", "proxy"]]
+    #: The refused request's HTTP method, for `unapproved_side_effect`.
+    method: NotRequired[str]
     #: Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or
     #: resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy
     #: does not name explicitly), `unclassifiable` (the request could not be read or checked, so it
-    #: was refused).
-    reason: NotRequired[Literal["origin_not_allowed", "private_network", "unclassifiable"]]
+    #: was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a
+    #: non-safe method that no act caused (the page sent it on its own, after the act returned, or
+    #: while another was held) is refused, never held.
+    reason: NotRequired[Literal[
+    "origin_not_allowed",
+    "private_network",
+    "unclassifiable",
+    "unapproved_side_effect",
+]]
     #: What was requested: the browser's resource type at the interception layer (document, script,
     #: image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's
     #: Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or

@@ -401,6 +401,12 @@ pub struct Approval {
     /// (default 15 minutes). From then on it is `expired`, resolving it answers `409
     /// approval_not_pending`, and its held action never runs.
     pub expires_at: String,
+    /// The request a `form_submission` rule holds inside the browser, unsent: what approving sends,
+    /// exactly once. Its body is never shown (it may hold what a person typed); the approval is
+    /// bound to it by a keyed digest. Absent when the approval holds an act before it runs
+    /// (`any_action`, `file_upload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_request: Option<HeldRequest>,
     pub reason: String,
     /// Request time (RFC 3339, UTC).
     pub requested_at: String,
@@ -420,6 +426,10 @@ pub struct Approval {
     /// How the decision reached the server (present with `decision`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_via: Option<DecisionChannel>,
+    /// A screenshot of the page taken when the request was held (`get_artifact`), so that the
+    /// approver sees what the agent saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screenshot_artifact_id: Option<String>,
     pub state: ApprovalState,
     /// Task identifier.
     pub task_id: String,
@@ -435,6 +445,7 @@ impl Approval {
             decision: None,
             effect: None,
             expires_at,
+            held_request: None,
             reason,
             requested_at,
             requested_by: None,
@@ -442,6 +453,7 @@ impl Approval {
             resolved_at: None,
             resolved_by: None,
             resolved_via: None,
+            screenshot_artifact_id: None,
             state,
             task_id,
         }
@@ -2541,6 +2553,16 @@ impl HealthStatus {
     }
 }
 
+/// A request with a non-safe method that a `form_submission` rule holds inside the browser, unsent,
+/// until its approval is resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HeldRequest {
+    /// The request's HTTP method (POST, PUT, PATCH, DELETE, …).
+    pub method: String,
+    /// Where it would go, without userinfo, query or fragment.
+    pub url: String,
+}
+
 /// Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome
 /// `unknown_outcome` or `reconciliation_required`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -4053,10 +4075,15 @@ pub struct RequestBlockedData {
     /// every connection to a private address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer: Option<String>,
+    /// The refused request's HTTP method, for `unapproved_side_effect`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
     /// Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or
     /// resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy
     /// does not name explicitly), `unclassifiable` (the request could not be read or checked, so it
-    /// was refused).
+    /// was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a
+    /// non-safe method that no act caused (the page sent it on its own, after the act returned, or
+    /// while another was held) is refused, never held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What was requested: the browser's resource type at the interception layer (document, script,

@@ -216,6 +216,11 @@ export type HealthState = S["HealthState"];
 /** Answer of `/healthz` and `/readyz`. */
 export type HealthStatus = S["HealthStatus"];
 /**
+ * A request with a non-safe method that a `form_submission` rule holds inside the browser, unsent,
+ * until its approval is resolved.
+ */
+export type HeldRequest = S["HeldRequest"];
+/**
  * Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome
  * `unknown_outcome` or `reconciliation_required`).
  */

@@ -737,6 +737,8 @@ export interface components {
              * @description When a still pending approval expires (RFC 3339, UTC): `requested_at` plus the rule's `ttl` (default 15 minutes). From then on it is `expired`, resolving it answers `409 approval_not_pending`, and its held action never runs.
              */
             expires_at: string;
+            /** @description The request a `form_submission` rule holds inside the browser, unsent: what approving sends, exactly once. Its body is never shown (it may hold what a person typed); the approval is bound to it by a keyed digest. Absent when the approval holds an act before it runs (`any_action`, `file_upload`). */
+            held_request?: components["schemas"]["HeldRequest"];
             reason: string;
             /**
              * Format: date-time
@@ -755,6 +757,11 @@ export interface components {
             resolved_by?: string;
             /** @description How the decision reached the server (present with `decision`). */
             resolved_via?: components["schemas"]["DecisionChannel"];
+            /**
+             * @description A screenshot of the page taken when the request was held (`get_artifact`), so that the approver sees what the agent saw.
+             * @example art_5nM7pQ9rS1tU
+             */
+            screenshot_artifact_id?: string;
             state: components["schemas"]["ApprovalState"];
             /**
              * @description Task identifier.
@@ -2319,6 +2326,22 @@ export interface components {
             status: components["schemas"]["HealthState"];
         };
         /**
+         * HeldRequest
+         * @description A request with a non-safe method that a `form_submission` rule holds inside the browser, unsent, until its approval is resolved.
+         */
+        HeldRequest: {
+            /**
+             * @description The request's HTTP method (POST, PUT, PATCH, DELETE, …).
+             * @example POST
+             */
+            method: string;
+            /**
+             * @description Where it would go, without userinfo, query or fragment.
+             * @example https://shop.example.com/checkout
+             */
+            url: string;
+        };
+        /**
          * InterruptedCommandResponse
          * @description Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome `unknown_outcome` or `reconciliation_required`).
          * @example {
@@ -3541,11 +3564,13 @@ export interface components {
              * @enum {string}
              */
             layer?: "interception" | "csp" | "proxy";
+            /** @description The refused request's HTTP method, for `unapproved_side_effect`. */
+            method?: string;
             /**
-             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused).
+             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held.
              * @enum {string}
              */
-            reason?: "origin_not_allowed" | "private_network" | "unclassifiable";
+            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect";
             /** @description What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see. */
             resource_type?: string;
             /**

@@ -117,6 +117,12 @@ func toApproval(a *app.Approval) apigen.Approval {
 	if a.Effect != "" {
 		out.Effect = ptr(apigen.ApprovalEffect(a.Effect))
 	}
+	if a.HeldMethod != "" {
+		out.HeldRequest = &apigen.HeldRequest{Method: a.HeldMethod, Url: a.HeldURL}
+	}
+	if a.ScreenshotArtifactID != "" {
+		out.ScreenshotArtifactId = ptr(a.ScreenshotArtifactID)
+	}
 	if d := a.Decision; d != nil {
 		out.Decision = ptr(apigen.ApprovalDecision(d.Decision))
 		out.ResolvedBy = ptr(d.DecidedBy)

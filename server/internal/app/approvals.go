@@ -144,7 +144,7 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 	defer func() {
 		// Denied (or found closed): whatever it held never runs.
 		if a, err := s.store.GetApproval(context.WithoutCancel(ctx), call.Actor.Tenant, approvalID); err == nil && a.State != task.ApprovalPending {
-			s.held.Delete(approvalID)
+			s.forgetHeld(approvalID)
 		}
 	}()
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
@@ -257,7 +257,7 @@ func (c *commandCtx) expireApproval(ctx context.Context, a *Approval) error {
 	if err != nil {
 		return nil // already closed
 	}
-	c.s.held.Delete(a.ID)
+	c.s.forgetHeld(a.ID)
 	a.State = next
 	closed := c.now
 	a.ClosedAt = &closed
@@ -346,7 +346,7 @@ func (s *Service) forgetExpiredHeld() {
 	now := s.cfg.Now()
 	s.held.Range(func(k, v any) bool {
 		if h, ok := v.(held); ok && !h.expiresAt.IsZero() && !now.Before(h.expiresAt) {
-			s.held.Delete(k)
+			s.forgetHeld(k.(string))
 		}
 		return true
 	})

@@ -30,6 +30,10 @@ type BrowserSession interface {
 	Observe(ctx context.Context, req page.ObserveRequest) (*page.Snapshot, error)
 	QueryNodes(ctx context.Context, req page.QueryRequest) (*page.QueryResult, error)
 	Act(ctx context.Context, req page.ActRequest) (*page.ActResult, error)
+	// Release sends the request the browser held (ActResult.Held), exactly once, and returns once
+	// the site answered; Deny fails it (heldrequest.go).
+	Release(ctx context.Context, holdID string) (*page.ActResult, error)
+	Deny(ctx context.Context, holdID string) error
 	ClassifyAction(ctx context.Context, req page.ActRequest) (effect, origin string, err error)
 	Extract(ctx context.Context, req page.ExtractRequest) (*page.ExtractResult, error)
 	// Screenshot returns a PNG of a browsing context ("" for the default context): its viewport,
@@ -635,12 +639,19 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 		// browser report what blocked before our deadline cuts it off.
 		dispatch: s.onLiveSession(5*time.Second, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (any, error) {
 			req.Timeout = p.timeout
-			return sess.Act(ctx, req)
+			res, err := sess.Act(ctx, req)
+			if err == nil && res.Held != nil {
+				return holdScreenshot(ctx, sess, res), nil
+			}
+			return res, err
 		}),
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			rec := plan.(*sessionPlan).rec
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)
+			}
+			if h, ok := out.(*heldAct); ok {
+				return s.holdRequest(ctx, c, call, rec, req, timeoutMs, h)
 			}
 			res := out.(*page.ActResult)
 			stored, err := s.recordAction(ctx, c, rec, req, res, "act", nil)

@@ -28,6 +28,7 @@ type held struct {
 	req                       page.ActRequest
 	timeoutMs                 int
 	expiresAt                 time.Time // its approval's: then it is forgotten (approvals.go)
+	holdID                    string    // the request the browser holds for it; "" for an act held before it ran
 }
 
 // HeldResult is the result of an act held for approval (202).
@@ -70,7 +71,13 @@ func (s *Service) approvalRule(ctx context.Context, actor Actor, rec *SessionRec
 		return "", 0, nil, err
 	}
 	u, _ := url.Parse(origin) // an unparsable origin is nil: NeedsApproval then applies every rule of the effect
-	rule, needs := pol.NeedsApproval(policy.Effect(effect), u)
+	// A form_submission rule judges the requests the act sends, in the browser (heldrequest.go):
+	// before the act only any_action rules can hold a submission.
+	judged := policy.Effect(effect)
+	if judged == policy.EffectFormSubmission {
+		judged = policy.EffectAnyAction
+	}
+	rule, needs := pol.NeedsApproval(judged, u)
 	if !needs {
 		return effect, rule, nil, nil
 	}
@@ -190,14 +197,18 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			}
 			ctx, cancel := context.WithTimeout(ctx, p.timeout+5*time.Second)
 			defer cancel()
+			if h.holdID != "" {
+				return sess.Release(ctx, h.holdID) // exactly the request that was held, once
+			}
 			req := h.req
 			req.Timeout = p.timeout
+			req.Approved = true // a person approved this act: the requests it sends are not held again
 			return sess.Act(ctx, req)
 		},
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			// Dispatch forgets the held action; a cancel_task that stopped this command before its
 			// dispatch leaves that to here, so the action never lingers in memory.
-			s.held.Delete(approvalID)
+			s.forgetHeld(approvalID)
 			rec := plan.(*sessionPlan).rec
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)

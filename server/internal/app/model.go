@@ -119,8 +119,13 @@ type Approval struct {
 	ExpiresAt time.Time
 	// Channel is who may answer it: ApprovalChannelApprover or ApprovalChannelElicitation.
 	Channel  string
-	ClosedAt *time.Time
-	Decision *Decision
+	// HeldMethod and HeldURL name the request a form_submission rule holds inside the browser
+	// (Digest is then the keyed digest of its method, URL and body); empty for a held action.
+	HeldMethod, HeldURL string
+	// ScreenshotArtifactID is the page as it was when the request was held ("" when none).
+	ScreenshotArtifactID string
+	ClosedAt             *time.Time
+	Decision             *Decision
 }
 
 // Decision is the recorded resolution of an approval, bound to the authenticated approver.

@@ -30,7 +30,7 @@ import (
 // cannot be told from a read and is not held; any_action rules cover those.
 
 // approvedGrace is how long after an approved act its late requests still go out.
-const approvedGrace = 2 * time.Second
+const approvedGrace = time.Second
 
 // actHold is the hold state of the act that is running.
 type actHold struct {
@@ -143,10 +143,8 @@ func (s *Session) Release(ctx context.Context, id string) (*ActResult, error) {
 		}
 		return nil, &ActionTimeoutError{Reason: "the site did not answer the released request in time"}
 	}
+	// No grace after a release (unlike an approved act): what was approved is that one request.
 	res := s.settle(ctx, h.tab, nil, h.win, ActRequest{})
-	s.mu.Lock()
-	s.approvedUntil = time.Now().Add(approvedGrace)
-	s.mu.Unlock()
 	if derr := s.deadErr(); derr != nil {
 		return nil, derr
 	}

@@ -69,6 +69,15 @@ func newShop(t *testing.T) *shop {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = w.Write(bytes.ReplaceAll(page, []byte("{{COUNT}}"), []byte(fmt.Sprint(s.orders.Load()))))
 	})
+	spa, err := os.ReadFile("testdata/spa-checkout.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.HandleFunc("GET /spa-checkout", func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(spa)
+	})
 	mux.HandleFunc("POST /order", func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
 		n := s.orders.Add(1)

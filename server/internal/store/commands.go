@@ -109,7 +109,8 @@ func (t *pgTx) IssueReceipt(ctx context.Context, r *app.Receipt) error {
 
 const approvalColumns = `a.tenant_id, a.approval_id, a.task_id, a.command_id, a.state, a.reason, coalesce(a.effect, ''),
 	a.requested_by, coalesce(a.requested_client, ''), coalesce(a.on_behalf_of, ''), coalesce(a.on_behalf_client, ''),
-	a.requested_at, a.expires_at, a.channel, a.closed_at, d.decision, d.decided_by, d.channel, d.reason, d.decided_at`
+	a.requested_at, a.expires_at, a.channel, coalesce(a.held_method, ''), coalesce(a.held_url, ''),
+	coalesce(a.screenshot_artifact_id, ''), a.closed_at, d.decision, d.decided_by, d.channel, d.reason, d.decided_at`
 
 const approvalFrom = ` FROM approval_request a LEFT JOIN approval_decision d ON d.approval_id = a.approval_id`
 
@@ -120,7 +121,7 @@ func scanApproval(row pgx.Row) (*app.Approval, error) {
 	var decidedAt *time.Time
 	if err := row.Scan(&a.Tenant, &a.ID, &a.TaskID, &a.CommandID, &state, &a.Reason, &a.Effect,
 		&a.RequestedBy, &a.RequestedClient, &a.OnBehalfOf, &a.OnBehalfClient,
-		&a.RequestedAt, &a.ExpiresAt, &a.Channel, &a.ClosedAt, &decision, &decidedBy, &via, &reason, &decidedAt); err != nil {
+		&a.RequestedAt, &a.ExpiresAt, &a.Channel, &a.HeldMethod, &a.HeldURL, &a.ScreenshotArtifactID, &a.ClosedAt, &decision, &decidedBy, &via, &reason, &decidedAt); err != nil {
 		return nil, translate(err)
 	}
 	a.State = task.ApprovalState(state)
@@ -144,10 +145,12 @@ func (t *pgTx) InsertApproval(ctx context.Context, a *app.Approval) error {
 		channel = app.ApprovalChannelApprover
 	}
 	t.queue(`INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, effect, action_digest,
-		requested_by, requested_client, on_behalf_of, on_behalf_client, requested_at, expires_at, channel)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		requested_by, requested_client, on_behalf_of, on_behalf_client, requested_at, expires_at, channel,
+		held_method, held_url, screenshot_artifact_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
 		a.Tenant, a.ID, a.TaskID, a.CommandID, string(a.State), a.Reason, nullIfEmpty(a.Effect), digest, a.RequestedBy,
-		nullIfEmpty(a.RequestedClient), nullIfEmpty(a.OnBehalfOf), nullIfEmpty(a.OnBehalfClient), a.RequestedAt, a.ExpiresAt, channel)
+		nullIfEmpty(a.RequestedClient), nullIfEmpty(a.OnBehalfOf), nullIfEmpty(a.OnBehalfClient), a.RequestedAt, a.ExpiresAt, channel,
+		nullIfEmpty(a.HeldMethod), nullIfEmpty(a.HeldURL), nullIfEmpty(a.ScreenshotArtifactID))
 	return nil
 }
 
