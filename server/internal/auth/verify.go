@@ -100,7 +100,7 @@ func (s *Server) verifyJWT(ctx context.Context, token string) (*tokenClaims, err
 	if pub == nil {
 		return nil, refuse("the access token is not signed by a key of this server")
 	}
-	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	sig, err := base64.RawURLEncoding.Strict().DecodeString(parts[2]) // one spelling per signature: revocation is keyed by it
 	if err != nil || len(sig) != 64 {
 		return nil, refuse("the access token's signature is invalid")
 	}
