@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/accessibility"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
+	"github.com/originweave/bap/server/internal/egress"
 	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/policy"
 )
 
 // The benchmarks compare this package with raw chromedp doing the same steps
@@ -186,6 +189,17 @@ func BenchmarkWorkflow(b *testing.B) {
 	plain.mu.Unlock()
 	rctx, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
 	defer cancel()
+	// The same raw chromedp workflow with the egress proxy in its path: what the proxy costs.
+	pol := testPolicy(b)
+	px, err := egress.Listen(egress.Config{Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer px.Close()
+	pctx, pcancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext(func(p *target.CreateBrowserContextParams) {
+		p.ProxyServer, p.ProxyBypassList = px.URL(), proxyBypassList
+	}))
+	defer pcancel()
 	variants := []struct {
 		name string
 		run  func(*steps) error
@@ -193,6 +207,7 @@ func BenchmarkWorkflow(b *testing.B) {
 		{"bap", func(st *steps) error { return bapWorkflow(ctx, s, st) }},
 		{"bap_nodoccsp", func(st *steps) error { return bapWorkflow(ctx, plain, st) }},
 		{"chromedp", func(st *steps) error { return rawWorkflow(rctx, st) }},
+		{"chromedp_proxied", func(st *steps) error { return rawWorkflow(pctx, st) }},
 	}
 	sts := make([]*steps, len(variants))
 	for i, v := range variants {
