@@ -216,7 +216,7 @@ fn a_non_problem_error_answer_keeps_its_status() {
 
 #[test]
 fn alternative_answers_decode_by_status() {
-    let approval = r#"{"approval_id":"apr_1","task_id":"tsk_1","state":"pending","reason":"r","requested_at":"2026-01-01T00:00:00Z"}"#;
+    let approval = r#"{"approval_id":"apr_1","task_id":"tsk_1","state":"pending","reason":"r","requested_at":"2026-01-01T00:00:00Z","expires_at":"2026-01-01T00:15:00Z","held_request":{"method":"POST","url":"https://shop.example.com/order"}}"#;
     let body = format!(
         r#"{{"approval":{},"receipt":{}}}"#,
         approval,
@@ -232,6 +232,7 @@ fn alternative_answers_decode_by_status() {
     match fast(&base).act("bs_1", &req).unwrap() {
         ActAnswer::ActPendingApproval(r) => {
             assert_eq!(r.approval.state, ApprovalState::Pending);
+            assert_eq!(r.approval.held_request.as_ref().map(|h| h.method.as_str()), Some("POST"));
             assert_eq!(r.receipt.outcome, ReceiptOutcome::PendingApproval);
         }
         other => panic!("{:?}", other),

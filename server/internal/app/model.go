@@ -118,7 +118,7 @@ type Approval struct {
 	// ExpiresAt is when a still pending approval expires (the rule's TTL after RequestedAt).
 	ExpiresAt time.Time
 	// Channel is who may answer it: ApprovalChannelApprover or ApprovalChannelElicitation.
-	Channel  string
+	Channel string
 	// HeldMethod and HeldURL name the request a form_submission rule holds inside the browser
 	// (Digest is then the keyed digest of its method, URL and body); empty for a held action.
 	HeldMethod, HeldURL string

@@ -31,7 +31,9 @@ func TestApprovalHoldsWhatLeavesTheBrowser(t *testing.T) {
 		{"form.submit() approved", "Submit form", "approve", 2},
 		{"fetch POST denied", "Pay now", "deny", 2},
 	} {
-		key := func(k string) string { return strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(tt.name) + "-" + k }
+		key := func(k string) string {
+			return strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(tt.name) + "-" + k
+		}
 		s.must(t, 200, "POST", base+"/navigate", key("nav"), map[string]any{"url": sh.srv.URL + "/spa-checkout"})
 		held := s.must(t, 202, "POST", base+"/act", key("click"), map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": tt.button}})
 		if got := held.str("approval", "held_request", "method"); got != "POST" || !strings.HasSuffix(held.str("approval", "held_request", "url"), "/order") {
