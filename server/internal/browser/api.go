@@ -2,6 +2,7 @@ package browser
 
 import (
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/originweave/bap/server/internal/page"
@@ -40,6 +41,9 @@ type Config struct {
 	NoDocumentCSP bool
 	// ExtraFlags are appended to the browser command line (tests).
 	ExtraFlags []string
+	// ServerAddrs are the server's own TCP listeners: no page reaches them, whatever its policy
+	// names (egress.Config.Forbidden).
+	ServerAddrs []netip.AddrPort
 
 	// cspBodyTimeout bounds the wait for a document's body before the connect-src CSP is added
 	// to it; past it the document goes on without (the proxy still guards it). 0 means 60 s.

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/originweave/bap/server/internal/app"
@@ -16,7 +20,8 @@ func startBrowser(ctx context.Context, cfg Config, log *slog.Logger) (app.Browse
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	b, err := browser.Start(ctx, browser.Config{Binary: cfg.Chromium, Logger: log.With("component", "browser"),
-		MaxSessions: cfg.browserMaxSessions(), RunAsUser: cfg.BrowserUser, NoSandbox: cfg.BrowserNoSandbox})
+		MaxSessions: cfg.browserMaxSessions(), RunAsUser: cfg.BrowserUser, NoSandbox: cfg.BrowserNoSandbox,
+		ServerAddrs: listenAddrs(cfg.Listen)})
 	if err != nil {
 		var sandbox *browser.SandboxError
 		switch {
@@ -47,4 +52,30 @@ func browserWarnings(cfg Config, br app.Browser) []string {
 		return []string{BrowserNoSandboxWarning}
 	}
 	return nil
+}
+
+// listenAddrs are the addresses of the TCP listener host:port, which no page may reach (the
+// browser's egress proxy refuses them; a loopback address stands for every loopback address of
+// its port, an empty host for every address). A host that is not an address gives none: the proxy
+// still refuses private addresses the policy does not name.
+func listenAddrs(listen string) []netip.AddrPort {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil
+	}
+	pn, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil
+	}
+	switch {
+	case host == "":
+		return []netip.AddrPort{netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(pn))}
+	case strings.EqualFold(host, "localhost"):
+		return []netip.AddrPort{netip.AddrPortFrom(netip.IPv6Loopback(), uint16(pn))}
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return nil
+	}
+	return []netip.AddrPort{netip.AddrPortFrom(a, uint16(pn))}
 }

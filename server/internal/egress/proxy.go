@@ -62,6 +62,10 @@ type Config struct {
 	Resolver Resolver
 	// DialTimeout bounds one connection attempt to an upstream address; 0 means 15 s.
 	DialTimeout time.Duration
+	// Forbidden lists addresses no policy can open: the server's own listeners (a page must never
+	// reach BAP's API, whatever its policy names). An unspecified address forbids its port on every
+	// address; a loopback one, its port on every loopback address.
+	Forbidden []netip.AddrPort
 	// Logger receives operational logs (never URLs' queries); nil discards them.
 	Logger *slog.Logger
 }
@@ -338,10 +342,18 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 			return nil, fmt.Errorf("egress: resolving %s: %w", host, err)
 		}
 	}
+	pn, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, &refusedError{Blocked{URL: pm.url, ResourceType: pm.dest, Reason: ReasonUnclassifiable}}
+	}
 	var allowed []netip.Addr
 	for _, a := range addrs {
+		a = a.Unmap()
+		if p.forbidden(netip.AddrPortFrom(a, uint16(pn))) {
+			continue
+		}
 		if !policy.PrivateAddr(a) || pm.named {
-			allowed = append(allowed, a.Unmap())
+			allowed = append(allowed, a)
 		}
 	}
 	if len(allowed) == 0 {
@@ -357,6 +369,20 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 		last = err
 	}
 	return nil, fmt.Errorf("egress: connecting to %s: %w", host, last)
+}
+
+// forbidden tells whether ap is one of Config.Forbidden's addresses.
+func (p *Proxy) forbidden(ap netip.AddrPort) bool {
+	for _, f := range p.cfg.Forbidden {
+		if f.Port() != ap.Port() {
+			continue
+		}
+		fa := f.Addr().Unmap()
+		if fa == ap.Addr() || fa.IsUnspecified() || fa.IsLoopback() && ap.Addr().IsLoopback() {
+			return true
+		}
+	}
+	return false
 }
 
 // upstreamError answers a request the proxy could not forward: refused at dial (a private

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -280,5 +281,41 @@ func TestProxyCloseEndsTunnels(t *testing.T) {
 		t.Fatal("the tunnel is still open after Close")
 	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		t.Fatal("the tunnel is still open after Close (read timed out)")
+	}
+}
+
+// The server's own listeners are never reached, whatever the policy names: a page must not talk
+// to BAP's API (SSRF), on the listener's address or any other loopback address of its port.
+func TestProxyNeverReachesTheServerItself(t *testing.T) {
+	t.Parallel()
+	api := newSite(t) // stands for bap serve's TCP listener
+	port, _ := strconv.Atoi(api.port)
+	pol, err := policy.ParsePolicy([]string{"http://127.0.0.1:*", "http://localhost:*"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	p, err := Listen(Config{Policy: func() *policy.Policy { return pol }, OnBlocked: rec.add,
+		Resolver:  names{"localhost": {netip.MustParseAddr("127.0.0.1")}},
+		Forbidden: []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	for _, u := range []string{"http://127.0.0.1:" + api.port + "/bap/v1/tasks", "http://localhost:" + api.port + "/"} {
+		resp, err := client(p).Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != 403 {
+			t.Errorf("%s: %d, want 403", u, resp.StatusCode)
+		}
+	}
+	if n := api.conns.Load(); n != 0 {
+		t.Errorf("the server's own listener accepted %d connections", n)
+	}
+	if got := len(rec.all()); got != 2 {
+		t.Errorf("%d refusals reported, want 2", got)
 	}
 }
