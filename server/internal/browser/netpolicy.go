@@ -17,37 +17,35 @@ import (
 	"github.com/originweave/bap/server/internal/policy"
 )
 
-// The origin policy at the network layer.
+// The origin policy at the network layer: three layers, outermost last (ADR 0016).
 //
-// Every attached target (pages, popups, iframes in or out of process,
-// dedicated, shared and service workers) has Fetch interception on every
-// request before it runs (targets are auto-attached paused), so the policy
-// is checked for:
-//   - top-level and frame navigations, including every redirect hop (each
-//     hop is paused again as a new request);
-//   - every subresource: scripts, styles, images, fonts, media, XHR/fetch,
-//     EventSource, beacons/pings, prefetches, manifest, worker scripts and
-//     their requests.
+// Interception. Every attached target (pages, popups, iframes in or out of process, dedicated,
+// shared and service workers) has Fetch interception on every request before it runs (targets are
+// auto-attached paused), so the policy is checked for top-level and frame navigations (each
+// redirect hop is paused again as a new request) and every subresource. A refused document is
+// answered with an empty 204, which makes the browser abandon the navigation and keep the current
+// document; a refused subresource fails with ERR_BLOCKED_BY_CLIENT. Interception also holds the
+// non-safe requests an act causes under a form_submission rule (hold.go).
 //
-// A refused document (a navigation of any frame) is answered with an empty
-// 204, which makes the browser abandon the navigation and keep the current
-// document: nothing of the refused origin is loaded, and no error page
-// replaces the page. A refused subresource fails with ERR_BLOCKED_BY_CLIENT.
-// Either way the session reports request.blocked with the URL stripped of
-// its query.
+// CSP. A Content-Security-Policy connect-src directive listing the allowed origins (and their
+// ws/wss forms) is added to HTML, XML and SVG documents and to workers' script responses
+// (onResponsePaused), so that the renderer refuses WebSockets, fetch, EventSource and beacons to
+// other origins before a request exists; those refusals are reported from Audits issues
+// (onIssue). CSP can only narrow a page's own policies. It is best-effort: sniffed documents,
+// attachments rendered inline, bodies slower than Config.cspBodyTimeout and scripts served as
+// text/plain go without it.
 //
-// WebSocket handshakes do not go through Fetch (nor Network.setBlockedURLs).
-// They are covered by a Content-Security-Policy connect-src directive that
-// lists the allowed origins (and their ws/wss forms), added to every HTML,
-// XML or SVG document response and to dedicated and shared workers' script
-// responses (see onResponsePaused). CSP adds to a page's own policies and can
-// only narrow them. What remains uncovered: a CSP host wildcard
-// *.example.com also matches deeper subdomains (only for WebSockets: HTTP is
-// checked exactly by Fetch); documents larger than 8 MiB or served as
-// attachments; service workers' own WebSockets (their script is fetched by
-// the browser before the worker can be attached); WebTransport and WebRTC
-// connections; DNS prefetch and preconnect (a lookup or TCP connection
-// without an HTTP request).
+// Proxy. Every browser context sends all its traffic through an egress proxy of its own
+// (package egress, started in newContextSession with proxyBypassList "<-loopback>"): each HTTP
+// request and each CONNECT (TLS, WebSockets) is checked against the session's policy before a byte
+// leaves, private addresses are reached only when the policy names the host, names are resolved
+// once and the checked address is dialled (no DNS rebinding), and the server's own listeners are
+// never reached. This is the layer nothing gets around; what the other two miss ends here.
+//
+// Channels a proxy cannot see are switched off where the browser starts (process.go): QUIC
+// (--disable-quic) and WebRTC's non-proxied UDP (--webrtc-ip-handling-policy). DNS prefetch and
+// preconnect resolve nothing: with a proxy, name resolution is the proxy's. Every refusal is a
+// request.blocked event naming its layer and reason, with the URL stripped of its query.
 
 // onRequestPaused answers a paused request: continue it when the policy
 // allows its URL, refuse it otherwise.
