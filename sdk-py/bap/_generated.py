@@ -2517,7 +2517,16 @@ class Operations:
 
         Performs one action on a node handle or a query. An action held by an approval rule answers
         `202` with the pending approval; one that navigates returns after the new document is ready,
-        with `navigated: true` and the new epoch.
+        with `navigated: true` and the new epoch. An `any_action` or `file_upload` rule holds the
+        action before it runs. A `form_submission` rule judges what leaves the browser: the action
+        runs, and the first request with a non-safe method (POST, PUT, PATCH, DELETE, …) it causes
+        — a submit button, `form.submit()`, `fetch`/XHR, `sendBeacon` — is held inside the
+        browser, unsent; the `202` approval names it (`held_request`) and carries a screenshot taken
+        then (`screenshot_artifact_id`). Approving sends exactly that request, once. A non-safe
+        request the page sends outside an action is refused (`request.blocked`, reason
+        `unapproved_side_effect`). Every request of the page goes through the session's egress
+        proxy: a private address (loopback, link-local, RFC 1918, CGNAT, ULA) is reached only when
+        an allowed origin names its host explicitly.
 
         ``POST /bap/v1/browser-sessions/{session_id}/act`` (mutating: sends ``idempotency_key``, or
         a new UUID that the client's own retries reuse); scope ``bap:browser.act``. May also answer
