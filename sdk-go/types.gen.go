@@ -3563,6 +3563,9 @@ type RequestBlockedData struct {
 	// Examples: bs_4fT8nQ2rL6vY
 	SessionId string `json:"session_id"`
 
+	// Suppressed How many refusals of this session were not reported one by one before this event: at most 100 `request.blocked` events per 10 s are recorded for a session (a hostile page can try thousands of requests a second); the next one reported says how many were left out.
+	Suppressed *int `json:"suppressed,omitempty"`
+
 	// Url The refused URL without userinfo, query or fragment; for a tunnel (resource_type `tunnel`), the `host:port` it was to reach, as the proxy cannot see the URL inside.
 	Url string `json:"url"`
 }

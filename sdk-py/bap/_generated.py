@@ -1966,6 +1966,10 @@ class RequestBlockedData(TypedDict):
     resource_type: NotRequired[str]
     #: Browser session identifier.
     session_id: str
+    #: How many refusals of this session were not reported one by one before this event: at most 100
+    #: `request.blocked` events per 10 s are recorded for a session (a hostile page can try
+    #: thousands of requests a second); the next one reported says how many were left out.
+    suppressed: NotRequired[int]
     #: The refused URL without userinfo, query or fragment; for a tunnel (resource_type `tunnel`),
     #: the `host:port` it was to reach, as the proxy cannot see the URL inside.
     url: str

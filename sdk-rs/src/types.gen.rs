@@ -4094,6 +4094,11 @@ pub struct RequestBlockedData {
     pub resource_type: Option<String>,
     /// Browser session identifier.
     pub session_id: String,
+    /// How many refusals of this session were not reported one by one before this event: at most
+    /// 100 `request.blocked` events per 10 s are recorded for a session (a hostile page can try
+    /// thousands of requests a second); the next one reported says how many were left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suppressed: Option<i64>,
     /// The refused URL without userinfo, query or fragment; for a tunnel (resource_type `tunnel`),
     /// the `host:port` it was to reach, as the proxy cannot see the URL inside.
     pub url: String,

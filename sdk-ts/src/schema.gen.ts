@@ -3578,6 +3578,8 @@ export interface components {
              * @example bs_4fT8nQ2rL6vY
              */
             session_id: string;
+            /** @description How many refusals of this session were not reported one by one before this event: at most 100 `request.blocked` events per 10 s are recorded for a session (a hostile page can try thousands of requests a second); the next one reported says how many were left out. */
+            suppressed?: number;
             /** @description The refused URL without userinfo, query or fragment; for a tunnel (resource_type `tunnel`), the `host:port` it was to reach, as the proxy cannot see the URL inside. */
             url: string;
         };

@@ -159,3 +159,27 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 		})
 	}
 }
+
+// A page that tries thousands of refused requests gets at most blockedBurst events into the
+// history per window; the rest are counted, not recorded one by one.
+func TestBlockedEventsAreBounded(t *testing.T) {
+	t.Parallel()
+	s := &Session{evWake: make(chan struct{}, 1)}
+	for range 3 * blockedBurst {
+		s.emit(Event{Type: EventRequestBlocked, URL: "http://127.0.0.1:9/x", Data: map[string]any{}})
+	}
+	s.evMu.Lock()
+	n, dropped := len(s.evQueue), s.blkDropped
+	s.blkStart = s.blkStart.Add(-blockedWindow) // the window has passed
+	s.evMu.Unlock()
+	if n != blockedBurst || dropped != 2*blockedBurst {
+		t.Fatalf("%d events queued, %d dropped; want %d and %d", n, dropped, blockedBurst, 2*blockedBurst)
+	}
+	s.emit(Event{Type: EventRequestBlocked, URL: "http://127.0.0.1:9/y", Data: map[string]any{}})
+	s.evMu.Lock()
+	last := s.evQueue[len(s.evQueue)-1]
+	s.evMu.Unlock()
+	if last.Data["suppressed"] != 2*blockedBurst {
+		t.Fatalf("the next event after the window: %+v, want suppressed %d", last, 2*blockedBurst)
+	}
+}

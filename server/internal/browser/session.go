@@ -78,6 +78,9 @@ type Session struct {
 	held   *[]Event
 	evWake chan struct{}
 	evStop chan struct{}
+	// The request.blocked budget (admitBlockedLocked), under evMu.
+	blkStart         time.Time
+	blkN, blkDropped int
 }
 
 // tab is one browsing context: a page target and the frames in it.
@@ -772,6 +775,10 @@ func (s *Session) emit(ev Event) {
 		s.evMu.Unlock()
 		return
 	}
+	if ev.Type == EventRequestBlocked && !s.admitBlockedLocked(&ev) {
+		s.evMu.Unlock()
+		return
+	}
 	if s.held != nil && ev.Type != EventSessionLost {
 		*s.held = append(*s.held, ev)
 		s.evMu.Unlock()
@@ -783,6 +790,34 @@ func (s *Session) emit(ev Event) {
 	case s.evWake <- struct{}{}:
 	default:
 	}
+}
+
+// A hostile page can try thousands of refused requests a second; each would be a row in the
+// task's history. At most blockedBurst request.blocked events per blockedWindow are reported; the
+// next one reported after a window says how many were left out (data.suppressed).
+const (
+	blockedBurst  = 100
+	blockedWindow = 10 * time.Second
+)
+
+// admitBlockedLocked tells whether a request.blocked event is reported; s.evMu is held.
+func (s *Session) admitBlockedLocked(ev *Event) bool {
+	now := time.Now()
+	if now.Sub(s.blkStart) >= blockedWindow {
+		if s.blkDropped > 0 {
+			if ev.Data == nil {
+				ev.Data = map[string]any{}
+			}
+			ev.Data["suppressed"] = s.blkDropped
+		}
+		s.blkStart, s.blkN, s.blkDropped = now, 0, 0
+	}
+	if s.blkN >= blockedBurst {
+		s.blkDropped++
+		return false
+	}
+	s.blkN++
+	return true
 }
 
 func (s *Session) eventLoop() {
