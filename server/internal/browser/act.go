@@ -847,6 +847,7 @@ func (s *Session) settle(ctx context.Context, t *tab, f *frameState, win actWind
 		return t.closed || s.hold != nil || s.openedSinceLocked(t, win) >= t.windowOpen-win.windowOpen
 	})
 	cancel()
+	s.awaitLateRequests(ctx, req) // hold.go
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	res := &ActResult{ContextID: t.id, EpochID: t.epoch, Navigated: t.commits > win.commits, Held: s.heldNowLocked()}

@@ -23,20 +23,73 @@ import (
 //     hold is pending — is refused (request.blocked, reason unapproved_side_effect). Holding it
 //     instead would let a page queue requests nobody asked for behind an approval.
 //
-// An act a person approved before it ran (ActRequest.Approved: an any_action hold) and a released
-// request's own redirects are not held again; nor are requests that reach interception within
+// While a release settles, only the released request and its own redirects go out: a page that
+// sends a harmless request to be approved and the real one once it is answered gets the second
+// refused. An act a person approved before it ran (ActRequest.Approved: an any_action hold) is
+// not held again; nor are requests that reach interception within
 // approvedGrace after such an act returned (the browser reports a request the page sent during
 // the act a little later than the act's own events, more so on a loaded machine). A side effect carried by a GET (a link that deletes)
 // cannot be told from a read and is not held; any_action rules cover those.
+
+// An act that may submit (a click, a key, a choice) waits, after it settled, until the page has
+// been quiet at interception for requestQuiet (at most requestQuietMax): the browser reports some
+// requests late — beacons are sent asynchronously, a loaded machine delays the rest — and a
+// non-safe request that arrives after the act returned is refused rather than held. Only sessions
+// with a form_submission rule pay this.
+const (
+	requestQuiet    = 150 * time.Millisecond
+	requestQuietMax = time.Second
+)
+
+// awaitLateRequests waits for the requests an act caused that the browser reports late.
+func (s *Session) awaitLateRequests(ctx context.Context, req ActRequest) {
+	switch req.Action {
+	case ActionFill, ActionClear, ActionHover, ActionFocus, ActionScrollIntoView:
+		return
+	}
+	s.mu.Lock()
+	a, pol := s.acting, s.pol
+	s.mu.Unlock()
+	if a == nil || a.approved || a.release != "" || !pol.HoldsRequests() {
+		return
+	}
+	start := time.Now()
+	for {
+		s.mu.Lock()
+		held, last, ch := s.hold != nil, s.lastPaused, s.changed
+		s.mu.Unlock()
+		now := time.Now()
+		until := start
+		if last.After(until) {
+			until = last
+		}
+		until = until.Add(requestQuiet)
+		if held || !now.Before(until) || now.Sub(start) >= requestQuietMax {
+			return
+		}
+		timer := time.NewTimer(until.Sub(now))
+		select {
+		case <-timer.C:
+		case <-ch:
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		}
+		timer.Stop()
+	}
+}
 
 // approvedGrace is how long after an approved act its late requests still go out.
 const approvedGrace = time.Second
 
 // actHold is the hold state of the act that is running.
 type actHold struct {
-	approved bool      // its requests go out: a person approved the act itself
-	tab      *tab      // the act's tab
-	win      actWindow // the act's window, for the settle after a release
+	approved bool // its requests go out: a person approved the act itself
+	// release is the held request a Release is sending: only its own redirects go out with it;
+	// anything else the page sends meanwhile is refused (it was not what the person approved).
+	release fetch.RequestID
+	tab     *tab      // the act's tab
+	win     actWindow // the act's window, for the settle after a release
 }
 
 // heldReq is a request held for approval.
@@ -58,7 +111,12 @@ func (s *Session) holdOrRefuse(tc *targetConn, ev *fetch.EventRequestPaused, u *
 		s.mu.Unlock()
 		return false
 	}
-	if a != nil && s.hold == nil {
+	if a != nil && a.release != "" && ev.RedirectedRequestID == a.release {
+		a.release = ev.RequestID // a 307/308 hop of the released request: still that request
+		s.mu.Unlock()
+		return false
+	}
+	if a != nil && a.release == "" && s.hold == nil {
 		body, known := postData(ev.Request)
 		s.hold = &heldReq{
 			info: HeldRequest{ID: "hold_" + rand.Text()[:16], Method: ev.Request.Method, URL: redactURL(u.String()),
@@ -119,7 +177,7 @@ func (s *Session) Release(ctx context.Context, id string) (*ActResult, error) {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.acting = &actHold{approved: true, tab: h.tab, win: h.win}
+	s.acting = &actHold{release: h.rid, tab: h.tab, win: h.win}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()

@@ -169,3 +169,24 @@ func TestApprovedActIsNotHeldAgain(t *testing.T) {
 		t.Fatalf("the site received %q, want one order", got)
 	}
 }
+
+// A page asks for approval of a harmless request and sends the real one once it is answered,
+// while the release settles: only the approved request goes out.
+func TestReleaseSendsOnlyTheApprovedRequest(t *testing.T) {
+	t.Parallel()
+	b, orders := checkout(t, "")
+	res := b.act(ActRequest{Action: ActionClick, Query: &Query{Role: "button", Name: "Donate"}})
+	if res.Held == nil || string(res.Held.Body) != "donate=1" {
+		t.Fatalf("held %+v", res.Held)
+	}
+	if _, err := b.s.Release(tctx(t), res.Held.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.waitText("transfer refused")
+	if got := orders(); len(got) != 1 || got[0] != "donate=1" {
+		t.Fatalf("the site received %q, want only the approved donate=1", got)
+	}
+	b.ev.wait(t, func(e Event) bool {
+		return e.Type == EventRequestBlocked && e.Data["reason"] == "unapproved_side_effect"
+	})
+}

@@ -65,6 +65,7 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 	u, err := url.Parse(raw)
 	s.mu.Lock()
 	pol := s.pol
+	s.lastPaused = time.Now()
 	s.mu.Unlock()
 	if err == nil && pol.AllowsURL(u) {
 		if ev.Request != nil {

@@ -63,6 +63,7 @@ type Session struct {
 	hold          *heldReq           // the request held for approval, if any (hold.go)
 	released      fetch.RequestID    // the request Release sent, until its answer
 	releasedDone  bool               // its answer came
+	lastPaused    time.Time          // the last request paused at interception (hold.go awaitLateRequests)
 	approvedUntil time.Time          // an approved act's late requests go out until then (hold.go)
 
 	// life ends when the session is lost or closed.

@@ -34,7 +34,10 @@ var shared *browser.Browser
 
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	br, err := browser.Start(ctx, browser.Config{Binary: os.Getenv("BAP_CHROMIUM")})
+	// The package's tests run in parallel, and a session stays open until its test's task ends:
+	// more than the default 32 are open at once (a limit the backpressure tests exercise on a
+	// server of their own, not here).
+	br, err := browser.Start(ctx, browser.Config{Binary: os.Getenv("BAP_CHROMIUM"), MaxSessions: 96})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting Chromium:", err)

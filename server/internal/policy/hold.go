@@ -45,3 +45,17 @@ func (p *Policy) HoldsRequest(method string, target, page *url.URL) (int, bool) 
 	}
 	return -1, false
 }
+
+// HoldsRequests reports whether any rule judges requests (a form_submission rule): only then does
+// an act wait for the requests it causes.
+func (p *Policy) HoldsRequests() bool {
+	if p == nil {
+		return false
+	}
+	for _, r := range p.rules {
+		if r.effect == EffectFormSubmission {
+			return true
+		}
+	}
+	return false
+}

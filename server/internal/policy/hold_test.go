@@ -54,7 +54,13 @@ func TestHoldsRequest(t *testing.T) {
 			t.Errorf("%s: HoldsRequest = %d, %v; want %d, %v", tt.name, rule, held, tt.rule, tt.held)
 		}
 	}
+	if !shopOnly.HoldsRequests() || !everywhere.HoldsRequests() || anyAction.HoldsRequests() {
+		t.Error("HoldsRequests: only policies with a form_submission rule judge requests")
+	}
 	var nilPolicy *Policy
+	if nilPolicy.HoldsRequests() {
+		t.Error("a nil policy judges no requests")
+	}
 	if _, held := nilPolicy.HoldsRequest("POST", mustURL("https://a.example/"), nil); held {
 		t.Error("a nil policy holds nothing")
 	}
