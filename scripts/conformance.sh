@@ -63,7 +63,7 @@ base="http://$listen"
 echo "server: $base"
 
 # The fixture pages the browser scenarios visit (their ${PAGES} is this origin).
-python3 -u -m http.server --bind 127.0.0.1 --directory conformance/pages 0 >"$work/pages.log" 2>&1 &
+python3 -u conformance/pages_server.py 0 >"$work/pages.log" 2>&1 &
 pages_pid=$!
 pages_port=""
 for _ in $(seq 100); do

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 )
 
 // Side effects judged by what leaves the browser.
@@ -99,7 +101,25 @@ type heldReq struct {
 	rid  fetch.RequestID
 	tab  *tab
 	win  actWindow
-	doc  bool // it loads a document (a form's submission): denied with an empty 204
+	doc  bool // it loads a document (a form's submission): abandoned at once, replayed by Release
+	// A held navigation is not left paused: while a frame's navigation is pending, the browser
+	// holds back every DevTools command to that frame (observe, act, evaluate), so a paused
+	// submission would freeze the page for as long as the approval waits. It is answered with an
+	// empty 204 at once (the page keeps its document; nothing was sent) and Release sends it
+	// again, exactly as it was, by navigating the frame and overriding that request's method,
+	// headers and body at interception.
+	frame   cdp.FrameID
+	headers []*fetch.HeaderEntry
+}
+
+// replayNav is a held navigation Release is sending again: the next document request of its
+// frame to its URL is given the held request's method, headers and body.
+type replayNav struct {
+	frame  cdp.FrameID
+	url    string
+	method string
+	hdrs   []*fetch.HeaderEntry
+	body   []byte
 }
 
 // holdOrRefuse decides a paused request that an approval rule covers (rule); it returns false
@@ -123,8 +143,15 @@ func (s *Session) holdOrRefuse(tc *targetConn, ev *fetch.EventRequestPaused, u *
 				Rule: rule, Body: body, BodyKnown: known},
 			tc: tc, rid: ev.RequestID, tab: a.tab, win: a.win, doc: ev.ResourceType == network.ResourceTypeDocument,
 		}
+		if s.hold.doc {
+			s.hold.frame, s.hold.headers = ev.FrameID, headerEntries(ev.Request.Headers)
+		}
+		doc := s.hold.doc
 		s.notifyLocked()
 		s.mu.Unlock()
+		if doc {
+			fireCmd(tc.sess, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: ev.RequestID, ResponseCode: 204})
+		}
 		return true
 	}
 	ctxID, epoch := "", ""
@@ -187,9 +214,13 @@ func (s *Session) Release(ctx context.Context, id string) (*ActResult, error) {
 	s.mu.Lock()
 	s.released, s.releasedDone = h.rid, false
 	s.mu.Unlock()
-	// Its response is paused too, so that Release returns once the site has answered: the site
-	// has processed the request by then, whatever the page does with the answer.
-	if _, err := call(ctx, h.tc.sess, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: h.rid, InterceptResponse: ptr(true)}); err != nil {
+	if h.doc {
+		if err := s.replayNavigation(ctx, h); err != nil {
+			return nil, err
+		}
+	} else if _, err := call(ctx, h.tc.sess, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: h.rid, InterceptResponse: ptr(true)}); err != nil {
+		// Its response is paused too, so that Release returns once the site has answered: the
+		// site has processed the request by then, whatever the page does with the answer.
 		if derr := s.deadErr(); derr != nil {
 			return nil, derr
 		}
@@ -222,11 +253,67 @@ func (s *Session) Deny(ctx context.Context, id string) error {
 		return err
 	}
 	if h.doc {
-		fireCmd(h.tc.sess, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: h.rid, ResponseCode: 204})
-		return nil
+		return nil // abandoned when it was held: the page kept its document
 	}
 	fireCmd(h.tc.sess, fetch.FailRequest, fetch.FailRequestParams{RequestID: h.rid, ErrorReason: network.ErrorReasonBlockedByClient})
 	return nil
+}
+
+// replayNavigation sends a held navigation again: the frame navigates to its URL, and
+// interception gives that request the held method, headers and body (onReplay).
+func (s *Session) replayNavigation(ctx context.Context, h *heldReq) error {
+	raw := ""
+	s.mu.Lock()
+	if u, err := url.Parse(h.info.URL); err == nil {
+		raw = u.String()
+	}
+	s.replay = &replayNav{frame: h.frame, url: raw, method: h.info.Method, hdrs: h.headers, body: h.info.Body}
+	s.mu.Unlock()
+	var res page.NavigateResult
+	f := start(ctx, h.tc.sess, page.Navigate, page.NavigateParams{URL: raw, FrameID: h.frame})
+	if err := f.wait(ctx, &res); err != nil || res.ErrorText != "" {
+		s.mu.Lock()
+		s.replay = nil
+		s.mu.Unlock()
+		if derr := s.deadErr(); derr != nil {
+			return derr
+		}
+		return fmt.Errorf("%w: sending it again failed: %v %s", ErrHoldAbandoned, err, res.ErrorText)
+	}
+	return nil
+}
+
+// onReplay continues the document request that replays a held navigation with the held
+// method, headers and body (and its response intercepted, so Release knows when the site
+// answered); false when ev is not that request.
+func (s *Session) onReplay(tc *targetConn, ev *fetch.EventRequestPaused, u *url.URL) bool {
+	if ev.ResourceType != network.ResourceTypeDocument {
+		return false
+	}
+	s.mu.Lock()
+	r := s.replay
+	if r == nil || ev.FrameID != r.frame || u == nil || redactURL(u.String()) != redactURL(r.url) {
+		s.mu.Unlock()
+		return false
+	}
+	s.replay = nil
+	s.released = ev.RequestID
+	s.mu.Unlock()
+	fireCmd(tc.sess, fetch.ContinueRequest, fetch.ContinueRequestParams{
+		RequestID: ev.RequestID, Method: r.method, Headers: r.hdrs, PostData: r.body, InterceptResponse: ptr(true),
+	})
+	return true
+}
+
+// headerEntries are a request's headers as interception overrides take them.
+func headerEntries(h network.Headers) []*fetch.HeaderEntry {
+	out := make([]*fetch.HeaderEntry, 0, len(h))
+	for k, v := range h {
+		if sv, ok := v.(string); ok {
+			out = append(out, &fetch.HeaderEntry{Name: k, Value: sv})
+		}
+	}
+	return out
 }
 
 // noteAnswered marks the released request answered (its response, or its failure, arrived).

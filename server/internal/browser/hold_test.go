@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/policy"
@@ -100,6 +102,14 @@ func TestNonSafeRequestsAreHeld(t *testing.T) {
 			}
 			if got := orders(); len(got) != 0 {
 				t.Fatalf("the site received %q while the request was held", got)
+			}
+			// The page stays usable while it waits (a held navigation once froze it: the browser
+			// holds back every command to a frame whose navigation is pending).
+			octx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := b.s.Observe(octx, ObserveRequest{})
+			cancel()
+			if err != nil {
+				t.Fatalf("observe while held: %v", err)
 			}
 			if tt.release {
 				if string(h.Body) != tt.wantBody {

@@ -68,6 +68,9 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 	s.lastPaused = time.Now()
 	s.mu.Unlock()
 	if err == nil && pol.AllowsURL(u) {
+		if s.onReplay(tc, ev, u) {
+			return // the approved navigation, sent again exactly as it was held (hold.go)
+		}
 		if ev.Request != nil {
 			if rule, ok := pol.HoldsRequest(ev.Request.Method, u, s.senderURL(tc, ev)); ok && s.holdOrRefuse(tc, ev, u, rule) {
 				return // held for approval, or refused (hold.go)

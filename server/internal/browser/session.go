@@ -61,6 +61,7 @@ type Session struct {
 	auditing      map[target.ID]bool // targets whose issues a session reports (netpolicy.go claimAudits)
 	acting        *actHold           // the act running, whose non-safe requests may be held (hold.go)
 	hold          *heldReq           // the request held for approval, if any (hold.go)
+	replay        *replayNav         // a held navigation Release is sending again (hold.go)
 	released      fetch.RequestID    // the request Release sent, until its answer
 	releasedDone  bool               // its answer came
 	lastPaused    time.Time          // the last request paused at interception (hold.go awaitLateRequests)
