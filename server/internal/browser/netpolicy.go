@@ -94,14 +94,9 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 		}
 		s.mu.Unlock()
 	}
-	if isDoc {
-		// An empty 204 abandons the navigation: the frame keeps its document.
-		fireCmd(tc.sess, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: ev.RequestID, ResponseCode: 204})
-	} else {
-		fireCmd(tc.sess, fetch.FailRequest, fetch.FailRequestParams{RequestID: ev.RequestID, ErrorReason: network.ErrorReasonBlockedByClient})
-	}
+	s.refuseRequest(tc, ev)
 	s.emit(Event{Type: EventRequestBlocked, ContextID: ctxID, EpochID: epoch, URL: red, Data: map[string]any{
-		"resource_type": strings.ToLower(string(ev.ResourceType)),
+		"resource_type": resourceType(ev),
 		"layer":         "interception",
 		"reason":        "origin_not_allowed",
 		"navigation":    isDoc,
