@@ -110,6 +110,7 @@ type heldReq struct {
 	// headers and body at interception.
 	frame   cdp.FrameID
 	headers []*fetch.HeaderEntry
+	rawURL  string // the URL as sent, query included (info.URL is what people see)
 }
 
 // replayNav is a held navigation Release is sending again: the next document request of its
@@ -144,13 +145,13 @@ func (s *Session) holdOrRefuse(tc *targetConn, ev *fetch.EventRequestPaused, u *
 			tc: tc, rid: ev.RequestID, tab: a.tab, win: a.win, doc: ev.ResourceType == network.ResourceTypeDocument,
 		}
 		if s.hold.doc {
-			s.hold.frame, s.hold.headers = ev.FrameID, headerEntries(ev.Request.Headers)
+			s.hold.frame, s.hold.headers, s.hold.rawURL = ev.FrameID, headerEntries(ev.Request.Headers), u.String()
 		}
 		doc := s.hold.doc
 		s.notifyLocked()
 		s.mu.Unlock()
 		if doc {
-			fireCmd(tc.sess, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: ev.RequestID, ResponseCode: 204})
+			s.refuseRequest(tc, ev) // abandoned now, sent again by Release (see heldReq.doc)
 		}
 		return true
 	}
@@ -262,11 +263,8 @@ func (s *Session) Deny(ctx context.Context, id string) error {
 // replayNavigation sends a held navigation again: the frame navigates to its URL, and
 // interception gives that request the held method, headers and body (onReplay).
 func (s *Session) replayNavigation(ctx context.Context, h *heldReq) error {
-	raw := ""
+	raw := h.rawURL
 	s.mu.Lock()
-	if u, err := url.Parse(h.info.URL); err == nil {
-		raw = u.String()
-	}
 	s.replay = &replayNav{frame: h.frame, url: raw, method: h.info.Method, hdrs: h.headers, body: h.info.Body}
 	s.mu.Unlock()
 	var res page.NavigateResult
@@ -292,7 +290,7 @@ func (s *Session) onReplay(tc *targetConn, ev *fetch.EventRequestPaused, u *url.
 	}
 	s.mu.Lock()
 	r := s.replay
-	if r == nil || ev.FrameID != r.frame || u == nil || redactURL(u.String()) != redactURL(r.url) {
+	if r == nil || ev.FrameID != r.frame || u == nil || u.String() != r.url {
 		s.mu.Unlock()
 		return false
 	}
