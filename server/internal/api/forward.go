@@ -167,7 +167,7 @@ func (f *forwarder) send(w http.ResponseWriter, r *http.Request, opID string, p 
 	out, err := http.NewRequestWithContext(r.Context(), r.Method, strings.TrimRight(ref.URL, "/")+uri, bytes.NewReader(body))
 	if err != nil {
 		f.log.Error("forwarding: bad owner URL", "node_id", ref.NodeID, "err", err)
-		writeProblem(w, &app.Error{Code: app.CodeInternal, Detail: "the node that owns this object has an unusable address"})
+		writeProblem(w, ownerUnavailable("the node that holds this object has an unusable address; retry shortly"))
 		return
 	}
 	for _, h := range forwardedRequestHeaders {
@@ -183,15 +183,17 @@ func (f *forwarder) send(w http.ResponseWriter, r *http.Request, opID string, p 
 			return // the client went away
 		}
 		f.log.Warn("forwarding: the owner node did not answer", "operation", opID, "node_id", ref.NodeID, "err", err)
-		writeProblem(w, &app.Error{Code: app.CodeBrowserUnavailable, RetryAfter: 2 * time.Second,
-			Detail: "the node that holds this object did not answer; retry shortly (if it died, its sessions are reported lost)"})
+		writeProblem(w, ownerUnavailable("the node that holds this object did not answer; retry shortly (if it died, its sessions are reported lost)"))
 		return
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized {
-		// Our own credential was refused: a cluster misconfiguration (clocks, secret), not the client's.
-		f.log.Error("forwarding: the owner node refused this node's credential", "operation", opID, "node_id", ref.NodeID)
-		writeProblem(w, &app.Error{Code: app.CodeInternal, Detail: "a node of the cluster refused this node's credential"})
+		// Our own credential was refused. Most often another process now serves the owner's
+		// address (it was killed and a new node started there, which marks it stopped: the retry
+		// is handled here); otherwise a cluster misconfiguration (clocks, secret). Either way
+		// not the client's fault, and nothing ran on the owner.
+		f.log.Warn("forwarding: the owner node refused this node's credential", "operation", opID, "node_id", ref.NodeID)
+		writeProblem(w, ownerUnavailable("the node that held this object no longer answers for it; retry shortly (if it died, its sessions are reported lost)"))
 		return
 	}
 	for _, h := range relayedResponseHeaders {
@@ -203,4 +205,11 @@ func (f *forwarder) send(w http.ResponseWriter, r *http.Request, opID string, p 
 	if _, err := io.Copy(w, resp.Body); err != nil && !errors.Is(err, context.Canceled) {
 		f.log.Warn("forwarding: relaying the owner's response failed", "operation", opID, "node_id", ref.NodeID, "err", err)
 	}
+}
+
+// ownerUnavailable is the answer when the owner node cannot take a forwarded request: 503 with
+// Retry-After, never a 500 — the client's retry (same key) finds the owner again or, once it is
+// known dead, is handled here.
+func ownerUnavailable(detail string) *app.Error {
+	return &app.Error{Code: app.CodeBrowserUnavailable, RetryAfter: 2 * time.Second, Detail: detail}
 }

@@ -186,3 +186,48 @@ func TestOwnedKindAndTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardToAnOwnerThatCannotServe: when the owner's address does not answer, or answers
+// with another node that refuses this node's credential (the owner was killed and a new node
+// started on its address), or is unusable, the client gets 503 browser_unavailable with
+// Retry-After — its retry finds the owner or, once it is known dead, is handled here — never a
+// 500 (issue #23 item 7).
+func TestForwardToAnOwnerThatCannotServe(t *testing.T) {
+	t.Parallel()
+	// The new node on the dead owner's address: it verifies credentials for itself, not node_b.
+	successor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v := newNodeVerifier("node_c", testClusterKey, time.Now)
+		b, _ := io.ReadAll(r.Body)
+		if _, err := v.verify(r.Header.Get(NodeCredentialHeader), r.Method, r.URL.RequestURI(), b, r.Header.Get("Idempotency-Key")); err != nil {
+			writeProblem(w, app.AsError(err))
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer successor.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	goneURL := gone.URL
+	gone.Close()
+
+	f, err := newForwarder(&Cluster{NodeID: "node_a", Key: testClusterKey}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Principal{Actor: app.Actor{Tenant: "acme", Subject: "client:c1"}, Scopes: map[string]bool{"bap:browser.act": true}}
+	for _, tc := range []struct{ name, url string }{
+		{"a new node on the owner's address refuses the credential", successor.URL},
+		{"nothing listens on the owner's address", goneURL},
+		{"the owner's address is unusable", "http://[::1"},
+	} {
+		body := `{"url":"https://example.com/"}`
+		uri := "/bap/v1/browser-sessions/bs_1/navigate"
+		in := httptest.NewRequest("POST", "http://lb.example"+uri, strings.NewReader(body))
+		in.Header.Set("Idempotency-Key", "nav-1")
+		rec := httptest.NewRecorder()
+		f.send(rec, in, "navigate", p, app.NodeRef{NodeID: "node_b", URL: tc.url, Live: true}, []byte(body))
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" ||
+			!strings.Contains(rec.Body.String(), `"browser_unavailable"`) || rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %v %s, want 503 browser_unavailable with Retry-After", tc.name, rec.Code, rec.Header(), rec.Body)
+		}
+	}
+}
