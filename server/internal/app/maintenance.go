@@ -73,6 +73,15 @@ func (s *Service) MarkNodeStopped(ctx context.Context, nodeID string) error {
 	return s.store.StopNode(ctx, nodeID)
 }
 
+// SucceedNodesAt marks stopped the other nodes registered at advertiseURL, the address this node
+// now listens on: their processes have ended (killed, or stopped without saying so), so recovery
+// classifies what they left in flight at once, and no node forwards to them (to this one, which
+// would refuse a credential meant for them), instead of waiting NodeStaleAfter for their
+// heartbeat to age. It returns their ids. The advertise URL names one node (docs/multi-node.md).
+func (s *Service) SucceedNodesAt(ctx context.Context, advertiseURL string) ([]string, error) {
+	return s.store.StopNodesAt(ctx, advertiseURL, s.cfg.NodeID)
+}
+
 // StopNode marks this node stopped.
 func (s *Service) StopNode(ctx context.Context) error {
 	return s.store.StopNode(ctx, s.cfg.NodeID)

@@ -53,6 +53,9 @@ type Store interface {
 	RegisterNode(ctx context.Context, n NodeInfo) error
 	// StopNode marks a node stopped.
 	StopNode(ctx context.Context, nodeID string) error
+	// StopNodesAt marks stopped every running node other than except registered at advertiseURL
+	// (none when it is empty) and returns their ids.
+	StopNodesAt(ctx context.Context, advertiseURL, except string) ([]string, error)
 }
 
 // TaskRef names a task and its tenant.

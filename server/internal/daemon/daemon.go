@@ -249,6 +249,14 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	listeners = append(listeners, tcp)
+	// This node holds the address now: a node registered at it before is gone (kill -9 and a
+	// restart on the same address), whatever its last heartbeat says.
+	if prev, err := svc.SucceedNodesAt(ctx, cfg.AdvertiseURL); err != nil {
+		closeAll()
+		return err
+	} else if len(prev) > 0 {
+		log.Info("nodes previously at this address marked stopped", "node_ids", prev, "advertise_url", cfg.AdvertiseURL)
+	}
 	if cfg.Socket != "" {
 		ul, err := listenUnix(cfg.Socket)
 		if err != nil {

@@ -270,6 +270,23 @@ func (s *Store) StopNode(ctx context.Context, nodeID string) error {
 	return nil
 }
 
+// StopNodesAt implements app.Store.
+func (s *Store) StopNodesAt(ctx context.Context, advertiseURL, except string) ([]string, error) {
+	if advertiseURL == "" {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE runtime_node SET stopped_at = now()
+		WHERE advertise_url = $1 AND node_id <> $2 AND stopped_at IS NULL RETURNING node_id`, advertiseURL, except)
+	if err != nil {
+		return nil, fmt.Errorf("marking stopped the nodes at this address: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("marking stopped the nodes at this address: %w", err)
+	}
+	return ids, nil
+}
+
 // OrphanedClaims implements app.Store.
 func (s *Store) OrphanedClaims(ctx context.Context, staleBefore time.Time, limit int) ([]app.IdempotencyClaim, error) {
 	rows, err := s.pool.Query(ctx, `SELECT r.tenant_id, r.idempotency_key, r.operation, r.command_id, coalesce(r.node_id, '')
