@@ -538,6 +538,24 @@ func (e HealthState) Valid() bool {
 	}
 }
 
+// Defines values for ModelCalledDataUsage.
+const (
+	ModelCalledDataUsageReported ModelCalledDataUsage = "reported"
+	ModelCalledDataUsageUnknown  ModelCalledDataUsage = "unknown"
+)
+
+// Valid indicates whether the value is a known member of the ModelCalledDataUsage enum.
+func (e ModelCalledDataUsage) Valid() bool {
+	switch e {
+	case ModelCalledDataUsageReported:
+		return true
+	case ModelCalledDataUsageUnknown:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ModelRole.
 const (
 	ModelRoleObserver ModelRole = "observer"
@@ -2555,11 +2573,13 @@ type ListTaskEventsResponse struct {
 //
 // Examples: {"cost_usd":0.0021,"input_tokens":1830,"latency_ms":912,"model":"acme-large","output_tokens":64,"prompt_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","provider":"acme-ai","reasoning":"high","role":"planner","step":0}
 type ModelCalledData struct {
-	CostUsd      float64 `json:"cost_usd"`
-	InputTokens  int     `json:"input_tokens"`
-	LatencyMs    int     `json:"latency_ms"`
-	Model        string  `json:"model"`
-	OutputTokens int     `json:"output_tokens"`
+	CostUsd     float64 `json:"cost_usd"`
+	InputTokens int     `json:"input_tokens"`
+	LatencyMs   int     `json:"latency_ms"`
+
+	// Model The model that served the call, as the orchestrator's answer names it (not the name BAP asked for, when they differ).
+	Model        string `json:"model"`
+	OutputTokens int    `json:"output_tokens"`
 
 	// PromptSha256 SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
 	PromptSha256 string `json:"prompt_sha256"`
@@ -2568,12 +2588,24 @@ type ModelCalledData struct {
 	// Reasoning Reasoning setting asked for (empty: the model's default).
 	Reasoning *string `json:"reasoning,omitempty"`
 
+	// RequestedModel The model id BAP asked for, present only when the answer names another serving model (a dated snapshot of it, or a model the orchestrator routed to).
+	RequestedModel *string `json:"requested_model,omitempty"`
+
 	// Role Role a model plays for an autonomous task: `observer` (low-cost observation and extraction), `planner` (proposes the next typed step), `verifier` (judges the final evidence against the goal), `safety` (classifies proposed steps and pages).
 	Role ModelRole `json:"role"`
 
 	// Step Index of the step the call proposed (planner) or the number of steps run (verifier).
 	Step int `json:"step"`
+
+	// TruncatedBytes Present when the prompt was cut (with a marker) to keep the request under the orchestrator's body limit: how many bytes of message text were left out.
+	TruncatedBytes *int `json:"truncated_bytes,omitempty"`
+
+	// Usage `unknown` when the orchestrator's answer carried no token usage: `input_tokens` and `output_tokens` are then the worst case BAP charged to the task's budgets (the request's size in bytes and its `max_tokens`), not counts. Absent means `reported`.
+	Usage *ModelCalledDataUsage `json:"usage,omitempty"`
 }
+
+// ModelCalledDataUsage `unknown` when the orchestrator's answer carried no token usage: `input_tokens` and `output_tokens` are then the worst case BAP charged to the task's budgets (the request's size in bytes and its `max_tokens`), not counts. Absent means `reported`.
+type ModelCalledDataUsage string
 
 // ModelCalledEvent An Event of type `model.called`.
 type ModelCalledEvent struct {

@@ -1234,6 +1234,8 @@ class ModelCalledData(TypedDict):
     cost_usd: float
     input_tokens: int
     latency_ms: int
+    #: The model that served the call, as the orchestrator's answer names it (not the name BAP asked
+    #: for, when they differ).
     model: str
     output_tokens: int
     #: SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
@@ -1241,9 +1243,19 @@ class ModelCalledData(TypedDict):
     provider: str
     #: Reasoning setting asked for (empty: the model's default).
     reasoning: NotRequired[str]
+    #: The model id BAP asked for, present only when the answer names another serving model (a dated
+    #: snapshot of it, or a model the orchestrator routed to).
+    requested_model: NotRequired[str]
     role: "ModelRole"
     #: Index of the step the call proposed (planner) or the number of steps run (verifier).
     step: int
+    #: Present when the prompt was cut (with a marker) to keep the request under the orchestrator's
+    #: body limit: how many bytes of message text were left out.
+    truncated_bytes: NotRequired[int]
+    #: `unknown` when the orchestrator's answer carried no token usage: `input_tokens` and
+    #: `output_tokens` are then the worst case BAP charged to the task's budgets (the request's size
+    #: in bytes and its `max_tokens`), not counts. Absent means `reported`.
+    usage: NotRequired[Literal["reported", "unknown"]]
 
 
 class ModelCalledEvent(TypedDict):

@@ -2601,6 +2601,8 @@ pub struct ModelCalledData {
     pub cost_usd: f64,
     pub input_tokens: i64,
     pub latency_ms: i64,
+    /// The model that served the call, as the orchestrator's answer names it (not the name BAP
+    /// asked for, when they differ).
     pub model: String,
     pub output_tokens: i64,
     /// SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
@@ -2609,9 +2611,22 @@ pub struct ModelCalledData {
     /// Reasoning setting asked for (empty: the model's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// The model id BAP asked for, present only when the answer names another serving model (a
+    /// dated snapshot of it, or a model the orchestrator routed to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_model: Option<String>,
     pub role: ModelRole,
     /// Index of the step the call proposed (planner) or the number of steps run (verifier).
     pub step: i64,
+    /// Present when the prompt was cut (with a marker) to keep the request under the orchestrator's
+    /// body limit: how many bytes of message text were left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_bytes: Option<i64>,
+    /// `unknown` when the orchestrator's answer carried no token usage: `input_tokens` and
+    /// `output_tokens` are then the worst case BAP charged to the task's budgets (the request's
+    /// size in bytes and its `max_tokens`), not counts. Absent means `reported`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<String>,
 }
 
 impl ModelCalledData {
@@ -2627,8 +2642,11 @@ impl ModelCalledData {
             prompt_sha256,
             provider,
             reasoning: None,
+            requested_model: None,
             role,
             step,
+            truncated_bytes: None,
+            usage: None,
         }
     }
 }

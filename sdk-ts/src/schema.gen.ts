@@ -2435,6 +2435,7 @@ export interface components {
             cost_usd: number;
             input_tokens: number;
             latency_ms: number;
+            /** @description The model that served the call, as the orchestrator's answer names it (not the name BAP asked for, when they differ). */
             model: string;
             output_tokens: number;
             /** @description SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded. */
@@ -2442,9 +2443,18 @@ export interface components {
             provider: string;
             /** @description Reasoning setting asked for (empty: the model's default). */
             reasoning?: string;
+            /** @description The model id BAP asked for, present only when the answer names another serving model (a dated snapshot of it, or a model the orchestrator routed to). */
+            requested_model?: string;
             role: components["schemas"]["ModelRole"];
             /** @description Index of the step the call proposed (planner) or the number of steps run (verifier). */
             step: number;
+            /** @description Present when the prompt was cut (with a marker) to keep the request under the orchestrator's body limit: how many bytes of message text were left out. */
+            truncated_bytes?: number;
+            /**
+             * @description `unknown` when the orchestrator's answer carried no token usage: `input_tokens` and `output_tokens` are then the worst case BAP charged to the task's budgets (the request's size in bytes and its `max_tokens`), not counts. Absent means `reported`.
+             * @enum {string}
+             */
+            usage?: "reported" | "unknown";
         };
         /**
          * ModelCalledEvent
