@@ -425,11 +425,21 @@ func (a *autoRun) recordCall(role string, step int, reply *ModelReply, failures 
 		if reply == nil {
 			return nil
 		}
-		return c.emit(a.ctx, c.t, "model.called", "autonomous", map[string]any{
+		called := map[string]any{
 			"role": role, "provider": reply.Model.Provider, "model": reply.Model.ID, "prompt_sha256": reply.PromptSHA256,
 			"reasoning": reply.Reasoning, "input_tokens": reply.InputTokens, "output_tokens": reply.OutputTokens,
 			"cost_usd": reply.CostUSD, "latency_ms": reply.Latency.Milliseconds(), "step": step,
-		})
+		}
+		if reply.RequestedModel != "" && reply.RequestedModel != reply.Model.ID {
+			called["requested_model"] = reply.RequestedModel
+		}
+		if reply.UsageUnknown {
+			called["usage"] = "unknown" // the tokens are the worst case charged (loadUsage counts them)
+		}
+		if reply.TruncatedBytes > 0 {
+			called["truncated_bytes"] = reply.TruncatedBytes
+		}
+		return c.emit(a.ctx, c.t, "model.called", "autonomous", called)
 	})
 }
 
@@ -589,8 +599,11 @@ func (a *autoRun) modelTrouble(role string, err error) (bool, time.Duration) {
 		return a.stop("model_policy_unsatisfied", fmt.Sprintf("no approved %s model satisfies the task's model_policy any more", role))
 	case errors.As(err, &all):
 		return a.stop("all_models_failed", fmt.Sprintf("every approved %s model failed", role))
+	case errors.Is(err, ErrOrchestratorBudget):
+		// The orchestrator's own spend budget, not a model's failure: no fallback was tried.
+		return a.stop("budget_exhausted", "the model orchestrator refuses calls: its spend budget is exhausted")
 	case errors.Is(err, ErrOrchestratorUnavailable):
-		return a.stop("orchestrator_unavailable", "the model orchestrator cannot be reached")
+		return a.stop("orchestrator_unavailable", "the model orchestrator cannot be reached, or kept refusing calls (rate or concurrency limit) while BAP retried")
 	default:
 		if AsError(err) == nil && errors.Is(err, context.DeadlineExceeded) {
 			return a.stop("orchestrator_unavailable", fmt.Sprintf("the %s model did not answer in time", role))

@@ -76,6 +76,8 @@ type ModelFailure struct {
 	// costs what its usage says); budgets count them too.
 	InputTokens, OutputTokens int
 	CostUSD                   float64
+	// UsageUnknown: the answer carried no token usage; the tokens are the worst case charged.
+	UsageUnknown bool
 }
 
 // ModelReply is an answer with its provenance.
@@ -88,6 +90,15 @@ type ModelReply struct {
 	CostUSD      float64
 	Latency      time.Duration
 	Reasoning    string
+	// RequestedModel is the model id asked for when the answer names another serving model
+	// (Model); "" when they are the same.
+	RequestedModel string
+	// UsageUnknown: the answer carried no token usage, so InputTokens and OutputTokens (and
+	// CostUSD) are the worst case the adapter charged: budgets count them as spent.
+	UsageUnknown bool
+	// TruncatedBytes is how much message text the adapter cut (with a marker) to keep the request
+	// under the orchestrator's body limit; 0 when nothing was cut.
+	TruncatedBytes int
 	// Fallbacks lists the models tried before Model, in order, and why each failed.
 	Fallbacks []ModelFailure
 }
@@ -110,6 +121,9 @@ type Orchestrator interface {
 var (
 	ErrOrchestratorUnavailable = errors.New("no model orchestrator is configured or reachable")
 	ErrNoCompliantModel        = errors.New("no approved model satisfies the task's model policy")
+	// ErrOrchestratorBudget: the orchestrator refuses calls because its own spend budget is
+	// exhausted (and stayed so while the adapter retried). It is not a model failure: no fallback.
+	ErrOrchestratorBudget = errors.New("the model orchestrator's spend budget is exhausted")
 )
 
 // AllModelsFailedError reports that every eligible model of a role failed.
