@@ -69,6 +69,23 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of the discovery cache (default time.Now).
 	Now func() time.Time
+
+	// MaxRequestBytes bounds the body of each chat completion request (default: the
+	// configuration's max_request_bytes, else DefaultMaxRequestBytes, the 64 KiB limit of
+	// contextual-orchestrator): longer prompts are cut with a marker (see fit).
+	MaxRequestBytes int
+	// RetryFor bounds how long an orchestrator-level refusal (429 rate or budget limit, 503
+	// concurrency limit) is retried with backoff before the call gives up (default
+	// DefaultRetryFor); the caller's deadline bounds it too. RetryBaseDelay and RetryMaxDelay
+	// shape the backoff (full jitter, doubling; defaults 250 ms and 5 s).
+	RetryFor                      time.Duration
+	RetryBaseDelay, RetryMaxDelay time.Duration
+	// VirtualModels are listed model ids that are not models but the orchestrator's own router
+	// (default: contextual-orchestrator's "contextual-orchestrator"): never approved unless a role
+	// names them, and then only answers from an approved model are accepted.
+	VirtualModels []string
+	// Sleep waits between retries (default: a timer that ends with ctx); tests may shorten it.
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 // Client implements app.Orchestrator over HTTP. It is safe for concurrent use.
@@ -91,6 +108,10 @@ type Client struct {
 
 	schemaMu sync.Mutex
 	schemas  map[[32]byte]*jsonschema.Schema
+
+	maxRequest int
+	retry      retryPolicy
+	virtual    []string
 
 	metrics *metrics // see Collect
 }
@@ -118,8 +139,18 @@ func New(cfg Config) (*Client, error) {
 			return nil, err
 		}
 	}
-	if cfg.CallTimeout < 0 || cfg.DiscoveryTTL < 0 {
+	if cfg.CallTimeout < 0 || cfg.DiscoveryTTL < 0 || cfg.RetryFor < 0 || cfg.RetryBaseDelay < 0 || cfg.RetryMaxDelay < 0 {
 		return nil, errors.New("orchestrator timeouts must not be negative")
+	}
+	maxRequest := cfg.MaxRequestBytes
+	if maxRequest == 0 {
+		maxRequest = cfg.Models.MaxRequestBytes
+	}
+	if maxRequest == 0 {
+		maxRequest = DefaultMaxRequestBytes
+	}
+	if maxRequest < minRequestBytes {
+		return nil, fmt.Errorf("orchestrator max request size %d: at least %d bytes, please", maxRequest, minRequestBytes)
 	}
 	c := &Client{
 		display:     u.Redacted(),
@@ -133,6 +164,12 @@ func New(cfg Config) (*Client, error) {
 		now:         cfg.Now,
 		schemas:     map[[32]byte]*jsonschema.Schema{},
 		metrics:     newMetrics(),
+		maxRequest:  maxRequest,
+		retry:       newRetryPolicy(cfg),
+		virtual:     cfg.VirtualModels,
+	}
+	if c.virtual == nil {
+		c.virtual = []string{VirtualModel}
 	}
 	path := strings.TrimRight(u.Path, "/")
 	if !strings.HasSuffix(path, "/v1") {
@@ -218,6 +255,10 @@ func (c *Client) Eligible(ctx context.Context, role string, pol app.ModelPolicy)
 		}
 		m := c.merge(listed)
 		if ok, reason := Satisfies(m, pol); !ok {
+			if _, configured := c.models.Models[id]; !configured && !listedMetadata(listed) {
+				// The usual case with contextual-orchestrator, whose listing has no metadata.
+				reason = `listed by the orchestrator but not configured: BAP's model configuration has no "models" entry for it, so its provider, region, retention and data classification are unknown (` + reason + ")"
+			}
 			why = append(why, id+": "+reason)
 			continue
 		}
@@ -232,12 +273,20 @@ func (c *Client) Eligible(ctx context.Context, role string, pol app.ModelPolicy)
 	return out, nil
 }
 
-// approved lists the approved model ids of role, in order.
+// approved lists the approved model ids of role, in order. Without a role configuration every
+// listed model is approved — but never a virtual model (the orchestrator's own router, which
+// would answer with a model nobody approved).
 func (c *Client) approved(role string, d *discovered) []string {
 	if c.allListed {
-		return d.order
+		return slices.DeleteFunc(slices.Clone(d.order), c.isVirtual)
 	}
 	return c.models.approved(role)
+}
+
+// listedMetadata reports whether a listing gave any of the metadata policy is judged on beyond a
+// provider name (owned_by).
+func listedMetadata(m app.ModelInfo) bool {
+	return m.Region != "" || m.RetentionDays >= 0 || m.MaxClassification != ""
 }
 
 // merge overlays the configured metadata of a model on what the orchestrator listed.
@@ -452,9 +501,10 @@ type (
 			} `json:"message"`
 			FinishReason string `json:"finish_reason"`
 		} `json:"choices"`
+		Model string `json:"model"`
 		Usage *struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
+			PromptTokens     *int `json:"prompt_tokens"`
+			CompletionTokens *int `json:"completion_tokens"`
 		} `json:"usage"`
 	}
 )
@@ -507,36 +557,49 @@ func (c *Client) Complete(ctx context.Context, req app.ModelRequest) (*app.Model
 		return nil, err
 	}
 	msgs := wireMessages(req.Messages)
-	digest := promptDigest(msgs)
 	var failures []app.ModelFailure
 	for _, m := range models {
 		start := time.Now()
-		a, reason := c.call(ctx, m.ID, name, schema, req, msgs)
+		a, reason, refused := c.callRetrying(ctx, m, name, schema, req, msgs, models)
 		latency := time.Since(start)
 		if ctx.Err() != nil {
 			c.metrics.call(req.Role, m, outcomeCancelled, latency, a)
 			return nil, fmt.Errorf("model call (%s, role %s): %w", m.ID, req.Role, ctx.Err())
 		}
+		if refused != nil {
+			// The orchestrator itself refuses (and kept refusing): the next model sits behind the
+			// same limiter, so there is no fallback.
+			c.metrics.call(req.Role, m, outcomeRefused, latency, a)
+			c.log.Warn("the orchestrator refused the model call", "role", req.Role, "model", m.ID, "err", refused,
+				"failed_before", len(failures))
+			return nil, fmt.Errorf("model call (%s, role %s): %w", m.ID, req.Role, refused)
+		}
 		if reason != "" {
 			c.metrics.call(req.Role, m, outcomeFailed, latency, a)
 			failures = append(failures, app.ModelFailure{Model: m, Reason: reason, Latency: latency,
-				InputTokens: a.in, OutputTokens: a.out, CostUSD: cost(m, a)})
+				InputTokens: a.in, OutputTokens: a.out, CostUSD: cost(m, a), UsageUnknown: a.unknown})
 			c.log.Warn("model failed", "role", req.Role, "model", m.ID, "reason", reason, "latency_ms", latency.Milliseconds(),
 				"next", len(failures) < len(models))
 			continue
 		}
-		c.metrics.call(req.Role, m, outcomeAnswered, latency, a)
-		return &app.ModelReply{
-			Model:        m,
-			Content:      a.content,
-			PromptSHA256: digest,
-			InputTokens:  a.in,
-			OutputTokens: a.out,
-			CostUSD:      cost(m, a),
-			Latency:      latency,
-			Reasoning:    req.Reasoning,
-			Fallbacks:    failures,
-		}, nil
+		c.metrics.call(req.Role, a.served, outcomeAnswered, latency, a)
+		rep := &app.ModelReply{
+			Model:          a.served,
+			Content:        a.content,
+			PromptSHA256:   a.digest,
+			InputTokens:    a.in,
+			OutputTokens:   a.out,
+			CostUSD:        cost(a.served, a),
+			Latency:        latency,
+			Reasoning:      req.Reasoning,
+			UsageUnknown:   a.unknown,
+			TruncatedBytes: a.cut,
+			Fallbacks:      failures,
+		}
+		if a.served.ID != m.ID {
+			rep.RequestedModel = m.ID
+		}
+		return rep, nil
 	}
 	c.metrics.exhausted.WithLabelValues(req.Role).Inc()
 	return nil, &app.AllModelsFailedError{Role: req.Role, Failures: failures}
@@ -545,6 +608,10 @@ func (c *Client) Complete(ctx context.Context, req app.ModelRequest) (*app.Model
 type answer struct {
 	content json.RawMessage
 	in, out int
+	unknown bool          // no usage in the answer: in and out are the worst case
+	served  app.ModelInfo // the model the answer names as its server
+	digest  string        // of the messages as sent
+	cut     int           // bytes of message text left out to fit the body limit
 }
 
 // cost is what an answer's tokens cost at the model's prices (0 when they are unknown).
@@ -552,13 +619,44 @@ func cost(m app.ModelInfo, a answer) float64 {
 	return (float64(a.in)*m.InputPricePerM + float64(a.out)*m.OutputPricePerM) / 1e6
 }
 
-// call asks one model; a non-empty reason is a model failure (short, and free of prompt text,
-// answer text and the credential: it is recorded in task history).
-func (c *Client) call(ctx context.Context, model, name string, schema *jsonschema.Schema, req app.ModelRequest, msgs []chatMessage) (answer, string) {
+// callRetrying asks one model, retrying orchestrator-level refusals with backoff for up to the
+// retry horizon (and never past ctx's deadline). A non-nil error is a refusal that stood; a
+// non-empty reason is a failure of the model.
+func (c *Client) callRetrying(ctx context.Context, m app.ModelInfo, name string, schema *jsonschema.Schema, req app.ModelRequest, msgs []chatMessage, eligible []app.ModelInfo) (answer, string, error) {
+	start := time.Now()
+	giveUp := start.Add(c.retry.horizon)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(giveUp) {
+		giveUp = dl
+	}
+	for attempt := 0; ; attempt++ {
+		a, reason, ref := c.call(ctx, m, name, schema, req, msgs, eligible)
+		if ref == nil || ctx.Err() != nil {
+			return a, reason, nil
+		}
+		c.metrics.refusals.WithLabelValues(ref.kind).Inc()
+		if !ref.retryable() {
+			return a, "", ref.err(c.display, 0)
+		}
+		d := c.retry.delay(attempt, ref.retryAfter)
+		if time.Now().Add(d).After(giveUp) {
+			return a, "", ref.err(c.display, time.Since(start))
+		}
+		c.log.Info("the orchestrator refused the model call; retrying", "model", m.ID, "status", ref.status, "code", ref.code,
+			"attempt", attempt+1, "delay_ms", d.Milliseconds())
+		if err := c.retry.sleep(ctx, d); err != nil {
+			return answer{}, "", nil // ctx ended: the caller reports it
+		}
+	}
+}
+
+// call asks one model once. A non-nil refusal is the orchestrator's own (see classifyRefusal); a
+// non-empty reason is a model failure (short, and free of prompt text, answer text and the
+// credential: it is recorded in task history).
+func (c *Client) call(ctx context.Context, m app.ModelInfo, name string, schema *jsonschema.Schema, req app.ModelRequest, msgs []chatMessage, eligible []app.ModelInfo) (answer, string, *refusal) {
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
-	body, err := json.Marshal(chatRequest{
-		Model:    model,
+	body, sent, cut, err := fit(chatRequest{
+		Model:    m.ID,
 		Messages: msgs,
 		ResponseFormat: responseFormat{Type: "json_schema", JSONSchema: jsonSchemaSpec{
 			Name: name, Schema: req.Schema, Strict: true,
@@ -566,66 +664,87 @@ func (c *Client) call(ctx context.Context, model, name string, schema *jsonschem
 		MaxTokens:       req.MaxTokens,
 		ReasoningEffort: req.Reasoning,
 		N:               1,
-	})
+	}, c.maxRequest)
 	if err != nil {
-		return answer{}, "request could not be encoded"
+		return answer{}, "", &refusal{kind: refusedOther, reason: fmt.Sprintf("%v (%d bytes)", err, c.maxRequest)}
+	}
+	a := answer{served: m, digest: promptDigest(sent), cut: cut}
+	if cut > 0 {
+		c.log.Info("prompt cut to fit the orchestrator's request limit", "role", req.Role, "model", m.ID, "cut_bytes", cut, "limit", c.maxRequest)
 	}
 	hreq, err := http.NewRequestWithContext(cctx, http.MethodPost, c.base+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
-		return answer{}, "request could not be built"
+		return a, "request could not be built", nil
 	}
 	c.header(hreq)
 	hreq.Header.Set("Content-Type", "application/json")
+	if ms := timeoutHeader(cctx); ms != "" {
+		hreq.Header.Set("X-Request-Timeout-Ms", ms)
+	}
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
-		return answer{}, transportReason(err, cctx, c.callTimeout)
+		return a, transportReason(err, cctx, c.callTimeout), nil
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return answer{}, transportReason(err, cctx, c.callTimeout)
+		return a, transportReason(err, cctx, c.callTimeout), nil
 	}
 	if resp.StatusCode != http.StatusOK {
-		return answer{}, httpReason(resp.StatusCode, raw)
+		if ref := classifyRefusal(resp.StatusCode, errorCode(raw), resp.Header); ref != nil {
+			return a, "", ref
+		}
+		return a, httpReason(resp.StatusCode, raw), nil
 	}
 	if len(raw) > maxBody {
-		return answer{}, "answer too large"
+		return a, "answer too large", nil
 	}
 	var cr chatResponse
 	if err := json.Unmarshal(raw, &cr); err != nil {
-		return answer{}, "answer is not a chat completion"
+		return a, "answer is not a chat completion", nil
 	}
-	var a answer
-	if cr.Usage != nil {
-		a.in, a.out = max(cr.Usage.PromptTokens, 0), max(cr.Usage.CompletionTokens, 0)
+	if u := cr.Usage; u != nil && u.PromptTokens != nil && u.CompletionTokens != nil {
+		a.in, a.out = max(*u.PromptTokens, 0), max(*u.CompletionTokens, 0)
+	} else {
+		// Unknown usage is not zero: charge the worst case (a token is at least a byte of the
+		// request; the answer at most max_tokens).
+		a.unknown, a.in, a.out = true, len(body), req.MaxTokens
+		if a.out <= 0 {
+			a.out = worstCaseOutputTokens
+		}
 	}
+	served, why := c.servedBy(m, cr.Model, eligible)
+	if why != "" {
+		return a, why, nil
+	}
+	a.served = served
 	if len(cr.Choices) == 0 {
-		return a, "answer has no choices"
+		return a, "answer has no choices", nil
 	}
 	ch := cr.Choices[0]
 	if ch.Message.Refusal != nil && *ch.Message.Refusal != "" {
-		return a, "the model refused to answer"
+		return a, "the model refused to answer", nil
 	}
 	if ch.FinishReason == "length" {
-		return a, "answer cut off at max_tokens"
+		return a, "answer cut off at max_tokens", nil
 	}
 	var text string
 	if err := json.Unmarshal(ch.Message.Content, &text); err != nil {
-		return a, "answer content is not text"
+		return a, "answer content is not text", nil
 	}
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {
-		return a, "answer is not JSON"
+		return a, "answer is not JSON", nil
 	}
 	if err := schema.Validate(doc); err != nil {
-		return a, "answer does not match schema " + name + schemaLocation(err)
+		return a, "answer does not match schema " + name + schemaLocation(err), nil
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, []byte(text)); err != nil {
-		return a, "answer is not JSON"
+		return a, "answer is not JSON", nil
 	}
 	a.content = compact.Bytes()
-	return a, ""
+	return a, "", nil
 }
 
 // compile compiles (and caches) an answer schema. External references are refused.
@@ -693,6 +812,27 @@ func schemaLocation(err error) string {
 }
 
 var identifier = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+
+// errorCode is the code of an error answer: the OpenAI-style error.code (contextual-orchestrator's
+// envelope carries it there too, and as error_code), when it is an identifier; "" otherwise.
+func errorCode(body []byte) string {
+	var e struct {
+		Error struct {
+			Code any `json:"code"`
+		} `json:"error"`
+		ErrorCode string `json:"error_code"`
+	}
+	if json.Unmarshal(body, &e) != nil {
+		return ""
+	}
+	if code, ok := e.Error.Code.(string); ok && identifier.MatchString(code) {
+		return code
+	}
+	if identifier.MatchString(e.ErrorCode) {
+		return e.ErrorCode
+	}
+	return ""
+}
 
 // httpReason describes an HTTP error answer by its status and, when the body is an OpenAI-style
 // error object, its type or code — never its message, which may echo the prompt.

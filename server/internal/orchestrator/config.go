@@ -36,6 +36,9 @@ type FileConfig struct {
 	Roles   map[string][]string    `json:"roles"`
 	Default []string               `json:"default,omitempty"`
 	Models  map[string]ModelConfig `json:"models,omitempty"`
+	// MaxRequestBytes is the orchestrator's request body limit (0: DefaultMaxRequestBytes, the
+	// 64 KiB of contextual-orchestrator); longer prompts are cut with a marker to fit.
+	MaxRequestBytes int `json:"max_request_bytes,omitempty"`
 }
 
 // ModelConfig is the configured metadata of one model; a nil or empty field leaves the value to the
@@ -83,6 +86,9 @@ func ParseConfig(b []byte) (FileConfig, error) {
 func (fc FileConfig) Check() error {
 	if len(fc.Roles) == 0 && len(fc.Default) == 0 && len(fc.Models) == 0 {
 		return errors.New(`empty configuration: give "roles" (role → ordered model ids), "default" or "models"`)
+	}
+	if fc.MaxRequestBytes != 0 && fc.MaxRequestBytes < minRequestBytes {
+		return fmt.Errorf("max_request_bytes %d: at least %d, please (leave it out for the default %d)", fc.MaxRequestBytes, minRequestBytes, DefaultMaxRequestBytes)
 	}
 	checkList := func(where string, ids []string) error {
 		if len(ids) == 0 {

@@ -13,6 +13,7 @@ const (
 	outcomeAnswered  = "answered"  // a valid answer
 	outcomeFailed    = "failed"    // an outage, a timeout or an invalid answer (the next model is tried)
 	outcomeCancelled = "cancelled" // the caller's context ended (cancel_task, a deadline)
+	outcomeRefused   = "refused"   // the orchestrator itself refused, and kept refusing while retried (no fallback)
 )
 
 // metrics are the adapter's Prometheus instruments. Labels are the role and the model id: both come
@@ -25,12 +26,13 @@ type metrics struct {
 	cost      *prometheus.CounterVec   // role, model
 	exhausted *prometheus.CounterVec   // role
 	discovery *prometheus.CounterVec   // outcome
+	refusals  *prometheus.CounterVec   // kind
 }
 
 func newMetrics() *metrics {
 	return &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bap_model_calls_total",
-			Help: "Model calls to the orchestrator by role, model and outcome (answered, failed, cancelled)."},
+			Help: "Model calls to the orchestrator by role, model and outcome (answered, failed, cancelled, refused)."},
 			[]string{"role", "model", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bap_model_call_duration_seconds",
 			Help:    "Latency of model calls to the orchestrator by role and outcome.",
@@ -48,17 +50,23 @@ func newMetrics() *metrics {
 		discovery: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bap_model_discoveries_total",
 			Help: "Model discoveries (GET /v1/models) by outcome (listed, failed)."},
 			[]string{"outcome"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bap_orchestrator_refusals_total",
+			Help: "Answers in which the orchestrator itself refused a model call, by kind (rate_limited, concurrency_limited, budget_exceeded: retried with backoff; refused: not retried)."},
+			[]string{"kind"}),
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.calls, m.duration, m.tokens, m.cost, m.exhausted, m.discovery}
+	return []prometheus.Collector{m.calls, m.duration, m.tokens, m.cost, m.exhausted, m.discovery, m.refusals}
 }
 
 // call records one model call.
 func (m *metrics) call(role string, model app.ModelInfo, outcome string, latency time.Duration, a answer) {
 	m.calls.WithLabelValues(role, model.ID, outcome).Inc()
 	m.duration.WithLabelValues(role, outcome).Observe(latency.Seconds())
+	if a.unknown {
+		return // no usage reported: the worst case charged to budgets is not a count
+	}
 	if a.in > 0 {
 		m.tokens.WithLabelValues(role, model.ID, "input").Add(float64(a.in))
 	}

@@ -151,7 +151,7 @@ func TestUnknownMetadataFailsClosed(t *testing.T) {
 	if err == nil || !errors.Is(err, app.ErrNoCompliantModel) {
 		t.Fatalf("eligible = %+v, %v; want ErrNoCompliantModel (classification unknown)", got, err)
 	}
-	if !strings.Contains(err.Error(), "bare: highest data classification unknown") {
+	if !strings.Contains(err.Error(), "bare: listed by the orchestrator but not configured") || !strings.Contains(err.Error(), "highest data classification unknown") {
 		t.Errorf("error does not say why: %v", err)
 	}
 	for _, pol := range []app.ModelPolicy{
