@@ -28,7 +28,7 @@ const usage = `usage: bap <command> [flags]
 
 commands:
   serve     run the server (see bap serve -h)
-  migrate   apply database migrations and exit
+  migrate   apply database migrations and exit (migrate --check: apply nothing, report what is pending)
   version   print the BAP, MCP and schema versions
   client    register (client create) or revoke (client revoke) an OAuth client
   user      add a person who signs in on the login page (user create)
@@ -62,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "approvals":
 		err = approvalsCommand(ctx, args[1:], stdout, stderr)
 	case "migrate":
-		err = migrate(ctx, args[1:], logger, stderr)
+		err = migrate(ctx, args[1:], stdout, logger, stderr)
 	case "version":
 		err = printVersion(stdout)
 	case "database-url":
@@ -139,13 +139,17 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	return daemon.Run(ctx, cfg)
 }
 
-func migrate(ctx context.Context, args []string, logger *slog.Logger, stderr io.Writer) error {
+func migrate(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger, stderr io.Writer) error {
 	cfg := daemon.Config{Logger: logger}
 	fs := flag.NewFlagSet("bap migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	baseFlags(fs, &cfg)
+	check := fs.Bool("check", false, "apply nothing: print the applied and known schema versions and the pending migrations, and fail when any is pending")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *check {
+		return migrateCheck(ctx, cfg, stdout)
 	}
 	db, err := daemon.OpenDatabase(ctx, cfg)
 	if err != nil {
@@ -157,6 +161,31 @@ func migrate(ctx context.Context, args []string, logger *slog.Logger, stderr io.
 		return err
 	}
 	logger.Info("database is migrated", "schema_version", v)
+	return nil
+}
+
+// errMigrationsPending fails `bap migrate --check` when the database lacks migrations.
+var errMigrationsPending = errors.New("migrations pending: run bap migrate (or start bap serve, which applies them)")
+
+// migrateCheck prints the database's schema against this build's and fails when migrations are
+// pending or the database is newer than this build.
+func migrateCheck(ctx context.Context, cfg daemon.Config, stdout io.Writer) error {
+	st, err := daemon.CheckDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	pending := []string{}
+	for _, m := range st.Pending {
+		pending = append(pending, m.Name)
+	}
+	if err := json.NewEncoder(stdout).Encode(map[string]any{
+		"schema_applied": st.Applied, "schema_known": st.Known, "pending": pending,
+	}); err != nil {
+		return err
+	}
+	if len(pending) > 0 {
+		return errMigrationsPending
+	}
 	return nil
 }
 

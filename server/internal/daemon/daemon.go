@@ -34,8 +34,24 @@ type Database struct {
 }
 
 // OpenDatabase connects to cfg.DatabaseURL, or starts (or adopts) the embedded cluster under
-// cfg.DataDir when it is empty, and applies pending migrations.
+// cfg.DataDir when it is empty, and applies pending migrations. A database a newer release
+// migrated is refused (*store.SchemaTooNewError, naming both versions).
 func OpenDatabase(ctx context.Context, cfg Config) (*Database, error) {
+	return openDatabase(ctx, cfg, true)
+}
+
+// CheckDatabase opens the database like OpenDatabase but applies nothing, and reports its schema
+// against this build's migrations (`bap migrate --check`).
+func CheckDatabase(ctx context.Context, cfg Config) (store.SchemaStatus, error) {
+	db, err := openDatabase(ctx, cfg, false)
+	if err != nil {
+		return store.SchemaStatus{}, err
+	}
+	defer db.Close(context.WithoutCancel(ctx))
+	return store.Status(ctx, db.Pool)
+}
+
+func openDatabase(ctx context.Context, cfg Config, migrate bool) (*Database, error) {
 	cfg.setDefaults()
 	db := &Database{}
 	dsn := cfg.DatabaseURL
@@ -63,6 +79,9 @@ func OpenDatabase(ctx context.Context, cfg Config) (*Database, error) {
 		return nil, err
 	}
 	db.Pool = pool
+	if !migrate {
+		return db, nil
+	}
 	applied, err := store.Migrate(ctx, pool)
 	if err != nil {
 		db.Close(ctx)

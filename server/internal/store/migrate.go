@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -103,6 +104,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	for _, v := range versions {
 		applied[v] = true
 	}
+	if err := refuseNewer(ctx, conn, ms); err != nil {
+		return nil, err
+	}
 	var done []int
 	for _, m := range ms {
 		if applied[m.Version] {
@@ -121,6 +125,88 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// SchemaTooNewError is the refusal to run on a database that a newer release migrated: this build
+// does not know the tables and constraints it would write around (docs/release-and-rollback.md).
+type SchemaTooNewError struct {
+	// Database is the database's highest applied migration, Name its name.
+	Database int
+	Name     string
+	// Known is the highest migration this build knows.
+	Known int
+}
+
+// Error names both versions and what to do.
+func (e *SchemaTooNewError) Error() string {
+	return fmt.Sprintf("the database schema is at version %d (%s), newer than version %d, the newest this build of bap knows: "+
+		"a newer release migrated it; run a release that knows version %d, or restore the database from the backup taken before "+
+		"that upgrade (docs/release-and-rollback.md)", e.Database, e.Name, e.Known, e.Database)
+}
+
+// refuseNewer returns a *SchemaTooNewError when q's database holds a migration newer than ms.
+func refuseNewer(ctx context.Context, q Querier, ms []Migration) error {
+	known := 0
+	if len(ms) > 0 {
+		known = ms[len(ms)-1].Version
+	}
+	var v int
+	var name string
+	err := q.QueryRow(ctx, `SELECT version, name FROM schema_migration WHERE version > $1 ORDER BY version DESC LIMIT 1`, known).Scan(&v, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading schema_migration: %w", err)
+	}
+	return &SchemaTooNewError{Database: v, Name: name, Known: known}
+}
+
+// SchemaStatus is a database's schema against this build's migrations.
+type SchemaStatus struct {
+	// Applied is the highest applied migration (0 on an empty database); Known the highest this
+	// build knows.
+	Applied, Known int
+	// Pending are the migrations this build knows and the database lacks, in order.
+	Pending []Migration
+}
+
+// Status reads the database's schema without changing it (`bap migrate --check`). A database
+// newer than this build is a *SchemaTooNewError.
+func Status(ctx context.Context, q Querier) (SchemaStatus, error) {
+	ms, err := Migrations()
+	if err != nil {
+		return SchemaStatus{}, err
+	}
+	st := SchemaStatus{Known: ms[len(ms)-1].Version}
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('schema_migration') IS NOT NULL`).Scan(&exists); err != nil {
+		return SchemaStatus{}, fmt.Errorf("looking for schema_migration: %w", err)
+	}
+	applied := map[int]bool{}
+	if exists {
+		if err := refuseNewer(ctx, q, ms); err != nil {
+			return SchemaStatus{}, err
+		}
+		rows, err := q.Query(ctx, `SELECT version FROM schema_migration`)
+		if err != nil {
+			return SchemaStatus{}, fmt.Errorf("reading schema_migration: %w", err)
+		}
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			return SchemaStatus{}, fmt.Errorf("reading schema_migration: %w", err)
+		}
+		for _, v := range versions {
+			applied[v] = true
+			st.Applied = max(st.Applied, v)
+		}
+	}
+	for _, m := range ms {
+		if !applied[m.Version] {
+			st.Pending = append(st.Pending, m)
+		}
+	}
+	return st, nil
 }
 
 // AppliedVersion reports the highest applied migration version (0 when none).
