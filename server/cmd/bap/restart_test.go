@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The restart window (issue #23 item 7): node A shares node B's database (BAP_DATABASE_URL) and
+// holds a browser session; A is killed with SIGKILL and started again on the same address. The
+// new process marks the old node stopped as it starts, so a client's retry through B of a command
+// on the dead node's session is handled on B (409 browser_session_lost) at once — not forwarded
+// to the new process, which refuses a credential meant for the old node (that answered 500
+// internal_error until the old heartbeat aged, about 10 s).
+func TestRestartOnTheSameAddressTakesOverAtOnce(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dirB := dataDir(t)
+	b := start(t, bin, dirB)
+	dbURL := databaseURLOf(t, dirB)
+	env := []string{"BAP_DATABASE_URL=" + dbURL, "BAP_SERVER_KEY_FILE=" + filepath.Join(dirB, "server.key")}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	dirA := dataDir(t)
+	a, ready := serveProcess(t, bin, dirA, env, "--listen", addr)
+	oldID, _ := ready["node_id"].(string)
+
+	task := mustAPI(t, 201, b.listen, "POST", "/bap/v1/tasks", "restart-task", `{"goal":"restart window","policy":{"allowed_origins":["https://shop.example.com"]}}`)
+	sess := mustAPI(t, 201, a.listen, "POST", "/bap/v1/tasks/"+field(task, "task", "task_id")+"/browser-sessions", "restart-session", `{}`)
+	sp := "/bap/v1/browser-sessions/" + field(sess, "session", "session_id")
+	mustAPI(t, 200, b.listen, "POST", sp+"/observe", "", `{}`) // forwarded to A
+
+	if err := a.stop(t, syscall.SIGKILL); err == nil {
+		t.Fatal("bap exited cleanly after SIGKILL")
+	}
+	_, again := serveProcess(t, bin, dirA, env, "--listen", addr)
+	if newID, _ := again["node_id"].(string); newID == "" || newID == oldID {
+		t.Fatalf("restarted node id %q (old %q)", newID, oldID)
+	}
+	// The client's retries through B, at once: the dead node's session is lost, never a 500.
+	for _, c := range []struct{ op, key string }{{"observe", ""}, {"navigate", "restart-nav"}} {
+		body := `{}`
+		if c.op == "navigate" {
+			body = `{"url":"https://shop.example.com/"}`
+		}
+		status, m, raw := api(b.listen, "POST", sp+"/"+c.op, c.key, body)
+		if status != 409 || m["code"] != "browser_session_lost" {
+			t.Fatalf("%s through B after the restart: %d %s, want 409 browser_session_lost", c.op, status, raw)
+		}
+	}
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var stopped bool
+	if err := pool.QueryRow(context.Background(), `SELECT stopped_at IS NOT NULL FROM runtime_node WHERE node_id = $1`, oldID).Scan(&stopped); err != nil || !stopped {
+		t.Fatalf("the killed node %s is not marked stopped once a node started on its address (%v)", oldID, err)
+	}
+}
