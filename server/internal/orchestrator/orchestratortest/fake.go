@@ -74,6 +74,12 @@ type Answer struct {
 	Refusal string
 	// RawBody, when set, is the whole 200 body instead of a chat completion (malformed answers).
 	RawBody string
+	// NoUsage leaves usage out of the answer, as an upstream may (contextual-orchestrator passes
+	// the upstream's JSON on unchanged).
+	NoUsage bool
+	// ServedBy, when set, is the model the answer names as its server (default: the model asked
+	// for; for the virtual model of the contextual mode, Config.VirtualServes).
+	ServedBy string
 }
 
 // JSON answers v, marshalled, as the content.
@@ -138,6 +144,26 @@ type Config struct {
 	RepeatLast bool
 	// Handler answers what no queue does (nil: HTTP 500 "unscripted").
 	Handler func(*Request) Answer
+
+	// Contextual makes the fake contextual-orchestrator at commit ContextualCommit rather than a
+	// plain OpenAI-compatible endpoint (see contextual.go): its listing (the virtual model first,
+	// no metadata), GET /v1/models/{id}, its error envelope and codes, its limits (body size,
+	// Content-Type, request rate per client IP, run slots) and calls that run on after the client
+	// went away. The fields below tune its limits; zero keeps the real defaults.
+	Contextual bool
+	// RateLimit requests per RateWindow per client IP (default 60 per minute; negative: none).
+	RateLimit  int
+	RateWindow time.Duration
+	// MaxRuns is how many chat completions may be in flight (default 8).
+	MaxRuns int
+	// MaxBodyBytes is the request body limit (default 65,536).
+	MaxBodyBytes int
+	// UpstreamTimeout ends a hanging answer with 500 internal_error (default 90 s, the real
+	// provider timeout), whether or not the client is still there.
+	UpstreamTimeout time.Duration
+	// VirtualServes is the model that answers requests for the virtual model (default: the first
+	// of Models).
+	VirtualServes string
 }
 
 // StatusClientGone is the Status logged for a request whose client went away before the answer.
@@ -163,6 +189,7 @@ type Server struct {
 	closeOnce   sync.Once
 	stopServing func()
 	observer    func(Request)
+	ctx         *contextual // nil unless Config.Contextual
 }
 
 // TB is the part of testing.TB Start needs.
@@ -205,11 +232,15 @@ func Listen(addr string, cfg Config) (*Server, error) {
 
 // New returns a fake that is not listening: serve it (it is an http.Handler) where you like.
 func New(cfg Config) *Server {
-	return &Server{
+	s := &Server{
 		models: append([]Model(nil), cfg.Models...), token: cfg.Token, repeatLast: cfg.RepeatLast,
 		handler: cfg.Handler, queues: map[string][]Answer{},
 		changed: make(chan struct{}), done: make(chan struct{}),
 	}
+	if cfg.Contextual {
+		s.ctx = newContextual(cfg)
+	}
+	return s
 }
 
 // Close ends hanging answers and stops serving.
@@ -369,7 +400,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.log = append(s.log, rec)
 	token := s.token
 	s.mu.Unlock()
-	status := s.serve(w, r, rec, token)
+	var status int
+	if s.ctx != nil {
+		status = s.serveContextual(w, r, rec, token)
+	} else {
+		status = s.serve(w, r, rec, token)
+	}
 	s.mu.Lock()
 	rec.Status = status
 	obs, done := s.observer, *rec
@@ -484,6 +520,15 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, rec *Request) 
 		_, _ = io.WriteString(w, a.RawBody)
 		return http.StatusOK
 	}
+	served := req.Model
+	if a.ServedBy != "" {
+		served = a.ServedBy
+	}
+	return writeJSON(w, http.StatusOK, completion(rec, a, served))
+}
+
+// completion is the chat completion answering rec with a, named as served by model.
+func completion(rec *Request, a Answer, model string) map[string]any {
 	in, out := a.PromptTokens, a.CompletionTokens
 	if in == 0 {
 		in = len(rec.Body)/4 + 1
@@ -499,18 +544,24 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, rec *Request) 
 	if a.Refusal != "" {
 		msg["content"], msg["refusal"] = nil, a.Refusal
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{
+	out2 := map[string]any{
 		"id": fmt.Sprintf("chatcmpl-fake-%d", time.Now().UnixNano()), "object": "chat.completion",
-		"created": time.Now().Unix(), "model": req.Model,
+		"created": time.Now().Unix(), "model": model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
-		"usage":   map[string]int{"prompt_tokens": in, "completion_tokens": out, "total_tokens": in + out},
-	})
+	}
+	if !a.NoUsage {
+		out2["usage"] = map[string]int{"prompt_tokens": in, "completion_tokens": out, "total_tokens": in + out}
+	}
+	return out2
 }
 
 // next takes the answer for rec: its model's queue, the "*" queue, the handler.
-func (s *Server) next(rec *Request) (Answer, bool) {
+func (s *Server) next(rec *Request) (Answer, bool) { return s.nextFor(rec, rec.Chat.Model) }
+
+// nextFor takes the answer for rec from model's queue, the "*" queue, the handler.
+func (s *Server) nextFor(rec *Request, model string) (Answer, bool) {
 	s.mu.Lock()
-	for _, key := range []string{rec.Chat.Model, "*"} {
+	for _, key := range []string{model, "*"} {
 		q := s.queues[key]
 		if len(q) == 0 {
 			continue
