@@ -1016,12 +1016,12 @@ type ActAction string
 //
 // Examples: {"approval":{"approval_id":"apr_3gH5jK7lM9nP","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"pending_approval","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type ActPendingApprovalResponse struct {
-	// Approval An approval request of a task. Separation of duties: whoever requested or caused it (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never resolves it.
+	// Approval The pending approval that holds the action; resolve it with resolve_approval.
 	//
 	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Approval Approval `json:"approval"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The act's receipt (outcome `pending_approval`).
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
@@ -1029,7 +1029,7 @@ type ActPendingApprovalResponse struct {
 
 // ActRequest Body of act: one action on `node_id` or on `query` (not both).
 type ActRequest struct {
-	// Action The whole action vocabulary of `act`.
+	// Action The action to perform.
 	Action ActAction `json:"action"`
 
 	// ArtifactId File to upload for `upload_file`.
@@ -1080,21 +1080,25 @@ type ActResponse struct {
 	// EpochId Epoch after the action (new when it navigated).
 	//
 	// Examples: ep_2kM4nP6qR8sT
-	EpochId   string `json:"epoch_id"`
-	Navigated bool   `json:"navigated"`
+	EpochId string `json:"epoch_id"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Navigated True when the action started a navigation (a new document epoch).
+	Navigated bool `json:"navigated"`
+
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
-	Url     *string `json:"url,omitempty"`
+
+	// Url URL of the page after the action.
+	Url *string `json:"url,omitempty"`
 }
 
 // ActionPerformedData `data` of a `action.performed` event: an act ran.
 //
 // Examples: {"action":"click","command_id":"cmd_1hJ3kL5mN7pQ","epoch_id":"ep_3nQ5pR7sT9uV","navigated":true,"node_id":"nd_5xY7zA9bC1dE","session_id":"bs_4fT8nQ2rL6vY"}
 type ActionPerformedData struct {
-	// Action The whole action vocabulary of `act`.
+	// Action The action that ran.
 	Action ActAction `json:"action"`
 
 	// CommandId Command identifier.
@@ -1105,8 +1109,10 @@ type ActionPerformedData struct {
 	// EpochId Document epoch: changes whenever the browsing context's document changes; node handles of older epochs are stale.
 	//
 	// Examples: ep_2kM4nP6qR8sT
-	EpochId   *string `json:"epoch_id,omitempty"`
-	Navigated *bool   `json:"navigated,omitempty"`
+	EpochId *string `json:"epoch_id,omitempty"`
+
+	// Navigated True when the action started a navigation.
+	Navigated *bool `json:"navigated,omitempty"`
 
 	// NodeId Node handle from observe or query_nodes; valid for one session and one document epoch.
 	//
@@ -1121,12 +1127,12 @@ type ActionPerformedData struct {
 
 // ActionPerformedEvent An Event of type `action.performed`.
 type ActionPerformedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1134,7 +1140,7 @@ type ActionPerformedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `action.performed` event: an act ran.
+	// Data What the `action.performed` event records.
 	//
 	// Examples: {"action":"click","command_id":"cmd_1hJ3kL5mN7pQ","epoch_id":"ep_3nQ5pR7sT9uV","navigated":true,"node_id":"nd_5xY7zA9bC1dE","session_id":"bs_4fT8nQ2rL6vY"}
 	Data ActionPerformedData `json:"data"`
@@ -1153,7 +1159,9 @@ type ActionPerformedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `action.performed`.
 	Type interface{} `json:"type"`
 }
 
@@ -1164,7 +1172,7 @@ type Actor struct {
 	// Id Client id or user id (absent for `system`).
 	Id *string `json:"id,omitempty"`
 
-	// Kind Who caused an event: an OAuth client, a person (authorization-code login), the local operator (on the local profile's Unix socket, id `local`), the local agent (a caller on the local profile's TCP loopback, `/mcp` included, id `local`), a delegated-mode worker (its id is the node it runs on), or the server itself.
+	// Kind What kind of principal the actor is.
 	Kind ActorKind `json:"kind"`
 }
 
@@ -1188,7 +1196,7 @@ type Approval struct {
 	// Examples: cmd_1hJ3kL5mN7pQ
 	CommandId *string `json:"command_id,omitempty"`
 
-	// Decision Decision of an approver.
+	// Decision The approver's decision, once resolved.
 	Decision *ApprovalDecision `json:"decision,omitempty"`
 
 	// Effect Effect of the rule that held an action (absent for request_approval).
@@ -1199,13 +1207,17 @@ type Approval struct {
 
 	// HeldRequest The request a `form_submission` rule holds inside the browser, unsent: what approving sends, exactly once. Its body is never shown (it may hold what a person typed); the approval is bound to it by a keyed digest. Absent when the approval holds an act before it runs (`any_action`, `file_upload`).
 	HeldRequest *HeldRequest `json:"held_request,omitempty"`
-	Reason      string       `json:"reason"`
+
+	// Reason Why approval is needed.
+	Reason string `json:"reason"`
 
 	// RequestedAt Request time (RFC 3339, UTC).
 	RequestedAt time.Time `json:"requested_at"`
 
 	// RequestedBy Authenticated principal whose act was held or who called request_approval (`worker:<node>` for a delegated or autonomous task's own step).
-	RequestedBy      *string `json:"requested_by,omitempty"`
+	RequestedBy *string `json:"requested_by,omitempty"`
+
+	// ResolutionReason The approver's reason, when one was given.
 	ResolutionReason *string `json:"resolution_reason,omitempty"`
 
 	// ResolvedAt Resolution time (RFC 3339, UTC).
@@ -1222,7 +1234,7 @@ type Approval struct {
 	// Examples: art_5nM7pQ9rS1tU
 	ScreenshotArtifactId *string `json:"screenshot_artifact_id,omitempty"`
 
-	// State State of an approval request. Only `pending` may be resolved.
+	// State Where the approval is in its lifecycle.
 	State ApprovalState `json:"state"`
 
 	// TaskId Task identifier.
@@ -1257,22 +1269,24 @@ type ApprovalRequestedData struct {
 	// Examples: cmd_1hJ3kL5mN7pQ
 	CommandId *string `json:"command_id,omitempty"`
 
-	// Effect Kind of action an approval rule holds for approval.
+	// Effect The kind of side effect the approval holds.
 	Effect *ApprovalEffect `json:"effect,omitempty"`
 
 	// ExpiresAt When the approval expires unless resolved (RFC 3339, UTC).
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	Reason    string     `json:"reason"`
+
+	// Reason Why approval is needed.
+	Reason string `json:"reason"`
 }
 
 // ApprovalRequestedEvent An Event of type `approval.requested`.
 type ApprovalRequestedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1280,7 +1294,7 @@ type ApprovalRequestedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `approval.requested` event: an approval was requested.
+	// Data What the `approval.requested` event records.
 	//
 	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","command_id":"cmd_1hJ3kL5mN7pQ","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form"}
 	Data ApprovalRequestedData `json:"data"`
@@ -1299,7 +1313,9 @@ type ApprovalRequestedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `approval.requested`.
 	Type interface{} `json:"type"`
 }
 
@@ -1317,7 +1333,7 @@ type ApprovalResolvedData struct {
 	// Examples: apr_3gH5jK7lM9nP
 	ApprovalId string `json:"approval_id"`
 
-	// Decision Decision of an approver.
+	// Decision The approver's decision, when an approver resolved it.
 	Decision *ApprovalDecision `json:"decision,omitempty"`
 
 	// ResolvedBy Authenticated principal that decided (with `decision`).
@@ -1326,18 +1342,18 @@ type ApprovalResolvedData struct {
 	// ResolvedVia How the decision reached the server (with `decision`).
 	ResolvedVia *DecisionChannel `json:"resolved_via,omitempty"`
 
-	// State State of an approval request. Only `pending` may be resolved.
+	// State The state the approval left `pending` for.
 	State ApprovalState `json:"state"`
 }
 
 // ApprovalResolvedEvent An Event of type `approval.resolved`.
 type ApprovalResolvedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1345,7 +1361,7 @@ type ApprovalResolvedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or expired). An approval that expired (its `expires_at` passed, checked by the server's upkeep even when nobody calls) has state `expired` and no decision.
+	// Data What the `approval.resolved` event records.
 	//
 	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"operator:local","resolved_via":"socket","state":"approved"}, {"approval_id":"apr_3gH5jK7lM9nP","state":"expired"}
 	Data ApprovalResolvedData `json:"data"`
@@ -1364,7 +1380,9 @@ type ApprovalResolvedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `approval.resolved`.
 	Type interface{} `json:"type"`
 }
 
@@ -1375,7 +1393,7 @@ type ApprovalRule struct {
 	// Channel Who may answer this rule's approvals (default `approver`: a separate approver only).
 	Channel *ApprovalChannel `json:"channel,omitempty"`
 
-	// Effect Kind of action an approval rule holds for approval.
+	// Effect The kind of action the rule holds for approval.
 	Effect ApprovalEffect `json:"effect"`
 
 	// Origins Limit the rule to these origin patterns; absent: every allowed origin.
@@ -1402,7 +1420,7 @@ type Artifact struct {
 	// CreatedAt When it was stored (RFC 3339, UTC).
 	CreatedAt *time.Time `json:"created_at,omitempty"`
 
-	// Kind Kind of an artifact.
+	// Kind What the artifact holds.
 	Kind *ArtifactKind `json:"kind,omitempty"`
 
 	// MediaType Media type of the bytes.
@@ -1433,8 +1451,10 @@ type BrowserSession struct {
 	// ContextId The session's primary browsing context.
 	//
 	// Examples: ctx_9aB3cD5eF7gH
-	ContextId string             `json:"context_id"`
-	Contexts  *[]BrowsingContext `json:"contexts,omitempty"`
+	ContextId string `json:"context_id"`
+
+	// Contexts The session's open top-level browsing contexts (tabs).
+	Contexts *[]BrowsingContext `json:"contexts,omitempty"`
 
 	// CreatedAt Creation time (RFC 3339, UTC).
 	CreatedAt time.Time `json:"created_at"`
@@ -1449,7 +1469,7 @@ type BrowserSession struct {
 	// Examples: bs_4fT8nQ2rL6vY
 	SessionId string `json:"session_id"`
 
-	// State State of a browser session. `lost` means its browser went away (crash, node death).
+	// State Where the session is in its lifecycle.
 	State BrowserSessionState `json:"state"`
 
 	// TaskId Task identifier.
@@ -1470,12 +1490,12 @@ type BrowserSessionClosedData struct {
 
 // BrowserSessionClosedEvent An Event of type `browser_session.closed`.
 type BrowserSessionClosedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1483,7 +1503,7 @@ type BrowserSessionClosedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `browser_session.closed` event: a browser session was closed.
+	// Data What the `browser_session.closed` event records.
 	//
 	// Examples: {"session_id":"bs_4fT8nQ2rL6vY"}
 	Data BrowserSessionClosedData `json:"data"`
@@ -1502,7 +1522,9 @@ type BrowserSessionClosedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `browser_session.closed`.
 	Type interface{} `json:"type"`
 }
 
@@ -1510,6 +1532,7 @@ type BrowserSessionClosedEvent struct {
 //
 // Examples: {"reason":"browser_crashed","session_id":"bs_4fT8nQ2rL6vY"}
 type BrowserSessionLostData struct {
+	// Reason Why the browser went away, when known.
 	Reason *string `json:"reason,omitempty"`
 
 	// SessionId Browser session identifier.
@@ -1520,12 +1543,12 @@ type BrowserSessionLostData struct {
 
 // BrowserSessionLostEvent An Event of type `browser_session.lost`.
 type BrowserSessionLostEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1533,7 +1556,7 @@ type BrowserSessionLostEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `browser_session.lost` event: a browser session's browser went away.
+	// Data What the `browser_session.lost` event records.
 	//
 	// Examples: {"reason":"browser_crashed","session_id":"bs_4fT8nQ2rL6vY"}
 	Data BrowserSessionLostData `json:"data"`
@@ -1552,7 +1575,9 @@ type BrowserSessionLostEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `browser_session.lost`.
 	Type interface{} `json:"type"`
 }
 
@@ -1578,12 +1603,12 @@ type BrowserSessionOpenedData struct {
 
 // BrowserSessionOpenedEvent An Event of type `browser_session.opened`.
 type BrowserSessionOpenedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1591,7 +1616,7 @@ type BrowserSessionOpenedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `browser_session.opened` event: a browser session was opened.
+	// Data What the `browser_session.opened` event records.
 	//
 	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","session_id":"bs_4fT8nQ2rL6vY"}
 	Data BrowserSessionOpenedData `json:"data"`
@@ -1610,7 +1635,9 @@ type BrowserSessionOpenedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `browser_session.opened`.
 	Type interface{} `json:"type"`
 }
 
@@ -1639,9 +1666,13 @@ type BrowsingContext struct {
 	// SessionId Browser session identifier.
 	//
 	// Examples: bs_4fT8nQ2rL6vY
-	SessionId string  `json:"session_id"`
-	Title     *string `json:"title,omitempty"`
-	Url       *string `json:"url,omitempty"`
+	SessionId string `json:"session_id"`
+
+	// Title Title of the context's current document.
+	Title *string `json:"title,omitempty"`
+
+	// Url URL of the context's current document.
+	Url *string `json:"url,omitempty"`
 }
 
 // BrowsingContextClosedData `data` of a `browsing_context.closed` event: a browsing context of a session closed.
@@ -1661,12 +1692,12 @@ type BrowsingContextClosedData struct {
 
 // BrowsingContextClosedEvent An Event of type `browsing_context.closed`.
 type BrowsingContextClosedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1674,7 +1705,7 @@ type BrowsingContextClosedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `browsing_context.closed` event: a browsing context of a session closed.
+	// Data What the `browsing_context.closed` event records.
 	//
 	// Examples: {"context_id":"ctx_7cD9eF1gH3jK","session_id":"bs_4fT8nQ2rL6vY"}
 	Data BrowsingContextClosedData `json:"data"`
@@ -1693,7 +1724,9 @@ type BrowsingContextClosedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `browsing_context.closed`.
 	Type interface{} `json:"type"`
 }
 
@@ -1714,18 +1747,20 @@ type BrowsingContextOpenedData struct {
 	// SessionId Browser session identifier.
 	//
 	// Examples: bs_4fT8nQ2rL6vY
-	SessionId string  `json:"session_id"`
-	Url       *string `json:"url,omitempty"`
+	SessionId string `json:"session_id"`
+
+	// Url URL the new context opened with.
+	Url *string `json:"url,omitempty"`
 }
 
 // BrowsingContextOpenedEvent An Event of type `browsing_context.opened`.
 type BrowsingContextOpenedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1733,7 +1768,7 @@ type BrowsingContextOpenedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `browsing_context.opened` event: a new browsing context (a popup or a target=_blank tab) opened in a session.
+	// Data What the `browsing_context.opened` event records.
 	//
 	// Examples: {"context_id":"ctx_7cD9eF1gH3jK","opener":"ctx_9aB3cD5eF7gH","session_id":"bs_4fT8nQ2rL6vY","url":"https://shop.example.com/terms"}
 	Data BrowsingContextOpenedData `json:"data"`
@@ -1752,7 +1787,9 @@ type BrowsingContextOpenedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `browsing_context.opened`.
 	Type interface{} `json:"type"`
 }
 
@@ -1760,22 +1797,27 @@ type BrowsingContextOpenedEvent struct {
 //
 // Examples: {"budget":"max_steps","limit":50,"used":50}
 type BudgetExhaustedData struct {
+	// Budget The budget that ran out.
 	Budget BudgetExhaustedDataBudget `json:"budget"`
-	Limit  float32                   `json:"limit"`
-	Used   float32                   `json:"used"`
+
+	// Limit The budget's limit.
+	Limit float32 `json:"limit"`
+
+	// Used How much of the budget the task used.
+	Used float32 `json:"used"`
 }
 
-// BudgetExhaustedDataBudget defines model for BudgetExhaustedData.Budget.
+// BudgetExhaustedDataBudget The budget that ran out.
 type BudgetExhaustedDataBudget string
 
 // BudgetExhaustedEvent An Event of type `budget.exhausted`.
 type BudgetExhaustedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1783,7 +1825,7 @@ type BudgetExhaustedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `budget.exhausted` event: an autonomous task used up one of its budgets; it ends `failed`.
+	// Data What the `budget.exhausted` event records.
 	//
 	// Examples: {"budget":"max_steps","limit":50,"used":50}
 	Data BudgetExhaustedData `json:"data"`
@@ -1802,7 +1844,9 @@ type BudgetExhaustedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `budget.exhausted`.
 	Type interface{} `json:"type"`
 }
 
@@ -1810,6 +1854,7 @@ type BudgetExhaustedEvent struct {
 //
 // Examples: {"reason":"Operator stopped the run"}
 type CancelTaskRequest struct {
+	// Reason Why the task is cancelled; recorded in its history.
 	Reason *string `json:"reason,omitempty"`
 }
 
@@ -1817,12 +1862,12 @@ type CancelTaskRequest struct {
 //
 // Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"cancel_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"closed_at":"2026-11-20T09:15:02Z","created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"cancelled","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}}
 type CancelTaskResponse struct {
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
 
-	// Task A unit of browser work with a lifecycle, policy and history.
+	// Task The task after cancellation.
 	//
 	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 	Task Task `json:"task"`
@@ -1838,8 +1883,10 @@ type CaptureEvidenceRequest struct {
 	ContextId *string `json:"context_id,omitempty"`
 
 	// FullPage Screenshot the whole page (up to 16384 CSS pixels high), not only the viewport.
-	FullPage *bool          `json:"full_page,omitempty"`
-	Kinds    []EvidenceKind `json:"kinds"`
+	FullPage *bool `json:"full_page,omitempty"`
+
+	// Kinds Kinds of evidence to capture, each at most once.
+	Kinds []EvidenceKind `json:"kinds"`
 
 	// NodeId Screenshot only this node's box (a handle from observe or query_nodes; scrolled into view first, in any frame). Not with full_page. A handle of an older epoch answers 409 stale_node_handle.
 	NodeId *string `json:"node_id,omitempty"`
@@ -1849,9 +1896,10 @@ type CaptureEvidenceRequest struct {
 //
 // Examples: {"artifacts":[{"artifact_id":"art_8qR2sT4uV6wX","kind":"screenshot","media_type":"image/png","sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","size":48213}],"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"capture_evidence","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type CaptureEvidenceResponse struct {
+	// Artifacts The stored evidence artifacts, one per kind asked for.
 	Artifacts []Artifact `json:"artifacts"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
@@ -1875,9 +1923,13 @@ type Checkpoint struct {
 	EpochId *string `json:"epoch_id,omitempty"`
 
 	// PolicySha256 Digest of the task policy it was taken under.
-	PolicySha256    *string `json:"policy_sha256,omitempty"`
+	PolicySha256 *string `json:"policy_sha256,omitempty"`
+
+	// ProtocolVersion BAP protocol version under which the checkpoint was taken; resume_task checks it against its own.
 	ProtocolVersion *string `json:"protocol_version,omitempty"`
-	ServerVersion   *string `json:"server_version,omitempty"`
+
+	// ServerVersion Version of the server that took the checkpoint; resume_task checks it against its own.
+	ServerVersion *string `json:"server_version,omitempty"`
 
 	// SessionId Browser session identifier.
 	//
@@ -1902,12 +1954,12 @@ type CheckpointBrowserSessionRequest = map[string]interface{}
 //
 // Examples: {"checkpoint":{"checkpoint_id":"chk_6yZ8aB0cD2eF","created_at":"2026-11-20T09:15:02Z","epoch_id":"ep_2kM4nP6qR8sT","session_id":"bs_4fT8nQ2rL6vY","task_id":"tsk_7Hq2ZkP9xW3m","url":"https://shop.example.com/cart"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"checkpoint_browser_session","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type CheckpointBrowserSessionResponse struct {
-	// Checkpoint Restorable browser state (storage state, URL, epoch) of a session.
+	// Checkpoint The checkpoint taken.
 	//
 	// Examples: {"checkpoint_id":"chk_6yZ8aB0cD2eF","created_at":"2026-11-20T09:15:02Z","epoch_id":"ep_2kM4nP6qR8sT","session_id":"bs_4fT8nQ2rL6vY","task_id":"tsk_7Hq2ZkP9xW3m","url":"https://shop.example.com/cart"}
 	Checkpoint Checkpoint `json:"checkpoint"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
@@ -1930,12 +1982,12 @@ type CheckpointCreatedData struct {
 
 // CheckpointCreatedEvent An Event of type `checkpoint.created`.
 type CheckpointCreatedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -1943,7 +1995,7 @@ type CheckpointCreatedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `checkpoint.created` event: a checkpoint was taken.
+	// Data What the `checkpoint.created` event records.
 	//
 	// Examples: {"checkpoint_id":"chk_6yZ8aB0cD2eF","session_id":"bs_4fT8nQ2rL6vY"}
 	Data CheckpointCreatedData `json:"data"`
@@ -1962,7 +2014,9 @@ type CheckpointCreatedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `checkpoint.created`.
 	Type interface{} `json:"type"`
 }
 
@@ -1982,12 +2036,12 @@ type CloseBrowserSessionRequest = map[string]interface{}
 //
 // Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"close_browser_session","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"closed_at":"2026-11-20T09:15:02Z","context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"closed","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type CloseBrowserSessionResponse struct {
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
 
-	// Session An isolated browser context (own cookies and storage) owned by a task.
+	// Session The session after it closed.
 	//
 	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Session BrowserSession `json:"session"`
@@ -2002,19 +2056,20 @@ type CloseTaskRequest = map[string]interface{}
 //
 // Examples: {"evidence":[{"artifact_id":"art_8qR2sT4uV6wX","kind":"screenshot","media_type":"image/png","sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","size":48213}],"postcondition":{"satisfied":true,"unmet":[]},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"close_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"closed_at":"2026-11-20T09:15:02Z","created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"succeeded","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z","verification":"verified"}}
 type CloseTaskResponse struct {
+	// Evidence Evidence captured at close.
 	Evidence []Artifact `json:"evidence"`
 
-	// Postcondition Result of evaluating a postcondition.
+	// Postcondition How the task's postcondition evaluated at close.
 	//
 	// Examples: {"satisfied":true,"unmet":[]}
 	Postcondition PostconditionResult `json:"postcondition"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
 
-	// Task A unit of browser work with a lifecycle, policy and history.
+	// Task The task in its terminal state.
 	//
 	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 	Task Task `json:"task"`
@@ -2038,9 +2093,11 @@ type CommandRecordedData struct {
 	// HeldCommandId For an action an approval released: the act command that was held (its receipt stays pending_approval).
 	HeldCommandId *string `json:"held_command_id,omitempty"`
 
-	// Operation The operation a command executes (its operationId).
+	// Operation The operation of the recorded command.
 	Operation CommandOperation `json:"operation"`
-	PlanStep  *int             `json:"plan_step,omitempty"`
+
+	// PlanStep Index of the plan step that issued the command, for a command of a plan.
+	PlanStep *int `json:"plan_step,omitempty"`
 
 	// SessionId Browser session identifier.
 	//
@@ -2050,12 +2107,12 @@ type CommandRecordedData struct {
 
 // CommandRecordedEvent An Event of type `command.recorded`.
 type CommandRecordedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2063,7 +2120,7 @@ type CommandRecordedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `command.recorded` event: a command was recorded before dispatch.
+	// Data What the `command.recorded` event records.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","operation":"navigate","session_id":"bs_4fT8nQ2rL6vY"}
 	Data CommandRecordedData `json:"data"`
@@ -2082,7 +2139,9 @@ type CommandRecordedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `command.recorded`.
 	Type interface{} `json:"type"`
 }
 
@@ -2100,12 +2159,12 @@ type CreateBrowserSessionRequest struct {
 //
 // Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"create_browser_session","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type CreateBrowserSessionResponse struct {
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
 
-	// Session An isolated browser context (own cookies and storage) owned by a task.
+	// Session The new browser session.
 	//
 	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Session BrowserSession `json:"session"`
@@ -2137,12 +2196,12 @@ type CreateTaskRequest struct {
 	// Plan Delegated mode: the server runs these steps itself, then closes the task by its postcondition.
 	Plan *[]PlanStep `json:"plan,omitempty"`
 
-	// Policy Policy of a task.
+	// Policy What the task may do: its allowed origins and approval rules, among others.
 	//
 	// Examples: {"allowed_origins":["https://shop.example.com","http://127.0.0.1:*"],"approval_rules":[{"effect":"form_submission"}]}
 	Policy Policy `json:"policy"`
 
-	// Postcondition Declared success condition of a task: every clause must hold on the task's most recently used browsing context at close.
+	// Postcondition The condition close_task checks before the task may succeed.
 	//
 	// Examples: {"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}
 	Postcondition *Postcondition `json:"postcondition,omitempty"`
@@ -2152,12 +2211,12 @@ type CreateTaskRequest struct {
 //
 // Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"create_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"created","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:00Z"}}
 type CreateTaskResponse struct {
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
 
-	// Task A unit of browser work with a lifecycle, policy and history.
+	// Task The new task.
 	//
 	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 	Task Task `json:"task"`
@@ -2173,12 +2232,15 @@ type DecisionChannel string
 //
 // Examples: {"accepted":false,"context_id":"ctx_9aB3cD5eF7gH","dialog_type":"confirm","message":"Leave this page?","session_id":"bs_4fT8nQ2rL6vY"}
 type DialogHandledData struct {
+	// Accepted True when the dialog was accepted, false when dismissed.
 	Accepted bool `json:"accepted"`
 
 	// ContextId Browsing context identifier.
 	//
 	// Examples: ctx_9aB3cD5eF7gH
-	ContextId  *string                     `json:"context_id,omitempty"`
+	ContextId *string `json:"context_id,omitempty"`
+
+	// DialogType The kind of JavaScript dialog the page opened.
 	DialogType DialogHandledDataDialogType `json:"dialog_type"`
 
 	// Message The dialog's text, truncated.
@@ -2190,17 +2252,17 @@ type DialogHandledData struct {
 	SessionId string `json:"session_id"`
 }
 
-// DialogHandledDataDialogType defines model for DialogHandledData.DialogType.
+// DialogHandledDataDialogType The kind of JavaScript dialog the page opened.
 type DialogHandledDataDialogType string
 
 // DialogHandledEvent An Event of type `dialog.handled`.
 type DialogHandledEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2208,7 +2270,7 @@ type DialogHandledEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
+	// Data What the `dialog.handled` event records.
 	//
 	// Examples: {"accepted":false,"context_id":"ctx_9aB3cD5eF7gH","dialog_type":"confirm","message":"Leave this page?","session_id":"bs_4fT8nQ2rL6vY"}
 	Data DialogHandledData `json:"data"`
@@ -2227,7 +2289,9 @@ type DialogHandledEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `dialog.handled`.
 	Type interface{} `json:"type"`
 }
 
@@ -2239,8 +2303,12 @@ type DownloadCompletedData struct {
 	//
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
+
+	// MediaType Media type of the downloaded file.
 	MediaType *string `json:"media_type,omitempty"`
-	Name      string  `json:"name"`
+
+	// Name File name the page suggested for the download.
+	Name string `json:"name"`
 
 	// Reason Why the content was not kept, when it was not.
 	Reason *string `json:"reason,omitempty"`
@@ -2249,17 +2317,19 @@ type DownloadCompletedData struct {
 	//
 	// Examples: bs_4fT8nQ2rL6vY
 	SessionId string `json:"session_id"`
-	Size      int    `json:"size"`
+
+	// Size Size of the downloaded file in bytes.
+	Size int `json:"size"`
 }
 
 // DownloadCompletedEvent An Event of type `download.completed`.
 type DownloadCompletedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2267,7 +2337,7 @@ type DownloadCompletedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `download.completed` event: the page downloaded a file during an action (stored when within the size and type limits).
+	// Data What the `download.completed` event records.
 	//
 	// Examples: {"media_type":"application/pdf","name":"invoice.pdf","session_id":"bs_4fT8nQ2rL6vY","size":48213}
 	Data DownloadCompletedData `json:"data"`
@@ -2286,7 +2356,9 @@ type DownloadCompletedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `download.completed`.
 	Type interface{} `json:"type"`
 }
 
@@ -2294,12 +2366,12 @@ type DownloadCompletedEvent struct {
 //
 // Examples: {"actor":{"id":"agent-ci","kind":"client"},"cause":{"command_id":"cmd_1hJ3kL5mN7pQ"},"data":{"from":"admitted","to":"running"},"event_id":"evt_2cD4eF6gH8jK","seq":3,"task_id":"tsk_7Hq2ZkP9xW3m","time":"2026-11-20T09:15:02Z","type":"task.state_changed"}
 type Event struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2326,7 +2398,7 @@ type Event struct {
 	// Time When it happened (RFC 3339, UTC).
 	Time time.Time `json:"time"`
 
-	// Type Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
+	// Type The event type; it determines the shape of `data`.
 	Type EventType `json:"type"`
 }
 
@@ -2365,6 +2437,7 @@ type EventType string
 //
 // Examples: {"artifacts":[{"artifact_id":"art_8qR2sT4uV6wX","kind":"screenshot","media_type":"image/png","sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","size":48213}],"session_id":"bs_4fT8nQ2rL6vY"}
 type EvidenceCapturedData struct {
+	// Artifacts The stored evidence artifacts.
 	Artifacts []Artifact `json:"artifacts"`
 
 	// SessionId Browser session identifier.
@@ -2375,12 +2448,12 @@ type EvidenceCapturedData struct {
 
 // EvidenceCapturedEvent An Event of type `evidence.captured`.
 type EvidenceCapturedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2388,7 +2461,7 @@ type EvidenceCapturedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `evidence.captured` event: evidence artifacts were stored.
+	// Data What the `evidence.captured` event records.
 	//
 	// Examples: {"artifacts":[{"artifact_id":"art_8qR2sT4uV6wX","kind":"screenshot","media_type":"image/png","sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","size":48213}],"session_id":"bs_4fT8nQ2rL6vY"}
 	Data EvidenceCapturedData `json:"data"`
@@ -2407,7 +2480,9 @@ type EvidenceCapturedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `evidence.captured`.
 	Type interface{} `json:"type"`
 }
 
@@ -2427,7 +2502,7 @@ type ExtractRequest struct {
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
 
-	// Kind What `extract` returns.
+	// Kind What to extract.
 	Kind ExtractKind `json:"kind"`
 
 	// NodeId Node handle from observe or query_nodes; valid for one session and one document epoch.
@@ -2435,7 +2510,7 @@ type ExtractRequest struct {
 	// Examples: nd_5xY7zA9bC1dE
 	NodeId *string `json:"node_id,omitempty"`
 
-	// Query Typed element query. Reaches into same- and cross-origin iframes and open shadow roots.
+	// Query Selects the node to extract from (instead of `node_id`).
 	//
 	// Examples: {"name":"Place order","role":"button"}
 	Query *Query `json:"query,omitempty"`
@@ -2461,10 +2536,10 @@ type ExtractResponse struct {
 	// Examples: ep_2kM4nP6qR8sT
 	EpochId string `json:"epoch_id"`
 
-	// Kind What `extract` returns.
+	// Kind What was extracted; it determines the shape of `data`.
 	Kind *ExtractKind `json:"kind,omitempty"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt *Receipt `json:"receipt,omitempty"`
@@ -2474,21 +2549,27 @@ type ExtractResponse struct {
 //
 // Examples: {"href":"https://shop.example.com/help","text":"Help"}
 type ExtractedLink struct {
+	// Href The link's target as an absolute URL.
 	Href string `json:"href"`
 
 	// NodeId Node handle from observe or query_nodes; valid for one session and one document epoch.
 	//
 	// Examples: nd_5xY7zA9bC1dE
 	NodeId *string `json:"node_id,omitempty"`
-	Text   string  `json:"text"`
+
+	// Text The link's visible text.
+	Text string `json:"text"`
 }
 
 // ExtractedTable `data` of `extract` with kind `table`.
 //
 // Examples: {"columns":["Item","Qty"],"rows":[["Socks","2"]]}
 type ExtractedTable struct {
-	Columns []string   `json:"columns"`
-	Rows    [][]string `json:"rows"`
+	// Columns The table's column headers, in order.
+	Columns []string `json:"columns"`
+
+	// Rows The table's body rows, each a list of cell texts in column order.
+	Rows [][]string `json:"rows"`
 }
 
 // GetArtifactResponse JSON form of get_artifact that MCP returns beside the blob (the HTTP route answers the bytes).
@@ -2498,19 +2579,23 @@ type GetArtifactResponse struct {
 	// ArtifactId Artifact identifier.
 	//
 	// Examples: art_8qR2sT4uV6wX
-	ArtifactId string  `json:"artifact_id"`
-	MediaType  *string `json:"media_type,omitempty"`
+	ArtifactId string `json:"artifact_id"`
+
+	// MediaType Media type of the artifact's bytes.
+	MediaType *string `json:"media_type,omitempty"`
 
 	// Sha256 SHA-256 digest, 64 lowercase hex characters.
 	Sha256 string `json:"sha256"`
-	Size   int    `json:"size"`
+
+	// Size Size of the artifact in bytes.
+	Size int `json:"size"`
 }
 
 // GetTaskResponse Answer of get_task.
 //
 // Examples: {"task":{"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}}
 type GetTaskResponse struct {
-	// Task A unit of browser work with a lifecycle, policy and history.
+	// Task The task.
 	//
 	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 	Task Task `json:"task"`
@@ -2523,9 +2608,10 @@ type HealthState string
 //
 // Examples: {"status":"ok"}
 type HealthStatus struct {
+	// Detail Why the server is not ready, when it is not.
 	Detail *string `json:"detail,omitempty"`
 
-	// Status Health probe status.
+	// Status The health state.
 	Status HealthState `json:"status"`
 }
 
@@ -2546,7 +2632,7 @@ type HeldRequest struct {
 //
 // Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"reconciliation_required","receipt_id":"rcp_9rS1tU3vW5xY","reconciliation_id":"rec_7mN9pQ1rS3tU","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type InterruptedCommandResponse struct {
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The interrupted command's receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
@@ -2556,6 +2642,7 @@ type InterruptedCommandResponse struct {
 //
 // Examples: {"approvals":[{"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","command_id":"cmd_1hJ3kL5mN7pQ","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}]}
 type ListApprovalsResponse struct {
+	// Approvals The approvals, oldest request first.
 	Approvals []Approval `json:"approvals"`
 }
 
@@ -2563,6 +2650,7 @@ type ListApprovalsResponse struct {
 //
 // Examples: {"events":[{"actor":{"id":"agent-ci","kind":"client"},"cause":{"command_id":"cmd_1hJ3kL5mN7pQ"},"data":{"from":"admitted","to":"running"},"event_id":"evt_2cD4eF6gH8jK","seq":3,"task_id":"tsk_7Hq2ZkP9xW3m","time":"2026-11-20T09:15:02Z","type":"task.state_changed"}],"next_after":null}
 type ListTaskEventsResponse struct {
+	// Events The events of this page, in `seq` order.
 	Events []Event `json:"events"`
 
 	// NextAfter Pass as `after` to get the next page; null when there are no more events yet.
@@ -2573,17 +2661,26 @@ type ListTaskEventsResponse struct {
 //
 // Examples: {"cost_usd":0.0021,"input_tokens":1830,"latency_ms":912,"model":"acme-large","output_tokens":64,"prompt_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","provider":"acme-ai","reasoning":"high","role":"planner","step":0}
 type ModelCalledData struct {
-	CostUsd     float64 `json:"cost_usd"`
-	InputTokens int     `json:"input_tokens"`
-	LatencyMs   int     `json:"latency_ms"`
+	// CostUsd Cost of the call in US dollars.
+	CostUsd float64 `json:"cost_usd"`
+
+	// InputTokens Tokens the model read.
+	InputTokens int `json:"input_tokens"`
+
+	// LatencyMs How long the call took, in milliseconds.
+	LatencyMs int `json:"latency_ms"`
 
 	// Model The model that served the call, as the orchestrator's answer names it (not the name BAP asked for, when they differ).
-	Model        string `json:"model"`
-	OutputTokens int    `json:"output_tokens"`
+	Model string `json:"model"`
+
+	// OutputTokens Tokens the model wrote.
+	OutputTokens int `json:"output_tokens"`
 
 	// PromptSha256 SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
 	PromptSha256 string `json:"prompt_sha256"`
-	Provider     string `json:"provider"`
+
+	// Provider Provider of the model that answered.
+	Provider string `json:"provider"`
 
 	// Reasoning Reasoning setting asked for (empty: the model's default).
 	Reasoning *string `json:"reasoning,omitempty"`
@@ -2591,7 +2688,7 @@ type ModelCalledData struct {
 	// RequestedModel The model id BAP asked for, present only when the answer names another serving model (a dated snapshot of it, or a model the orchestrator routed to).
 	RequestedModel *string `json:"requested_model,omitempty"`
 
-	// Role Role a model plays for an autonomous task: `observer` (low-cost observation and extraction), `planner` (proposes the next typed step), `verifier` (judges the final evidence against the goal), `safety` (classifies proposed steps and pages).
+	// Role The role the model served in.
 	Role ModelRole `json:"role"`
 
 	// Step Index of the step the call proposed (planner) or the number of steps run (verifier).
@@ -2609,12 +2706,12 @@ type ModelCalledDataUsage string
 
 // ModelCalledEvent An Event of type `model.called`.
 type ModelCalledEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2622,7 +2719,7 @@ type ModelCalledEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `model.called` event: a model answered for an autonomous task, with its provenance (never the prompt text or a protected value).
+	// Data What the `model.called` event records.
 	//
 	// Examples: {"cost_usd":0.0021,"input_tokens":1830,"latency_ms":912,"model":"acme-large","output_tokens":64,"prompt_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","provider":"acme-ai","reasoning":"high","role":"planner","step":0}
 	Data ModelCalledData `json:"data"`
@@ -2641,7 +2738,9 @@ type ModelCalledEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `model.called`.
 	Type interface{} `json:"type"`
 }
 
@@ -2649,24 +2748,33 @@ type ModelCalledEvent struct {
 //
 // Examples: {"from_model":"acme-large","from_provider":"acme-ai","latency_ms":30000,"reason":"timeout after 30 s","role":"planner","to_model":"acme-medium"}
 type ModelFallbackData struct {
-	FromModel    string  `json:"from_model"`
-	FromProvider *string `json:"from_provider,omitempty"`
-	LatencyMs    *int    `json:"latency_ms,omitempty"`
-	Reason       string  `json:"reason"`
+	// FromModel The model that failed.
+	FromModel string `json:"from_model"`
 
-	// Role Role a model plays for an autonomous task: `observer` (low-cost observation and extraction), `planner` (proposes the next typed step), `verifier` (judges the final evidence against the goal), `safety` (classifies proposed steps and pages).
-	Role    ModelRole `json:"role"`
-	ToModel *string   `json:"to_model,omitempty"`
+	// FromProvider Provider of the model that failed.
+	FromProvider *string `json:"from_provider,omitempty"`
+
+	// LatencyMs How long the failed call took, in milliseconds.
+	LatencyMs *int `json:"latency_ms,omitempty"`
+
+	// Reason Why the model failed (protected values removed).
+	Reason string `json:"reason"`
+
+	// Role The role the models serve in.
+	Role ModelRole `json:"role"`
+
+	// ToModel The next model tried, when one was left.
+	ToModel *string `json:"to_model,omitempty"`
 }
 
 // ModelFallbackEvent An Event of type `model.fallback`.
 type ModelFallbackEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2674,7 +2782,7 @@ type ModelFallbackEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the next approved model of the same role was tried; `to_model` is absent when none was left.
+	// Data What the `model.fallback` event records.
 	//
 	// Examples: {"from_model":"acme-large","from_provider":"acme-ai","latency_ms":30000,"reason":"timeout after 30 s","role":"planner","to_model":"acme-medium"}
 	Data ModelFallbackData `json:"data"`
@@ -2693,7 +2801,9 @@ type ModelFallbackEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `model.fallback`.
 	Type interface{} `json:"type"`
 }
 
@@ -2732,7 +2842,7 @@ type NavigateRequest struct {
 	// Url Absolute URL; its origin must be allowed by the task policy.
 	Url string `json:"url"`
 
-	// WaitUntil Document readiness a navigation waits for (default `load`).
+	// WaitUntil Which load milestone the navigation waits for.
 	WaitUntil *WaitUntil `json:"wait_until,omitempty"`
 }
 
@@ -2750,14 +2860,16 @@ type NavigateResponse struct {
 	// Examples: ep_2kM4nP6qR8sT
 	EpochId string `json:"epoch_id"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
 
 	// Status HTTP status of the main document.
-	Status *int    `json:"status,omitempty"`
-	Title  *string `json:"title,omitempty"`
+	Status *int `json:"status,omitempty"`
+
+	// Title Title of the new document.
+	Title *string `json:"title,omitempty"`
 
 	// Url Final URL after redirects.
 	Url string `json:"url"`
@@ -2781,17 +2893,19 @@ type NavigationCommittedData struct {
 	//
 	// Examples: bs_4fT8nQ2rL6vY
 	SessionId string `json:"session_id"`
-	Url       string `json:"url"`
+
+	// Url URL of the committed document.
+	Url string `json:"url"`
 }
 
 // NavigationCommittedEvent An Event of type `navigation.committed`.
 type NavigationCommittedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2799,7 +2913,7 @@ type NavigationCommittedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `navigation.committed` event: a context committed a new document (new epoch).
+	// Data What the `navigation.committed` event records.
 	//
 	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","epoch_id":"ep_3nQ5pR7sT9uV","session_id":"bs_4fT8nQ2rL6vY","url":"https://shop.example.com/checkout"}
 	Data NavigationCommittedData `json:"data"`
@@ -2818,7 +2932,9 @@ type NavigationCommittedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `navigation.committed`.
 	Type interface{} `json:"type"`
 }
 
@@ -2826,12 +2942,23 @@ type NavigationCommittedEvent struct {
 //
 // Examples: {"disabled":false,"name":"Place order","node_id":"nd_5xY7zA9bC1dE","role":"button"}
 type Node struct {
-	Checked     *bool   `json:"checked,omitempty"`
-	Children    *[]Node `json:"children,omitempty"`
+	// Checked True for a checked checkbox, radio or switch.
+	Checked *bool `json:"checked,omitempty"`
+
+	// Children Child nodes, in document order.
+	Children *[]Node `json:"children,omitempty"`
+
+	// Description Accessible description of the node.
 	Description *string `json:"description,omitempty"`
-	Disabled    *bool   `json:"disabled,omitempty"`
-	Expanded    *bool   `json:"expanded,omitempty"`
-	Focused     *bool   `json:"focused,omitempty"`
+
+	// Disabled True for a disabled control.
+	Disabled *bool `json:"disabled,omitempty"`
+
+	// Expanded True for an expanded control, false for a collapsed one.
+	Expanded *bool `json:"expanded,omitempty"`
+
+	// Focused True for the node that has focus.
+	Focused *bool `json:"focused,omitempty"`
 
 	// Href Link target.
 	Href *string `json:"href,omitempty"`
@@ -2843,8 +2970,10 @@ type Node struct {
 	Level *int `json:"level,omitempty"`
 
 	// Mixed True for a tri-state control in the mixed state.
-	Mixed *bool   `json:"mixed,omitempty"`
-	Name  *string `json:"name,omitempty"`
+	Mixed *bool `json:"mixed,omitempty"`
+
+	// Name Accessible name of the node.
+	Name *string `json:"name,omitempty"`
 
 	// NodeId Node handle from observe or query_nodes; valid for one session and one document epoch. Present on every node an action can target and on containers usable as `within`; absent on text runs and pure structure.
 	//
@@ -2858,18 +2987,26 @@ type Node struct {
 	Placeholder *string `json:"placeholder,omitempty"`
 
 	// Readonly True for a read-only control.
-	Readonly *bool   `json:"readonly,omitempty"`
-	Required *bool   `json:"required,omitempty"`
-	Role     string  `json:"role"`
-	Selected *bool   `json:"selected,omitempty"`
-	Value    *string `json:"value,omitempty"`
+	Readonly *bool `json:"readonly,omitempty"`
+
+	// Required True for a required form control.
+	Required *bool `json:"required,omitempty"`
+
+	// Role ARIA role of the node.
+	Role string `json:"role"`
+
+	// Selected True for a selected option, tab or row.
+	Selected *bool `json:"selected,omitempty"`
+
+	// Value Current value of a control.
+	Value *string `json:"value,omitempty"`
 }
 
 // NodeExistsClause Holds when the query finds at least one node.
 //
 // Examples: {"node_exists":{"name":"Order confirmed","role":"heading"}}
 type NodeExistsClause struct {
-	// NodeExists Typed element query. Reaches into same- and cross-origin iframes and open shadow roots.
+	// NodeExists The query that must find at least one node.
 	//
 	// Examples: {"name":"Place order","role":"button"}
 	NodeExists Query `json:"node_exists"`
@@ -2886,9 +3023,11 @@ type ObserveRequest struct {
 	//
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
-	MaxNodes  *int    `json:"max_nodes,omitempty"`
 
-	// Mode `interactive` (default): actionable nodes, headings and landmarks; `full`: the whole accessibility tree.
+	// MaxNodes Most nodes to return; `truncated` says when the tree had more.
+	MaxNodes *int `json:"max_nodes,omitempty"`
+
+	// Mode Which nodes the observation includes.
 	Mode *ObserveMode `json:"mode,omitempty"`
 
 	// Within Observe only this node's subtree.
@@ -2910,17 +3049,23 @@ type ObserveResponse struct {
 	//
 	// Examples: ep_2kM4nP6qR8sT
 	EpochId string `json:"epoch_id"`
-	Nodes   []Node `json:"nodes"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Nodes The observed nodes, each with its children.
+	Nodes []Node `json:"nodes"`
+
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt *Receipt `json:"receipt,omitempty"`
-	Title   string   `json:"title"`
+
+	// Title Title of the observed document.
+	Title string `json:"title"`
 
 	// Truncated True when max_nodes cut the tree.
-	Truncated *bool  `json:"truncated,omitempty"`
-	Url       string `json:"url"`
+	Truncated *bool `json:"truncated,omitempty"`
+
+	// Url URL of the observed document.
+	Url string `json:"url"`
 }
 
 // PlanOp Operation of a delegated-mode plan step.
@@ -2934,7 +3079,7 @@ type PlanStep struct {
 	// MaxAttempts Attempts before the step is dead-lettered and the task fails (the runtime's default is 3). Errors that cannot improve on retry (a policy violation, invalid arguments, no browser) fail the plan at once without consuming attempts.
 	MaxAttempts *int `json:"max_attempts,omitempty"`
 
-	// Op Operation of a delegated-mode plan step.
+	// Op The operation the step runs.
 	Op PlanOp `json:"op"`
 }
 
@@ -2944,16 +3089,20 @@ type PlanStep struct {
 type PlanStepFinishedData struct {
 	// ArtifactId An artifact the step produced: what an `observe` (kind `ax_snapshot`) or `extract` (kind `other`) step returned, as JSON; the first artifact of a `capture_evidence` step; the screenshot kept with a dead letter.
 	ArtifactId *string `json:"artifact_id,omitempty"`
-	Attempt    int     `json:"attempt"`
+
+	// Attempt Which attempt of the step this was, from 1.
+	Attempt int `json:"attempt"`
 
 	// DeadLettered True when the step failed beyond its attempts.
 	DeadLettered *bool `json:"dead_lettered,omitempty"`
-	Index        int   `json:"index"`
 
-	// Op Operation of a delegated-mode plan step.
+	// Index Index of the step in the plan, from 0.
+	Index int `json:"index"`
+
+	// Op The step's operation.
 	Op PlanOp `json:"op"`
 
-	// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+	// ProblemCode Why the step failed, when it failed.
 	ProblemCode *ProblemCode `json:"problem_code,omitempty"`
 
 	// ReceiptId Receipt identifier.
@@ -2962,18 +3111,20 @@ type PlanStepFinishedData struct {
 	ReceiptId *string `json:"receipt_id,omitempty"`
 
 	// Rerun True when a safe step that had finished was run again on a session restored from a checkpoint.
-	Rerun     *bool `json:"rerun,omitempty"`
-	Succeeded bool  `json:"succeeded"`
+	Rerun *bool `json:"rerun,omitempty"`
+
+	// Succeeded True when the step succeeded.
+	Succeeded bool `json:"succeeded"`
 }
 
 // PlanStepFinishedEvent An Event of type `plan.step_finished`.
 type PlanStepFinishedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -2981,7 +3132,7 @@ type PlanStepFinishedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `plan.step_finished` event: a delegated-mode plan step ended.
+	// Data What the `plan.step_finished` event records.
 	//
 	// Examples: {"attempt":1,"index":0,"op":"navigate","receipt_id":"rcp_9rS1tU3vW5xY","succeeded":true}
 	Data PlanStepFinishedData `json:"data"`
@@ -3000,7 +3151,9 @@ type PlanStepFinishedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `plan.step_finished`.
 	Type interface{} `json:"type"`
 }
 
@@ -3008,10 +3161,13 @@ type PlanStepFinishedEvent struct {
 //
 // Examples: {"attempt":1,"index":0,"op":"navigate"}
 type PlanStepStartedData struct {
+	// Attempt Which attempt of the step this is, from 1.
 	Attempt int `json:"attempt"`
-	Index   int `json:"index"`
 
-	// Op Operation of a delegated-mode plan step.
+	// Index Index of the step in the plan, from 0.
+	Index int `json:"index"`
+
+	// Op The step's operation.
 	Op PlanOp `json:"op"`
 
 	// Rerun True when a safe step that had finished is run again on a session restored from a checkpoint (after a worker took over an expired lease).
@@ -3020,12 +3176,12 @@ type PlanStepStartedData struct {
 
 // PlanStepStartedEvent An Event of type `plan.step_started`.
 type PlanStepStartedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3033,7 +3189,7 @@ type PlanStepStartedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `plan.step_started` event: a delegated-mode plan step started.
+	// Data What the `plan.step_started` event records.
 	//
 	// Examples: {"attempt":1,"index":0,"op":"navigate"}
 	Data PlanStepStartedData `json:"data"`
@@ -3052,7 +3208,9 @@ type PlanStepStartedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `plan.step_started`.
 	Type interface{} `json:"type"`
 }
 
@@ -3067,14 +3225,18 @@ type PlannerProposedData struct {
 	Args *map[string]interface{} `json:"args,omitempty"`
 
 	// Index Index of the proposed step (absent for `done`).
-	Index *int    `json:"index,omitempty"`
+	Index *int `json:"index,omitempty"`
+
+	// Model The planner model that proposed the step.
 	Model *string `json:"model,omitempty"`
 
 	// Op The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
 	Op *PlannerProposedDataOp `json:"op,omitempty"`
 
 	// Problem Why a proposal was not accepted.
-	Problem  *string `json:"problem,omitempty"`
+	Problem *string `json:"problem,omitempty"`
+
+	// Provider Provider of the planner model.
 	Provider *string `json:"provider,omitempty"`
 
 	// Reason Why the model proposes it (free text from the model, protected values masked).
@@ -3086,12 +3248,12 @@ type PlannerProposedDataOp string
 
 // PlannerProposedEvent An Event of type `planner.proposed`.
 type PlannerProposedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3099,7 +3261,7 @@ type PlannerProposedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `planner.proposed` event: the planner model proposed the next step of an autonomous task, or declared the goal done (`op` = `done`). Protected values (what a `fill` types) are masked.
+	// Data What the `planner.proposed` event records.
 	//
 	// Examples: {"accepted":true,"args":{"action":"fill","query":{"label":"Email"},"value":"***"},"index":2,"model":"acme-large","op":"act","provider":"acme-ai","reason":"The form needs the email address."}
 	Data PlannerProposedData `json:"data"`
@@ -3118,7 +3280,9 @@ type PlannerProposedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `planner.proposed`.
 	Type interface{} `json:"type"`
 }
 
@@ -3127,14 +3291,17 @@ type PlannerProposedEvent struct {
 // Examples: {"allowed_origins":["https://shop.example.com","http://127.0.0.1:*"],"approval_rules":[{"effect":"form_submission"}]}
 type Policy struct {
 	// AllowedOrigins Origins the task may load (every frame, redirect and subresource); anything else answers `403 origin_not_allowed`.
-	AllowedOrigins []string        `json:"allowed_origins"`
-	ApprovalRules  *[]ApprovalRule `json:"approval_rules,omitempty"`
+	AllowedOrigins []string `json:"allowed_origins"`
+
+	// ApprovalRules Rules that hold matching actions for approval.
+	ApprovalRules *[]ApprovalRule `json:"approval_rules,omitempty"`
 }
 
 // Postcondition Declared success condition of a task: every clause must hold on the task's most recently used browsing context at close.
 //
 // Examples: {"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}
 type Postcondition struct {
+	// All Clauses that must all hold.
 	All []Clause `json:"all"`
 }
 
@@ -3145,19 +3312,23 @@ type PostconditionEvaluatedData struct {
 	// ContextId Browsing context identifier (a tab or frame tree root).
 	//
 	// Examples: ctx_9aB3cD5eF7gH
-	ContextId *string  `json:"context_id,omitempty"`
-	Satisfied bool     `json:"satisfied"`
-	Unmet     []Clause `json:"unmet"`
+	ContextId *string `json:"context_id,omitempty"`
+
+	// Satisfied True when every clause held.
+	Satisfied bool `json:"satisfied"`
+
+	// Unmet The clauses that did not hold.
+	Unmet []Clause `json:"unmet"`
 }
 
 // PostconditionEvaluatedEvent An Event of type `postcondition.evaluated`.
 type PostconditionEvaluatedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3165,7 +3336,7 @@ type PostconditionEvaluatedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `postcondition.evaluated` event: close_task evaluated the postcondition.
+	// Data What the `postcondition.evaluated` event records.
 	//
 	// Examples: {"satisfied":true,"unmet":[]}
 	Data PostconditionEvaluatedData `json:"data"`
@@ -3184,7 +3355,9 @@ type PostconditionEvaluatedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `postcondition.evaluated`.
 	Type interface{} `json:"type"`
 }
 
@@ -3196,7 +3369,9 @@ type PostconditionResult struct {
 	//
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
-	Satisfied bool    `json:"satisfied"`
+
+	// Satisfied True when every clause held.
+	Satisfied bool `json:"satisfied"`
 
 	// Unmet Clauses that did not hold (empty when satisfied).
 	Unmet []Clause `json:"unmet"`
@@ -3209,6 +3384,7 @@ type ProblemCode string
 //
 // Examples: {"message":"must be at most 2000 characters","pointer":"/goal"}
 type ProblemViolation struct {
+	// Message What is wrong with the field.
 	Message string `json:"message"`
 
 	// Pointer JSON Pointer (RFC 6901) into the request body, or `#header:<name>` / `#query:<name>` for parameters.
@@ -3303,9 +3479,11 @@ type QueryNodesRequest struct {
 	//
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
-	Limit     *int    `json:"limit,omitempty"`
 
-	// Query Typed element query. Reaches into same- and cross-origin iframes and open shadow roots.
+	// Limit Most nodes to return.
+	Limit *int `json:"limit,omitempty"`
+
+	// Query The query to run on the current document.
 	//
 	// Examples: {"name":"Place order","role":"button"}
 	Query Query `json:"query"`
@@ -3344,10 +3522,10 @@ type Receipt struct {
 	// IssuedAt When the receipt was recorded (RFC 3339, UTC).
 	IssuedAt time.Time `json:"issued_at"`
 
-	// Operation The operation a command executes (its operationId).
+	// Operation The command's operation.
 	Operation CommandOperation `json:"operation"`
 
-	// Outcome Outcome class of a command. `unknown_outcome`: a safe command whose result was lost in a crash (retry with a new key). `reconciliation_required`: a side-effecting command interrupted by a crash; a reconciliation is open and the command is never re-run.
+	// Outcome How the command ended.
 	Outcome ReceiptOutcome `json:"outcome"`
 
 	// ProblemCode For `rejected`: the code of the problem the command answered.
@@ -3378,10 +3556,10 @@ type ReceiptIssuedData struct {
 	// Examples: cmd_1hJ3kL5mN7pQ
 	CommandId string `json:"command_id"`
 
-	// Operation The operation a command executes (its operationId).
+	// Operation The command's operation.
 	Operation CommandOperation `json:"operation"`
 
-	// Outcome Outcome class of a command. `unknown_outcome`: a safe command whose result was lost in a crash (retry with a new key). `reconciliation_required`: a side-effecting command interrupted by a crash; a reconciliation is open and the command is never re-run.
+	// Outcome How the command ended.
 	Outcome ReceiptOutcome `json:"outcome"`
 
 	// ReceiptId Receipt identifier.
@@ -3392,12 +3570,12 @@ type ReceiptIssuedData struct {
 
 // ReceiptIssuedEvent An Event of type `receipt.issued`.
 type ReceiptIssuedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3405,7 +3583,7 @@ type ReceiptIssuedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `receipt.issued` event: a command's receipt was recorded.
+	// Data What the `receipt.issued` event records.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY"}
 	Data ReceiptIssuedData `json:"data"`
@@ -3424,7 +3602,9 @@ type ReceiptIssuedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `receipt.issued`.
 	Type interface{} `json:"type"`
 }
 
@@ -3440,7 +3620,7 @@ type ReconciliationOpenedData struct {
 	// Examples: cmd_1hJ3kL5mN7pQ
 	CommandId string `json:"command_id"`
 
-	// Operation The operation a command executes (its operationId).
+	// Operation The operation of the interrupted command.
 	Operation *CommandOperation `json:"operation,omitempty"`
 
 	// ReconciliationId Reconciliation identifier.
@@ -3451,12 +3631,12 @@ type ReconciliationOpenedData struct {
 
 // ReconciliationOpenedEvent An Event of type `reconciliation.opened`.
 type ReconciliationOpenedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3464,7 +3644,7 @@ type ReconciliationOpenedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `reconciliation.opened` event: a crash interrupted a side-effecting command; an operator must settle it.
+	// Data What the `reconciliation.opened` event records.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","operation":"act","reconciliation_id":"rec_7mN9pQ1rS3tU"}
 	Data ReconciliationOpenedData `json:"data"`
@@ -3483,7 +3663,9 @@ type ReconciliationOpenedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `reconciliation.opened`.
 	Type interface{} `json:"type"`
 }
 
@@ -3497,10 +3679,12 @@ type ReconciliationResolvedData struct {
 	// CommandId Command identifier.
 	//
 	// Examples: cmd_1hJ3kL5mN7pQ
-	CommandId string  `json:"command_id"`
-	Note      *string `json:"note,omitempty"`
+	CommandId string `json:"command_id"`
 
-	// Outcome How an operator settled a reconciliation.
+	// Note The operator's note.
+	Note *string `json:"note,omitempty"`
+
+	// Outcome What the operator found the command did.
 	Outcome ReconciliationOutcome `json:"outcome"`
 
 	// ReconciliationId Reconciliation identifier.
@@ -3511,12 +3695,12 @@ type ReconciliationResolvedData struct {
 
 // ReconciliationResolvedEvent An Event of type `reconciliation.resolved`.
 type ReconciliationResolvedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3524,7 +3708,7 @@ type ReconciliationResolvedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `reconciliation.resolved` event: an operator settled a reconciliation.
+	// Data What the `reconciliation.resolved` event records.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","note":"order not found in shop admin","outcome":"no_side_effect","reconciliation_id":"rec_7mN9pQ1rS3tU"}
 	Data ReconciliationResolvedData `json:"data"`
@@ -3543,7 +3727,9 @@ type ReconciliationResolvedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `reconciliation.resolved`.
 	Type interface{} `json:"type"`
 }
 
@@ -3551,6 +3737,7 @@ type ReconciliationResolvedEvent struct {
 //
 // Examples: {"reason":"Confirm the shipping address before paying"}
 type RequestApprovalRequest struct {
+	// Reason Why approval is needed; shown to the approver.
 	Reason string `json:"reason"`
 }
 
@@ -3558,12 +3745,12 @@ type RequestApprovalRequest struct {
 //
 // Examples: {"approval":{"approval_id":"apr_3gH5jK7lM9nP","expires_at":"2026-11-20T09:30:02Z","reason":"Confirm the shipping address before paying","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"request_approval","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type RequestApprovalResponse struct {
-	// Approval An approval request of a task. Separation of duties: whoever requested or caused it (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never resolves it.
+	// Approval The new pending approval.
 	//
 	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Approval Approval `json:"approval"`
 
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
@@ -3610,12 +3797,12 @@ type RequestBlockedDataReason string
 
 // RequestBlockedEvent An Event of type `request.blocked`.
 type RequestBlockedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3623,7 +3810,7 @@ type RequestBlockedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `request.blocked` event: a request of the page (a document, a subresource, a frame, a redirect, a popup, a worker, a WebSocket or a tunnel) was refused at the browser's boundary; nothing of it left the browser.
+	// Data What the `request.blocked` event records.
 	//
 	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","layer":"interception","reason":"origin_not_allowed","resource_type":"image","session_id":"bs_4fT8nQ2rL6vY","url":"https://tracker.example.net/pixel.gif"}
 	Data RequestBlockedData `json:"data"`
@@ -3642,7 +3829,9 @@ type RequestBlockedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `request.blocked`.
 	Type interface{} `json:"type"`
 }
 
@@ -3650,9 +3839,11 @@ type RequestBlockedEvent struct {
 //
 // Examples: {"decision":"approve","reason":"Address checked"}
 type ResolveApprovalRequest struct {
-	// Decision Decision of an approver.
+	// Decision Approve or deny.
 	Decision ApprovalDecision `json:"decision"`
-	Reason   *string          `json:"reason,omitempty"`
+
+	// Reason The approver's reason; recorded with the decision.
+	Reason *string `json:"reason,omitempty"`
 }
 
 // ResolveApprovalResponse Answer of resolve_approval; with `approve` it returns only after the held action ran.
@@ -3664,7 +3855,7 @@ type ResolveApprovalResponse struct {
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	ActionReceipt *Receipt `json:"action_receipt,omitempty"`
 
-	// Approval An approval request of a task. Separation of duties: whoever requested or caused it (`requested_by`; for a hold raised by the task's own worker, also the task's creator) never resolves it.
+	// Approval The approval after it was resolved.
 	//
 	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","channel":"approver","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","requested_by":"agent:local","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Approval Approval `json:"approval"`
@@ -3689,17 +3880,17 @@ type ResumeTaskRequest struct {
 //
 // Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"resume_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","from_checkpoint":"chk_6yZ8aB0cD2eF","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}}
 type ResumeTaskResponse struct {
-	// Receipt Durable record that a command was accepted and how it ended. A receipt is not task success.
+	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
 
-	// Session An isolated browser context (own cookies and storage) owned by a task.
+	// Session The browser session restored from the checkpoint.
 	//
 	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Session BrowserSession `json:"session"`
 
-	// Task A unit of browser work with a lifecycle, policy and history.
+	// Task The resumed task.
 	//
 	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
 	Task Task `json:"task"`
@@ -3709,14 +3900,20 @@ type ResumeTaskResponse struct {
 //
 // Examples: {"classification":"internal","model":"acme-guard","provider":"acme-ai","reason":"The click places an order.","step":4,"verdict":"hold"}
 type SafetyJudgedData struct {
-	// Classification Sensitivity of a task's data, lowest first. A model may see a task's data only when its approved classification is at least this high.
+	// Classification How the safety model classified the page's data.
 	Classification *DataClassification `json:"classification,omitempty"`
 
 	// FailClosed True when no safety model could answer and the step was held for a person.
-	FailClosed *bool   `json:"fail_closed,omitempty"`
-	Model      *string `json:"model,omitempty"`
-	Provider   *string `json:"provider,omitempty"`
-	Reason     *string `json:"reason,omitempty"`
+	FailClosed *bool `json:"fail_closed,omitempty"`
+
+	// Model The safety model that judged.
+	Model *string `json:"model,omitempty"`
+
+	// Provider Provider of the safety model.
+	Provider *string `json:"provider,omitempty"`
+
+	// Reason The safety model's reason (protected values removed).
+	Reason *string `json:"reason,omitempty"`
 
 	// Step Index of the proposed step in the task's plan.
 	Step *int `json:"step,omitempty"`
@@ -3730,12 +3927,12 @@ type SafetyJudgedDataVerdict string
 
 // SafetyJudgedEvent An Event of type `safety.judged`.
 type SafetyJudgedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3743,7 +3940,7 @@ type SafetyJudgedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a person (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules to decide. A page classified above the task's `model_policy.data_classification` ends the task `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
+	// Data What the `safety.judged` event records.
 	//
 	// Examples: {"classification":"internal","model":"acme-guard","provider":"acme-ai","reason":"The click places an order.","step":4,"verdict":"hold"}
 	Data SafetyJudgedData `json:"data"`
@@ -3762,7 +3959,9 @@ type SafetyJudgedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `safety.judged`.
 	Type interface{} `json:"type"`
 }
 
@@ -3771,12 +3970,16 @@ type SafetyJudgedEvent struct {
 // Examples: {"adapters":["mcp"],"protocol":"bap","version":"1.0.0"}
 type ServiceInfo struct {
 	// Adapters Protocol adapters mounted (e.g. `mcp`).
-	Adapters []string            `json:"adapters"`
+	Adapters []string `json:"adapters"`
+
+	// Protocol Always `bap`.
 	Protocol ServiceInfoProtocol `json:"protocol"`
-	Version  string              `json:"version"`
+
+	// Version BAP protocol version this server speaks.
+	Version string `json:"version"`
 }
 
-// ServiceInfoProtocol defines model for ServiceInfo.Protocol.
+// ServiceInfoProtocol Always `bap`.
 type ServiceInfoProtocol string
 
 // Task A unit of browser work with a lifecycle, policy and history.
@@ -3798,10 +4001,12 @@ type Task struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 
 	// Delegated True when the server runs the task itself: a client's plan, or an autonomous task.
-	Delegated *bool  `json:"delegated,omitempty"`
-	Goal      string `json:"goal"`
+	Delegated *bool `json:"delegated,omitempty"`
 
-	// Mode How a task is driven: `interactive` (the default: a client sends each command, or the server runs the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the orchestrator's planner model for one typed step at a time, check it against the task's policy and run it, until the planner declares the goal done or a budget ends).
+	// Goal What the task is for, as its creator stated it.
+	Goal string `json:"goal"`
+
+	// Mode How the task is driven: `interactive` or `autonomous`.
 	Mode *TaskMode `json:"mode,omitempty"`
 
 	// ModelPolicy An autonomous task's model policy, defaults applied.
@@ -3809,17 +4014,17 @@ type Task struct {
 	// Examples: {"allowed_providers":["acme-ai"],"allowed_regions":["eu"],"data_classification":"internal","max_retention_days":0}
 	ModelPolicy *ModelPolicy `json:"model_policy,omitempty"`
 
-	// Policy Policy of a task.
+	// Policy What the task may do.
 	//
 	// Examples: {"allowed_origins":["https://shop.example.com","http://127.0.0.1:*"],"approval_rules":[{"effect":"form_submission"}]}
 	Policy *Policy `json:"policy,omitempty"`
 
-	// Postcondition Declared success condition of a task: every clause must hold on the task's most recently used browsing context at close.
+	// Postcondition The condition close_task checks before the task may succeed.
 	//
 	// Examples: {"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}
 	Postcondition *Postcondition `json:"postcondition,omitempty"`
 
-	// State Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.
+	// State Where the task is in its lifecycle.
 	State TaskState `json:"state"`
 
 	// TaskId Task identifier.
@@ -3856,9 +4061,13 @@ type TaskBudget struct {
 // Examples: {"delegated":false,"goal":"Order the items in the cart"}
 type TaskCreatedData struct {
 	// Deadline Deadline (RFC 3339, UTC).
-	Deadline  *time.Time `json:"deadline,omitempty"`
-	Delegated *bool      `json:"delegated,omitempty"`
-	Goal      string     `json:"goal"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+
+	// Delegated True when the server drives the task (a `plan` or `autonomous` mode).
+	Delegated *bool `json:"delegated,omitempty"`
+
+	// Goal The task's goal.
+	Goal string `json:"goal"`
 
 	// ReceiptId Receipt identifier.
 	//
@@ -3868,12 +4077,12 @@ type TaskCreatedData struct {
 
 // TaskCreatedEvent An Event of type `task.created`.
 type TaskCreatedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3881,7 +4090,7 @@ type TaskCreatedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `task.created` event: a task was recorded.
+	// Data What the `task.created` event records.
 	//
 	// Examples: {"delegated":false,"goal":"Order the items in the cart"}
 	Data TaskCreatedData `json:"data"`
@@ -3900,7 +4109,9 @@ type TaskCreatedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `task.created`.
 	Type interface{} `json:"type"`
 }
 
@@ -3917,24 +4128,24 @@ type TaskStateChangedData struct {
 	// Cause Short reason (e.g. `admission`, `deadline_passed`, `cancel_task`).
 	Cause *string `json:"cause,omitempty"`
 
-	// From Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.
+	// From The state the task left.
 	From TaskState `json:"from"`
 
-	// To Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.
+	// To The state the task entered.
 	To TaskState `json:"to"`
 
-	// Verification How the task's outcome was verified at close: `verified` (every postcondition clause held), `unverified` (the task declared no postcondition), `unmet` (at least one clause did not hold).
+	// Verification Whether the result was verified, on a move to a terminal state.
 	Verification *Verification `json:"verification,omitempty"`
 }
 
 // TaskStateChangedEvent An Event of type `task.state_changed`.
 type TaskStateChangedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -3942,7 +4153,7 @@ type TaskStateChangedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `task.state_changed` event: the task changed state.
+	// Data What the `task.state_changed` event records.
 	//
 	// Examples: {"from":"admitted","to":"running"}
 	Data TaskStateChangedData `json:"data"`
@@ -3961,7 +4172,9 @@ type TaskStateChangedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `task.state_changed`.
 	Type interface{} `json:"type"`
 }
 
@@ -4004,9 +4217,14 @@ type Verification string
 //
 // Examples: {"model":"acme-medium","provider":"acme-ai","reason":"The page thanks the customer for order 1.","verdict":"yes"}
 type VerifierJudgedData struct {
-	Model    *string `json:"model,omitempty"`
+	// Model The verifier model that judged.
+	Model *string `json:"model,omitempty"`
+
+	// Provider Provider of the verifier model.
 	Provider *string `json:"provider,omitempty"`
-	Reason   *string `json:"reason,omitempty"`
+
+	// Reason The verifier's reason (protected values removed).
+	Reason *string `json:"reason,omitempty"`
 
 	// Verdict `unavailable` when no verifier model could answer.
 	Verdict VerifierJudgedDataVerdict `json:"verdict"`
@@ -4017,12 +4235,12 @@ type VerifierJudgedDataVerdict string
 
 // VerifierJudgedEvent An Event of type `verifier.judged`.
 type VerifierJudgedEvent struct {
-	// Actor Who caused an event.
+	// Actor Who caused the event.
 	//
 	// Examples: {"id":"agent-ci","kind":"client"}
 	Actor *Actor `json:"actor,omitempty"`
 
-	// Cause Why an event happened.
+	// Cause The command or event that caused this one, when there is one.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
 	Cause *EventCause `json:"cause,omitempty"`
@@ -4030,7 +4248,7 @@ type VerifierJudgedEvent struct {
 	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
 	Cursor *string `json:"cursor,omitempty"`
 
-	// Data `data` of a `verifier.judged` event: the verifier model judged the final evidence of an autonomous task against its goal, just before close_task evaluated the postcondition. The judgement is advisory: the postcondition alone decides success, and a `yes` never overrides an unmet clause.
+	// Data What the `verifier.judged` event records.
 	//
 	// Examples: {"model":"acme-medium","provider":"acme-ai","reason":"The page thanks the customer for order 1.","verdict":"yes"}
 	Data VerifierJudgedData `json:"data"`
@@ -4049,7 +4267,9 @@ type VerifierJudgedEvent struct {
 	TaskId string `json:"task_id"`
 
 	// Time When it happened (RFC 3339, UTC).
-	Time time.Time   `json:"time"`
+	Time time.Time `json:"time"`
+
+	// Type Always `verifier.judged`.
 	Type interface{} `json:"type"`
 }
 
@@ -4070,14 +4290,16 @@ type VerifyArtifactResponse struct {
 	// Examples: art_8qR2sT4uV6wX
 	ArtifactId *string `json:"artifact_id,omitempty"`
 
-	// Provenance Where an artifact came from.
+	// Provenance Where and when the artifact was captured.
 	//
 	// Examples: {"artifact_id":"art_8qR2sT4uV6wX","captured_at":"2026-11-20T09:15:02Z","session_id":"bs_4fT8nQ2rL6vY","task_id":"tsk_7Hq2ZkP9xW3m","url":"https://shop.example.com/orders/1042"}
 	Provenance Provenance `json:"provenance"`
 
 	// Sha256 SHA-256 digest, 64 lowercase hex characters.
 	Sha256 string `json:"sha256"`
-	Size   *int   `json:"size,omitempty"`
+
+	// Size Size of the artifact in bytes.
+	Size *int `json:"size,omitempty"`
 
 	// Valid True when the stored bytes hash to the recorded digest (and to `sha256` of the request, when given).
 	Valid bool `json:"valid"`

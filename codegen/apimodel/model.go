@@ -142,6 +142,9 @@ func ParseOpenAPI(raw []byte) (*Document, error) {
 		if !ok {
 			return nil, fmt.Errorf("components.schemas.%s: not an object", name)
 		}
+		if err := described(name, m); err != nil {
+			return nil, err
+		}
 		d.Schemas[name] = m
 	}
 	params := obj(comps["parameters"])
@@ -335,6 +338,44 @@ func (d *Document) parseOperation(route, method string, op, params map[string]an
 		}
 	}
 	return o, nil
+}
+
+// described checks that a component schema and each of its properties (those of its allOf,
+// oneOf and anyOf parts included) carry a description: the generators turn them into the SDKs'
+// doc comments (rustdoc, godoc, TSDoc, Python), and each SDK's check refuses an undocumented
+// public item. A $ref property needs its own description (JSON Schema 2020-12 allows it beside
+// $ref): what the field means here, not what its type is.
+func described(name string, s map[string]any) error {
+	if strings.TrimSpace(str(s["description"])) == "" {
+		return fmt.Errorf("components.schemas.%s: no description", name)
+	}
+	var walk func(path string, s map[string]any) error
+	walk = func(path string, s map[string]any) error {
+		props := obj(s["properties"])
+		keys := make([]string, 0, len(props))
+		for k := range props {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p := obj(props[k])
+			if strings.TrimSpace(str(p["description"])) == "" {
+				return fmt.Errorf("%s.%s: no description", path, k)
+			}
+			if err := walk(path+"."+k, p); err != nil {
+				return err
+			}
+		}
+		for _, key := range []string{"allOf", "oneOf", "anyOf"} {
+			for i, part := range arr(s[key]) {
+				if err := walk(fmt.Sprintf("%s.%s[%d]", path, key, i), obj(part)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	return walk("components.schemas."+name, s)
 }
 
 // Ref returns the component schema name a {"$ref": "#/components/schemas/X"} points to.

@@ -92,7 +92,7 @@ func TestNames(t *testing.T) {
 }
 
 func TestRejectsBrokenConventions(t *testing.T) {
-	base := `{"info":{"title":"t","version":"1"},"components":{"schemas":{"XRequest":{"type":"object"},"XResponse":{"type":"object"}}},"paths":{"/x/{id}":{"post":%s}}}`
+	base := `{"info":{"title":"t","version":"1"},"components":{"schemas":{"XRequest":{"description":"x","type":"object"},"XResponse":{"description":"x","type":"object","properties":{"a":{"description":"a","type":"string"}}}}},"paths":{"/x/{id}":{"post":%s}}}`
 	for name, op := range map[string]string{
 		"no x-bap-mutating":  `{"operationId":"x","parameters":[{"name":"id","in":"path","required":true}],"requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XRequest"}}}},"responses":{"200":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XResponse"}}}}}}`,
 		"mutating, no key":   `{"operationId":"x","x-bap-mutating":true,"parameters":[{"name":"id","in":"path","required":true}],"requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XRequest"}}}},"responses":{"200":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XResponse"}}}}}}`,
@@ -102,6 +102,19 @@ func TestRejectsBrokenConventions(t *testing.T) {
 	} {
 		if _, err := ParseOpenAPI([]byte(strings.Replace(base, "%s", op, 1))); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+	// A schema or a property without a description would leave an SDK item undocumented.
+	for name, schemas := range map[string]string{
+		"schema without description":   `"XRequest":{"type":"object"},"XResponse":{"description":"x","type":"object"}`,
+		"property without description": `"XRequest":{"description":"x","type":"object","properties":{"a":{"type":"string"}}},"XResponse":{"description":"x","type":"object"}`,
+		"$ref property without one":    `"XRequest":{"description":"x","type":"object","properties":{"a":{"$ref":"#/components/schemas/XResponse"}}},"XResponse":{"description":"x","type":"object"}`,
+		"allOf property without one":   `"XRequest":{"description":"x","allOf":[{"$ref":"#/components/schemas/XResponse"},{"type":"object","properties":{"a":{"const":"a"}}}]},"XResponse":{"description":"x","type":"object"}`,
+		"nested property without one":  `"XRequest":{"description":"x","type":"object","properties":{"a":{"description":"a","type":"object","properties":{"b":{"type":"string"}}}}},"XResponse":{"description":"x","type":"object"}`,
+	} {
+		doc := `{"info":{"title":"t","version":"1"},"components":{"schemas":{` + schemas + `}},"paths":{}}`
+		if _, err := ParseOpenAPI([]byte(doc)); err == nil || !strings.Contains(err.Error(), "no description") {
+			t.Errorf("%s: %v, want a missing description", name, err)
 		}
 	}
 	ok := `{"operationId":"x","x-bap-mutating":false,"parameters":[{"name":"id","in":"path","required":true}],"requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XRequest"}}}},"responses":{"200":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XResponse"}}}}}}`

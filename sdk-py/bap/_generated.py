@@ -200,13 +200,16 @@ class ActPendingApprovalResponse(TypedDict):
     is `pending_approval`.
     """
 
+    #: The pending approval that holds the action; resolve it with resolve_approval.
     approval: "Approval"
+    #: The act's receipt (outcome `pending_approval`).
     receipt: "Receipt"
 
 
 class ActRequest(TypedDict):
     """Body of act: one action on `node_id` or on `query` (not both)."""
 
+    #: The action to perform.
     action: "ActAction"
     #: File to upload for `upload_file`.
     artifact_id: NotRequired[str]
@@ -235,20 +238,25 @@ class ActResponse(TypedDict):
     context_id: NotRequired[str]
     #: Epoch after the action (new when it navigated).
     epoch_id: str
+    #: True when the action started a navigation (a new document epoch).
     navigated: bool
+    #: The command's durable receipt.
     receipt: "Receipt"
+    #: URL of the page after the action.
     url: NotRequired[str]
 
 
 class ActionPerformedData(TypedDict):
     """`data` of a `action.performed` event: an act ran."""
 
+    #: The action that ran.
     action: "ActAction"
     #: Command identifier.
     command_id: str
     #: Document epoch: changes whenever the browsing context's document changes; node handles of
     #: older epochs are stale.
     epoch_id: NotRequired[str]
+    #: True when the action started a navigation.
     navigated: NotRequired[bool]
     #: Node handle from observe or query_nodes; valid for one session and one document epoch.
     node_id: NotRequired[str]
@@ -259,11 +267,14 @@ class ActionPerformedData(TypedDict):
 class ActionPerformedEvent(TypedDict):
     """An Event of type `action.performed`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `action.performed` event records.
     data: "ActionPerformedData"
     #: Event identifier.
     event_id: str
@@ -273,6 +284,7 @@ class ActionPerformedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `action.performed`.
     type: Literal["action.performed"]
 
 
@@ -281,6 +293,7 @@ class Actor(TypedDict):
 
     #: Client id or user id (absent for `system`).
     id: NotRequired[str]
+    #: What kind of principal the actor is.
     kind: "ActorKind"
 
 
@@ -305,6 +318,7 @@ class Approval(TypedDict):
     channel: NotRequired["ApprovalChannel"]
     #: The held `act` command, if any.
     command_id: NotRequired[str]
+    #: The approver's decision, once resolved.
     decision: NotRequired["ApprovalDecision"]
     #: Effect of the rule that held an action (absent for request_approval).
     effect: NotRequired["ApprovalEffect"]
@@ -317,12 +331,14 @@ class Approval(TypedDict):
     #: bound to it by a keyed digest. Absent when the approval holds an act before it runs
     #: (`any_action`, `file_upload`).
     held_request: NotRequired["HeldRequest"]
+    #: Why approval is needed.
     reason: str
     #: Request time (RFC 3339, UTC).
     requested_at: str
     #: Authenticated principal whose act was held or who called request_approval (`worker:<node>`
     #: for a delegated or autonomous task's own step).
     requested_by: NotRequired[str]
+    #: The approver's reason, when one was given.
     resolution_reason: NotRequired[str]
     #: Resolution time (RFC 3339, UTC).
     resolved_at: NotRequired[str]
@@ -334,6 +350,7 @@ class Approval(TypedDict):
     #: A screenshot of the page taken when the request was held (`get_artifact`), so that the
     #: approver sees what the agent saw.
     screenshot_artifact_id: NotRequired[str]
+    #: Where the approval is in its lifecycle.
     state: "ApprovalState"
     #: Task identifier.
     task_id: str
@@ -367,20 +384,25 @@ class ApprovalRequestedData(TypedDict):
     channel: NotRequired["ApprovalChannel"]
     #: Held act command, if any.
     command_id: NotRequired[str]
+    #: The kind of side effect the approval holds.
     effect: NotRequired["ApprovalEffect"]
     #: When the approval expires unless resolved (RFC 3339, UTC).
     expires_at: NotRequired[str]
+    #: Why approval is needed.
     reason: str
 
 
 class ApprovalRequestedEvent(TypedDict):
     """An Event of type `approval.requested`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `approval.requested` event records.
     data: "ApprovalRequestedData"
     #: Event identifier.
     event_id: str
@@ -390,6 +412,7 @@ class ApprovalRequestedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `approval.requested`.
     type: Literal["approval.requested"]
 
 
@@ -403,22 +426,27 @@ class ApprovalResolvedData(TypedDict):
     action_receipt_id: NotRequired[str]
     #: Approval identifier.
     approval_id: str
+    #: The approver's decision, when an approver resolved it.
     decision: NotRequired["ApprovalDecision"]
     #: Authenticated principal that decided (with `decision`).
     resolved_by: NotRequired[str]
     #: How the decision reached the server (with `decision`).
     resolved_via: NotRequired["DecisionChannel"]
+    #: The state the approval left `pending` for.
     state: "ApprovalState"
 
 
 class ApprovalResolvedEvent(TypedDict):
     """An Event of type `approval.resolved`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `approval.resolved` event records.
     data: "ApprovalResolvedData"
     #: Event identifier.
     event_id: str
@@ -428,6 +456,7 @@ class ApprovalResolvedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `approval.resolved`.
     type: Literal["approval.resolved"]
 
 
@@ -436,6 +465,7 @@ class ApprovalRule(TypedDict):
 
     #: Who may answer this rule's approvals (default `approver`: a separate approver only).
     channel: NotRequired["ApprovalChannel"]
+    #: The kind of action the rule holds for approval.
     effect: "ApprovalEffect"
     #: Limit the rule to these origin patterns; absent: every allowed origin.
     origins: NotRequired[list[str]]
@@ -457,6 +487,7 @@ class Artifact(TypedDict):
     artifact_id: str
     #: When it was stored (RFC 3339, UTC).
     created_at: NotRequired[str]
+    #: What the artifact holds.
     kind: NotRequired["ArtifactKind"]
     #: Media type of the bytes.
     media_type: str
@@ -479,6 +510,7 @@ class BrowserSession(TypedDict):
     closed_at: NotRequired[str]
     #: The session's primary browsing context.
     context_id: str
+    #: The session's open top-level browsing contexts (tabs).
     contexts: NotRequired[list["BrowsingContext"]]
     #: Creation time (RFC 3339, UTC).
     created_at: str
@@ -486,6 +518,7 @@ class BrowserSession(TypedDict):
     from_checkpoint: NotRequired[str]
     #: Browser session identifier.
     session_id: str
+    #: Where the session is in its lifecycle.
     state: "BrowserSessionState"
     #: Task identifier.
     task_id: str
@@ -501,11 +534,14 @@ class BrowserSessionClosedData(TypedDict):
 class BrowserSessionClosedEvent(TypedDict):
     """An Event of type `browser_session.closed`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `browser_session.closed` event records.
     data: "BrowserSessionClosedData"
     #: Event identifier.
     event_id: str
@@ -515,12 +551,14 @@ class BrowserSessionClosedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `browser_session.closed`.
     type: Literal["browser_session.closed"]
 
 
 class BrowserSessionLostData(TypedDict):
     """`data` of a `browser_session.lost` event: a browser session's browser went away."""
 
+    #: Why the browser went away, when known.
     reason: NotRequired[str]
     #: Browser session identifier.
     session_id: str
@@ -529,11 +567,14 @@ class BrowserSessionLostData(TypedDict):
 class BrowserSessionLostEvent(TypedDict):
     """An Event of type `browser_session.lost`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `browser_session.lost` event records.
     data: "BrowserSessionLostData"
     #: Event identifier.
     event_id: str
@@ -543,6 +584,7 @@ class BrowserSessionLostEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `browser_session.lost`.
     type: Literal["browser_session.lost"]
 
 
@@ -560,11 +602,14 @@ class BrowserSessionOpenedData(TypedDict):
 class BrowserSessionOpenedEvent(TypedDict):
     """An Event of type `browser_session.opened`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `browser_session.opened` event records.
     data: "BrowserSessionOpenedData"
     #: Event identifier.
     event_id: str
@@ -574,6 +619,7 @@ class BrowserSessionOpenedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `browser_session.opened`.
     type: Literal["browser_session.opened"]
 
 
@@ -593,7 +639,9 @@ class BrowsingContext(TypedDict):
     opener_context_id: NotRequired[str]
     #: Browser session identifier.
     session_id: str
+    #: Title of the context's current document.
     title: NotRequired[str]
+    #: URL of the context's current document.
     url: NotRequired[str]
 
 
@@ -609,11 +657,14 @@ class BrowsingContextClosedData(TypedDict):
 class BrowsingContextClosedEvent(TypedDict):
     """An Event of type `browsing_context.closed`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `browsing_context.closed` event records.
     data: "BrowsingContextClosedData"
     #: Event identifier.
     event_id: str
@@ -623,6 +674,7 @@ class BrowsingContextClosedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `browsing_context.closed`.
     type: Literal["browsing_context.closed"]
 
 
@@ -637,17 +689,21 @@ class BrowsingContextOpenedData(TypedDict):
     opener: NotRequired[str]
     #: Browser session identifier.
     session_id: str
+    #: URL the new context opened with.
     url: NotRequired[str]
 
 
 class BrowsingContextOpenedEvent(TypedDict):
     """An Event of type `browsing_context.opened`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `browsing_context.opened` event records.
     data: "BrowsingContextOpenedData"
     #: Event identifier.
     event_id: str
@@ -657,6 +713,7 @@ class BrowsingContextOpenedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `browsing_context.opened`.
     type: Literal["browsing_context.opened"]
 
 
@@ -665,19 +722,25 @@ class BudgetExhaustedData(TypedDict):
     `failed`.
     """
 
+    #: The budget that ran out.
     budget: Literal["max_steps", "max_tokens", "max_cost_usd", "max_wall_time_ms"]
+    #: The budget's limit.
     limit: float
+    #: How much of the budget the task used.
     used: float
 
 
 class BudgetExhaustedEvent(TypedDict):
     """An Event of type `budget.exhausted`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `budget.exhausted` event records.
     data: "BudgetExhaustedData"
     #: Event identifier.
     event_id: str
@@ -687,19 +750,23 @@ class BudgetExhaustedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `budget.exhausted`.
     type: Literal["budget.exhausted"]
 
 
 class CancelTaskRequest(TypedDict):
     """Body of cancel_task."""
 
+    #: Why the task is cancelled; recorded in its history.
     reason: NotRequired[str]
 
 
 class CancelTaskResponse(TypedDict):
     """Answer of cancel_task."""
 
+    #: The command's durable receipt.
     receipt: "Receipt"
+    #: The task after cancellation.
     task: "Task"
 
 
@@ -710,6 +777,7 @@ class CaptureEvidenceRequest(TypedDict):
     context_id: NotRequired[str]
     #: Screenshot the whole page (up to 16384 CSS pixels high), not only the viewport.
     full_page: NotRequired[bool]
+    #: Kinds of evidence to capture, each at most once.
     kinds: list["EvidenceKind"]
     #: Screenshot only this node's box (a handle from observe or query_nodes; scrolled into view
     #: first, in any frame). Not with full_page. A handle of an older epoch answers 409
@@ -720,7 +788,9 @@ class CaptureEvidenceRequest(TypedDict):
 class CaptureEvidenceResponse(TypedDict):
     """Answer of capture_evidence."""
 
+    #: The stored evidence artifacts, one per kind asked for.
     artifacts: list["Artifact"]
+    #: The command's durable receipt.
     receipt: "Receipt"
 
 
@@ -736,7 +806,10 @@ class Checkpoint(TypedDict):
     epoch_id: NotRequired[str]
     #: Digest of the task policy it was taken under.
     policy_sha256: NotRequired[str]
+    #: BAP protocol version under which the checkpoint was taken; resume_task checks it against its
+    #: own.
     protocol_version: NotRequired[str]
+    #: Version of the server that took the checkpoint; resume_task checks it against its own.
     server_version: NotRequired[str]
     #: Browser session identifier.
     session_id: str
@@ -753,7 +826,9 @@ CheckpointBrowserSessionRequest = dict[str, Any]
 class CheckpointBrowserSessionResponse(TypedDict):
     """Answer of checkpoint_browser_session."""
 
+    #: The checkpoint taken.
     checkpoint: "Checkpoint"
+    #: The command's durable receipt.
     receipt: "Receipt"
 
 
@@ -769,11 +844,14 @@ class CheckpointCreatedData(TypedDict):
 class CheckpointCreatedEvent(TypedDict):
     """An Event of type `checkpoint.created`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `checkpoint.created` event records.
     data: "CheckpointCreatedData"
     #: Event identifier.
     event_id: str
@@ -783,6 +861,7 @@ class CheckpointCreatedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `checkpoint.created`.
     type: Literal["checkpoint.created"]
 
 
@@ -805,7 +884,9 @@ CloseBrowserSessionRequest = dict[str, Any]
 class CloseBrowserSessionResponse(TypedDict):
     """Answer of close_browser_session."""
 
+    #: The command's durable receipt.
     receipt: "Receipt"
+    #: The session after it closed.
     session: "BrowserSession"
 
 
@@ -816,9 +897,13 @@ CloseTaskRequest = dict[str, Any]
 class CloseTaskResponse(TypedDict):
     """Answer of close_task."""
 
+    #: Evidence captured at close.
     evidence: list["Artifact"]
+    #: How the task's postcondition evaluated at close.
     postcondition: "PostconditionResult"
+    #: The command's durable receipt.
     receipt: "Receipt"
+    #: The task in its terminal state.
     task: "Task"
 
 
@@ -852,7 +937,9 @@ class CommandRecordedData(TypedDict):
     #: For an action an approval released: the act command that was held (its receipt stays
     #: pending_approval).
     held_command_id: NotRequired[str]
+    #: The operation of the recorded command.
     operation: "CommandOperation"
+    #: Index of the plan step that issued the command, for a command of a plan.
     plan_step: NotRequired[int]
     #: Browser session identifier.
     session_id: NotRequired[str]
@@ -861,11 +948,14 @@ class CommandRecordedData(TypedDict):
 class CommandRecordedEvent(TypedDict):
     """An Event of type `command.recorded`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `command.recorded` event records.
     data: "CommandRecordedData"
     #: Event identifier.
     event_id: str
@@ -875,6 +965,7 @@ class CommandRecordedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `command.recorded`.
     type: Literal["command.recorded"]
 
 
@@ -888,7 +979,9 @@ class CreateBrowserSessionRequest(TypedDict):
 class CreateBrowserSessionResponse(TypedDict):
     """Answer of create_browser_session."""
 
+    #: The command's durable receipt.
     receipt: "Receipt"
+    #: The new browser session.
     session: "BrowserSession"
 
 
@@ -912,14 +1005,18 @@ class CreateTaskRequest(TypedDict):
     #: Delegated mode: the server runs these steps itself, then closes the task by its
     #: postcondition.
     plan: NotRequired[list["PlanStep"]]
+    #: What the task may do: its allowed origins and approval rules, among others.
     policy: "Policy"
+    #: The condition close_task checks before the task may succeed.
     postcondition: NotRequired["Postcondition"]
 
 
 class CreateTaskResponse(TypedDict):
     """Answer of create_task."""
 
+    #: The command's durable receipt.
     receipt: "Receipt"
+    #: The new task.
     task: "Task"
 
 
@@ -942,9 +1039,11 @@ class DialogHandledData(TypedDict):
     beforeunload); the session handled it by policy (default: dismiss).
     """
 
+    #: True when the dialog was accepted, false when dismissed.
     accepted: bool
     #: Browsing context identifier.
     context_id: NotRequired[str]
+    #: The kind of JavaScript dialog the page opened.
     dialog_type: Literal["alert", "confirm", "prompt", "beforeunload"]
     #: The dialog's text, truncated.
     message: NotRequired[str]
@@ -955,11 +1054,14 @@ class DialogHandledData(TypedDict):
 class DialogHandledEvent(TypedDict):
     """An Event of type `dialog.handled`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `dialog.handled` event records.
     data: "DialogHandledData"
     #: Event identifier.
     event_id: str
@@ -969,6 +1071,7 @@ class DialogHandledEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `dialog.handled`.
     type: Literal["dialog.handled"]
 
 
@@ -979,23 +1082,29 @@ class DownloadCompletedData(TypedDict):
 
     #: Browsing context identifier.
     context_id: NotRequired[str]
+    #: Media type of the downloaded file.
     media_type: NotRequired[str]
+    #: File name the page suggested for the download.
     name: str
     #: Why the content was not kept, when it was not.
     reason: NotRequired[str]
     #: Browser session identifier.
     session_id: str
+    #: Size of the downloaded file in bytes.
     size: int
 
 
 class DownloadCompletedEvent(TypedDict):
     """An Event of type `download.completed`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `download.completed` event records.
     data: "DownloadCompletedData"
     #: Event identifier.
     event_id: str
@@ -1005,13 +1114,16 @@ class DownloadCompletedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `download.completed`.
     type: Literal["download.completed"]
 
 
 class Event(TypedDict):
     """One entry of a task's append-only history."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
@@ -1026,6 +1138,7 @@ class Event(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: The event type; it determines the shape of `data`.
     type: "EventType"
 
 
@@ -1083,6 +1196,7 @@ schema.
 class EvidenceCapturedData(TypedDict):
     """`data` of a `evidence.captured` event: evidence artifacts were stored."""
 
+    #: The stored evidence artifacts.
     artifacts: list["Artifact"]
     #: Browser session identifier.
     session_id: NotRequired[str]
@@ -1091,11 +1205,14 @@ class EvidenceCapturedData(TypedDict):
 class EvidenceCapturedEvent(TypedDict):
     """An Event of type `evidence.captured`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `evidence.captured` event records.
     data: "EvidenceCapturedData"
     #: Event identifier.
     event_id: str
@@ -1105,6 +1222,7 @@ class EvidenceCapturedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `evidence.captured`.
     type: Literal["evidence.captured"]
 
 
@@ -1123,9 +1241,11 @@ class ExtractRequest(TypedDict):
     attributes: NotRequired[list[str]]
     #: Browsing context identifier (a tab or frame tree root).
     context_id: NotRequired[str]
+    #: What to extract.
     kind: "ExtractKind"
     #: Node handle from observe or query_nodes; valid for one session and one document epoch.
     node_id: NotRequired[str]
+    #: Selects the node to extract from (instead of `node_id`).
     query: NotRequired["Query"]
     #: JSON Schema the result must follow (kind `schema`).
     schema: NotRequired[dict[str, Any]]
@@ -1143,23 +1263,29 @@ class ExtractResponse(TypedDict):
     #: Document epoch: changes whenever the browsing context's document changes; node handles of
     #: older epochs are stale.
     epoch_id: str
+    #: What was extracted; it determines the shape of `data`.
     kind: NotRequired["ExtractKind"]
+    #: The command's durable receipt.
     receipt: NotRequired["Receipt"]
 
 
 class ExtractedLink(TypedDict):
     """One item of `data` of `extract` with kind `links`."""
 
+    #: The link's target as an absolute URL.
     href: str
     #: Node handle from observe or query_nodes; valid for one session and one document epoch.
     node_id: NotRequired[str]
+    #: The link's visible text.
     text: str
 
 
 class ExtractedTable(TypedDict):
     """`data` of `extract` with kind `table`."""
 
+    #: The table's column headers, in order.
     columns: list[str]
+    #: The table's body rows, each a list of cell texts in column order.
     rows: list[list[str]]
 
 
@@ -1169,15 +1295,18 @@ class GetArtifactResponse(TypedDict):
 
     #: Artifact identifier.
     artifact_id: str
+    #: Media type of the artifact's bytes.
     media_type: NotRequired[str]
     #: SHA-256 digest, 64 lowercase hex characters.
     sha256: str
+    #: Size of the artifact in bytes.
     size: int
 
 
 class GetTaskResponse(TypedDict):
     """Answer of get_task."""
 
+    #: The task.
     task: "Task"
 
 
@@ -1188,7 +1317,9 @@ HealthState = Literal["ok", "ready", "not_ready"]
 class HealthStatus(TypedDict):
     """Answer of `/healthz` and `/readyz`."""
 
+    #: Why the server is not ready, when it is not.
     detail: NotRequired[str]
+    #: The health state.
     status: "HealthState"
 
 
@@ -1208,6 +1339,7 @@ class InterruptedCommandResponse(TypedDict):
     `unknown_outcome` or `reconciliation_required`).
     """
 
+    #: The interrupted command's receipt.
     receipt: "Receipt"
 
 
@@ -1215,12 +1347,14 @@ class ListApprovalsResponse(TypedDict):
     """Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
     """
 
+    #: The approvals, oldest request first.
     approvals: list["Approval"]
 
 
 class ListTaskEventsResponse(TypedDict):
     """A page of a task's history, in seq order."""
 
+    #: The events of this page, in `seq` order.
     events: list["Event"]
     #: Pass as `after` to get the next page; null when there are no more events yet.
     next_after: Optional[int]
@@ -1231,21 +1365,27 @@ class ModelCalledData(TypedDict):
     (never the prompt text or a protected value).
     """
 
+    #: Cost of the call in US dollars.
     cost_usd: float
+    #: Tokens the model read.
     input_tokens: int
+    #: How long the call took, in milliseconds.
     latency_ms: int
     #: The model that served the call, as the orchestrator's answer names it (not the name BAP asked
     #: for, when they differ).
     model: str
+    #: Tokens the model wrote.
     output_tokens: int
     #: SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
     prompt_sha256: str
+    #: Provider of the model that answered.
     provider: str
     #: Reasoning setting asked for (empty: the model's default).
     reasoning: NotRequired[str]
     #: The model id BAP asked for, present only when the answer names another serving model (a dated
     #: snapshot of it, or a model the orchestrator routed to).
     requested_model: NotRequired[str]
+    #: The role the model served in.
     role: "ModelRole"
     #: Index of the step the call proposed (planner) or the number of steps run (verifier).
     step: int
@@ -1261,11 +1401,14 @@ class ModelCalledData(TypedDict):
 class ModelCalledEvent(TypedDict):
     """An Event of type `model.called`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `model.called` event records.
     data: "ModelCalledData"
     #: Event identifier.
     event_id: str
@@ -1275,6 +1418,7 @@ class ModelCalledEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `model.called`.
     type: Literal["model.called"]
 
 
@@ -1283,22 +1427,31 @@ class ModelFallbackData(TypedDict):
     next approved model of the same role was tried; `to_model` is absent when none was left.
     """
 
+    #: The model that failed.
     from_model: str
+    #: Provider of the model that failed.
     from_provider: NotRequired[str]
+    #: How long the failed call took, in milliseconds.
     latency_ms: NotRequired[int]
+    #: Why the model failed (protected values removed).
     reason: str
+    #: The role the models serve in.
     role: "ModelRole"
+    #: The next model tried, when one was left.
     to_model: NotRequired[str]
 
 
 class ModelFallbackEvent(TypedDict):
     """An Event of type `model.fallback`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `model.fallback` event records.
     data: "ModelFallbackData"
     #: Event identifier.
     event_id: str
@@ -1308,6 +1461,7 @@ class ModelFallbackEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `model.fallback`.
     type: Literal["model.fallback"]
 
 
@@ -1344,6 +1498,7 @@ class NavigateRequest(TypedDict):
     timeout_ms: NotRequired[int]
     #: Absolute URL; its origin must be allowed by the task policy.
     url: str
+    #: Which load milestone the navigation waits for.
     wait_until: NotRequired["WaitUntil"]
 
 
@@ -1354,9 +1509,11 @@ class NavigateResponse(TypedDict):
     context_id: str
     #: Epoch of the new document.
     epoch_id: str
+    #: The command's durable receipt.
     receipt: "Receipt"
     #: HTTP status of the main document.
     status: NotRequired[int]
+    #: Title of the new document.
     title: NotRequired[str]
     #: Final URL after redirects.
     url: str
@@ -1372,17 +1529,21 @@ class NavigationCommittedData(TypedDict):
     epoch_id: str
     #: Browser session identifier.
     session_id: str
+    #: URL of the committed document.
     url: str
 
 
 class NavigationCommittedEvent(TypedDict):
     """An Event of type `navigation.committed`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `navigation.committed` event records.
     data: "NavigationCommittedData"
     #: Event identifier.
     event_id: str
@@ -1392,17 +1553,24 @@ class NavigationCommittedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `navigation.committed`.
     type: Literal["navigation.committed"]
 
 
 class Node(TypedDict):
     """An accessibility node with a session-scoped handle."""
 
+    #: True for a checked checkbox, radio or switch.
     checked: NotRequired[bool]
+    #: Child nodes, in document order.
     children: NotRequired[list["Node"]]
+    #: Accessible description of the node.
     description: NotRequired[str]
+    #: True for a disabled control.
     disabled: NotRequired[bool]
+    #: True for an expanded control, false for a collapsed one.
     expanded: NotRequired[bool]
+    #: True for the node that has focus.
     focused: NotRequired[bool]
     #: Link target.
     href: NotRequired[str]
@@ -1412,6 +1580,7 @@ class Node(TypedDict):
     level: NotRequired[int]
     #: True for a tri-state control in the mixed state.
     mixed: NotRequired[bool]
+    #: Accessible name of the node.
     name: NotRequired[str]
     #: Node handle from observe or query_nodes; valid for one session and one document epoch.
     #: Present on every node an action can target and on containers usable as `within`; absent on
@@ -1423,15 +1592,20 @@ class Node(TypedDict):
     placeholder: NotRequired[str]
     #: True for a read-only control.
     readonly: NotRequired[bool]
+    #: True for a required form control.
     required: NotRequired[bool]
+    #: ARIA role of the node.
     role: str
+    #: True for a selected option, tab or row.
     selected: NotRequired[bool]
+    #: Current value of a control.
     value: NotRequired[str]
 
 
 class NodeExistsClause(TypedDict):
     """Holds when the query finds at least one node."""
 
+    #: The query that must find at least one node.
     node_exists: "Query"
 
 
@@ -1446,7 +1620,9 @@ class ObserveRequest(TypedDict):
 
     #: Context to observe (default: the primary one).
     context_id: NotRequired[str]
+    #: Most nodes to return; `truncated` says when the tree had more.
     max_nodes: NotRequired[int]
+    #: Which nodes the observation includes.
     mode: NotRequired["ObserveMode"]
     #: Observe only this node's subtree.
     within: NotRequired[str]
@@ -1460,11 +1636,15 @@ class ObserveResponse(TypedDict):
     #: Document epoch: changes whenever the browsing context's document changes; node handles of
     #: older epochs are stale.
     epoch_id: str
+    #: The observed nodes, each with its children.
     nodes: list["Node"]
+    #: The command's durable receipt.
     receipt: NotRequired["Receipt"]
+    #: Title of the observed document.
     title: str
     #: True when max_nodes cut the tree.
     truncated: NotRequired[bool]
+    #: URL of the observed document.
     url: str
 
 
@@ -1483,6 +1663,7 @@ class PlanStep(TypedDict):
     #: Errors that cannot improve on retry (a policy violation, invalid arguments, no browser) fail
     #: the plan at once without consuming attempts.
     max_attempts: NotRequired[int]
+    #: The operation the step runs.
     op: "PlanOp"
 
 
@@ -1493,28 +1674,36 @@ class PlanStepFinishedData(TypedDict):
     #: `other`) step returned, as JSON; the first artifact of a `capture_evidence` step; the
     #: screenshot kept with a dead letter.
     artifact_id: NotRequired[str]
+    #: Which attempt of the step this was, from 1.
     attempt: int
     #: True when the step failed beyond its attempts.
     dead_lettered: NotRequired[bool]
+    #: Index of the step in the plan, from 0.
     index: int
+    #: The step's operation.
     op: "PlanOp"
+    #: Why the step failed, when it failed.
     problem_code: NotRequired["ProblemCode"]
     #: Receipt identifier.
     receipt_id: NotRequired[str]
     #: True when a safe step that had finished was run again on a session restored from a
     #: checkpoint.
     rerun: NotRequired[bool]
+    #: True when the step succeeded.
     succeeded: bool
 
 
 class PlanStepFinishedEvent(TypedDict):
     """An Event of type `plan.step_finished`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `plan.step_finished` event records.
     data: "PlanStepFinishedData"
     #: Event identifier.
     event_id: str
@@ -1524,14 +1713,18 @@ class PlanStepFinishedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `plan.step_finished`.
     type: Literal["plan.step_finished"]
 
 
 class PlanStepStartedData(TypedDict):
     """`data` of a `plan.step_started` event: a delegated-mode plan step started."""
 
+    #: Which attempt of the step this is, from 1.
     attempt: int
+    #: Index of the step in the plan, from 0.
     index: int
+    #: The step's operation.
     op: "PlanOp"
     #: True when a safe step that had finished is run again on a session restored from a checkpoint
     #: (after a worker took over an expired lease).
@@ -1541,11 +1734,14 @@ class PlanStepStartedData(TypedDict):
 class PlanStepStartedEvent(TypedDict):
     """An Event of type `plan.step_started`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `plan.step_started` event records.
     data: "PlanStepStartedData"
     #: Event identifier.
     event_id: str
@@ -1555,6 +1751,7 @@ class PlanStepStartedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `plan.step_started`.
     type: Literal["plan.step_started"]
 
 
@@ -1570,11 +1767,13 @@ class PlannerProposedData(TypedDict):
     args: NotRequired[dict[str, Any]]
     #: Index of the proposed step (absent for `done`).
     index: NotRequired[int]
+    #: The planner model that proposed the step.
     model: NotRequired[str]
     #: The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
     op: NotRequired[Literal["navigate", "observe", "act", "extract", "capture_evidence", "done"]]
     #: Why a proposal was not accepted.
     problem: NotRequired[str]
+    #: Provider of the planner model.
     provider: NotRequired[str]
     #: Why the model proposes it (free text from the model, protected values masked).
     reason: NotRequired[str]
@@ -1583,11 +1782,14 @@ class PlannerProposedData(TypedDict):
 class PlannerProposedEvent(TypedDict):
     """An Event of type `planner.proposed`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `planner.proposed` event records.
     data: "PlannerProposedData"
     #: Event identifier.
     event_id: str
@@ -1597,6 +1799,7 @@ class PlannerProposedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `planner.proposed`.
     type: Literal["planner.proposed"]
 
 
@@ -1606,6 +1809,7 @@ class Policy(TypedDict):
     #: Origins the task may load (every frame, redirect and subresource); anything else answers `403
     #: origin_not_allowed`.
     allowed_origins: list[str]
+    #: Rules that hold matching actions for approval.
     approval_rules: NotRequired[list["ApprovalRule"]]
 
 
@@ -1614,6 +1818,7 @@ class Postcondition(TypedDict):
     browsing context at close.
     """
 
+    #: Clauses that must all hold.
     all: list["Clause"]
 
 
@@ -1622,18 +1827,23 @@ class PostconditionEvaluatedData(TypedDict):
 
     #: Browsing context identifier (a tab or frame tree root).
     context_id: NotRequired[str]
+    #: True when every clause held.
     satisfied: bool
+    #: The clauses that did not hold.
     unmet: list["Clause"]
 
 
 class PostconditionEvaluatedEvent(TypedDict):
     """An Event of type `postcondition.evaluated`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `postcondition.evaluated` event records.
     data: "PostconditionEvaluatedData"
     #: Event identifier.
     event_id: str
@@ -1643,6 +1853,7 @@ class PostconditionEvaluatedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `postcondition.evaluated`.
     type: Literal["postcondition.evaluated"]
 
 
@@ -1651,6 +1862,7 @@ class PostconditionResult(TypedDict):
 
     #: Browsing context the postcondition was evaluated on.
     context_id: NotRequired[str]
+    #: True when every clause held.
     satisfied: bool
     #: Clauses that did not hold (empty when satisfied).
     unmet: list["Clause"]
@@ -1661,14 +1873,19 @@ class Problem(TypedDict):
     values.
     """
 
+    #: Stable machine-readable problem code.
     code: "ProblemCode"
+    #: What went wrong in this occurrence (never a secret or protected value).
     detail: str
     #: Validation details (`invalid_request`).
     errors: NotRequired[list["ProblemViolation"]]
+    #: Identifies this occurrence of the problem.
     instance: NotRequired[str]
     #: Receipt of a command refused by policy (outcome `rejected`).
     receipt: NotRequired["Receipt"]
+    #: HTTP status code of the answer.
     status: int
+    #: Short summary of the problem type.
     title: str
     #: Problem type URI.
     type: str
@@ -1720,6 +1937,7 @@ browser could not load the page: DNS, connection, TLS).
 class ProblemViolation(TypedDict):
     """One validation failure."""
 
+    #: What is wrong with the field.
     message: str
     #: JSON Pointer (RFC 6901) into the request body, or `#header:<name>` / `#query:<name>` for
     #: parameters.
@@ -1779,7 +1997,9 @@ class QueryNodesRequest(TypedDict):
 
     #: Browsing context identifier (a tab or frame tree root).
     context_id: NotRequired[str]
+    #: Most nodes to return.
     limit: NotRequired[int]
+    #: The query to run on the current document.
     query: "Query"
 
 
@@ -1805,7 +2025,9 @@ class Receipt(TypedDict):
     detail: NotRequired[str]
     #: When the receipt was recorded (RFC 3339, UTC).
     issued_at: str
+    #: The command's operation.
     operation: "CommandOperation"
+    #: How the command ended.
     outcome: "ReceiptOutcome"
     #: For `rejected`: the code of the problem the command answered.
     problem_code: NotRequired["ProblemCode"]
@@ -1822,7 +2044,9 @@ class ReceiptIssuedData(TypedDict):
 
     #: Command identifier.
     command_id: str
+    #: The command's operation.
     operation: "CommandOperation"
+    #: How the command ended.
     outcome: "ReceiptOutcome"
     #: Receipt identifier.
     receipt_id: str
@@ -1831,11 +2055,14 @@ class ReceiptIssuedData(TypedDict):
 class ReceiptIssuedEvent(TypedDict):
     """An Event of type `receipt.issued`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `receipt.issued` event records.
     data: "ReceiptIssuedData"
     #: Event identifier.
     event_id: str
@@ -1845,6 +2072,7 @@ class ReceiptIssuedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `receipt.issued`.
     type: Literal["receipt.issued"]
 
 
@@ -1869,6 +2097,7 @@ class ReconciliationOpenedData(TypedDict):
 
     #: Command identifier.
     command_id: str
+    #: The operation of the interrupted command.
     operation: NotRequired["CommandOperation"]
     #: Reconciliation identifier.
     reconciliation_id: str
@@ -1877,11 +2106,14 @@ class ReconciliationOpenedData(TypedDict):
 class ReconciliationOpenedEvent(TypedDict):
     """An Event of type `reconciliation.opened`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `reconciliation.opened` event records.
     data: "ReconciliationOpenedData"
     #: Event identifier.
     event_id: str
@@ -1891,6 +2123,7 @@ class ReconciliationOpenedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `reconciliation.opened`.
     type: Literal["reconciliation.opened"]
 
 
@@ -1903,7 +2136,9 @@ class ReconciliationResolvedData(TypedDict):
 
     #: Command identifier.
     command_id: str
+    #: The operator's note.
     note: NotRequired[str]
+    #: What the operator found the command did.
     outcome: "ReconciliationOutcome"
     #: Reconciliation identifier.
     reconciliation_id: str
@@ -1912,11 +2147,14 @@ class ReconciliationResolvedData(TypedDict):
 class ReconciliationResolvedEvent(TypedDict):
     """An Event of type `reconciliation.resolved`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `reconciliation.resolved` event records.
     data: "ReconciliationResolvedData"
     #: Event identifier.
     event_id: str
@@ -1926,19 +2164,23 @@ class ReconciliationResolvedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `reconciliation.resolved`.
     type: Literal["reconciliation.resolved"]
 
 
 class RequestApprovalRequest(TypedDict):
     """Body of request_approval."""
 
+    #: Why approval is needed; shown to the approver.
     reason: str
 
 
 class RequestApprovalResponse(TypedDict):
     """Answer of request_approval."""
 
+    #: The new pending approval.
     approval: "Approval"
+    #: The command's durable receipt.
     receipt: "Receipt"
 
 
@@ -1990,11 +2232,14 @@ class RequestBlockedData(TypedDict):
 class RequestBlockedEvent(TypedDict):
     """An Event of type `request.blocked`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `request.blocked` event records.
     data: "RequestBlockedData"
     #: Event identifier.
     event_id: str
@@ -2004,13 +2249,16 @@ class RequestBlockedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `request.blocked`.
     type: Literal["request.blocked"]
 
 
 class ResolveApprovalRequest(TypedDict):
     """Body of resolve_approval. The approver is the authenticated caller."""
 
+    #: Approve or deny.
     decision: "ApprovalDecision"
+    #: The approver's reason; recorded with the decision.
     reason: NotRequired[str]
 
 
@@ -2021,6 +2269,7 @@ class ResolveApprovalResponse(TypedDict):
     #: a command of its own (operation act) when the approval releases it; the held act command
     #: keeps its pending_approval receipt.
     action_receipt: NotRequired["Receipt"]
+    #: The approval after it was resolved.
     approval: "Approval"
     #: Receipt of the resolve command itself.
     receipt: "Receipt"
@@ -2036,8 +2285,11 @@ class ResumeTaskRequest(TypedDict):
 class ResumeTaskResponse(TypedDict):
     """Answer of resume_task."""
 
+    #: The command's durable receipt.
     receipt: "Receipt"
+    #: The browser session restored from the checkpoint.
     session: "BrowserSession"
+    #: The resumed task.
     task: "Task"
 
 
@@ -2050,11 +2302,15 @@ class SafetyJudgedData(TypedDict):
     `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
     """
 
+    #: How the safety model classified the page's data.
     classification: NotRequired["DataClassification"]
     #: True when no safety model could answer and the step was held for a person.
     fail_closed: NotRequired[bool]
+    #: The safety model that judged.
     model: NotRequired[str]
+    #: Provider of the safety model.
     provider: NotRequired[str]
+    #: The safety model's reason (protected values removed).
     reason: NotRequired[str]
     #: Index of the proposed step in the task's plan.
     step: NotRequired[int]
@@ -2067,11 +2323,14 @@ class SafetyJudgedData(TypedDict):
 class SafetyJudgedEvent(TypedDict):
     """An Event of type `safety.judged`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `safety.judged` event records.
     data: "SafetyJudgedData"
     #: Event identifier.
     event_id: str
@@ -2081,6 +2340,7 @@ class SafetyJudgedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `safety.judged`.
     type: Literal["safety.judged"]
 
 
@@ -2089,7 +2349,9 @@ class ServiceInfo(TypedDict):
 
     #: Protocol adapters mounted (e.g. `mcp`).
     adapters: list[str]
+    #: Always `bap`.
     protocol: Literal["bap"]
+    #: BAP protocol version this server speaks.
     version: str
 
 
@@ -2106,12 +2368,17 @@ class Task(TypedDict):
     deadline: NotRequired[str]
     #: True when the server runs the task itself: a client's plan, or an autonomous task.
     delegated: NotRequired[bool]
+    #: What the task is for, as its creator stated it.
     goal: str
+    #: How the task is driven: `interactive` or `autonomous`.
     mode: NotRequired["TaskMode"]
     #: An autonomous task's model policy, defaults applied.
     model_policy: NotRequired["ModelPolicy"]
+    #: What the task may do.
     policy: NotRequired["Policy"]
+    #: The condition close_task checks before the task may succeed.
     postcondition: NotRequired["Postcondition"]
+    #: Where the task is in its lifecycle.
     state: "TaskState"
     #: Task identifier.
     task_id: str
@@ -2142,7 +2409,9 @@ class TaskCreatedData(TypedDict):
 
     #: Deadline (RFC 3339, UTC).
     deadline: NotRequired[str]
+    #: True when the server drives the task (a `plan` or `autonomous` mode).
     delegated: NotRequired[bool]
+    #: The task's goal.
     goal: str
     #: Receipt identifier.
     receipt_id: NotRequired[str]
@@ -2151,11 +2420,14 @@ class TaskCreatedData(TypedDict):
 class TaskCreatedEvent(TypedDict):
     """An Event of type `task.created`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `task.created` event records.
     data: "TaskCreatedData"
     #: Event identifier.
     event_id: str
@@ -2165,6 +2437,7 @@ class TaskCreatedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `task.created`.
     type: Literal["task.created"]
 
 
@@ -2197,8 +2470,11 @@ TaskStateChangedData = TypedDict(
     {
         # Short reason (e.g. `admission`, `deadline_passed`, `cancel_task`).
         "cause": NotRequired[str],
+        # The state the task left.
         "from": "TaskState",
+        # The state the task entered.
         "to": "TaskState",
+        # Whether the result was verified, on a move to a terminal state.
         "verification": NotRequired["Verification"],
     },
 )
@@ -2207,11 +2483,14 @@ TaskStateChangedData = TypedDict(
 class TaskStateChangedEvent(TypedDict):
     """An Event of type `task.state_changed`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `task.state_changed` event records.
     data: "TaskStateChangedData"
     #: Event identifier.
     event_id: str
@@ -2221,6 +2500,7 @@ class TaskStateChangedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `task.state_changed`.
     type: Literal["task.state_changed"]
 
 
@@ -2265,8 +2545,11 @@ class VerifierJudgedData(TypedDict):
     unmet clause.
     """
 
+    #: The verifier model that judged.
     model: NotRequired[str]
+    #: Provider of the verifier model.
     provider: NotRequired[str]
+    #: The verifier's reason (protected values removed).
     reason: NotRequired[str]
     #: `unavailable` when no verifier model could answer.
     verdict: Literal["yes", "no", "unsure", "unavailable"]
@@ -2275,11 +2558,14 @@ class VerifierJudgedData(TypedDict):
 class VerifierJudgedEvent(TypedDict):
     """An Event of type `verifier.judged`."""
 
+    #: Who caused the event.
     actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
     cause: NotRequired["EventCause"]
     #: Opaque resume cursor of the all-tasks stream (present on events delivered by
     #: `/bap/v1/events/stream`).
     cursor: NotRequired[str]
+    #: What the `verifier.judged` event records.
     data: "VerifierJudgedData"
     #: Event identifier.
     event_id: str
@@ -2289,6 +2575,7 @@ class VerifierJudgedEvent(TypedDict):
     task_id: str
     #: When it happened (RFC 3339, UTC).
     time: str
+    #: Always `verifier.judged`.
     type: Literal["verifier.judged"]
 
 
@@ -2304,9 +2591,11 @@ class VerifyArtifactResponse(TypedDict):
 
     #: Artifact identifier.
     artifact_id: NotRequired[str]
+    #: Where and when the artifact was captured.
     provenance: "Provenance"
     #: SHA-256 digest, 64 lowercase hex characters.
     sha256: str
+    #: Size of the artifact in bytes.
     size: NotRequired[int]
     #: True when the stored bytes hash to the recorded digest (and to `sha256` of the request, when
     #: given).

@@ -114,7 +114,9 @@ impl<'de> Deserialize<'de> for ActAction {
 /// is `pending_approval`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActPendingApprovalResponse {
+    /// The pending approval that holds the action; resolve it with resolve_approval.
     pub approval: Approval,
+    /// The act's receipt (outcome `pending_approval`).
     pub receipt: Receipt,
 }
 
@@ -131,6 +133,7 @@ impl ActPendingApprovalResponse {
 /// Body of act: one action on `node_id` or on `query` (not both).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActRequest {
+    /// The action to perform.
     pub action: ActAction,
     /// File to upload for `upload_file`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,8 +190,11 @@ pub struct ActResponse {
     pub context_id: Option<String>,
     /// Epoch after the action (new when it navigated).
     pub epoch_id: String,
+    /// True when the action started a navigation (a new document epoch).
     pub navigated: bool,
+    /// The command's durable receipt.
     pub receipt: Receipt,
+    /// URL of the page after the action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 }
@@ -209,6 +215,7 @@ impl ActResponse {
 /// `data` of a `action.performed` event: an act ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionPerformedData {
+    /// The action that ran.
     pub action: ActAction,
     /// Command identifier.
     pub command_id: String,
@@ -216,6 +223,7 @@ pub struct ActionPerformedData {
     /// older epochs are stale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch_id: Option<String>,
+    /// True when the action started a navigation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub navigated: Option<bool>,
     /// Node handle from observe or query_nodes; valid for one session and one document epoch.
@@ -242,14 +250,17 @@ impl ActionPerformedData {
 /// An Event of type `action.performed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ActionPerformedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `action.performed` event records.
     pub data: ActionPerformedData,
     /// Event identifier.
     pub event_id: String,
@@ -259,6 +270,7 @@ pub struct ActionPerformedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `action.performed`.
     pub r#type: String,
 }
 
@@ -285,6 +297,7 @@ pub struct Actor {
     /// Client id or user id (absent for `system`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// What kind of principal the actor is.
     pub kind: ActorKind,
 }
 
@@ -392,6 +405,7 @@ pub struct Approval {
     /// The held `act` command, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_id: Option<String>,
+    /// The approver's decision, once resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<ApprovalDecision>,
     /// Effect of the rule that held an action (absent for request_approval).
@@ -407,6 +421,7 @@ pub struct Approval {
     /// (`any_action`, `file_upload`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_request: Option<HeldRequest>,
+    /// Why approval is needed.
     pub reason: String,
     /// Request time (RFC 3339, UTC).
     pub requested_at: String,
@@ -414,6 +429,7 @@ pub struct Approval {
     /// for a delegated or autonomous task's own step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_by: Option<String>,
+    /// The approver's reason, when one was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution_reason: Option<String>,
     /// Resolution time (RFC 3339, UTC).
@@ -430,6 +446,7 @@ pub struct Approval {
     /// approver sees what the agent saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screenshot_artifact_id: Option<String>,
+    /// Where the approval is in its lifecycle.
     pub state: ApprovalState,
     /// Task identifier.
     pub task_id: String,
@@ -664,25 +681,30 @@ pub struct ApprovalRequestedData {
     /// Held act command, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command_id: Option<String>,
+    /// The kind of side effect the approval holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<ApprovalEffect>,
     /// When the approval expires unless resolved (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// Why approval is needed.
     pub reason: String,
 }
 
 /// An Event of type `approval.requested`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ApprovalRequestedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `approval.requested` event records.
     pub data: ApprovalRequestedData,
     /// Event identifier.
     pub event_id: String,
@@ -692,6 +714,7 @@ pub struct ApprovalRequestedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `approval.requested`.
     pub r#type: String,
 }
 
@@ -705,6 +728,7 @@ pub struct ApprovalResolvedData {
     pub action_receipt_id: Option<String>,
     /// Approval identifier.
     pub approval_id: String,
+    /// The approver's decision, when an approver resolved it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<ApprovalDecision>,
     /// Authenticated principal that decided (with `decision`).
@@ -713,6 +737,7 @@ pub struct ApprovalResolvedData {
     /// How the decision reached the server (with `decision`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_via: Option<DecisionChannel>,
+    /// The state the approval left `pending` for.
     pub state: ApprovalState,
 }
 
@@ -733,14 +758,17 @@ impl ApprovalResolvedData {
 /// An Event of type `approval.resolved`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalResolvedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `approval.resolved` event records.
     pub data: ApprovalResolvedData,
     /// Event identifier.
     pub event_id: String,
@@ -750,6 +778,7 @@ pub struct ApprovalResolvedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `approval.resolved`.
     pub r#type: String,
 }
 
@@ -776,6 +805,7 @@ pub struct ApprovalRule {
     /// Who may answer this rule's approvals (default `approver`: a separate approver only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel: Option<ApprovalChannel>,
+    /// The kind of action the rule holds for approval.
     pub effect: ApprovalEffect,
     /// Limit the rule to these origin patterns; absent: every allowed origin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -881,6 +911,7 @@ pub struct Artifact {
     /// When it was stored (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+    /// What the artifact holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ArtifactKind>,
     /// Media type of the bytes.
@@ -975,6 +1006,7 @@ pub struct BrowserSession {
     pub closed_at: Option<String>,
     /// The session's primary browsing context.
     pub context_id: String,
+    /// The session's open top-level browsing contexts (tabs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contexts: Option<Vec<BrowsingContext>>,
     /// Creation time (RFC 3339, UTC).
@@ -984,6 +1016,7 @@ pub struct BrowserSession {
     pub from_checkpoint: Option<String>,
     /// Browser session identifier.
     pub session_id: String,
+    /// Where the session is in its lifecycle.
     pub state: BrowserSessionState,
     /// Task identifier.
     pub task_id: String,
@@ -1015,14 +1048,17 @@ pub struct BrowserSessionClosedData {
 /// An Event of type `browser_session.closed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BrowserSessionClosedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `browser_session.closed` event records.
     pub data: BrowserSessionClosedData,
     /// Event identifier.
     pub event_id: String,
@@ -1032,12 +1068,14 @@ pub struct BrowserSessionClosedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `browser_session.closed`.
     pub r#type: String,
 }
 
 /// `data` of a `browser_session.lost` event: a browser session's browser went away.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BrowserSessionLostData {
+    /// Why the browser went away, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Browser session identifier.
@@ -1047,14 +1085,17 @@ pub struct BrowserSessionLostData {
 /// An Event of type `browser_session.lost`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BrowserSessionLostEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `browser_session.lost` event records.
     pub data: BrowserSessionLostData,
     /// Event identifier.
     pub event_id: String,
@@ -1064,6 +1105,7 @@ pub struct BrowserSessionLostEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `browser_session.lost`.
     pub r#type: String,
 }
 
@@ -1082,14 +1124,17 @@ pub struct BrowserSessionOpenedData {
 /// An Event of type `browser_session.opened`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BrowserSessionOpenedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `browser_session.opened` event records.
     pub data: BrowserSessionOpenedData,
     /// Event identifier.
     pub event_id: String,
@@ -1099,6 +1144,7 @@ pub struct BrowserSessionOpenedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `browser_session.opened`.
     pub r#type: String,
 }
 
@@ -1181,8 +1227,10 @@ pub struct BrowsingContext {
     pub opener_context_id: Option<String>,
     /// Browser session identifier.
     pub session_id: String,
+    /// Title of the context's current document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// URL of the context's current document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 }
@@ -1199,14 +1247,17 @@ pub struct BrowsingContextClosedData {
 /// An Event of type `browsing_context.closed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BrowsingContextClosedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `browsing_context.closed` event records.
     pub data: BrowsingContextClosedData,
     /// Event identifier.
     pub event_id: String,
@@ -1216,6 +1267,7 @@ pub struct BrowsingContextClosedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `browsing_context.closed`.
     pub r#type: String,
 }
 
@@ -1230,6 +1282,7 @@ pub struct BrowsingContextOpenedData {
     pub opener: Option<String>,
     /// Browser session identifier.
     pub session_id: String,
+    /// URL the new context opened with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
 }
@@ -1237,14 +1290,17 @@ pub struct BrowsingContextOpenedData {
 /// An Event of type `browsing_context.opened`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BrowsingContextOpenedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `browsing_context.opened` event records.
     pub data: BrowsingContextOpenedData,
     /// Event identifier.
     pub event_id: String,
@@ -1254,6 +1310,7 @@ pub struct BrowsingContextOpenedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `browsing_context.opened`.
     pub r#type: String,
 }
 
@@ -1261,22 +1318,28 @@ pub struct BrowsingContextOpenedEvent {
 /// `failed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BudgetExhaustedData {
+    /// The budget that ran out.
     pub budget: String,
+    /// The budget's limit.
     pub limit: f64,
+    /// How much of the budget the task used.
     pub used: f64,
 }
 
 /// An Event of type `budget.exhausted`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct BudgetExhaustedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `budget.exhausted` event records.
     pub data: BudgetExhaustedData,
     /// Event identifier.
     pub event_id: String,
@@ -1286,12 +1349,14 @@ pub struct BudgetExhaustedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `budget.exhausted`.
     pub r#type: String,
 }
 
 /// Body of cancel_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CancelTaskRequest {
+    /// Why the task is cancelled; recorded in its history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -1299,7 +1364,9 @@ pub struct CancelTaskRequest {
 /// Answer of cancel_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CancelTaskResponse {
+    /// The command's durable receipt.
     pub receipt: Receipt,
+    /// The task after cancellation.
     pub task: Task,
 }
 
@@ -1322,6 +1389,7 @@ pub struct CaptureEvidenceRequest {
     /// Screenshot the whole page (up to 16384 CSS pixels high), not only the viewport.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_page: Option<bool>,
+    /// Kinds of evidence to capture, each at most once.
     pub kinds: Vec<EvidenceKind>,
     /// Screenshot only this node's box (a handle from observe or query_nodes; scrolled into view
     /// first, in any frame). Not with full_page. A handle of an older epoch answers 409
@@ -1333,7 +1401,9 @@ pub struct CaptureEvidenceRequest {
 /// Answer of capture_evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CaptureEvidenceResponse {
+    /// The stored evidence artifacts, one per kind asked for.
     pub artifacts: Vec<Artifact>,
+    /// The command's durable receipt.
     pub receipt: Receipt,
 }
 
@@ -1361,8 +1431,11 @@ pub struct Checkpoint {
     /// Digest of the task policy it was taken under.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_sha256: Option<String>,
+    /// BAP protocol version under which the checkpoint was taken; resume_task checks it against its
+    /// own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<String>,
+    /// Version of the server that took the checkpoint; resume_task checks it against its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_version: Option<String>,
     /// Browser session identifier.
@@ -1380,7 +1453,9 @@ pub type CheckpointBrowserSessionRequest = serde_json::Map<String, serde_json::V
 /// Answer of checkpoint_browser_session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointBrowserSessionResponse {
+    /// The checkpoint taken.
     pub checkpoint: Checkpoint,
+    /// The command's durable receipt.
     pub receipt: Receipt,
 }
 
@@ -1406,14 +1481,17 @@ pub struct CheckpointCreatedData {
 /// An Event of type `checkpoint.created`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CheckpointCreatedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `checkpoint.created` event records.
     pub data: CheckpointCreatedData,
     /// Event identifier.
     pub event_id: String,
@@ -1423,6 +1501,7 @@ pub struct CheckpointCreatedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `checkpoint.created`.
     pub r#type: String,
 }
 
@@ -1453,7 +1532,9 @@ pub type CloseBrowserSessionRequest = serde_json::Map<String, serde_json::Value>
 /// Answer of close_browser_session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CloseBrowserSessionResponse {
+    /// The command's durable receipt.
     pub receipt: Receipt,
+    /// The session after it closed.
     pub session: BrowserSession,
 }
 
@@ -1473,9 +1554,13 @@ pub type CloseTaskRequest = serde_json::Map<String, serde_json::Value>;
 /// Answer of close_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CloseTaskResponse {
+    /// Evidence captured at close.
     pub evidence: Vec<Artifact>,
+    /// How the task's postcondition evaluated at close.
     pub postcondition: PostconditionResult,
+    /// The command's durable receipt.
     pub receipt: Receipt,
+    /// The task in its terminal state.
     pub task: Task,
 }
 
@@ -1616,7 +1701,9 @@ pub struct CommandRecordedData {
     /// pending_approval).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_command_id: Option<String>,
+    /// The operation of the recorded command.
     pub operation: CommandOperation,
+    /// Index of the plan step that issued the command, for a command of a plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan_step: Option<i64>,
     /// Browser session identifier.
@@ -1641,14 +1728,17 @@ impl CommandRecordedData {
 /// An Event of type `command.recorded`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommandRecordedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `command.recorded` event records.
     pub data: CommandRecordedData,
     /// Event identifier.
     pub event_id: String,
@@ -1658,6 +1748,7 @@ pub struct CommandRecordedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `command.recorded`.
     pub r#type: String,
 }
 
@@ -1689,7 +1780,9 @@ pub struct CreateBrowserSessionRequest {
 /// Answer of create_browser_session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateBrowserSessionResponse {
+    /// The command's durable receipt.
     pub receipt: Receipt,
+    /// The new browser session.
     pub session: BrowserSession,
 }
 
@@ -1728,7 +1821,9 @@ pub struct CreateTaskRequest {
     /// postcondition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<Vec<PlanStep>>,
+    /// What the task may do: its allowed origins and approval rules, among others.
     pub policy: Policy,
+    /// The condition close_task checks before the task may succeed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postcondition: Option<Postcondition>,
 }
@@ -1736,7 +1831,9 @@ pub struct CreateTaskRequest {
 /// Answer of create_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateTaskResponse {
+    /// The command's durable receipt.
     pub receipt: Receipt,
+    /// The new task.
     pub task: Task,
 }
 
@@ -1896,10 +1993,12 @@ impl<'de> Deserialize<'de> for DecisionChannel {
 /// beforeunload); the session handled it by policy (default: dismiss).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct DialogHandledData {
+    /// True when the dialog was accepted, false when dismissed.
     pub accepted: bool,
     /// Browsing context identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// The kind of JavaScript dialog the page opened.
     pub dialog_type: String,
     /// The dialog's text, truncated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1911,14 +2010,17 @@ pub struct DialogHandledData {
 /// An Event of type `dialog.handled`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct DialogHandledEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `dialog.handled` event records.
     pub data: DialogHandledData,
     /// Event identifier.
     pub event_id: String,
@@ -1928,6 +2030,7 @@ pub struct DialogHandledEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `dialog.handled`.
     pub r#type: String,
 }
 
@@ -1938,28 +2041,34 @@ pub struct DownloadCompletedData {
     /// Browsing context identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// Media type of the downloaded file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
+    /// File name the page suggested for the download.
     pub name: String,
     /// Why the content was not kept, when it was not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Browser session identifier.
     pub session_id: String,
+    /// Size of the downloaded file in bytes.
     pub size: i64,
 }
 
 /// An Event of type `download.completed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct DownloadCompletedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `download.completed` event records.
     pub data: DownloadCompletedData,
     /// Event identifier.
     pub event_id: String,
@@ -1969,14 +2078,17 @@ pub struct DownloadCompletedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `download.completed`.
     pub r#type: String,
 }
 
 /// One entry of a task's append-only history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
@@ -1993,6 +2105,7 @@ pub struct Event {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// The event type; it determines the shape of `data`.
     pub r#type: EventType,
 }
 
@@ -2206,6 +2319,7 @@ impl<'de> Deserialize<'de> for EventType {
 /// `data` of a `evidence.captured` event: evidence artifacts were stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct EvidenceCapturedData {
+    /// The stored evidence artifacts.
     pub artifacts: Vec<Artifact>,
     /// Browser session identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -2215,14 +2329,17 @@ pub struct EvidenceCapturedData {
 /// An Event of type `evidence.captured`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct EvidenceCapturedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `evidence.captured` event records.
     pub data: EvidenceCapturedData,
     /// Event identifier.
     pub event_id: String,
@@ -2232,6 +2349,7 @@ pub struct EvidenceCapturedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `evidence.captured`.
     pub r#type: String,
 }
 
@@ -2382,10 +2500,12 @@ pub struct ExtractRequest {
     /// Browsing context identifier (a tab or frame tree root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// What to extract.
     pub kind: ExtractKind,
     /// Node handle from observe or query_nodes; valid for one session and one document epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
+    /// Selects the node to extract from (instead of `node_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<Query>,
     /// JSON Schema the result must follow (kind `schema`).
@@ -2420,8 +2540,10 @@ pub struct ExtractResponse {
     /// Document epoch: changes whenever the browsing context's document changes; node handles of
     /// older epochs are stale.
     pub epoch_id: String,
+    /// What was extracted; it determines the shape of `data`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<ExtractKind>,
+    /// The command's durable receipt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Receipt>,
 }
@@ -2429,17 +2551,21 @@ pub struct ExtractResponse {
 /// One item of `data` of `extract` with kind `links`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ExtractedLink {
+    /// The link's target as an absolute URL.
     pub href: String,
     /// Node handle from observe or query_nodes; valid for one session and one document epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
+    /// The link's visible text.
     pub text: String,
 }
 
 /// `data` of `extract` with kind `table`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ExtractedTable {
+    /// The table's column headers, in order.
     pub columns: Vec<String>,
+    /// The table's body rows, each a list of cell texts in column order.
     pub rows: Vec<Vec<String>>,
 }
 
@@ -2448,16 +2574,19 @@ pub struct ExtractedTable {
 pub struct GetArtifactResponse {
     /// Artifact identifier.
     pub artifact_id: String,
+    /// Media type of the artifact's bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
     /// SHA-256 digest, 64 lowercase hex characters.
     pub sha256: String,
+    /// Size of the artifact in bytes.
     pub size: i64,
 }
 
 /// Answer of get_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GetTaskResponse {
+    /// The task.
     pub task: Task,
 }
 
@@ -2538,8 +2667,10 @@ impl<'de> Deserialize<'de> for HealthState {
 /// Answer of `/healthz` and `/readyz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HealthStatus {
+    /// Why the server is not ready, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The health state.
     pub status: HealthState,
 }
 
@@ -2567,6 +2698,7 @@ pub struct HeldRequest {
 /// `unknown_outcome` or `reconciliation_required`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InterruptedCommandResponse {
+    /// The interrupted command's receipt.
     pub receipt: Receipt,
 }
 
@@ -2582,12 +2714,14 @@ impl InterruptedCommandResponse {
 /// Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ListApprovalsResponse {
+    /// The approvals, oldest request first.
     pub approvals: Vec<Approval>,
 }
 
 /// A page of a task's history, in seq order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ListTaskEventsResponse {
+    /// The events of this page, in `seq` order.
     pub events: Vec<Event>,
     /// Pass as `after` to get the next page; null when there are no more events yet.
     #[serde(default)]
@@ -2598,15 +2732,20 @@ pub struct ListTaskEventsResponse {
 /// (never the prompt text or a protected value).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelCalledData {
+    /// Cost of the call in US dollars.
     pub cost_usd: f64,
+    /// Tokens the model read.
     pub input_tokens: i64,
+    /// How long the call took, in milliseconds.
     pub latency_ms: i64,
     /// The model that served the call, as the orchestrator's answer names it (not the name BAP
     /// asked for, when they differ).
     pub model: String,
+    /// Tokens the model wrote.
     pub output_tokens: i64,
     /// SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded.
     pub prompt_sha256: String,
+    /// Provider of the model that answered.
     pub provider: String,
     /// Reasoning setting asked for (empty: the model's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -2615,6 +2754,7 @@ pub struct ModelCalledData {
     /// dated snapshot of it, or a model the orchestrator routed to).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_model: Option<String>,
+    /// The role the model served in.
     pub role: ModelRole,
     /// Index of the step the call proposed (planner) or the number of steps run (verifier).
     pub step: i64,
@@ -2654,14 +2794,17 @@ impl ModelCalledData {
 /// An Event of type `model.called`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelCalledEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `model.called` event records.
     pub data: ModelCalledData,
     /// Event identifier.
     pub event_id: String,
@@ -2671,6 +2814,7 @@ pub struct ModelCalledEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `model.called`.
     pub r#type: String,
 }
 
@@ -2695,13 +2839,19 @@ impl ModelCalledEvent {
 /// next approved model of the same role was tried; `to_model` is absent when none was left.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelFallbackData {
+    /// The model that failed.
     pub from_model: String,
+    /// Provider of the model that failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_provider: Option<String>,
+    /// How long the failed call took, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<i64>,
+    /// Why the model failed (protected values removed).
     pub reason: String,
+    /// The role the models serve in.
     pub role: ModelRole,
+    /// The next model tried, when one was left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_model: Option<String>,
 }
@@ -2723,14 +2873,17 @@ impl ModelFallbackData {
 /// An Event of type `model.fallback`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelFallbackEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `model.fallback` event records.
     pub data: ModelFallbackData,
     /// Event identifier.
     pub event_id: String,
@@ -2740,6 +2893,7 @@ pub struct ModelFallbackEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `model.fallback`.
     pub r#type: String,
 }
 
@@ -2862,6 +3016,7 @@ pub struct NavigateRequest {
     pub timeout_ms: Option<i64>,
     /// Absolute URL; its origin must be allowed by the task policy.
     pub url: String,
+    /// Which load milestone the navigation waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_until: Option<WaitUntil>,
 }
@@ -2873,10 +3028,12 @@ pub struct NavigateResponse {
     pub context_id: String,
     /// Epoch of the new document.
     pub epoch_id: String,
+    /// The command's durable receipt.
     pub receipt: Receipt,
     /// HTTP status of the main document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<i64>,
+    /// Title of the new document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// Final URL after redirects.
@@ -2907,20 +3064,24 @@ pub struct NavigationCommittedData {
     pub epoch_id: String,
     /// Browser session identifier.
     pub session_id: String,
+    /// URL of the committed document.
     pub url: String,
 }
 
 /// An Event of type `navigation.committed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct NavigationCommittedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `navigation.committed` event records.
     pub data: NavigationCommittedData,
     /// Event identifier.
     pub event_id: String,
@@ -2930,22 +3091,29 @@ pub struct NavigationCommittedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `navigation.committed`.
     pub r#type: String,
 }
 
 /// An accessibility node with a session-scoped handle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Node {
+    /// True for a checked checkbox, radio or switch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checked: Option<bool>,
+    /// Child nodes, in document order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<Vec<Node>>,
+    /// Accessible description of the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// True for a disabled control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
+    /// True for an expanded control, false for a collapsed one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expanded: Option<bool>,
+    /// True for the node that has focus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub focused: Option<bool>,
     /// Link target.
@@ -2960,6 +3128,7 @@ pub struct Node {
     /// True for a tri-state control in the mixed state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixed: Option<bool>,
+    /// Accessible name of the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Node handle from observe or query_nodes; valid for one session and one document epoch.
@@ -2976,11 +3145,15 @@ pub struct Node {
     /// True for a read-only control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readonly: Option<bool>,
+    /// True for a required form control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
+    /// ARIA role of the node.
     pub role: String,
+    /// True for a selected option, tab or row.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected: Option<bool>,
+    /// Current value of a control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
 }
@@ -2988,6 +3161,7 @@ pub struct Node {
 /// Holds when the query finds at least one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct NodeExistsClause {
+    /// The query that must find at least one node.
     pub node_exists: Query,
 }
 
@@ -3059,8 +3233,10 @@ pub struct ObserveRequest {
     /// Context to observe (default: the primary one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// Most nodes to return; `truncated` says when the tree had more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_nodes: Option<i64>,
+    /// Which nodes the observation includes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ObserveMode>,
     /// Observe only this node's subtree.
@@ -3076,13 +3252,17 @@ pub struct ObserveResponse {
     /// Document epoch: changes whenever the browsing context's document changes; node handles of
     /// older epochs are stale.
     pub epoch_id: String,
+    /// The observed nodes, each with its children.
     pub nodes: Vec<Node>,
+    /// The command's durable receipt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Receipt>,
+    /// Title of the observed document.
     pub title: String,
     /// True when max_nodes cut the tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
+    /// URL of the observed document.
     pub url: String,
 }
 
@@ -3171,6 +3351,7 @@ pub struct PlanStep {
     /// the plan at once without consuming attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_attempts: Option<i64>,
+    /// The operation the step runs.
     pub op: PlanOp,
 }
 
@@ -3193,12 +3374,16 @@ pub struct PlanStepFinishedData {
     /// screenshot kept with a dead letter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_id: Option<String>,
+    /// Which attempt of the step this was, from 1.
     pub attempt: i64,
     /// True when the step failed beyond its attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_lettered: Option<bool>,
+    /// Index of the step in the plan, from 0.
     pub index: i64,
+    /// The step's operation.
     pub op: PlanOp,
+    /// Why the step failed, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem_code: Option<ProblemCode>,
     /// Receipt identifier.
@@ -3208,6 +3393,7 @@ pub struct PlanStepFinishedData {
     /// checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun: Option<bool>,
+    /// True when the step succeeded.
     pub succeeded: bool,
 }
 
@@ -3231,14 +3417,17 @@ impl PlanStepFinishedData {
 /// An Event of type `plan.step_finished`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanStepFinishedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `plan.step_finished` event records.
     pub data: PlanStepFinishedData,
     /// Event identifier.
     pub event_id: String,
@@ -3248,6 +3437,7 @@ pub struct PlanStepFinishedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `plan.step_finished`.
     pub r#type: String,
 }
 
@@ -3271,8 +3461,11 @@ impl PlanStepFinishedEvent {
 /// `data` of a `plan.step_started` event: a delegated-mode plan step started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanStepStartedData {
+    /// Which attempt of the step this is, from 1.
     pub attempt: i64,
+    /// Index of the step in the plan, from 0.
     pub index: i64,
+    /// The step's operation.
     pub op: PlanOp,
     /// True when a safe step that had finished is run again on a session restored from a checkpoint
     /// (after a worker took over an expired lease).
@@ -3295,14 +3488,17 @@ impl PlanStepStartedData {
 /// An Event of type `plan.step_started`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanStepStartedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `plan.step_started` event records.
     pub data: PlanStepStartedData,
     /// Event identifier.
     pub event_id: String,
@@ -3312,6 +3508,7 @@ pub struct PlanStepStartedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `plan.step_started`.
     pub r#type: String,
 }
 
@@ -3345,6 +3542,7 @@ pub struct PlannerProposedData {
     /// Index of the proposed step (absent for `done`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<i64>,
+    /// The planner model that proposed the step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
@@ -3353,6 +3551,7 @@ pub struct PlannerProposedData {
     /// Why a proposal was not accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// Provider of the planner model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
     /// Why the model proposes it (free text from the model, protected values masked).
@@ -3363,14 +3562,17 @@ pub struct PlannerProposedData {
 /// An Event of type `planner.proposed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct PlannerProposedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `planner.proposed` event records.
     pub data: PlannerProposedData,
     /// Event identifier.
     pub event_id: String,
@@ -3380,6 +3582,7 @@ pub struct PlannerProposedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `planner.proposed`.
     pub r#type: String,
 }
 
@@ -3389,6 +3592,7 @@ pub struct Policy {
     /// Origins the task may load (every frame, redirect and subresource); anything else answers
     /// `403 origin_not_allowed`.
     pub allowed_origins: Vec<String>,
+    /// Rules that hold matching actions for approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_rules: Option<Vec<ApprovalRule>>,
 }
@@ -3397,6 +3601,7 @@ pub struct Policy {
 /// browsing context at close.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Postcondition {
+    /// Clauses that must all hold.
     pub all: Vec<Clause>,
 }
 
@@ -3406,21 +3611,26 @@ pub struct PostconditionEvaluatedData {
     /// Browsing context identifier (a tab or frame tree root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// True when every clause held.
     pub satisfied: bool,
+    /// The clauses that did not hold.
     pub unmet: Vec<Clause>,
 }
 
 /// An Event of type `postcondition.evaluated`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct PostconditionEvaluatedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `postcondition.evaluated` event records.
     pub data: PostconditionEvaluatedData,
     /// Event identifier.
     pub event_id: String,
@@ -3430,6 +3640,7 @@ pub struct PostconditionEvaluatedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `postcondition.evaluated`.
     pub r#type: String,
 }
 
@@ -3439,6 +3650,7 @@ pub struct PostconditionResult {
     /// Browsing context the postcondition was evaluated on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// True when every clause held.
     pub satisfied: bool,
     /// Clauses that did not hold (empty when satisfied).
     pub unmet: Vec<Clause>,
@@ -3618,6 +3830,7 @@ impl<'de> Deserialize<'de> for ProblemCode {
 /// One validation failure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ProblemViolation {
+    /// What is wrong with the field.
     pub message: String,
     /// JSON Pointer (RFC 6901) into the request body, or `#header:<name>` / `#query:<name>` for
     /// parameters.
@@ -3693,8 +3906,10 @@ pub struct QueryNodesRequest {
     /// Browsing context identifier (a tab or frame tree root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// Most nodes to return.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<i64>,
+    /// The query to run on the current document.
     pub query: Query,
 }
 
@@ -3721,7 +3936,9 @@ pub struct Receipt {
     pub detail: Option<String>,
     /// When the receipt was recorded (RFC 3339, UTC).
     pub issued_at: String,
+    /// The command's operation.
     pub operation: CommandOperation,
+    /// How the command ended.
     pub outcome: ReceiptOutcome,
     /// For `rejected`: the code of the problem the command answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -3757,7 +3974,9 @@ impl Receipt {
 pub struct ReceiptIssuedData {
     /// Command identifier.
     pub command_id: String,
+    /// The command's operation.
     pub operation: CommandOperation,
+    /// How the command ended.
     pub outcome: ReceiptOutcome,
     /// Receipt identifier.
     pub receipt_id: String,
@@ -3778,14 +3997,17 @@ impl ReceiptIssuedData {
 /// An Event of type `receipt.issued`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReceiptIssuedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `receipt.issued` event records.
     pub data: ReceiptIssuedData,
     /// Event identifier.
     pub event_id: String,
@@ -3795,6 +4017,7 @@ pub struct ReceiptIssuedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `receipt.issued`.
     pub r#type: String,
 }
 
@@ -3900,6 +4123,7 @@ impl<'de> Deserialize<'de> for ReceiptOutcome {
 pub struct ReconciliationOpenedData {
     /// Command identifier.
     pub command_id: String,
+    /// The operation of the interrupted command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<CommandOperation>,
     /// Reconciliation identifier.
@@ -3909,14 +4133,17 @@ pub struct ReconciliationOpenedData {
 /// An Event of type `reconciliation.opened`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ReconciliationOpenedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `reconciliation.opened` event records.
     pub data: ReconciliationOpenedData,
     /// Event identifier.
     pub event_id: String,
@@ -3926,6 +4153,7 @@ pub struct ReconciliationOpenedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `reconciliation.opened`.
     pub r#type: String,
 }
 
@@ -3995,8 +4223,10 @@ impl<'de> Deserialize<'de> for ReconciliationOutcome {
 pub struct ReconciliationResolvedData {
     /// Command identifier.
     pub command_id: String,
+    /// The operator's note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What the operator found the command did.
     pub outcome: ReconciliationOutcome,
     /// Reconciliation identifier.
     pub reconciliation_id: String,
@@ -4017,14 +4247,17 @@ impl ReconciliationResolvedData {
 /// An Event of type `reconciliation.resolved`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReconciliationResolvedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `reconciliation.resolved` event records.
     pub data: ReconciliationResolvedData,
     /// Event identifier.
     pub event_id: String,
@@ -4034,6 +4267,7 @@ pub struct ReconciliationResolvedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `reconciliation.resolved`.
     pub r#type: String,
 }
 
@@ -4057,13 +4291,16 @@ impl ReconciliationResolvedEvent {
 /// Body of request_approval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RequestApprovalRequest {
+    /// Why approval is needed; shown to the approver.
     pub reason: String,
 }
 
 /// Answer of request_approval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestApprovalResponse {
+    /// The new pending approval.
     pub approval: Approval,
+    /// The command's durable receipt.
     pub receipt: Receipt,
 }
 
@@ -4125,14 +4362,17 @@ pub struct RequestBlockedData {
 /// An Event of type `request.blocked`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RequestBlockedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `request.blocked` event records.
     pub data: RequestBlockedData,
     /// Event identifier.
     pub event_id: String,
@@ -4142,13 +4382,16 @@ pub struct RequestBlockedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `request.blocked`.
     pub r#type: String,
 }
 
 /// Body of resolve_approval. The approver is the authenticated caller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResolveApprovalRequest {
+    /// Approve or deny.
     pub decision: ApprovalDecision,
+    /// The approver's reason; recorded with the decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -4171,6 +4414,7 @@ pub struct ResolveApprovalResponse {
     /// keeps its pending_approval receipt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_receipt: Option<Receipt>,
+    /// The approval after it was resolved.
     pub approval: Approval,
     /// Receipt of the resolve command itself.
     pub receipt: Receipt,
@@ -4197,8 +4441,11 @@ pub struct ResumeTaskRequest {
 /// Answer of resume_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResumeTaskResponse {
+    /// The command's durable receipt.
     pub receipt: Receipt,
+    /// The browser session restored from the checkpoint.
     pub session: BrowserSession,
+    /// The resumed task.
     pub task: Task,
 }
 
@@ -4221,15 +4468,19 @@ impl ResumeTaskResponse {
 /// `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct SafetyJudgedData {
+    /// How the safety model classified the page's data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classification: Option<DataClassification>,
     /// True when no safety model could answer and the step was held for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_closed: Option<bool>,
+    /// The safety model that judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Provider of the safety model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// The safety model's reason (protected values removed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Index of the proposed step in the task's plan.
@@ -4244,14 +4495,17 @@ pub struct SafetyJudgedData {
 /// An Event of type `safety.judged`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct SafetyJudgedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `safety.judged` event records.
     pub data: SafetyJudgedData,
     /// Event identifier.
     pub event_id: String,
@@ -4261,6 +4515,7 @@ pub struct SafetyJudgedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `safety.judged`.
     pub r#type: String,
 }
 
@@ -4269,7 +4524,9 @@ pub struct SafetyJudgedEvent {
 pub struct ServiceInfo {
     /// Protocol adapters mounted (e.g. `mcp`).
     pub adapters: Vec<String>,
+    /// Always `bap`.
     pub protocol: String,
+    /// BAP protocol version this server speaks.
     pub version: String,
 }
 
@@ -4290,16 +4547,21 @@ pub struct Task {
     /// True when the server runs the task itself: a client's plan, or an autonomous task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated: Option<bool>,
+    /// What the task is for, as its creator stated it.
     pub goal: String,
+    /// How the task is driven: `interactive` or `autonomous`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<TaskMode>,
     /// An autonomous task's model policy, defaults applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_policy: Option<ModelPolicy>,
+    /// What the task may do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// The condition close_task checks before the task may succeed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postcondition: Option<Postcondition>,
+    /// Where the task is in its lifecycle.
     pub state: TaskState,
     /// Task identifier.
     pub task_id: String,
@@ -4357,8 +4619,10 @@ pub struct TaskCreatedData {
     /// Deadline (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<String>,
+    /// True when the server drives the task (a `plan` or `autonomous` mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated: Option<bool>,
+    /// The task's goal.
     pub goal: String,
     /// Receipt identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -4368,14 +4632,17 @@ pub struct TaskCreatedData {
 /// An Event of type `task.created`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TaskCreatedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `task.created` event records.
     pub data: TaskCreatedData,
     /// Event identifier.
     pub event_id: String,
@@ -4385,6 +4652,7 @@ pub struct TaskCreatedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `task.created`.
     pub r#type: String,
 }
 
@@ -4551,8 +4819,11 @@ pub struct TaskStateChangedData {
     /// Short reason (e.g. `admission`, `deadline_passed`, `cancel_task`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
+    /// The state the task left.
     pub from: TaskState,
+    /// The state the task entered.
     pub to: TaskState,
+    /// Whether the result was verified, on a move to a terminal state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<Verification>,
 }
@@ -4572,14 +4843,17 @@ impl TaskStateChangedData {
 /// An Event of type `task.state_changed`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskStateChangedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `task.state_changed` event records.
     pub data: TaskStateChangedData,
     /// Event identifier.
     pub event_id: String,
@@ -4589,6 +4863,7 @@ pub struct TaskStateChangedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `task.state_changed`.
     pub r#type: String,
 }
 
@@ -4709,10 +4984,13 @@ impl<'de> Deserialize<'de> for Verification {
 /// unmet clause.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct VerifierJudgedData {
+    /// The verifier model that judged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Provider of the verifier model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// The verifier's reason (protected values removed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// `unavailable` when no verifier model could answer.
@@ -4722,14 +5000,17 @@ pub struct VerifierJudgedData {
 /// An Event of type `verifier.judged`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct VerifierJudgedEvent {
+    /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<EventCause>,
     /// Opaque resume cursor of the all-tasks stream (present on events delivered by
     /// `/bap/v1/events/stream`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
+    /// What the `verifier.judged` event records.
     pub data: VerifierJudgedData,
     /// Event identifier.
     pub event_id: String,
@@ -4739,6 +5020,7 @@ pub struct VerifierJudgedEvent {
     pub task_id: String,
     /// When it happened (RFC 3339, UTC).
     pub time: String,
+    /// Always `verifier.judged`.
     pub r#type: String,
 }
 
@@ -4756,9 +5038,11 @@ pub struct VerifyArtifactResponse {
     /// Artifact identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact_id: Option<String>,
+    /// Where and when the artifact was captured.
     pub provenance: Provenance,
     /// SHA-256 digest, 64 lowercase hex characters.
     pub sha256: String,
+    /// Size of the artifact in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<i64>,
     /// True when the stored bytes hash to the recorded digest (and to `sha256` of the request, when

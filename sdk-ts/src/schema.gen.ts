@@ -541,7 +541,9 @@ export interface components {
          *     }
          */
         ActPendingApprovalResponse: {
+            /** @description The pending approval that holds the action; resolve it with resolve_approval. */
             approval: components["schemas"]["Approval"];
+            /** @description The act's receipt (outcome `pending_approval`). */
             receipt: components["schemas"]["Receipt"];
         };
         /**
@@ -553,6 +555,7 @@ export interface components {
          *     }
          */
         ActRequest: {
+            /** @description The action to perform. */
             action: components["schemas"]["ActAction"];
             /**
              * @description File to upload for `upload_file`.
@@ -611,8 +614,11 @@ export interface components {
              * @example ep_2kM4nP6qR8sT
              */
             epoch_id: string;
+            /** @description True when the action started a navigation (a new document epoch). */
             navigated: boolean;
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
+            /** @description URL of the page after the action. */
             url?: string;
         };
         /**
@@ -628,6 +634,7 @@ export interface components {
          *     }
          */
         ActionPerformedData: {
+            /** @description The action that ran. */
             action: components["schemas"]["ActAction"];
             /**
              * @description Command identifier.
@@ -639,6 +646,7 @@ export interface components {
              * @example ep_2kM4nP6qR8sT
              */
             epoch_id?: string;
+            /** @description True when the action started a navigation. */
             navigated?: boolean;
             /**
              * @description Node handle from observe or query_nodes; valid for one session and one document epoch.
@@ -678,8 +686,12 @@ export interface components {
          *     }
          */
         ActionPerformedEvent: components["schemas"]["Event"] & {
+            /** @description What the `action.performed` event records. */
             data: components["schemas"]["ActionPerformedData"];
-            /** @constant */
+            /**
+             * @description Always `action.performed`.
+             * @constant
+             */
             type: "action.performed";
         };
         /**
@@ -693,6 +705,7 @@ export interface components {
         Actor: {
             /** @description Client id or user id (absent for `system`). */
             id?: string;
+            /** @description What kind of principal the actor is. */
             kind: components["schemas"]["ActorKind"];
         };
         /**
@@ -729,6 +742,7 @@ export interface components {
              * @example cmd_1hJ3kL5mN7pQ
              */
             command_id?: string;
+            /** @description The approver's decision, once resolved. */
             decision?: components["schemas"]["ApprovalDecision"];
             /** @description Effect of the rule that held an action (absent for request_approval). */
             effect?: components["schemas"]["ApprovalEffect"];
@@ -739,6 +753,7 @@ export interface components {
             expires_at: string;
             /** @description The request a `form_submission` rule holds inside the browser, unsent: what approving sends, exactly once. Its body is never shown (it may hold what a person typed); the approval is bound to it by a keyed digest. Absent when the approval holds an act before it runs (`any_action`, `file_upload`). */
             held_request?: components["schemas"]["HeldRequest"];
+            /** @description Why approval is needed. */
             reason: string;
             /**
              * Format: date-time
@@ -747,6 +762,7 @@ export interface components {
             requested_at: string;
             /** @description Authenticated principal whose act was held or who called request_approval (`worker:<node>` for a delegated or autonomous task's own step). */
             requested_by?: string;
+            /** @description The approver's reason, when one was given. */
             resolution_reason?: string;
             /**
              * Format: date-time
@@ -762,6 +778,7 @@ export interface components {
              * @example art_5nM7pQ9rS1tU
              */
             screenshot_artifact_id?: string;
+            /** @description Where the approval is in its lifecycle. */
             state: components["schemas"]["ApprovalState"];
             /**
              * @description Task identifier.
@@ -811,12 +828,14 @@ export interface components {
              * @example cmd_1hJ3kL5mN7pQ
              */
             command_id?: string;
+            /** @description The kind of side effect the approval holds. */
             effect?: components["schemas"]["ApprovalEffect"];
             /**
              * Format: date-time
              * @description When the approval expires unless resolved (RFC 3339, UTC).
              */
             expires_at?: string;
+            /** @description Why approval is needed. */
             reason: string;
         };
         /**
@@ -844,8 +863,12 @@ export interface components {
          *     }
          */
         ApprovalRequestedEvent: components["schemas"]["Event"] & {
+            /** @description What the `approval.requested` event records. */
             data: components["schemas"]["ApprovalRequestedData"];
-            /** @constant */
+            /**
+             * @description Always `approval.requested`.
+             * @constant
+             */
             type: "approval.requested";
         };
         /**
@@ -874,11 +897,13 @@ export interface components {
              * @example apr_3gH5jK7lM9nP
              */
             approval_id: string;
+            /** @description The approver's decision, when an approver resolved it. */
             decision?: components["schemas"]["ApprovalDecision"];
             /** @description Authenticated principal that decided (with `decision`). */
             resolved_by?: string;
             /** @description How the decision reached the server (with `decision`). */
             resolved_via?: components["schemas"]["DecisionChannel"];
+            /** @description The state the approval left `pending` for. */
             state: components["schemas"]["ApprovalState"];
         };
         /**
@@ -906,8 +931,12 @@ export interface components {
          *     }
          */
         ApprovalResolvedEvent: components["schemas"]["Event"] & {
+            /** @description What the `approval.resolved` event records. */
             data: components["schemas"]["ApprovalResolvedData"];
-            /** @constant */
+            /**
+             * @description Always `approval.resolved`.
+             * @constant
+             */
             type: "approval.resolved";
         };
         /**
@@ -924,6 +953,7 @@ export interface components {
         ApprovalRule: {
             /** @description Who may answer this rule's approvals (default `approver`: a separate approver only). */
             channel?: components["schemas"]["ApprovalChannel"];
+            /** @description The kind of action the rule holds for approval. */
             effect: components["schemas"]["ApprovalEffect"];
             /** @description Limit the rule to these origin patterns; absent: every allowed origin. */
             origins?: string[];
@@ -961,6 +991,7 @@ export interface components {
              * @description When it was stored (RFC 3339, UTC).
              */
             created_at?: string;
+            /** @description What the artifact holds. */
             kind?: components["schemas"]["ArtifactKind"];
             /** @description Media type of the bytes. */
             media_type: string;
@@ -1002,6 +1033,7 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id: string;
+            /** @description The session's open top-level browsing contexts (tabs). */
             contexts?: components["schemas"]["BrowsingContext"][];
             /**
              * Format: date-time
@@ -1018,6 +1050,7 @@ export interface components {
              * @example bs_4fT8nQ2rL6vY
              */
             session_id: string;
+            /** @description Where the session is in its lifecycle. */
             state: components["schemas"]["BrowserSessionState"];
             /**
              * @description Task identifier.
@@ -1061,8 +1094,12 @@ export interface components {
          *     }
          */
         BrowserSessionClosedEvent: components["schemas"]["Event"] & {
+            /** @description What the `browser_session.closed` event records. */
             data: components["schemas"]["BrowserSessionClosedData"];
-            /** @constant */
+            /**
+             * @description Always `browser_session.closed`.
+             * @constant
+             */
             type: "browser_session.closed";
         };
         /**
@@ -1074,6 +1111,7 @@ export interface components {
          *     }
          */
         BrowserSessionLostData: {
+            /** @description Why the browser went away, when known. */
             reason?: string;
             /**
              * @description Browser session identifier.
@@ -1104,8 +1142,12 @@ export interface components {
          *     }
          */
         BrowserSessionLostEvent: components["schemas"]["Event"] & {
+            /** @description What the `browser_session.lost` event records. */
             data: components["schemas"]["BrowserSessionLostData"];
-            /** @constant */
+            /**
+             * @description Always `browser_session.lost`.
+             * @constant
+             */
             type: "browser_session.lost";
         };
         /**
@@ -1156,8 +1198,12 @@ export interface components {
          *     }
          */
         BrowserSessionOpenedEvent: components["schemas"]["Event"] & {
+            /** @description What the `browser_session.opened` event records. */
             data: components["schemas"]["BrowserSessionOpenedData"];
-            /** @constant */
+            /**
+             * @description Always `browser_session.opened`.
+             * @constant
+             */
             type: "browser_session.opened";
         };
         /**
@@ -1198,7 +1244,9 @@ export interface components {
              * @example bs_4fT8nQ2rL6vY
              */
             session_id: string;
+            /** @description Title of the context's current document. */
             title?: string;
+            /** @description URL of the context's current document. */
             url?: string;
         };
         /**
@@ -1243,8 +1291,12 @@ export interface components {
          *     }
          */
         BrowsingContextClosedEvent: components["schemas"]["Event"] & {
+            /** @description What the `browsing_context.closed` event records. */
             data: components["schemas"]["BrowsingContextClosedData"];
-            /** @constant */
+            /**
+             * @description Always `browsing_context.closed`.
+             * @constant
+             */
             type: "browsing_context.closed";
         };
         /**
@@ -1273,6 +1325,7 @@ export interface components {
              * @example bs_4fT8nQ2rL6vY
              */
             session_id: string;
+            /** @description URL the new context opened with. */
             url?: string;
         };
         /**
@@ -1299,8 +1352,12 @@ export interface components {
          *     }
          */
         BrowsingContextOpenedEvent: components["schemas"]["Event"] & {
+            /** @description What the `browsing_context.opened` event records. */
             data: components["schemas"]["BrowsingContextOpenedData"];
-            /** @constant */
+            /**
+             * @description Always `browsing_context.opened`.
+             * @constant
+             */
             type: "browsing_context.opened";
         };
         /**
@@ -1313,9 +1370,14 @@ export interface components {
          *     }
          */
         BudgetExhaustedData: {
-            /** @enum {string} */
+            /**
+             * @description The budget that ran out.
+             * @enum {string}
+             */
             budget: "max_steps" | "max_tokens" | "max_cost_usd" | "max_wall_time_ms";
+            /** @description The budget's limit. */
             limit: number;
+            /** @description How much of the budget the task used. */
             used: number;
         };
         /**
@@ -1339,8 +1401,12 @@ export interface components {
          *     }
          */
         BudgetExhaustedEvent: components["schemas"]["Event"] & {
+            /** @description What the `budget.exhausted` event records. */
             data: components["schemas"]["BudgetExhaustedData"];
-            /** @constant */
+            /**
+             * @description Always `budget.exhausted`.
+             * @constant
+             */
             type: "budget.exhausted";
         };
         /**
@@ -1351,6 +1417,7 @@ export interface components {
          *     }
          */
         CancelTaskRequest: {
+            /** @description Why the task is cancelled; recorded in its history. */
             reason?: string;
         };
         /**
@@ -1386,7 +1453,9 @@ export interface components {
          *     }
          */
         CancelTaskResponse: {
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
+            /** @description The task after cancellation. */
             task: components["schemas"]["Task"];
         };
         /**
@@ -1410,6 +1479,7 @@ export interface components {
              * @default false
              */
             full_page?: boolean;
+            /** @description Kinds of evidence to capture, each at most once. */
             kinds: components["schemas"]["EvidenceKind"][];
             /** @description Screenshot only this node's box (a handle from observe or query_nodes; scrolled into view first, in any frame). Not with full_page. A handle of an older epoch answers 409 stale_node_handle. */
             node_id?: string;
@@ -1438,7 +1508,9 @@ export interface components {
          *     }
          */
         CaptureEvidenceResponse: {
+            /** @description The stored evidence artifacts, one per kind asked for. */
             artifacts: components["schemas"]["Artifact"][];
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
         };
         /**
@@ -1471,7 +1543,9 @@ export interface components {
             epoch_id?: string;
             /** @description Digest of the task policy it was taken under. */
             policy_sha256?: string;
+            /** @description BAP protocol version under which the checkpoint was taken; resume_task checks it against its own. */
             protocol_version?: string;
+            /** @description Version of the server that took the checkpoint; resume_task checks it against its own. */
             server_version?: string;
             /**
              * @description Browser session identifier.
@@ -1515,7 +1589,9 @@ export interface components {
          *     }
          */
         CheckpointBrowserSessionResponse: {
+            /** @description The checkpoint taken. */
             checkpoint: components["schemas"]["Checkpoint"];
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
         };
         /**
@@ -1561,8 +1637,12 @@ export interface components {
          *     }
          */
         CheckpointCreatedEvent: components["schemas"]["Event"] & {
+            /** @description What the `checkpoint.created` event records. */
             data: components["schemas"]["CheckpointCreatedData"];
-            /** @constant */
+            /**
+             * @description Always `checkpoint.created`.
+             * @constant
+             */
             type: "checkpoint.created";
         };
         /**
@@ -1602,7 +1682,9 @@ export interface components {
          *     }
          */
         CloseBrowserSessionResponse: {
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
+            /** @description The session after it closed. */
             session: components["schemas"]["BrowserSession"];
         };
         /**
@@ -1658,9 +1740,13 @@ export interface components {
          *     }
          */
         CloseTaskResponse: {
+            /** @description Evidence captured at close. */
             evidence: components["schemas"]["Artifact"][];
+            /** @description How the task's postcondition evaluated at close. */
             postcondition: components["schemas"]["PostconditionResult"];
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
+            /** @description The task in its terminal state. */
             task: components["schemas"]["Task"];
         };
         /**
@@ -1688,7 +1774,9 @@ export interface components {
             command_id: string;
             /** @description For an action an approval released: the act command that was held (its receipt stays pending_approval). */
             held_command_id?: string;
+            /** @description The operation of the recorded command. */
             operation: components["schemas"]["CommandOperation"];
+            /** @description Index of the plan step that issued the command, for a command of a plan. */
             plan_step?: number;
             /**
              * @description Browser session identifier.
@@ -1720,8 +1808,12 @@ export interface components {
          *     }
          */
         CommandRecordedEvent: components["schemas"]["Event"] & {
+            /** @description What the `command.recorded` event records. */
             data: components["schemas"]["CommandRecordedData"];
-            /** @constant */
+            /**
+             * @description Always `command.recorded`.
+             * @constant
+             */
             type: "command.recorded";
         };
         /**
@@ -1758,7 +1850,9 @@ export interface components {
          *     }
          */
         CreateBrowserSessionResponse: {
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
+            /** @description The new browser session. */
             session: components["schemas"]["BrowserSession"];
         };
         /**
@@ -1839,7 +1933,9 @@ export interface components {
             model_policy?: components["schemas"]["ModelPolicy"];
             /** @description Delegated mode: the server runs these steps itself, then closes the task by its postcondition. */
             plan?: components["schemas"]["PlanStep"][];
+            /** @description What the task may do: its allowed origins and approval rules, among others. */
             policy: components["schemas"]["Policy"];
+            /** @description The condition close_task checks before the task may succeed. */
             postcondition?: components["schemas"]["Postcondition"];
         };
         /**
@@ -1874,7 +1970,9 @@ export interface components {
          *     }
          */
         CreateTaskResponse: {
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
+            /** @description The new task. */
             task: components["schemas"]["Task"];
         };
         /**
@@ -1901,13 +1999,17 @@ export interface components {
          *     }
          */
         DialogHandledData: {
+            /** @description True when the dialog was accepted, false when dismissed. */
             accepted: boolean;
             /**
              * @description Browsing context identifier.
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
-            /** @enum {string} */
+            /**
+             * @description The kind of JavaScript dialog the page opened.
+             * @enum {string}
+             */
             dialog_type: "alert" | "confirm" | "prompt" | "beforeunload";
             /** @description The dialog's text, truncated. */
             message?: string;
@@ -1942,8 +2044,12 @@ export interface components {
          *     }
          */
         DialogHandledEvent: components["schemas"]["Event"] & {
+            /** @description What the `dialog.handled` event records. */
             data: components["schemas"]["DialogHandledData"];
-            /** @constant */
+            /**
+             * @description Always `dialog.handled`.
+             * @constant
+             */
             type: "dialog.handled";
         };
         /**
@@ -1962,7 +2068,9 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
+            /** @description Media type of the downloaded file. */
             media_type?: string;
+            /** @description File name the page suggested for the download. */
             name: string;
             /** @description Why the content was not kept, when it was not. */
             reason?: string;
@@ -1971,6 +2079,7 @@ export interface components {
              * @example bs_4fT8nQ2rL6vY
              */
             session_id: string;
+            /** @description Size of the downloaded file in bytes. */
             size: number;
         };
         /**
@@ -1997,8 +2106,12 @@ export interface components {
          *     }
          */
         DownloadCompletedEvent: components["schemas"]["Event"] & {
+            /** @description What the `download.completed` event records. */
             data: components["schemas"]["DownloadCompletedData"];
-            /** @constant */
+            /**
+             * @description Always `download.completed`.
+             * @constant
+             */
             type: "download.completed";
         };
         /**
@@ -2024,7 +2137,9 @@ export interface components {
          *     }
          */
         Event: {
+            /** @description Who caused the event. */
             actor?: components["schemas"]["Actor"];
+            /** @description The command or event that caused this one, when there is one. */
             cause?: components["schemas"]["EventCause"];
             /** @description Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`). */
             cursor?: string;
@@ -2049,6 +2164,7 @@ export interface components {
              * @description When it happened (RFC 3339, UTC).
              */
             time: string;
+            /** @description The event type; it determines the shape of `data`. */
             type: components["schemas"]["EventType"];
         };
         /**
@@ -2105,6 +2221,7 @@ export interface components {
          *     }
          */
         EvidenceCapturedData: {
+            /** @description The stored evidence artifacts. */
             artifacts: components["schemas"]["Artifact"][];
             /**
              * @description Browser session identifier.
@@ -2143,8 +2260,12 @@ export interface components {
          *     }
          */
         EvidenceCapturedEvent: components["schemas"]["Event"] & {
+            /** @description What the `evidence.captured` event records. */
             data: components["schemas"]["EvidenceCapturedData"];
-            /** @constant */
+            /**
+             * @description Always `evidence.captured`.
+             * @constant
+             */
             type: "evidence.captured";
         };
         /**
@@ -2178,12 +2299,14 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
+            /** @description What to extract. */
             kind: components["schemas"]["ExtractKind"];
             /**
              * @description Node handle from observe or query_nodes; valid for one session and one document epoch.
              * @example nd_5xY7zA9bC1dE
              */
             node_id?: string;
+            /** @description Selects the node to extract from (instead of `node_id`). */
             query?: components["schemas"]["Query"];
             /** @description JSON Schema the result must follow (kind `schema`). */
             schema?: Record<string, unknown>;
@@ -2221,7 +2344,9 @@ export interface components {
              * @example ep_2kM4nP6qR8sT
              */
             epoch_id: string;
+            /** @description What was extracted; it determines the shape of `data`. */
             kind?: components["schemas"]["ExtractKind"];
+            /** @description The command's durable receipt. */
             receipt?: components["schemas"]["Receipt"];
         };
         /**
@@ -2233,12 +2358,14 @@ export interface components {
          *     }
          */
         ExtractedLink: {
+            /** @description The link's target as an absolute URL. */
             href: string;
             /**
              * @description Node handle from observe or query_nodes; valid for one session and one document epoch.
              * @example nd_5xY7zA9bC1dE
              */
             node_id?: string;
+            /** @description The link's visible text. */
             text: string;
         };
         /**
@@ -2258,7 +2385,9 @@ export interface components {
          *     }
          */
         ExtractedTable: {
+            /** @description The table's column headers, in order. */
             columns: string[];
+            /** @description The table's body rows, each a list of cell texts in column order. */
             rows: string[][];
         };
         /**
@@ -2277,9 +2406,11 @@ export interface components {
              * @example art_8qR2sT4uV6wX
              */
             artifact_id: string;
+            /** @description Media type of the artifact's bytes. */
             media_type?: string;
             /** @description SHA-256 digest, 64 lowercase hex characters. */
             sha256: string;
+            /** @description Size of the artifact in bytes. */
             size: number;
         };
         /**
@@ -2306,6 +2437,7 @@ export interface components {
          *     }
          */
         GetTaskResponse: {
+            /** @description The task. */
             task: components["schemas"]["Task"];
         };
         /**
@@ -2322,7 +2454,9 @@ export interface components {
          *     }
          */
         HealthStatus: {
+            /** @description Why the server is not ready, when it is not. */
             detail?: string;
+            /** @description The health state. */
             status: components["schemas"]["HealthState"];
         };
         /**
@@ -2357,6 +2491,7 @@ export interface components {
          *     }
          */
         InterruptedCommandResponse: {
+            /** @description The interrupted command's receipt. */
             receipt: components["schemas"]["Receipt"];
         };
         /**
@@ -2380,6 +2515,7 @@ export interface components {
          *     }
          */
         ListApprovalsResponse: {
+            /** @description The approvals, oldest request first. */
             approvals: components["schemas"]["Approval"][];
         };
         /**
@@ -2410,6 +2546,7 @@ export interface components {
          *     }
          */
         ListTaskEventsResponse: {
+            /** @description The events of this page, in `seq` order. */
             events: components["schemas"]["Event"][];
             /** @description Pass as `after` to get the next page; null when there are no more events yet. */
             next_after: number | null;
@@ -2431,20 +2568,28 @@ export interface components {
          *     }
          */
         ModelCalledData: {
-            /** Format: double */
+            /**
+             * Format: double
+             * @description Cost of the call in US dollars.
+             */
             cost_usd: number;
+            /** @description Tokens the model read. */
             input_tokens: number;
+            /** @description How long the call took, in milliseconds. */
             latency_ms: number;
             /** @description The model that served the call, as the orchestrator's answer names it (not the name BAP asked for, when they differ). */
             model: string;
+            /** @description Tokens the model wrote. */
             output_tokens: number;
             /** @description SHA-256 (hex) of the messages as sent; the prompt text itself is never recorded. */
             prompt_sha256: string;
+            /** @description Provider of the model that answered. */
             provider: string;
             /** @description Reasoning setting asked for (empty: the model's default). */
             reasoning?: string;
             /** @description The model id BAP asked for, present only when the answer names another serving model (a dated snapshot of it, or a model the orchestrator routed to). */
             requested_model?: string;
+            /** @description The role the model served in. */
             role: components["schemas"]["ModelRole"];
             /** @description Index of the step the call proposed (planner) or the number of steps run (verifier). */
             step: number;
@@ -2484,8 +2629,12 @@ export interface components {
          *     }
          */
         ModelCalledEvent: components["schemas"]["Event"] & {
+            /** @description What the `model.called` event records. */
             data: components["schemas"]["ModelCalledData"];
-            /** @constant */
+            /**
+             * @description Always `model.called`.
+             * @constant
+             */
             type: "model.called";
         };
         /**
@@ -2501,11 +2650,17 @@ export interface components {
          *     }
          */
         ModelFallbackData: {
+            /** @description The model that failed. */
             from_model: string;
+            /** @description Provider of the model that failed. */
             from_provider?: string;
+            /** @description How long the failed call took, in milliseconds. */
             latency_ms?: number;
+            /** @description Why the model failed (protected values removed). */
             reason: string;
+            /** @description The role the models serve in. */
             role: components["schemas"]["ModelRole"];
+            /** @description The next model tried, when one was left. */
             to_model?: string;
         };
         /**
@@ -2532,8 +2687,12 @@ export interface components {
          *     }
          */
         ModelFallbackEvent: components["schemas"]["Event"] & {
+            /** @description What the `model.fallback` event records. */
             data: components["schemas"]["ModelFallbackData"];
-            /** @constant */
+            /**
+             * @description Always `model.fallback`.
+             * @constant
+             */
             type: "model.fallback";
         };
         /**
@@ -2590,6 +2749,7 @@ export interface components {
              * @description Absolute URL; its origin must be allowed by the task policy.
              */
             url: string;
+            /** @description Which load milestone the navigation waits for. */
             wait_until?: components["schemas"]["WaitUntil"];
         };
         /**
@@ -2622,9 +2782,11 @@ export interface components {
              * @example ep_2kM4nP6qR8sT
              */
             epoch_id: string;
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
             /** @description HTTP status of the main document. */
             status?: number;
+            /** @description Title of the new document. */
             title?: string;
             /** @description Final URL after redirects. */
             url: string;
@@ -2655,6 +2817,7 @@ export interface components {
              * @example bs_4fT8nQ2rL6vY
              */
             session_id: string;
+            /** @description URL of the committed document. */
             url: string;
         };
         /**
@@ -2682,8 +2845,12 @@ export interface components {
          *     }
          */
         NavigationCommittedEvent: components["schemas"]["Event"] & {
+            /** @description What the `navigation.committed` event records. */
             data: components["schemas"]["NavigationCommittedData"];
-            /** @constant */
+            /**
+             * @description Always `navigation.committed`.
+             * @constant
+             */
             type: "navigation.committed";
         };
         /**
@@ -2697,11 +2864,17 @@ export interface components {
          *     }
          */
         Node: {
+            /** @description True for a checked checkbox, radio or switch. */
             checked?: boolean;
+            /** @description Child nodes, in document order. */
             children?: components["schemas"]["Node"][];
+            /** @description Accessible description of the node. */
             description?: string;
+            /** @description True for a disabled control. */
             disabled?: boolean;
+            /** @description True for an expanded control, false for a collapsed one. */
             expanded?: boolean;
+            /** @description True for the node that has focus. */
             focused?: boolean;
             /** @description Link target. */
             href?: string;
@@ -2711,6 +2884,7 @@ export interface components {
             level?: number;
             /** @description True for a tri-state control in the mixed state. */
             mixed?: boolean;
+            /** @description Accessible name of the node. */
             name?: string;
             /**
              * @description Node handle from observe or query_nodes; valid for one session and one document epoch. Present on every node an action can target and on containers usable as `within`; absent on text runs and pure structure.
@@ -2723,9 +2897,13 @@ export interface components {
             placeholder?: string;
             /** @description True for a read-only control. */
             readonly?: boolean;
+            /** @description True for a required form control. */
             required?: boolean;
+            /** @description ARIA role of the node. */
             role: string;
+            /** @description True for a selected option, tab or row. */
             selected?: boolean;
+            /** @description Current value of a control. */
             value?: string;
         };
         /**
@@ -2739,6 +2917,7 @@ export interface components {
          *     }
          */
         NodeExistsClause: {
+            /** @description The query that must find at least one node. */
             node_exists: components["schemas"]["Query"];
         };
         /**
@@ -2761,8 +2940,12 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
-            /** @default 500 */
+            /**
+             * @description Most nodes to return; `truncated` says when the tree had more.
+             * @default 500
+             */
             max_nodes?: number;
+            /** @description Which nodes the observation includes. */
             mode?: components["schemas"]["ObserveMode"];
             /**
              * @description Observe only this node's subtree.
@@ -2805,11 +2988,15 @@ export interface components {
              * @example ep_2kM4nP6qR8sT
              */
             epoch_id: string;
+            /** @description The observed nodes, each with its children. */
             nodes: components["schemas"]["Node"][];
+            /** @description The command's durable receipt. */
             receipt?: components["schemas"]["Receipt"];
+            /** @description Title of the observed document. */
             title: string;
             /** @description True when max_nodes cut the tree. */
             truncated?: boolean;
+            /** @description URL of the observed document. */
             url: string;
         };
         /**
@@ -2839,6 +3026,7 @@ export interface components {
              * @default 3
              */
             max_attempts?: number;
+            /** @description The operation the step runs. */
             op: components["schemas"]["PlanOp"];
         } & (unknown & unknown & unknown & unknown & unknown);
         /**
@@ -2855,11 +3043,15 @@ export interface components {
         PlanStepFinishedData: {
             /** @description An artifact the step produced: what an `observe` (kind `ax_snapshot`) or `extract` (kind `other`) step returned, as JSON; the first artifact of a `capture_evidence` step; the screenshot kept with a dead letter. */
             artifact_id?: string;
+            /** @description Which attempt of the step this was, from 1. */
             attempt: number;
             /** @description True when the step failed beyond its attempts. */
             dead_lettered?: boolean;
+            /** @description Index of the step in the plan, from 0. */
             index: number;
+            /** @description The step's operation. */
             op: components["schemas"]["PlanOp"];
+            /** @description Why the step failed, when it failed. */
             problem_code?: components["schemas"]["ProblemCode"];
             /**
              * @description Receipt identifier.
@@ -2868,6 +3060,7 @@ export interface components {
             receipt_id?: string;
             /** @description True when a safe step that had finished was run again on a session restored from a checkpoint. */
             rerun?: boolean;
+            /** @description True when the step succeeded. */
             succeeded: boolean;
         };
         /**
@@ -2896,8 +3089,12 @@ export interface components {
          *     }
          */
         PlanStepFinishedEvent: components["schemas"]["Event"] & {
+            /** @description What the `plan.step_finished` event records. */
             data: components["schemas"]["PlanStepFinishedData"];
-            /** @constant */
+            /**
+             * @description Always `plan.step_finished`.
+             * @constant
+             */
             type: "plan.step_finished";
         };
         /**
@@ -2910,8 +3107,11 @@ export interface components {
          *     }
          */
         PlanStepStartedData: {
+            /** @description Which attempt of the step this is, from 1. */
             attempt: number;
+            /** @description Index of the step in the plan, from 0. */
             index: number;
+            /** @description The step's operation. */
             op: components["schemas"]["PlanOp"];
             /** @description True when a safe step that had finished is run again on a session restored from a checkpoint (after a worker took over an expired lease). */
             rerun?: boolean;
@@ -2940,8 +3140,12 @@ export interface components {
          *     }
          */
         PlanStepStartedEvent: components["schemas"]["Event"] & {
+            /** @description What the `plan.step_started` event records. */
             data: components["schemas"]["PlanStepStartedData"];
-            /** @constant */
+            /**
+             * @description Always `plan.step_started`.
+             * @constant
+             */
             type: "plan.step_started";
         };
         /**
@@ -2970,6 +3174,7 @@ export interface components {
             args?: Record<string, unknown>;
             /** @description Index of the proposed step (absent for `done`). */
             index?: number;
+            /** @description The planner model that proposed the step. */
             model?: string;
             /**
              * @description The proposed step kind, or `done`; absent when the answer named no step of the vocabulary.
@@ -2978,6 +3183,7 @@ export interface components {
             op?: "navigate" | "observe" | "act" | "extract" | "capture_evidence" | "done";
             /** @description Why a proposal was not accepted. */
             problem?: string;
+            /** @description Provider of the planner model. */
             provider?: string;
             /** @description Why the model proposes it (free text from the model, protected values masked). */
             reason?: string;
@@ -3013,8 +3219,12 @@ export interface components {
          *     }
          */
         PlannerProposedEvent: components["schemas"]["Event"] & {
+            /** @description What the `planner.proposed` event records. */
             data: components["schemas"]["PlannerProposedData"];
-            /** @constant */
+            /**
+             * @description Always `planner.proposed`.
+             * @constant
+             */
             type: "planner.proposed";
         };
         /**
@@ -3035,6 +3245,7 @@ export interface components {
         Policy: {
             /** @description Origins the task may load (every frame, redirect and subresource); anything else answers `403 origin_not_allowed`. */
             allowed_origins: string[];
+            /** @description Rules that hold matching actions for approval. */
             approval_rules?: components["schemas"]["ApprovalRule"][];
         };
         /**
@@ -3052,6 +3263,7 @@ export interface components {
          *     }
          */
         Postcondition: {
+            /** @description Clauses that must all hold. */
             all: components["schemas"]["Clause"][];
         };
         /**
@@ -3068,7 +3280,9 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
+            /** @description True when every clause held. */
             satisfied: boolean;
+            /** @description The clauses that did not hold. */
             unmet: components["schemas"]["Clause"][];
         };
         /**
@@ -3094,8 +3308,12 @@ export interface components {
          *     }
          */
         PostconditionEvaluatedEvent: components["schemas"]["Event"] & {
+            /** @description What the `postcondition.evaluated` event records. */
             data: components["schemas"]["PostconditionEvaluatedData"];
-            /** @constant */
+            /**
+             * @description Always `postcondition.evaluated`.
+             * @constant
+             */
             type: "postcondition.evaluated";
         };
         /**
@@ -3112,6 +3330,7 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
+            /** @description True when every clause held. */
             satisfied: boolean;
             /** @description Clauses that did not hold (empty when satisfied). */
             unmet: components["schemas"]["Clause"][];
@@ -3128,15 +3347,22 @@ export interface components {
          *     }
          */
         Problem: {
+            /** @description Stable machine-readable problem code. */
             code: components["schemas"]["ProblemCode"];
+            /** @description What went wrong in this occurrence (never a secret or protected value). */
             detail: string;
             /** @description Validation details (`invalid_request`). */
             errors?: components["schemas"]["ProblemViolation"][];
-            /** Format: uri-reference */
+            /**
+             * Format: uri-reference
+             * @description Identifies this occurrence of the problem.
+             */
             instance?: string;
             /** @description Receipt of a command refused by policy (outcome `rejected`). */
             receipt?: components["schemas"]["Receipt"];
+            /** @description HTTP status code of the answer. */
             status: number;
+            /** @description Short summary of the problem type. */
             title: string;
             /**
              * Format: uri-reference
@@ -3160,6 +3386,7 @@ export interface components {
          *     }
          */
         ProblemViolation: {
+            /** @description What is wrong with the field. */
             message: string;
             /** @description JSON Pointer (RFC 6901) into the request body, or `#header:<name>` / `#query:<name>` for parameters. */
             pointer: string;
@@ -3269,8 +3496,12 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
-            /** @default 10 */
+            /**
+             * @description Most nodes to return.
+             * @default 10
+             */
             limit?: number;
+            /** @description The query to run on the current document. */
             query: components["schemas"]["Query"];
         };
         /**
@@ -3327,7 +3558,9 @@ export interface components {
              * @description When the receipt was recorded (RFC 3339, UTC).
              */
             issued_at: string;
+            /** @description The command's operation. */
             operation: components["schemas"]["CommandOperation"];
+            /** @description How the command ended. */
             outcome: components["schemas"]["ReceiptOutcome"];
             /** @description For `rejected`: the code of the problem the command answered. */
             problem_code?: components["schemas"]["ProblemCode"];
@@ -3363,7 +3596,9 @@ export interface components {
              * @example cmd_1hJ3kL5mN7pQ
              */
             command_id: string;
+            /** @description The command's operation. */
             operation: components["schemas"]["CommandOperation"];
+            /** @description How the command ended. */
             outcome: components["schemas"]["ReceiptOutcome"];
             /**
              * @description Receipt identifier.
@@ -3396,8 +3631,12 @@ export interface components {
          *     }
          */
         ReceiptIssuedEvent: components["schemas"]["Event"] & {
+            /** @description What the `receipt.issued` event records. */
             data: components["schemas"]["ReceiptIssuedData"];
-            /** @constant */
+            /**
+             * @description Always `receipt.issued`.
+             * @constant
+             */
             type: "receipt.issued";
         };
         /**
@@ -3421,6 +3660,7 @@ export interface components {
              * @example cmd_1hJ3kL5mN7pQ
              */
             command_id: string;
+            /** @description The operation of the interrupted command. */
             operation?: components["schemas"]["CommandOperation"];
             /**
              * @description Reconciliation identifier.
@@ -3452,8 +3692,12 @@ export interface components {
          *     }
          */
         ReconciliationOpenedEvent: components["schemas"]["Event"] & {
+            /** @description What the `reconciliation.opened` event records. */
             data: components["schemas"]["ReconciliationOpenedData"];
-            /** @constant */
+            /**
+             * @description Always `reconciliation.opened`.
+             * @constant
+             */
             type: "reconciliation.opened";
         };
         /**
@@ -3478,7 +3722,9 @@ export interface components {
              * @example cmd_1hJ3kL5mN7pQ
              */
             command_id: string;
+            /** @description The operator's note. */
             note?: string;
+            /** @description What the operator found the command did. */
             outcome: components["schemas"]["ReconciliationOutcome"];
             /**
              * @description Reconciliation identifier.
@@ -3511,8 +3757,12 @@ export interface components {
          *     }
          */
         ReconciliationResolvedEvent: components["schemas"]["Event"] & {
+            /** @description What the `reconciliation.resolved` event records. */
             data: components["schemas"]["ReconciliationResolvedData"];
-            /** @constant */
+            /**
+             * @description Always `reconciliation.resolved`.
+             * @constant
+             */
             type: "reconciliation.resolved";
         };
         /**
@@ -3523,6 +3773,7 @@ export interface components {
          *     }
          */
         RequestApprovalRequest: {
+            /** @description Why approval is needed; shown to the approver. */
             reason: string;
         };
         /**
@@ -3548,7 +3799,9 @@ export interface components {
          *     }
          */
         RequestApprovalResponse: {
+            /** @description The new pending approval. */
             approval: components["schemas"]["Approval"];
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
         };
         /**
@@ -3617,8 +3870,12 @@ export interface components {
          *     }
          */
         RequestBlockedEvent: components["schemas"]["Event"] & {
+            /** @description What the `request.blocked` event records. */
             data: components["schemas"]["RequestBlockedData"];
-            /** @constant */
+            /**
+             * @description Always `request.blocked`.
+             * @constant
+             */
             type: "request.blocked";
         };
         /**
@@ -3630,7 +3887,9 @@ export interface components {
          *     }
          */
         ResolveApprovalRequest: {
+            /** @description Approve or deny. */
             decision: components["schemas"]["ApprovalDecision"];
+            /** @description The approver's reason; recorded with the decision. */
             reason?: string;
         };
         /**
@@ -3671,6 +3930,7 @@ export interface components {
         ResolveApprovalResponse: {
             /** @description Receipt of the held action, which ran exactly once (approve only): the action is recorded as a command of its own (operation act) when the approval releases it; the held act command keeps its pending_approval receipt. */
             action_receipt?: components["schemas"]["Receipt"];
+            /** @description The approval after it was resolved. */
             approval: components["schemas"]["Approval"];
             /** @description Receipt of the resolve command itself. */
             receipt: components["schemas"]["Receipt"];
@@ -3729,8 +3989,11 @@ export interface components {
          *     }
          */
         ResumeTaskResponse: {
+            /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
+            /** @description The browser session restored from the checkpoint. */
             session: components["schemas"]["BrowserSession"];
+            /** @description The resumed task. */
             task: components["schemas"]["Task"];
         };
         /**
@@ -3746,11 +4009,15 @@ export interface components {
          *     }
          */
         SafetyJudgedData: {
+            /** @description How the safety model classified the page's data. */
             classification?: components["schemas"]["DataClassification"];
             /** @description True when no safety model could answer and the step was held for a person. */
             fail_closed?: boolean;
+            /** @description The safety model that judged. */
             model?: string;
+            /** @description Provider of the safety model. */
             provider?: string;
+            /** @description The safety model's reason (protected values removed). */
             reason?: string;
             /** @description Index of the proposed step in the task's plan. */
             step?: number;
@@ -3784,8 +4051,12 @@ export interface components {
          *     }
          */
         SafetyJudgedEvent: components["schemas"]["Event"] & {
+            /** @description What the `safety.judged` event records. */
             data: components["schemas"]["SafetyJudgedData"];
-            /** @constant */
+            /**
+             * @description Always `safety.judged`.
+             * @constant
+             */
             type: "safety.judged";
         };
         /**
@@ -3802,8 +4073,12 @@ export interface components {
         ServiceInfo: {
             /** @description Protocol adapters mounted (e.g. `mcp`). */
             adapters: string[];
-            /** @constant */
+            /**
+             * @description Always `bap`.
+             * @constant
+             */
             protocol: "bap";
+            /** @description BAP protocol version this server speaks. */
             version: string;
         };
         /**
@@ -3847,12 +4122,17 @@ export interface components {
             deadline?: string;
             /** @description True when the server runs the task itself: a client's plan, or an autonomous task. */
             delegated?: boolean;
+            /** @description What the task is for, as its creator stated it. */
             goal: string;
+            /** @description How the task is driven: `interactive` or `autonomous`. */
             mode?: components["schemas"]["TaskMode"];
             /** @description An autonomous task's model policy, defaults applied. */
             model_policy?: components["schemas"]["ModelPolicy"];
+            /** @description What the task may do. */
             policy?: components["schemas"]["Policy"];
+            /** @description The condition close_task checks before the task may succeed. */
             postcondition?: components["schemas"]["Postcondition"];
+            /** @description Where the task is in its lifecycle. */
             state: components["schemas"]["TaskState"];
             /**
              * @description Task identifier.
@@ -3913,7 +4193,9 @@ export interface components {
              * @description Deadline (RFC 3339, UTC).
              */
             deadline?: string;
+            /** @description True when the server drives the task (a `plan` or `autonomous` mode). */
             delegated?: boolean;
+            /** @description The task's goal. */
             goal: string;
             /**
              * @description Receipt identifier.
@@ -3944,8 +4226,12 @@ export interface components {
          *     }
          */
         TaskCreatedEvent: components["schemas"]["Event"] & {
+            /** @description What the `task.created` event records. */
             data: components["schemas"]["TaskCreatedData"];
-            /** @constant */
+            /**
+             * @description Always `task.created`.
+             * @constant
+             */
             type: "task.created";
         };
         /**
@@ -3971,8 +4257,11 @@ export interface components {
         TaskStateChangedData: {
             /** @description Short reason (e.g. `admission`, `deadline_passed`, `cancel_task`). */
             cause?: string;
+            /** @description The state the task left. */
             from: components["schemas"]["TaskState"];
+            /** @description The state the task entered. */
             to: components["schemas"]["TaskState"];
+            /** @description Whether the result was verified, on a move to a terminal state. */
             verification?: components["schemas"]["Verification"];
         };
         /**
@@ -3998,8 +4287,12 @@ export interface components {
          *     }
          */
         TaskStateChangedEvent: components["schemas"]["Event"] & {
+            /** @description What the `task.state_changed` event records. */
             data: components["schemas"]["TaskStateChangedData"];
-            /** @constant */
+            /**
+             * @description Always `task.state_changed`.
+             * @constant
+             */
             type: "task.state_changed";
         };
         /**
@@ -4063,8 +4356,11 @@ export interface components {
          *     }
          */
         VerifierJudgedData: {
+            /** @description The verifier model that judged. */
             model?: string;
+            /** @description Provider of the verifier model. */
             provider?: string;
+            /** @description The verifier's reason (protected values removed). */
             reason?: string;
             /**
              * @description `unavailable` when no verifier model could answer.
@@ -4094,8 +4390,12 @@ export interface components {
          *     }
          */
         VerifierJudgedEvent: components["schemas"]["Event"] & {
+            /** @description What the `verifier.judged` event records. */
             data: components["schemas"]["VerifierJudgedData"];
-            /** @constant */
+            /**
+             * @description Always `verifier.judged`.
+             * @constant
+             */
             type: "verifier.judged";
         };
         /**
@@ -4130,9 +4430,11 @@ export interface components {
              * @example art_8qR2sT4uV6wX
              */
             artifact_id?: string;
+            /** @description Where and when the artifact was captured. */
             provenance: components["schemas"]["Provenance"];
             /** @description SHA-256 digest, 64 lowercase hex characters. */
             sha256: string;
+            /** @description Size of the artifact in bytes. */
             size?: number;
             /** @description True when the stored bytes hash to the recorded digest (and to `sha256` of the request, when given). */
             valid: boolean;
