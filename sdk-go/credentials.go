@@ -34,8 +34,11 @@ func WithClientCredentials(tokenURL, clientID, secret, resource string, scopes .
 // WithClientCredentials). Its Token method may be used on its own, e.g. with WithTokenSource.
 // It is safe for concurrent use.
 type ClientCredentials struct {
-	TokenURL     string
-	ClientID     string
+	// TokenURL is the authorization server's token endpoint.
+	TokenURL string
+	// ClientID identifies the OAuth client.
+	ClientID string
+	// ClientSecret authenticates the client to the token endpoint; it is sent only there.
 	ClientSecret string
 	// Resource is the RFC 8707 resource indicator (the BAP server's URL).
 	Resource string
@@ -53,12 +56,15 @@ type ClientCredentials struct {
 
 // TokenError is an error answer of the token endpoint (RFC 6749 §5.2).
 type TokenError struct {
+	// Status is the HTTP status of the answer.
 	Status int
 	// Code is the OAuth error code ("invalid_client", "invalid_target", …), or "".
-	Code        string
+	Code string
+	// Description is the answer's error_description, or "".
 	Description string
 }
 
+// Error describes the answer: its status, code and description.
 func (e *TokenError) Error() string {
 	s := fmt.Sprintf("bap: token endpoint: %d", e.Status)
 	if e.Code != "" {

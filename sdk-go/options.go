@@ -86,7 +86,9 @@ func WithResponseMeta(m *ResponseMeta) CallOption { return func(c *callConfig) {
 
 // ResponseMeta describes the final HTTP answer of a call (see WithResponseMeta).
 type ResponseMeta struct {
+	// Status is the HTTP status code of the answer.
 	Status int
+	// Header holds the answer's HTTP headers.
 	Header http.Header
 	// Replayed is true when the server answered a replay of an earlier request with the same
 	// Idempotency-Key (header `Idempotent-Replayed: true`): the side effect did not happen again.

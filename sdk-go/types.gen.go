@@ -4697,11 +4697,13 @@ func (t *Clause) MergeNodeExistsClause(v NodeExistsClause) error {
 	return err
 }
 
+// MarshalJSON encodes the Clause as the JSON of the variant it holds.
 func (t Clause) MarshalJSON() ([]byte, error) {
 	b, err := t.union.MarshalJSON()
 	return b, err
 }
 
+// UnmarshalJSON keeps the JSON of a Clause; the As… methods decode the variant.
 func (t *Clause) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
