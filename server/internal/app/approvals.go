@@ -284,7 +284,13 @@ func (c *commandCtx) resumeIfNonePending(ctx context.Context, cause string) erro
 	if len(pending) > 0 {
 		return nil
 	}
-	return c.transition(ctx, c.t, task.ApprovalResolved, cause)
+	if err := c.transition(ctx, c.t, task.ApprovalResolved, cause); err != nil {
+		return err
+	}
+	// Its sessions may have been lost while it waited (a node died with the held action): a
+	// task with a checkpoint then waits in checkpointed for resume_task, as if they had been
+	// lost while it ran. Resuming restores the browser, never the approval (issue #23 item 3).
+	return c.afterSessionLost(ctx, c.t, cause)
 }
 
 // ExpireApprovals expires every pending approval whose expires_at has passed, in batches, and

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/originweave/bap/server/internal/ids"
@@ -19,7 +18,8 @@ import (
 // create_browser_session {from_checkpoint} and resume_task restore it into a fresh session (a new
 // epoch: node handles and epochs are never revived) after checking that the checkpoint is the
 // task's own (409 checkpoint_foreign), was taken by a compatible build under the same policy
-// (409 checkpoint_incompatible) and is fresh enough (409 checkpoint_stale). The state holds
+// (409 checkpoint_incompatible: the same software version, BAP protocol version and policy digest,
+// exactly — docs/compatibility.md) and is fresh enough (409 checkpoint_stale). The state holds
 // credentials, so its artifact is never served by get_artifact and no event carries it.
 
 // Checkpoint is a task_checkpoint row.
@@ -181,28 +181,15 @@ func (s *Service) checkCheckpoint(cp *Checkpoint, t *Task, now time.Time) *Error
 		return &Error{Code: CodeCheckpointIncompatible, Detail: "the checkpoint was taken under another policy"}
 	case cp.Format != checkpointFormat:
 		return Errorf(CodeCheckpointIncompatible, "the checkpoint's format %s is not %s", cp.Format, checkpointFormat)
-	case !sameMinor(cp.SoftwareVersion, s.cfg.SoftwareVersion):
-		return Errorf(CodeCheckpointIncompatible, "the checkpoint was taken by runtime %s; this is %s", cp.SoftwareVersion, s.cfg.SoftwareVersion)
-	case !sameMinor(cp.ProtocolVersion, s.cfg.ProtocolVersion):
-		return Errorf(CodeCheckpointIncompatible, "the checkpoint was taken under BAP %s; this is %s", cp.ProtocolVersion, s.cfg.ProtocolVersion)
+	case cp.SoftwareVersion != s.cfg.SoftwareVersion:
+		return Errorf(CodeCheckpointIncompatible, "the checkpoint was taken by runtime %s; this is %s, and only the same version restores it (docs/compatibility.md)", cp.SoftwareVersion, s.cfg.SoftwareVersion)
+	case cp.ProtocolVersion != s.cfg.ProtocolVersion:
+		return Errorf(CodeCheckpointIncompatible, "the checkpoint was taken under BAP %s; this is %s, and only the same version restores it (docs/compatibility.md)", cp.ProtocolVersion, s.cfg.ProtocolVersion)
 	}
 	if age := now.Sub(cp.CreatedAt); age > s.cfg.CheckpointMaxAge {
 		return Errorf(CodeCheckpointStale, "the checkpoint is %s old; at most %s is restored", age.Round(time.Second), s.cfg.CheckpointMaxAge)
 	}
 	return nil
-}
-
-// sameMinor tells whether two versions agree in major and minor ("1.4.2" and "1.4.0-rc1" do).
-func sameMinor(a, b string) bool {
-	cut := func(v string) string {
-		v = strings.TrimPrefix(v, "v")
-		parts := strings.SplitN(v, ".", 3)
-		if len(parts) < 2 {
-			return v
-		}
-		return parts[0] + "." + strings.SplitN(parts[1], "-", 2)[0]
-	}
-	return cut(a) == cut(b)
 }
 
 // afterSessionLost moves a running task whose last open session is gone to checkpointed when it

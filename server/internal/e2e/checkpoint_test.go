@@ -226,9 +226,9 @@ func TestCheckpointRestoreChecks(t *testing.T) {
 	}{
 		{name: "foreign", task: other, status: "409", code: "checkpoint_foreign"},
 		{name: "software", task: taskID, breakIt: `UPDATE task_checkpoint SET software_version = '1.1.9' WHERE checkpoint_id = $1`,
-			fix: `UPDATE task_checkpoint SET software_version = '1.2.0' WHERE checkpoint_id = $1`, status: "409", code: "checkpoint_incompatible"},
+			fix: `UPDATE task_checkpoint SET software_version = '1.2.3' WHERE checkpoint_id = $1`, status: "409", code: "checkpoint_incompatible"},
 		{name: "protocol", task: taskID, breakIt: `UPDATE task_checkpoint SET protocol_version = '2.0.0' WHERE checkpoint_id = $1`,
-			fix: `UPDATE task_checkpoint SET protocol_version = '1.0.7' WHERE checkpoint_id = $1`, status: "409", code: "checkpoint_incompatible"},
+			fix: `UPDATE task_checkpoint SET protocol_version = '1.0.0' WHERE checkpoint_id = $1`, status: "409", code: "checkpoint_incompatible"},
 		{name: "policy", task: taskID, breakIt: `UPDATE task_checkpoint SET policy_digest = repeat('0', 64) WHERE checkpoint_id = $1`,
 			status: "409", code: "checkpoint_incompatible"},
 	}
