@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Tests the Python, TypeScript and Rust SDKs (sdk-go is tested by `go test ./...`):
-#   - sdk-py: python3 -m unittest against a stdlib http.server fake, and an offline
-#     `pip install --no-build-isolation` of ./sdk-py into a temporary directory (without pip, a
-#     wheel built by its in-tree backend);
+#   - sdk-py: python3 -m unittest against a stdlib http.server fake (tests/test_docs.py: every
+#     public name documented), and an offline `pip install --no-build-isolation` of ./sdk-py into
+#     a temporary directory (without pip, a wheel built by its in-tree backend);
 #   - sdk-ts: tsc (pinned in tools/package.json) builds sdk-ts/dist/ (not committed), type-checks
-#     the test declarations, then `node --test` runs against a node:http fake on the pinned Node
-#     and, when it is another major version >= 20, on the `node` of PATH too.
+#     the test declarations, checks that every export has TSDoc (test/docs.check.mjs), then
+#     `node --test` runs against a node:http fake on the pinned Node and, when it is another
+#     major version >= 20, on the `node` of PATH too;
+#   - sdk-rs: cargo test, the crate built with #![deny(missing_docs)].
 # Installs the pinned tools with `npm ci` only when tools/node_modules is missing or stale (the
 # same check and stamp as scripts/lint-spec.sh), so it works offline after the first run.
 set -euo pipefail
@@ -48,6 +50,9 @@ echo "== sdk-ts: tsc $("$node" "$modules/typescript/bin/tsc" --version)"
 rm -rf sdk-ts/dist
 "$node" "$modules/typescript/bin/tsc" -p sdk-ts/tsconfig.json || status=1
 "$node" "$modules/typescript/bin/tsc" -p sdk-ts/test/tsconfig.json || status=1
+
+echo "== sdk-ts: TSDoc on every export (sdk-ts/test/docs.check.mjs)"
+"$node" sdk-ts/test/docs.check.mjs "$modules" || status=1
 
 echo "== sdk-ts: node --test (node $("$node" --version))"
 "$node" --test sdk-ts/test/client.test.mjs sdk-ts/test/subscribe.test.mjs sdk-ts/test/credentials.test.mjs || status=1

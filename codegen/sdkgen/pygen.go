@@ -293,6 +293,9 @@ func pySchema(b *bytes.Buffer, d *apimodel.Document, name string) error {
 			return err
 		}
 		fmt.Fprintf(b, "\n\n%s = %s\n", name, t)
+		if desc != "" {
+			b.WriteString(pyDocstring(desc, ""))
+		}
 		return nil
 	}
 	keys := make([]string, 0, len(props))
@@ -315,11 +318,9 @@ func pySchema(b *bytes.Buffer, d *apimodel.Document, name string) error {
 		return t, nil
 	}
 	if functional {
-		b.WriteString("\n\n")
-		if desc != "" {
-			b.WriteString(wrap(desc, "# ", 100))
-		}
-		fmt.Fprintf(b, "%s = TypedDict(\n    %s,\n    {\n", name, pyStr(name))
+		// The functional form (a field name is a Python keyword): the description is the
+		// attribute docstring after the call, as for the Literal aliases.
+		fmt.Fprintf(b, "\n\n%s = TypedDict(\n    %s,\n    {\n", name, pyStr(name))
 		for _, k := range keys {
 			t, err := field(k)
 			if err != nil {
@@ -331,6 +332,9 @@ func pySchema(b *bytes.Buffer, d *apimodel.Document, name string) error {
 			fmt.Fprintf(b, "        %s: %s,\n", pyStr(k), t)
 		}
 		b.WriteString("    },\n)\n")
+		if desc != "" {
+			b.WriteString(pyDocstring(desc, ""))
+		}
 		return nil
 	}
 	fmt.Fprintf(b, "\n\nclass %s(TypedDict):\n", name)

@@ -55,10 +55,37 @@ func TSSchema(root, bundle string) ([]byte, error) {
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("openapi-typescript: %w\n%s", err, stderr.String())
 	}
+	body, err := documentTSExports(stdout.String())
+	if err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "// %s\n// Source: server/internal/apigen/openapi.gen.json by openapi-typescript %s --empty-objects-unknown --default-non-nullable false.\n\n", apimodel.Header, pkg.Version)
-	out.Write(stdout.Bytes())
+	out.WriteString(body)
 	return out.Bytes(), nil
+}
+
+// tsExportDocs are the TSDoc comments of the top-level exports openapi-typescript writes without
+// one (the SDK's docs check, sdk-ts/test/docs.check.mjs, requires a comment on every export).
+var tsExportDocs = []struct{ decl, doc string }{
+	{"export interface paths {", "The routes of the BAP API, by path template: each method's operation (see `operations`)."},
+	{"export type webhooks = ", "Webhooks of the API: none."},
+	{"export interface components {", "The reusable parts of the OpenAPI document; `components[\"schemas\"]` holds the wire types."},
+	{"export type $defs = ", "JSON Schema `$defs` of the document: none."},
+	{"export interface operations {", "Every operation by operationId: its parameters, request body and answers."},
+}
+
+// documentTSExports puts a TSDoc comment before each declaration of tsExportDocs. It fails when
+// one is missing, so that an upgrade of openapi-typescript that renames one is noticed.
+func documentTSExports(src string) (string, error) {
+	for _, e := range tsExportDocs {
+		at := strings.Index(src, "\n"+e.decl)
+		if at < 0 {
+			return "", fmt.Errorf("openapi-typescript output: no %q to document", e.decl)
+		}
+		src = src[:at+1] + "/** " + e.doc + " */\n" + src[at+1:]
+	}
+	return src, nil
 }
 
 // EnsureTools runs `npm ci` in tools/ when tools/node_modules is missing or was installed from

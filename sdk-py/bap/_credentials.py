@@ -76,6 +76,8 @@ class ClientCredentials:
         return self.token()
 
     def token(self) -> str:
+        """Return the cached access token, or fetch a new one when none is cached or it expires
+        within a quarter of its lifetime (at most 30 s)."""
         with self._lock:
             now = self._clock()
             if self._token is not None and now < self._refresh_at:

@@ -2464,7 +2464,6 @@ TaskState = Literal[
 """Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal."""
 
 
-# `data` of a `task.state_changed` event: the task changed state.
 TaskStateChangedData = TypedDict(
     "TaskStateChangedData",
     {
@@ -2478,6 +2477,7 @@ TaskStateChangedData = TypedDict(
         "verification": NotRequired["Verification"],
     },
 )
+"""`data` of a `task.state_changed` event: the task changed state."""
 
 
 class TaskStateChangedEvent(TypedDict):

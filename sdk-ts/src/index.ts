@@ -48,7 +48,9 @@ export interface ClientOptions {
 export interface ClientCredentialsOptions {
   /** The token endpoint, e.g. `https://bap.example.com/oauth2/token`. */
   tokenUrl: string;
+  /** The OAuth client's id. */
   clientId: string;
+  /** The OAuth client's secret; it is sent only to the token endpoint. */
   clientSecret: string;
   /** RFC 8707 resource indicator: the BAP server's URL, e.g. `https://bap.example.com`. */
   resource?: string;
@@ -60,9 +62,11 @@ export interface ClientCredentialsOptions {
 
 /** An error answer of the token endpoint (RFC 6749 §5.2). */
 export class TokenError extends Error {
+  /** The HTTP status of the answer. */
   readonly status: number;
   /** The OAuth error code (`"invalid_client"`, `"invalid_target"`, …), if any. */
   readonly code: string | undefined;
+  /** The answer's `error_description`, if any. */
   readonly description: string | undefined;
 
   constructor(status: number, code?: string, description?: string) {
@@ -92,6 +96,7 @@ export class ClientCredentials {
     this.#fetch = fetchImpl;
   }
 
+  /** The cached access token, or a new one when none is cached or it is about to expire. */
   async token(): Promise<string> {
     const now = (this.#options.now ?? Date.now)();
     if (this.#token !== undefined && now < this.#refreshAt) return this.#token;
@@ -144,12 +149,15 @@ export class ClientCredentials {
 
 /** What the client saw of the final answer of a call (see `CallOptions.onResponse`). */
 export interface ResponseInfo {
+  /** The HTTP status of the final answer. */
   status: number;
+  /** The headers of the final answer. */
   headers: Headers;
   /** `Idempotent-Replayed: true`: a replay of an earlier request with the same key. */
   replayed: boolean;
   /** The Idempotency-Key sent (mutating calls only). */
   idempotencyKey?: string;
+  /** How many attempts the call took, the final one included. */
   attempts: number;
 }
 
@@ -167,17 +175,25 @@ export interface CallOptions {
 
 /** One operation call, as the generated methods describe it. */
 export interface RequestSpec {
+  /** The operationId (`create_task`, …), named in errors. */
   op: string;
+  /** The HTTP method. */
   method: "GET" | "POST";
+  /** The path below `baseUrl`, parameters filled in and escaped. */
   path: string;
+  /** The JSON request body, sent as it is. */
   body?: unknown;
+  /** Query parameters; `undefined` ones are left out. */
   query?: Record<string, string | number | boolean | undefined>;
+  /** True for a mutating operation: the call sends an Idempotency-Key. */
   mutating?: boolean;
 }
 
 /** The answer of `getArtifact`: the bytes, their media type and SHA-256 digest. */
 export interface ArtifactBlob {
+  /** The artifact's bytes. */
   body: Uint8Array;
+  /** The artifact's media type (`Content-Type`). */
   mediaType: string;
   /** Lowercase hex SHA-256 of `body`, checked against `Repr-Digest` when the server sent it. */
   sha256: string;
@@ -190,15 +206,21 @@ export interface ArtifactBlob {
  * (`"not_found"`, …), or `undefined` when the answer was not a problem document.
  */
 export class ProblemError extends Error {
+  /** The HTTP status of the answer. */
   readonly status: number;
+  /** The problem's stable `code`, or `undefined` when the answer was not a problem document. */
   readonly code: string | undefined;
+  /** The problem's `title`, if any. */
   readonly title: string | undefined;
+  /** The problem's `detail`, if any. */
   readonly detail: string | undefined;
+  /** The problem's `type` URI, if any. */
   readonly type: string | undefined;
   /** The decoded problem document (with `errors` or `receipt` when present). */
   readonly problem: Partial<Problem> | undefined;
   /** The raw answer body. */
   readonly body: string;
+  /** The answer's headers (`Retry-After`, …). */
   readonly headers: Headers;
 
   constructor(status: number, body: string, headers: Headers) {
@@ -259,7 +281,9 @@ export interface SubscribeAllOptions {
 
 /** A client of one BAP server. */
 export class Client extends Operations {
+  /** The server's base URL, without a trailing slash. */
   readonly baseUrl: string;
+  /** Attempts per call in all (1: no retries). */
   readonly maxAttempts: number;
   readonly #token: ClientOptions["token"];
   readonly #credentials: ClientCredentials | undefined;

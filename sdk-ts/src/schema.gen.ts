@@ -6,6 +6,7 @@
  * Do not make direct changes to the file.
  */
 
+/** The routes of the BAP API, by path template: each method's operation (see `operations`). */
 export interface paths {
     "/bap/v1": {
         parameters: {
@@ -508,7 +509,9 @@ export interface paths {
         trace?: never;
     };
 }
+/** Webhooks of the API: none. */
 export type webhooks = Record<string, never>;
+/** The reusable parts of the OpenAPI document; `components["schemas"]` holds the wire types. */
 export interface components {
     schemas: {
         /**
@@ -4661,7 +4664,9 @@ export interface components {
     };
     pathItems: never;
 }
+/** JSON Schema `$defs` of the document: none. */
 export type $defs = Record<string, never>;
+/** Every operation by operationId: its parameters, request body and answers. */
 export interface operations {
     get_service_info: {
         parameters: {
