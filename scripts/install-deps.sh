@@ -17,6 +17,8 @@
 #   chromium            the browser BAP drives
 #   ca-certificates     TLS roots for the HTTPS clients
 #   make, git, curl     the build
+#   python3             Debian's Python 3 (standard library only): the tests run the pinned
+#                       contextual-orchestrator (../shared/third_party/) as the real model orchestrator
 #   cargo, rustc, librust-{serde,serde-derive,serde-json,ureq}-dev
 #                       sdk-rs and its conformance runner, built offline from Debian's crates
 #                       (/usr/share/cargo/registry; rustc 1.63)
@@ -30,7 +32,7 @@
 # `systemctl disable --now postgresql` stops it if it is not wanted.
 set -eu
 
-PACKAGES="postgresql postgresql-contrib chromium ca-certificates make git curl cargo rustc librust-serde-dev librust-serde-derive-dev librust-serde-json-dev librust-ureq-dev"
+PACKAGES="postgresql postgresql-contrib chromium ca-certificates make git curl python3 cargo rustc librust-serde-dev librust-serde-derive-dev librust-serde-json-dev librust-ureq-dev"
 
 check_only=false
 case "${1:-}" in
