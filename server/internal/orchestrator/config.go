@@ -23,7 +23,8 @@ import (
 //	    "m-large": {"provider": "acme", "region": "eu", "retention_days": 0,
 //	                "max_classification": "confidential",
 //	                "input_price_per_m": 3, "output_price_per_m": 15}
-//	  }
+//	  },
+//	  "max_request_bytes": 65536
 //	}
 //
 // roles maps each role to its approved models, in the order they are tried; default (optional)

@@ -12,9 +12,15 @@
 //   - Policy (Satisfies): a task's app.ModelPolicy is checked against that metadata; a fallback only
 //     ever tries models that satisfy it.
 //   - Completion: POST <url>/v1/chat/completions with response_format json_schema (strict),
-//     max_tokens and reasoning_effort; the answer is validated against the schema here too. An HTTP
-//     error, a timeout (Config.CallTimeout, always bounded by the caller's ctx) or an invalid answer
-//     is a model failure and the next eligible model of the role is tried.
+//     max_tokens and reasoning_effort, and X-Request-Timeout-Ms from the deadline; the body is kept
+//     under Config.MaxRequestBytes (64 KiB) by cutting the longest message with a marker. The answer
+//     is validated against the schema here too, and the model recorded is the one it names (see
+//     servedBy; the virtual model "contextual-orchestrator" is never approved by default). An HTTP
+//     error of the model (500, 400, a timeout — Config.CallTimeout, always bounded by the caller's
+//     ctx) or an invalid answer is a model failure and the next eligible model of the role is
+//     tried; a refusal of the orchestrator itself (429, 503 concurrency_limit_exceeded) is retried
+//     with backoff instead and never falls back (limits.go). An answer without usage is charged the
+//     worst case.
 //
 // BAP authenticates with a workload credential of its own (a bearer token), never a client's token;
 // the orchestrator holds the provider credentials. The credential is registered with the log
