@@ -18,7 +18,7 @@ build:
 deps:
 	scripts/install-deps.sh
 
-## generate: rebuild every generated file from spec/ (code, and docs/api.html with the pinned Redocly CLI)
+## generate: rebuild every generated file from spec/ (code, and docs/api.html with the pinned Redocly CLI) and docs/erd.md from migrations/
 generate:
 	$(GO) run ./codegen/cmd/bapgen
 	$(GO) tool oapi-codegen -config codegen/oapi-server.yaml server/internal/apigen/openapi.gen.json

@@ -5,7 +5,8 @@
 // Our generators write: sdk-go/client.gen.go and events.gen.go, sdk-py/bap/_generated.py,
 // sdk-ts/src/client.gen.ts, events.gen.ts and schema.gen.ts (openapi-typescript, pinned in
 // tools/package.json, run on the Node of tools/node_modules), sdk-rs/src/types.gen.rs and
-// client.gen.rs, and the MCP tool catalog server/internal/mcpcatalog/tools.gen.json.
+// client.gen.rs, the MCP tool catalog server/internal/mcpcatalog/tools.gen.json, and
+// docs/erd.md, the Mermaid ERD of the schema migrations/*.sql build (codegen/erd).
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 
 	"github.com/originweave/bap/codegen/apimodel"
 	"github.com/originweave/bap/codegen/bundle"
+	"github.com/originweave/bap/codegen/erd"
 	"github.com/originweave/bap/codegen/mcpcatalog"
 	"github.com/originweave/bap/codegen/sdkgen"
 )
@@ -77,6 +79,13 @@ func run(skipNode bool) error {
 		if err := writeIfChanged(g.out, out); err != nil {
 			return err
 		}
+	}
+	schema, err := erd.FromFS(os.DirFS("."), "migrations")
+	if err != nil {
+		return fmt.Errorf("docs/erd.md: %w", err)
+	}
+	if err := writeIfChanged("docs/erd.md", schema.Markdown()); err != nil {
+		return err
 	}
 	if !skipNode {
 		out, err := sdkgen.TSSchema(".", openapiBundle)
