@@ -67,7 +67,7 @@ func TestKilledWorkerNodeIsTakenOverFromItsLastCheckpoint(t *testing.T) {
 	bin := buildBinary(t)
 	dbDir := dataDir(t)
 	holder := serveWith(t, bin, dbDir, nil, "--workers", "0")
-	dbEnv := []string{"BAP_DATABASE_URL=" + databaseURLOf(t, dbDir), "BAP_SERVER_KEY_FILE=" + filepath.Join(dbDir, "server.key")} // one key per database (ADR 0015)
+	dbEnv := []string{"BAP_DATABASE_URL=" + databaseURLOf(t, dbDir), "BAP_MASTER_KEY_FILE=" + filepath.Join(dbDir, "master.key")} // one key per database (ADR 0015)
 	a := serveWith(t, bin, dataDir(t), dbEnv, "--workers", "1")
 
 	plan := `[
@@ -309,7 +309,7 @@ func TestKilledWorkerNodeLeavesItsActToReconciliation(t *testing.T) {
 	dbDir := dataDir(t)
 	holder := serveWith(t, bin, dbDir, nil, "--workers", "0")
 	dbURL := databaseURLOf(t, dbDir)
-	dbEnv := []string{"BAP_DATABASE_URL=" + dbURL, "BAP_SERVER_KEY_FILE=" + filepath.Join(dbDir, "server.key")}
+	dbEnv := []string{"BAP_DATABASE_URL=" + dbURL, "BAP_MASTER_KEY_FILE=" + filepath.Join(dbDir, "master.key")}
 	a := serveWith(t, bin, dataDir(t), dbEnv, "--workers", "1")
 	plan := `[
 		{"op": "navigate", "args": {"url": "` + site.URL + `/pay-form"}},

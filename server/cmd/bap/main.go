@@ -33,6 +33,8 @@ commands:
   client    register (client create) or revoke (client revoke) an OAuth client
   user      add a person who signs in on the login page (user create)
   reconcile settle commands a crash interrupted (reconcile list | reconcile resolve ID --outcome applied|no_side_effect --note TEXT)
+  keys      rotate the master key that wraps the server key (keys rotate [--new-master-key-file F] [--keep-old] | keys retire MASTER_KEY_ID)
+  secret    a tenant's secrets, typed by reference (secret put --tenant T --name N --origin URL… < value | list | rotate ID < value | delete ID)
   approvals the local operator's approvals, over the server's Unix socket (approvals list | approvals approve ID [--reason TEXT] | approvals deny ID [--reason TEXT])
   database-url
             print the connection string of the embedded database of --data-dir, for another node
@@ -61,6 +63,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = reconcileCommand(ctx, args[1:], stdout, logger, stderr)
 	case "approvals":
 		err = approvalsCommand(ctx, args[1:], stdout, stderr)
+	case "keys":
+		err = keysCommand(ctx, args[1:], stdout, logger, stderr)
+	case "secret":
+		err = secretCommand(ctx, args[1:], os.Stdin, stdout, logger, stderr)
 	case "migrate":
 		err = migrate(ctx, args[1:], stdout, logger, stderr)
 	case "version":
@@ -102,7 +108,8 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.StringVar(&cfg.AdvertiseURL, "advertise-url", "", "URL other nodes reach this one at (default: the listen URL)")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (remote profile)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file (remote profile)")
-	fs.StringVar(&cfg.ServerKeyFile, "server-key-file", os.Getenv("BAP_SERVER_KEY_FILE"), "the 32-byte server key that keys digests and seals plan values; every node of one database needs the same (default: <data-dir>/server.key, created at first start)")
+	masterKeyFlag(fs, &cfg) // keys.go
+	fs.StringVar(&cfg.ServerKeyFile, "server-key-file", os.Getenv("BAP_SERVER_KEY_FILE"), "a server key file of a release before the master key, read once to wrap it under the master key (default: <data-dir>/server.key when it exists)")
 	fs.BoolVar(&cfg.InsecureHTTP, "insecure-http", false, "serve the remote profile over plain HTTP (tests only)")
 	fs.DurationVar(&cfg.AccessTokenTTL, "access-token-ttl", 0, "access token lifetime (default 15m; at most 15m)")
 	fs.BoolVar(&cfg.MCPConformanceFixtures, "mcp-conformance-fixtures", false, "mount /mcp-conformance fixtures (local profile, tests)")

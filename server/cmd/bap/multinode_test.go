@@ -21,6 +21,7 @@ import (
 	bapapi "github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/auth"
+	"github.com/originweave/bap/server/internal/daemon"
 )
 
 // Several nodes on one PostgreSQL behind one base URL (issue 9 "Multi-node", ADR 0012), tried with
@@ -154,7 +155,7 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 	dirB := dataDir(t)
 	b := startNode(t, bin, dirB, nil, "--issuer", front.URL)
 	dbURL := databaseURLOf(t, dirB)
-	a := startNode(t, bin, dataDir(t), []string{"BAP_DATABASE_URL=" + dbURL, "BAP_SERVER_KEY_FILE=" + filepath.Join(dirB, "server.key")}, "--issuer", front.URL)
+	a := startNode(t, bin, dataDir(t), []string{"BAP_DATABASE_URL=" + dbURL, "BAP_MASTER_KEY_FILE=" + filepath.Join(dirB, "master.key")}, "--issuer", front.URL)
 	lb.set(a.base, b.base)
 
 	client := admin(t, bin, dirB, "", "client", "create", "--tenant", "acme", "--name", "agent", "--scopes",
@@ -264,7 +265,11 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	key, err := auth.ClusterKey(context.Background(), pool, "node-credential")
+	serverKey, err := daemon.LoadServerKey(context.Background(), daemon.Config{MasterKeyFile: filepath.Join(dirB, "master.key")}, pool, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := auth.ClusterKey(context.Background(), pool, serverKey, "node-credential")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +348,7 @@ func TestLocalProfileNodesForward(t *testing.T) {
 	bin := buildBinary(t)
 	dirB := dataDir(t)
 	b := start(t, bin, dirB)
-	a := start(t, bin, dataDir(t), "BAP_DATABASE_URL="+databaseURLOf(t, dirB), "BAP_SERVER_KEY_FILE="+filepath.Join(dirB, "server.key"))
+	a := start(t, bin, dataDir(t), "BAP_DATABASE_URL="+databaseURLOf(t, dirB), "BAP_MASTER_KEY_FILE="+filepath.Join(dirB, "master.key"))
 
 	task := mustAPI(t, 201, b.listen, "POST", "/bap/v1/tasks", "local-mn-task", `{"goal":"local nodes","policy":{"allowed_origins":["https://shop.example.com"]}}`)
 	taskID := field(task, "task", "task_id")

@@ -311,7 +311,7 @@ func TestStreamsSpanNodesOnOneDatabase(t *testing.T) {
 		t.Fatalf("postmaster.pid: %q", pidfile)
 	}
 	url := fmt.Sprintf("postgres://bap@/bap?host=%s&port=%s", strings.TrimSpace(lines[4]), strings.TrimSpace(lines[3]))
-	b := start(t, bin, dataDir(t), "BAP_DATABASE_URL="+url, "BAP_SERVER_KEY_FILE="+filepath.Join(dirA, "server.key")) // one key per database (ADR 0015)
+	b := start(t, bin, dataDir(t), "BAP_DATABASE_URL="+url, "BAP_MASTER_KEY_FILE="+filepath.Join(dirA, "master.key")) // one key per database (ADR 0015)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

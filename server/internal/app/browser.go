@@ -111,7 +111,10 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 	var origin *page.OriginNotAllowedError
 	var timeout *page.ActionTimeoutError
 	var nav *page.NavigationError
+	var secretOrigin *page.SecretOriginError
 	switch {
+	case errors.As(err, &secretOrigin):
+		return Errorf(CodeOriginNotAllowed, "the field is in a document of %q, not one of the secret's origins; nothing was typed", secretOrigin.Origin), task.Rejected
 	case errors.As(err, &origin):
 		return Errorf(CodeOriginNotAllowed, "%s is outside the task's allowed origins; nothing was loaded", origin.URL), task.Rejected
 	case errors.As(err, &timeout):
@@ -618,6 +621,9 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 	if err != nil {
 		return Response{}, err
 	}
+	if err := s.resolveSecretFill(ctx, call.Actor, &req); err != nil { // secrets.go
+		return Response{}, err
+	}
 	taskID := rec.TaskID
 	if rec.State == SessionOpen {
 		effect, rule, spec, err := s.approvalRule(ctx, call.Actor, rec, req)
@@ -648,6 +654,9 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			rec := plan.(*sessionPlan).rec
 			if dispatchErr != nil {
+				if so := (*page.SecretOriginError)(nil); errors.As(dispatchErr, &so) {
+					s.recordSecretUse(ctx, call.Actor, req, "refuse", so.Origin, c.t.ID, c.cmd.ID, "origin")
+				}
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)
 			}
 			if h, ok := out.(*heldAct); ok {
@@ -683,6 +692,10 @@ func (s *Service) recordAction(ctx context.Context, c *commandCtx, rec *SessionR
 	}
 	if req.NodeID != "" {
 		data["node_id"] = req.NodeID
+	}
+	if req.SecretRef != "" { // the use of a secret: which one and where, never the value
+		data["secret_id"], data["origin"] = req.SecretRef, res.Origin
+		s.recordSecretUse(ctx, Actor{Tenant: c.t.Tenant, Subject: c.cmd.Actor}, req, "use", res.Origin, c.t.ID, c.cmd.ID, "")
 	}
 	if len(res.NewContexts) > 0 {
 		data["new_contexts"] = res.NewContexts

@@ -58,7 +58,15 @@ const checkpointFormat = "bap.checkpoint/1"
 // and is never served to clients.
 const ArtifactKindCheckpoint = "checkpoint"
 
-// checkpointDoc is the content of a state artifact.
+// checkpointMediaType is the media type of a sealed state artifact.
+const checkpointMediaType = "application/vnd.bap.sealed"
+
+// checkpointAAD binds a sealed state to its artifact: it never opens as another's.
+func checkpointAAD(tenant, artifactID string) []byte {
+	return []byte("bap-checkpoint-state/v1\x00" + tenant + "\x00" + artifactID)
+}
+
+// checkpointDoc is the content of a state artifact (sealed in the database).
 type checkpointDoc struct {
 	Format string             `json:"format"`
 	State  *page.StorageState `json:"state"`
@@ -94,10 +102,14 @@ func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessi
 				return s.finishFailed(ctx, c, rec, dispatchErr, false)
 			}
 			st := out.(*page.StorageState)
-			content, err := json.Marshal(checkpointDoc{Format: checkpointFormat, State: st})
+			doc, err := json.Marshal(checkpointDoc{Format: checkpointFormat, State: st})
 			if err != nil {
 				return nil, "", fmt.Errorf("encoding the checkpoint: %w", err)
 			}
+			// The state holds credentials (cookies, storage): the database keeps it sealed under
+			// the server key for this artifact alone (ADR 0017).
+			artID := ids.New(ids.Artifact)
+			content := s.keys.checkpoint.Seal(doc, checkpointAAD(c.t.Tenant, artID))
 			digest, err := policyDigest(c.t)
 			if err != nil {
 				return nil, "", err
@@ -109,8 +121,8 @@ func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessi
 				}
 			}
 			art := &Artifact{
-				ID: ids.New(ids.Artifact), Tenant: c.t.Tenant, SHA256: sha256Hex(content), Size: int64(len(content)),
-				MediaType: "application/json", Kind: ArtifactKindCheckpoint, TaskID: c.t.ID, SessionID: rec.ID,
+				ID: artID, Tenant: c.t.Tenant, SHA256: sha256Hex(content), Size: int64(len(content)),
+				MediaType: checkpointMediaType, Kind: ArtifactKindCheckpoint, TaskID: c.t.ID, SessionID: rec.ID,
 				ContextID: primary.ContextID, EpochID: primary.EpochID, CommandID: c.cmd.ID, SourceURL: primary.URL, CreatedAt: c.now,
 			}
 			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, primary.ContextID, primary.EpochID, primary.URL); err != nil {
@@ -163,6 +175,11 @@ func (s *Service) loadCheckpoint(ctx context.Context, actor Actor, checkpointID 
 	_, content, err := s.store.GetArtifact(ctx, actor.Tenant, cp.ArtifactID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading checkpoint %s: %w", cp.ID, err)
+	}
+	if len(content) > 0 && content[0] != '{' { // sealed; a state in clear is from before ADR 0017
+		if content, err = s.keys.checkpoint.Open(content, checkpointAAD(actor.Tenant, cp.ArtifactID)); err != nil {
+			return nil, nil, fmt.Errorf("checkpoint %s does not open under the server key: %w", cp.ID, err)
+		}
 	}
 	var doc checkpointDoc
 	if err := json.Unmarshal(content, &doc); err != nil || doc.State == nil || doc.Format != cp.Format {

@@ -20,6 +20,8 @@ type keyring struct {
 	fingerprints *idempotency.Fingerprinter
 	actionKey    *serverkey.Key
 	plan         *serverkey.Sealer
+	checkpoint   *serverkey.Sealer // checkpoint state artifacts (ADR 0017)
+	secrets      *serverkey.Sealer // the values of tenants' secrets (secrets.go)
 }
 
 func newKeyring(k *serverkey.Key) keyring {
@@ -30,7 +32,8 @@ func newKeyring(k *serverkey.Key) keyring {
 	if err != nil {
 		panic("app: a derived key is 32 bytes: " + err.Error())
 	}
-	return keyring{fingerprints: fp, actionKey: k, plan: k.Sealer(serverkey.PurposePlanValues)}
+	return keyring{fingerprints: fp, actionKey: k, plan: k.Sealer(serverkey.PurposePlanValues),
+		checkpoint: k.Sealer(serverkey.PurposeCheckpointState), secrets: k.Sealer(serverkey.PurposeSecretValues)}
 }
 
 // Fingerprints reduces requests to their keyed fingerprints: a transport fills Call.Fingerprint

@@ -25,6 +25,7 @@ import (
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/ratelimit"
+	"github.com/originweave/bap/server/internal/serverkey"
 	"github.com/originweave/bap/server/internal/store"
 )
 
@@ -37,6 +38,7 @@ type bundle struct {
 	http *httptest.Server
 	base string
 	now  atomic.Int64 // unix nanoseconds
+	key  *serverkey.Key
 }
 
 func setup(t *testing.T, ttl time.Duration, configure ...func(*app.Config)) *bundle {
@@ -51,7 +53,7 @@ func setupBench(b *testing.B, cacheTTL time.Duration) *bundle {
 
 func setupWith(t testing.TB, cacheTTL, ttl time.Duration, limiter api.Limiter, configure ...func(*app.Config)) *bundle {
 	t.Helper()
-	b := &bundle{t: t, pool: pgtest.NewDB(t)}
+	b := &bundle{t: t, pool: pgtest.NewDB(t), key: serverkey.Ephemeral()}
 	b.now.Store(time.Now().UnixNano())
 	ctx := context.Background()
 	if err := store.New(b.pool).RegisterNode(ctx, app.NodeInfo{ID: "node_auth", SoftwareVersion: "test"}); err != nil {
@@ -69,7 +71,7 @@ func setupWith(t testing.TB, cacheTTL, ttl time.Duration, limiter api.Limiter, c
 	b.http = httptest.NewServer(mux)
 	t.Cleanup(b.http.Close)
 	b.base = b.http.URL
-	b.srv, err = New(ctx, Config{Pool: b.pool, Issuer: b.base, Resource: b.base, AccessTokenTTL: ttl,
+	b.srv, err = New(ctx, Config{Pool: b.pool, ServerKey: b.key, Issuer: b.base, Resource: b.base, AccessTokenTTL: ttl,
 		Now: func() time.Time { return time.Unix(0, b.now.Load()) }, RevocationCacheTTL: cacheTTL})
 	if err != nil {
 		t.Fatal(err)

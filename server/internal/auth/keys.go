@@ -15,6 +15,8 @@ import (
 	"github.com/go-jose/go-jose/v3"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/originweave/bap/server/internal/serverkey"
 )
 
 // keyLockID serialises key creation across nodes sharing one database.
@@ -32,8 +34,9 @@ type signingKey struct {
 // none may sign any more. Safe for concurrent use.
 type keyStore struct {
 	pool     *pgxpool.Pool
-	rotation time.Duration // how long a key signs
-	maxTTL   time.Duration // the longest access token lifetime: how long a retired key stays published
+	seal     *serverkey.Sealer // the private keys are sealed in the database (ADR 0017)
+	rotation time.Duration     // how long a key signs
+	maxTTL   time.Duration     // the longest access token lifetime: how long a retired key stays published
 	now      func() time.Time
 
 	mu       sync.RWMutex
@@ -118,29 +121,39 @@ func (k *keyStore) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading signing keys: %w", err)
 	}
-	var keys []signingKey
+	type stored struct {
+		key signingKey
+		der []byte
+	}
+	var all []stored
 	for rows.Next() {
-		var key signingKey
-		var der []byte
-		if err := rows.Scan(&key.id, &der, &key.signUntil, &key.publishUntil); err != nil {
+		var st stored
+		if err := rows.Scan(&st.key.id, &st.der, &st.key.signUntil, &st.key.publishUntil); err != nil {
 			rows.Close()
 			return fmt.Errorf("loading signing keys: %w", err)
 		}
+		all = append(all, st)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("loading signing keys: %w", err)
+	}
+	keys := make([]signingKey, 0, len(all))
+	for _, st := range all {
+		key := st.key
+		der, err := k.openKey(ctx, key.id, st.der)
+		if err != nil {
+			return err
+		}
 		p, err := x509.ParsePKCS8PrivateKey(der)
 		if err != nil {
-			rows.Close()
 			return fmt.Errorf("signing key %s: %w", key.id, err)
 		}
 		ec, ok := p.(*ecdsa.PrivateKey)
 		if !ok || ec.Curve != elliptic.P256() {
-			rows.Close()
 			return fmt.Errorf("signing key %s is not a P-256 key", key.id)
 		}
 		key.priv = ec
 		keys = append(keys, key)
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("loading signing keys: %w", err)
 	}
 	k.mu.Lock()
 	k.keys = keys
@@ -179,14 +192,35 @@ func (k *keyStore) rotate(ctx context.Context) error {
 		if _, err := rand.Read(id[:]); err != nil {
 			return err
 		}
+		kid := base64.RawURLEncoding.EncodeToString(id[:])
 		signFor := k.rotation
 		_, err = tx.Exec(ctx, `INSERT INTO token_signing_key (key_id, algorithm, private_key, sign_until, publish_until)
 			VALUES ($1, 'ES256', $2, now() + $3::interval, now() + $3::interval + $4::interval)`,
-			base64.RawURLEncoding.EncodeToString(id[:]), der, signFor.String(), (k.maxTTL + time.Minute).String())
+			kid, k.seal.Seal(der, signingKeyAAD(kid)), signFor.String(), (k.maxTTL + time.Minute).String())
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("rotating signing keys: %w", err)
 	}
 	return k.load(ctx)
+}
+
+// signingKeyAAD binds a sealed signing key to its key id.
+func signingKeyAAD(kid string) []byte { return []byte("bap/token-signing-key/v1\x00" + kid) }
+
+// openKey opens a stored private key. A key stored in clear by a release before ADR 0017 (PKCS #8
+// DER, which starts with 0x30; a seal starts with its version byte 1) is sealed in place.
+func (k *keyStore) openKey(ctx context.Context, kid string, stored []byte) ([]byte, error) {
+	if len(stored) > 0 && stored[0] == 0x30 {
+		if _, err := k.pool.Exec(ctx, `UPDATE token_signing_key SET private_key = $1 WHERE key_id = $2 AND private_key = $3`,
+			k.seal.Seal(stored, signingKeyAAD(kid)), kid, stored); err != nil {
+			return nil, fmt.Errorf("sealing signing key %s: %w", kid, err)
+		}
+		return stored, nil
+	}
+	der, err := k.seal.Open(stored, signingKeyAAD(kid))
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s does not open under the server key: %w", kid, err)
+	}
+	return der, nil
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-jose/go-jose/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/originweave/bap/server/internal/serverkey"
 	"github.com/ory/fosite"
 	"github.com/ory/fosite/compose"
 	"github.com/ory/fosite/handler/oauth2"
@@ -39,6 +41,9 @@ var Scopes = []string{
 type Config struct {
 	// Pool is the database holding the tables of migrations/0003_oauth.sql. Required.
 	Pool *pgxpool.Pool
+	// ServerKey seals what the database keeps of the authorization server's keys: the signing
+	// keys and the server-wide secret (ADR 0017). Required.
+	ServerKey *serverkey.Key
 	// Issuer is the authorization server's issuer identifier (an http(s) URL without a trailing
 	// slash); its metadata is at <Issuer>/.well-known/oauth-authorization-server. Required.
 	Issuer string
@@ -108,6 +113,9 @@ func (c *Config) validate() error {
 	if c.Pool == nil {
 		return errors.New("auth: Pool is required")
 	}
+	if c.ServerKey == nil {
+		return errors.New("auth: ServerKey is required")
+	}
 	for name, v := range map[string]string{"issuer": c.Issuer, "resource": c.Resource} {
 		u, err := url.Parse(v)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "" || u.RawQuery != "" {
@@ -175,7 +183,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, pool: cfg.Pool, log: cfg.Logger,
-		keys:          &keyStore{pool: cfg.Pool, rotation: cfg.KeyRotation, maxTTL: MaxAccessTokenTTL, now: cfg.Now},
+		keys:          &keyStore{pool: cfg.Pool, seal: cfg.ServerKey.Sealer(serverkey.PurposeSigningKeys), rotation: cfg.KeyRotation, maxTTL: MaxAccessTokenTTL, now: cfg.Now},
 		store:         &storage{pool: cfg.Pool, resource: cfg.Resource, now: cfg.Now},
 		audit:         NewAudit(cfg.Pool, cfg.Logger),
 		active:        newActiveCache(cfg.RevocationCacheTTL, cfg.Now),
@@ -247,7 +255,7 @@ func (a *accessStrategy) ValidateAccessToken(ctx context.Context, _ fosite.Reque
 // hmacSecret reads the server-wide secret of authorization codes and refresh tokens, creating it
 // on first use.
 func (s *Server) hmacSecret(ctx context.Context) ([]byte, error) {
-	return serverSecret(ctx, s.pool) // cluster.go
+	return serverSecret(ctx, s.pool, s.cfg.ServerKey) // cluster.go
 }
 
 // Audit is the audit trail writer (the transport records refused requests through it).

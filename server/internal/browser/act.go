@@ -263,6 +263,9 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 	if s.stopped(ctx) {
 		return nil, &StoppedError{} // stopped before any input
 	}
+	if req.SecretRef != "" && !secretOriginAllowed(c.Origin, req.SecretOrigins) {
+		return nil, &SecretOriginError{Origin: c.Origin} // nothing typed
+	}
 	s.bringToFront(ctx, t)
 	win := s.window(t, req)
 	s.mu.Lock()
@@ -304,7 +307,22 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 		fireCmd(t.page.sess, page.StopLoading, cdp.Empty{})
 	}
 	res.Effect = c.Effect
+	res.Origin = c.Origin
 	return res, nil
+}
+
+// secretOriginAllowed reports whether a secret of origins may be typed into a document of origin
+// (exact, as the browser reports it; a document without an origin gets none).
+func secretOriginAllowed(origin string, origins []string) bool {
+	if origin == "" {
+		return false
+	}
+	for _, o := range origins {
+		if o == origin {
+			return true
+		}
+	}
+	return false
 }
 
 // bringToFront makes the tab the visible one of its session's window, so
@@ -400,6 +418,9 @@ func (s *Session) perform(ctx context.Context, tg *actTarget, req ActRequest) er
 		}
 		var st struct {
 			St string `json:"st"`
+		}
+		if req.SecretRef != "" && req.Action == ActionFill {
+			return s.fillSecret(ctx, tg, req)
 		}
 		if value == "" || kind == "value" {
 			if err := s.agentArgs(ctx, tg, "setValue", &st, value); err != nil {
@@ -931,3 +952,26 @@ func jsonString(s string) string {
 // dialogAnswer is how the action's dialogs are answered: dismissed (the
 // default of CONTRACT; page.ActRequest has no field to ask otherwise yet).
 func dialogAnswer(ActRequest) (mode, promptText string) { return "", "" }
+
+// fillSecret types a secret into the target field: set in the field's own world (bound to its
+// document: a navigated frame makes the handle stale, never retargets the value), then marked so
+// that observations read the reference and screenshots draw it masked. Only text controls
+// (input, textarea) take a secret.
+func (s *Session) fillSecret(ctx context.Context, tg *actTarget, req ActRequest) error {
+	var st struct {
+		St string `json:"st"`
+	}
+	if err := s.agentArgs(ctx, tg, "markSecret", &st, req.SecretRef); err != nil {
+		return err
+	}
+	if st.St != "ok" {
+		return fmt.Errorf("%w: a secret fills only a text field", ErrInvalidRequest)
+	}
+	if err := s.agentArgs(ctx, tg, "setValue", &st, req.Value); err != nil {
+		return err
+	}
+	if st.St == "badvalue" {
+		return fmt.Errorf("%w: the field does not accept this value", ErrInvalidRequest)
+	}
+	return nil
+}

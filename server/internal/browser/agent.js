@@ -344,11 +344,25 @@
 
   const elements = (idx) => idx.map((i) => nodes[i] || null);
 
+  // SECRETS maps each field a secret was typed into to the secret's reference (this isolated
+  // world's own map: the page can neither read nor change it). Such a field is read as the
+  // reference, never its value, and drawn masked in screenshots.
+  const SECRETS = new WeakMap();
+  const secretMark = (ref) => '[secret ' + ref + ']';
+  const markSecret = (i, ref) => {
+    const e = editTarget(i);
+    if (!e) return { st: 'nonode' };
+    if (e.tagName !== 'INPUT' && e.tagName !== 'TEXTAREA') return { st: 'nottext' };
+    SECRETS.set(e, ref);
+    e.style.setProperty('-webkit-text-security', 'disc', 'important');
+    return { st: 'ok' };
+  };
+
   // applyAX puts the browser's name and states over the agent's reading.
   const applyAX = (el, o, ov, extra) => {
     if (!ov || ov.ig || !ov.r) return;
     if (ov.n) o.n = ov.n; else delete o.n;
-    if (ov.v && el.localName.indexOf('-') > 0) o.v = ov.v;
+    if (ov.v && el.localName.indexOf('-') > 0 && !SECRETS.has(el)) o.v = ov.v;
     for (const k of ['ch', 'pr', 'e', 's']) {
       if (ov[k] !== undefined) o[k] = ov[k];
     }
@@ -364,7 +378,7 @@
     const name = nameOf(el, role);
     if (name) o.n = clip(name, 200);
     const tag = el.tagName;
-    const v = valueOf(el, role);
+    const v = SECRETS.has(el) ? secretMark(SECRETS.get(el)) : valueOf(el, role);
     if (v) o.v = clip(v, 200);
     if (tag === 'INPUT') {
       const t = inputType(el);
@@ -1079,6 +1093,7 @@
   const visibleText = (i) => {
     const e = i ? get(i) : document.body || document.documentElement;
     if (!e) return { st: 'nonode' };
+    if (SECRETS.has(e)) return { st: 'ok', v: secretMark(SECRETS.get(e)) };
     if (e.tagName === 'INPUT' || e.tagName === 'TEXTAREA') return { st: 'ok', v: inputType(e) === 'password' ? '' : e.value };
     if (e.tagName === 'SELECT') return { st: 'ok', v: valueOf(e, 'combobox') };
     const t = e.innerText !== undefined ? e.innerText : e.textContent;
@@ -1164,6 +1179,7 @@
     const e = get(i);
     if (!e) return { st: 'nonode' };
     const t = target(i);
+    if (SECRETS.has(t)) return { st: 'ok', v: secretMark(SECRETS.get(t)) };
     if (t.tagName === 'INPUT') {
       const ty = inputType(t);
       if (ty === 'checkbox' || ty === 'radio') return { st: 'ok', v: t.checked, b: true };
@@ -1183,7 +1199,7 @@
   const info = () => ({ u: location.href, t: document.title, o: location.origin });
 
   globalThis.__bap = {
-    snapshot, query, check, frameBox, focus, selectText, setValue, textKind, selectOption,
+    snapshot, query, check, frameBox, focus, selectText, setValue, markSecret, textKind, selectOption,
     checkedState, scrollIntoView, box, fileInput, classify, visibleText, table, attributes, links,
     fieldValue, info, get, reg, contains, elements,
   };

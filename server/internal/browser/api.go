@@ -81,6 +81,8 @@ var (
 type (
 	// OriginNotAllowedError reports a navigation refused by the policy.
 	OriginNotAllowedError = page.OriginNotAllowedError
+	// SecretOriginError reports a secret fill refused for the field's origin (nothing typed).
+	SecretOriginError = page.SecretOriginError
 	// ActionTimeoutError reports a target that did not become actionable.
 	ActionTimeoutError = page.ActionTimeoutError
 	// NavigationError reports a navigation the browser could not complete.

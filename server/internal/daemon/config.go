@@ -35,9 +35,14 @@ type Config struct {
 	InsecureHTTP bool
 	// AccessTokenTTL is the lifetime of issued access tokens (at most 15 minutes).
 	AccessTokenTTL time.Duration
-	// ServerKeyFile is the server key (ADR 0015; --server-key-file, BAP_SERVER_KEY_FILE): it must
-	// exist, and every node of one database needs the same. Empty: <DataDir>/server.key, created
-	// at the first start.
+	// MasterKeyFile is the master key (ADR 0017; --master-key-file, BAP_MASTER_KEY_FILE) that wraps
+	// the server key in the database: it must exist, and every node of one database needs one that
+	// opens it. Empty: <DataDir>/master.key, created at the first start only (never once the
+	// database holds a wrapped key).
+	MasterKeyFile string
+	// ServerKeyFile is a server key file of ADR 0015 (--server-key-file, BAP_SERVER_KEY_FILE), read
+	// once: when a database used before ADR 0017 is first started with a master key, its server
+	// key is taken from this file (default <DataDir>/server.key) and wrapped. Not read afterwards.
 	ServerKeyFile string
 	// MCPConformanceFixtures mounts /mcp-conformance (local profile only, for tests).
 	MCPConformanceFixtures bool

@@ -203,13 +203,13 @@ func Run(ctx context.Context, cfg Config) error {
 		Streams:       ev.streams(svc),
 		Admission:     bp.api(),
 	}
-	keys, err := loadClusterKeys(ctx, db.Pool)
+	keys, err := loadClusterKeys(ctx, db.Pool, serverKey)
 	if err != nil {
 		return err
 	}
 	opts.Cluster = &api.Cluster{NodeID: nodeID, Key: keys.node} // forwarding to owner nodes (cluster.go)
 	if cfg.Profile == ProfileRemote {
-		rm, err := newRemote(ctx, cfg, db.Pool, log, early)
+		rm, err := newRemote(ctx, cfg, db.Pool, serverKey, log, early)
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/originweave/bap/server/internal/auth"
 	"github.com/originweave/bap/server/internal/pgcluster"
 	"github.com/originweave/bap/server/internal/ratelimit"
+	"github.com/originweave/bap/server/internal/serverkey"
 	"github.com/originweave/bap/server/internal/store"
 )
 
@@ -96,11 +97,11 @@ func scheme(cfg *Config) string {
 }
 
 // newRemote builds the authorization server on pool.
-func newRemote(ctx context.Context, cfg Config, pool *pgxpool.Pool, log *slog.Logger, tcp net.Listener) (*remote, error) {
+func newRemote(ctx context.Context, cfg Config, pool *pgxpool.Pool, key *serverkey.Key, log *slog.Logger, tcp net.Listener) (*remote, error) {
 	as, err := auth.New(ctx, auth.Config{
 		// The resource is the public URL (the issuer's, which defaults to the advertise URL): behind a
 		// load balancer every node serves the same resource at its own --advertise-url.
-		Pool: pool, Issuer: cfg.Issuer, Resource: cfg.Issuer, AccessTokenTTL: cfg.AccessTokenTTL, Logger: log,
+		Pool: pool, ServerKey: key, Issuer: cfg.Issuer, Resource: cfg.Issuer, AccessTokenTTL: cfg.AccessTokenTTL, Logger: log,
 	})
 	if err != nil {
 		return nil, err

@@ -39,6 +39,8 @@ const (
 	Event Prefix = "evt_"
 	// Reconciliation prefixes reconciliation ids.
 	Reconciliation Prefix = "rec_"
+	// Secret prefixes the ids of tenants' secrets (secret references).
+	Secret Prefix = "sec_"
 )
 
 // BodyLen is the length of the part of a generated id after its prefix.

@@ -53,6 +53,18 @@ var ErrHoldAbandoned = errors.New("the page abandoned the held request")
 // does not support); the message says what is wrong.
 var ErrInvalidRequest = errors.New("invalid browser request")
 
+// SecretOriginError reports a fill from a secret whose target field's document is not on one of
+// the secret's origins: nothing was typed.
+type SecretOriginError struct {
+	// Origin is the origin of the document holding the field ("" when it has none, e.g. about:blank).
+	Origin string
+}
+
+// Error names the field's origin, never the secret.
+func (e *SecretOriginError) Error() string {
+	return fmt.Sprintf("the field is in a document of %q, not one of the secret's origins", e.Origin)
+}
+
 // OriginNotAllowedError reports a navigation (or a request it needs) to an
 // origin the session's policy does not allow. Nothing was loaded.
 type OriginNotAllowedError struct {
@@ -309,6 +321,12 @@ type ActRequest struct {
 	// select_option (matched by value, then label).
 	Value  string   `json:"-"`
 	Values []string `json:"values,omitempty"`
+	// SecretRef names the secret a fill types (sec_…): the caller sends the reference, the
+	// service puts the value in Value only for the browser, with the secret's origins.
+	SecretRef string `json:"secret_ref,omitempty"`
+	// SecretOrigins are the origins the filled secret may go to: the browser types Value only into
+	// a field of a document of one of them (else *SecretOriginError). Empty: Value is not a secret.
+	SecretOrigins []string `json:"-"`
 	// Key is the key of press_key ("Enter", "Tab", "Control+A", "a", …).
 	Key   string `json:"key,omitempty"`
 	Files []File `json:"-"`
@@ -340,6 +358,8 @@ type ActResult struct {
 	Downloads   []Download `json:"downloads,omitempty"`
 	// Effect is the effect ClassifyAction gives for the action.
 	Effect string `json:"effect"`
+	// Origin is the origin of the document holding the target (what a secret was typed into).
+	Origin string `json:"-"`
 	// Held is the request the action caused that a form_submission rule holds, unsent, inside
 	// the browser until Release or Deny; nil when nothing was held.
 	Held *HeldRequest `json:"-"`

@@ -5,8 +5,9 @@
 // request that typed a 4-digit PIN cannot be reversed by trying the 10 000 PINs without the key,
 // and a sealed plan value cannot be opened.
 //
-// The package imports only the standard library. It is the one place that knows the key material:
-// the secret broker (issue #17) takes it over behind the same Key type.
+// The server key is a data key: it lives in the database wrapped (AES-256-GCM) by the master key
+// (master.go, ADR 0017), which lives in a file and nowhere else. The package imports only the
+// standard library and is the one place that knows key material.
 package serverkey
 
 import (
@@ -44,6 +45,18 @@ const (
 	PurposeActionDigest Purpose = "approval-action-digest"
 	// PurposePlanValues seals the protected values of delegated plan steps (fill values).
 	PurposePlanValues Purpose = "plan-step-values"
+	// PurposeSecretValues seals the values of a tenant's secrets (issue #17).
+	PurposeSecretValues Purpose = "secret-values"
+	// PurposeCheckpointState seals the state artifacts of checkpoints (cookies, storage).
+	PurposeCheckpointState Purpose = "checkpoint-state"
+	// PurposeSigningKeys seals the private keys that sign access tokens.
+	PurposeSigningKeys Purpose = "token-signing-keys"
+	// PurposeServerSecret seals the database's server-wide secret (authorization codes, refresh
+	// tokens, node credentials, MCP seals).
+	PurposeServerSecret Purpose = "authorization-server-secret"
+	// PurposeSecretDigest keys the digest that tells one secret value from another (rotation
+	// without a change is refused) without an unkeyed hash of it anywhere.
+	PurposeSecretDigest Purpose = "secret-value-digest"
 	// purposeKeyID derives the key's public identifier.
 	purposeKeyID Purpose = "key-id"
 )
@@ -51,11 +64,11 @@ const (
 // Errors of loading a key file; callers branch on them with errors.Is.
 var (
 	// ErrMissing reports a configured key file that does not exist.
-	ErrMissing = errors.New("server key file does not exist")
+	ErrMissing = errors.New("key file does not exist")
 	// ErrMalformed reports a key file that holds no 32-byte key.
-	ErrMalformed = errors.New("server key file must hold 32 bytes (raw, or base64 on one line)")
+	ErrMalformed = errors.New("a key file must hold 32 bytes (raw, or base64 on one line)")
 	// ErrPermissions reports a key file that others than its owner may read or write.
-	ErrPermissions = errors.New("server key file must be readable by its owner only (chmod 600)")
+	ErrPermissions = errors.New("a key file must be readable by its owner only (chmod 600)")
 )
 
 // Key is the server key. Its methods are safe for concurrent use; the zero value is not usable.
@@ -107,51 +120,66 @@ func LoadOrCreate(path string) (*Key, error) {
 	if !errors.Is(err, ErrMissing) {
 		return k, err
 	}
+	if err := createKeyFile(path); err != nil {
+		return nil, err
+	}
+	return Load(path)
+}
+
+// createKeyFile writes 32 random bytes to path unless a file is there already (mode 0600, via a
+// temporary file linked into place: a concurrent creator's key wins, and nobody reads half a key).
+func createKeyFile(path string) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the server key's directory: %w", err)
+		return fmt.Errorf("creating the key file's directory: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".server.key-*") // mode 0600
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+"-*") // mode 0600
 	if err != nil {
-		return nil, fmt.Errorf("creating the server key: %w", err)
+		return fmt.Errorf("creating the key file: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	secret := make([]byte, Size)
-	if _, err := rand.Read(secret); err != nil {
-		_ = tmp.Close()
-		return nil, err
-	}
+	_, _ = rand.Read(secret) // never fails (crypto/rand)
 	if _, err := tmp.Write(secret); err != nil {
 		_ = tmp.Close()
-		return nil, fmt.Errorf("writing the server key: %w", err)
+		return fmt.Errorf("writing the key file: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
 		_ = tmp.Close()
-		return nil, fmt.Errorf("writing the server key: %w", err)
+		return fmt.Errorf("writing the key file: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return nil, fmt.Errorf("writing the server key: %w", err)
+		return fmt.Errorf("writing the key file: %w", err)
 	}
 	// Link fails when the file exists: another process created it first, and its key wins.
 	if err := os.Link(tmp.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("installing the server key: %w", err)
+		return fmt.Errorf("installing the key file: %w", err)
 	}
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // the new directory entry survives a crash
 		_ = d.Close()
 	}
-	return Load(path)
+	return nil
 }
 
 // Load reads an existing key file: 32 raw bytes, or their base64 (standard or URL alphabet,
 // padded or not) on one line. The file must be a regular file that only its owner may read.
 func Load(path string) (*Key, error) {
+	b, err := readKeyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return FromBytes(b)
+}
+
+// readKeyFile reads the 32 bytes of an existing key file that only its owner may read.
+func readKeyFile(path string) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrMissing, path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the server key: %w", err)
+		return nil, fmt.Errorf("reading the key file: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s is not a regular file", ErrMalformed, path)
@@ -161,13 +189,13 @@ func Load(path string) (*Key, error) {
 	}
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading the server key: %w", err)
+		return nil, fmt.Errorf("reading the key file: %w", err)
 	}
 	b, err := Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return FromBytes(b)
+	return b, nil
 }
 
 // Parse reads the content of a key file: 32 raw bytes, or base64 of 32 bytes on one line.
