@@ -821,6 +821,7 @@ func (e RequestBlockedDataLayer) Valid() bool {
 const (
 	RequestBlockedDataReasonOriginNotAllowed     RequestBlockedDataReason = "origin_not_allowed"
 	RequestBlockedDataReasonPrivateNetwork       RequestBlockedDataReason = "private_network"
+	RequestBlockedDataReasonRedirectNotAllowed   RequestBlockedDataReason = "redirect_not_allowed"
 	RequestBlockedDataReasonUnapprovedSideEffect RequestBlockedDataReason = "unapproved_side_effect"
 	RequestBlockedDataReasonUnclassifiable       RequestBlockedDataReason = "unclassifiable"
 )
@@ -831,6 +832,8 @@ func (e RequestBlockedDataReason) Valid() bool {
 	case RequestBlockedDataReasonOriginNotAllowed:
 		return true
 	case RequestBlockedDataReasonPrivateNetwork:
+		return true
+	case RequestBlockedDataReasonRedirectNotAllowed:
 		return true
 	case RequestBlockedDataReasonUnapprovedSideEffect:
 		return true
@@ -3760,6 +3763,9 @@ type RequestApprovalResponse struct {
 //
 // Examples: {"context_id":"ctx_9aB3cD5eF7gH","layer":"interception","reason":"origin_not_allowed","resource_type":"image","session_id":"bs_4fT8nQ2rL6vY","url":"https://tracker.example.net/pixel.gif"}
 type RequestBlockedData struct {
+	// BeforeRedirect True when `url` is the allowed URL whose redirect was refused, not the redirect's target (which the browser does not tell for a refusal of its CSP).
+	BeforeRedirect *bool `json:"before_redirect,omitempty"`
+
 	// ContextId Browsing context identifier.
 	//
 	// Examples: ctx_9aB3cD5eF7gH
@@ -3771,7 +3777,7 @@ type RequestBlockedData struct {
 	// Method The refused request's HTTP method, for `unapproved_side_effect`.
 	Method *string `json:"method,omitempty"`
 
-	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held.
+	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
 	Reason *RequestBlockedDataReason `json:"reason,omitempty"`
 
 	// ResourceType What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see.
@@ -3792,7 +3798,7 @@ type RequestBlockedData struct {
 // RequestBlockedDataLayer Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
 type RequestBlockedDataLayer string
 
-// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held.
+// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
 type RequestBlockedDataReason string
 
 // RequestBlockedEvent An Event of type `request.blocked`.

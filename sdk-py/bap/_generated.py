@@ -2190,6 +2190,9 @@ class RequestBlockedData(TypedDict):
     nothing of it left the browser.
     """
 
+    #: True when `url` is the allowed URL whose redirect was refused, not the redirect's target
+    #: (which the browser does not tell for a refusal of its CSP).
+    before_redirect: NotRequired[bool]
     #: Browsing context identifier.
     context_id: NotRequired[str]
     #: Which control refused it: `interception` (the browser paused the request and BAP refused it),
@@ -2206,12 +2209,17 @@ class RequestBlockedData(TypedDict):
     #: does not name explicitly), `unclassifiable` (the request could not be read or checked, so it
     #: was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a
     #: non-safe method that no act caused (the page sent it on its own, after the act returned, or
-    #: while another was held) is refused, never held.
+    #: while another was held) is refused, never held. `redirect_not_allowed`: an allowed request
+    #: was answered with a redirect to a URL the policy does not allow, and the browser was refused
+    #: the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer`
+    #: `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect
+    #: (`layer` `csp`, `before_redirect` true).
     reason: NotRequired[Literal[
     "origin_not_allowed",
     "private_network",
     "unclassifiable",
     "unapproved_side_effect",
+    "redirect_not_allowed",
 ]]
     #: What was requested: the browser's resource type at the interception layer (document, script,
     #: image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's

@@ -4319,6 +4319,10 @@ impl RequestApprovalResponse {
 /// nothing of it left the browser.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RequestBlockedData {
+    /// True when `url` is the allowed URL whose redirect was refused, not the redirect's target
+    /// (which the browser does not tell for a refusal of its CSP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_redirect: Option<bool>,
     /// Browsing context identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
@@ -4338,7 +4342,11 @@ pub struct RequestBlockedData {
     /// does not name explicitly), `unclassifiable` (the request could not be read or checked, so it
     /// was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a
     /// non-safe method that no act caused (the page sent it on its own, after the act returned, or
-    /// while another was held) is refused, never held.
+    /// while another was held) is refused, never held. `redirect_not_allowed`: an allowed request
+    /// was answered with a redirect to a URL the policy does not allow, and the browser was refused
+    /// the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer`
+    /// `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect
+    /// (`layer` `csp`, `before_redirect` true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What was requested: the browser's resource type at the interception layer (document, script,

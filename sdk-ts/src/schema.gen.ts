@@ -3820,6 +3820,8 @@ export interface components {
          *     }
          */
         RequestBlockedData: {
+            /** @description True when `url` is the allowed URL whose redirect was refused, not the redirect's target (which the browser does not tell for a refusal of its CSP). */
+            before_redirect?: boolean;
             /**
              * @description Browsing context identifier.
              * @example ctx_9aB3cD5eF7gH
@@ -3833,10 +3835,10 @@ export interface components {
             /** @description The refused request's HTTP method, for `unapproved_side_effect`. */
             method?: string;
             /**
-             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held.
+             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
              * @enum {string}
              */
-            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect";
+            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect" | "redirect_not_allowed";
             /** @description What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see. */
             resource_type?: string;
             /**

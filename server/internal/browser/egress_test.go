@@ -83,8 +83,9 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 		name string
 		page func(target string) string
 		// blocked is how many request.blocked events name the target: each try, once. A
-		// preconnect sends no request (nothing to report); a fetch's redirect refused by the CSP
-		// is reported by the browser under the URL before the redirect, an allowed one.
+		// preconnect sends no request (nothing to report). A fetch's redirect is refused by the CSP
+		// before any request exists, and the browser names only the URL before it: the event
+		// naming the target is the proxy's, which saw the redirect.
 		blocked int
 	}{
 		{"websocket", page("websocket"), 1},
@@ -92,7 +93,7 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 		{"beacon", page("beacon"), 1},
 		{"fetch", page("fetch"), 1},
 		{"image", page("image"), 1},
-		{"redirect of a fetch", page("redirect-fetch"), 0},
+		{"redirect of a fetch", page("redirect-fetch"), 1},
 		{"redirect of an image", page("redirect-image"), 1},
 		{"redirect of a navigation", page("redirect-navigation"), 1},
 		{"preconnect", page("preconnect"), 0},
@@ -152,6 +153,19 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 			}
 			if len(named) != c.blocked {
 				t.Errorf("request.blocked events name %d different requests to the target, want %d: %+v", len(named), c.blocked, blocked())
+			}
+			if strings.HasPrefix(c.name, "redirect") {
+				// One event per redirect, not one per layer that saw it: wait until no report of
+				// the proxy waits for a browser layer's, and until every event emitted so far
+				// has been delivered (a marker after them), then count them all.
+				if err := b.s.waitFor(tctx(t), func() bool { return len(b.s.redirects) == 0 }); err != nil {
+					t.Fatal(err)
+				}
+				b.s.emit(Event{Type: "test.marker"})
+				b.ev.wait(t, func(e Event) bool { return e.Type == "test.marker" })
+				if n := len(blocked()); n != 1 {
+					t.Errorf("%d request.blocked events for one redirect: %+v", n, blocked())
+				}
 			}
 			if n := l.conns.Load(); n != 0 {
 				t.Errorf("the disallowed origin accepted %d connections; events %+v", n, b.ev.all())

@@ -95,6 +95,7 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 		s.mu.Unlock()
 	}
 	s.refuseRequest(tc, ev)
+	s.claimRedirect(red) // this event, with its tab, stands for the proxy's report of the redirect
 	s.emit(Event{Type: EventRequestBlocked, ContextID: ctxID, EpochID: epoch, URL: red, Data: map[string]any{
 		"resource_type": resourceType(ev),
 		"layer":         "interception",
@@ -149,6 +150,9 @@ func (s *Session) onResponsePaused(tc *targetConn, ev *fetch.EventRequestPaused)
 		if f := t.frames[ev.FrameID]; f != nil {
 			f.status = int(ev.ResponseStatusCode)
 		}
+		if hasHeader(ev.ResponseHeaders, "content-security-policy") {
+			tc.ownCSP = true
+		}
 		if isAttachment(ev.ResponseHeaders) {
 			// The navigation becomes a download; an act waits for it.
 			t.expectDL++
@@ -183,6 +187,15 @@ func (s *Session) onResponsePaused(tc *targetConn, ev *fetch.EventRequestPaused)
 			ResponseHeaders: headers, Body: body.Body,
 		})
 	}()
+}
+
+func hasHeader(hs []*fetch.HeaderEntry, name string) bool {
+	for _, h := range hs {
+		if strings.EqualFold(h.Name, name) {
+			return true
+		}
+	}
+	return false
 }
 
 func isAttachment(hs []*fetch.HeaderEntry) bool {
@@ -269,18 +282,117 @@ func (s *Session) onIssue(tc *targetConn, is *audits.InspectorIssue) {
 		ctxID, epoch = t.id, t.epoch
 	}
 	s.mu.Unlock()
+	reason := "origin_not_allowed"
+	data := map[string]any{}
 	if err == nil && pol.AllowsURL(u) {
-		return
+		// The browser names a refused redirect by the URL before it. Over plain HTTP the proxy saw
+		// the redirect and reports where it led (deferRedirect); a document with a CSP of its own may
+		// have refused the request itself, which is not ours to report.
+		s.mu.Lock()
+		own := tc.ownCSP
+		s.mu.Unlock()
+		if own || u.Scheme == "http" || u.Scheme == "ws" {
+			return
+		}
+		reason = "redirect_not_allowed"
+		data["before_redirect"] = true
 	}
 	rt := "connect" // fetch, XHR, EventSource or beacon: the CSP does not say which
 	if err == nil && (u.Scheme == "ws" || u.Scheme == "wss") {
 		rt = "websocket"
 	}
-	s.emit(Event{Type: EventRequestBlocked, ContextID: ctxID, EpochID: epoch, URL: redactURL(d.BlockedURL), Data: map[string]any{
-		"resource_type": rt,
-		"layer":         "csp",
-		"reason":        "origin_not_allowed",
-	}})
+	data["resource_type"], data["layer"], data["reason"] = rt, "csp", reason
+	red := redactURL(d.BlockedURL)
+	s.claimRedirect(red)
+	s.emit(Event{Type: EventRequestBlocked, ContextID: ctxID, EpochID: epoch, URL: red, Data: data})
+}
+
+// redirectReportDelay is how long the proxy's report of a redirect to a disallowed URL waits for a
+// browser layer to report the hop itself.
+const redirectReportDelay = 750 * time.Millisecond
+
+// maxPendingRedirects bounds the reports waiting; past it they are recorded at once.
+const maxPendingRedirects = 256
+
+// deferRedirect records the proxy's report of a redirect to a disallowed URL after
+// redirectReportDelay, unless a browser layer reports the hop first (claimRedirect): a refused
+// hop is then one event, with its tab and whether it was a navigation. When the browser never
+// tries the hop (the CSP refused a fetch's redirect, naming only the URL before it), the proxy's
+// report is the one event, and the only one that says where the redirect led.
+func (s *Session) deferRedirect(ev Event) {
+	k := redirectKey(ev.URL)
+	s.mu.Lock()
+	if s.redirects == nil {
+		s.redirects = make(map[string]*time.Timer)
+	}
+	if _, dup := s.redirects[k]; dup {
+		s.mu.Unlock()
+		return // the same redirect again before the first was settled: one report
+	}
+	if len(s.redirects) >= maxPendingRedirects {
+		s.mu.Unlock()
+		s.emit(ev)
+		return
+	}
+	var tm *time.Timer
+	tm = time.AfterFunc(redirectReportDelay, func() {
+		s.mu.Lock()
+		mine := s.redirects[k] == tm
+		s.mu.Unlock()
+		if !mine {
+			return
+		}
+		s.emit(ev) // before it stops waiting: whoever waits for none to wait sees it recorded
+		s.mu.Lock()
+		if s.redirects[k] == tm {
+			delete(s.redirects, k)
+		}
+		s.notifyLocked()
+		s.mu.Unlock()
+	})
+	s.redirects[k] = tm
+	s.mu.Unlock()
+}
+
+// claimRedirect drops a waiting proxy report of a redirect to u (a URL, or the host:port of a
+// tunnel), because the caller reports the refused hop itself.
+func (s *Session) claimRedirect(u string) {
+	k := redirectKey(u)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pk, tm := range s.redirects {
+		if pk == k || authorityOf(pk) == k {
+			tm.Stop()
+			delete(s.redirects, pk)
+			s.notifyLocked()
+		}
+	}
+}
+
+// redirectKey is u compared without case, query or fragment.
+func redirectKey(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		u = u[:i]
+	}
+	return strings.ToLower(u)
+}
+
+// authorityOf is the host:port of a URL key, with the scheme's default port: what a tunnel to it
+// is named by.
+func authorityOf(k string) string {
+	u, err := url.Parse(k)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	if u.Port() != "" {
+		return u.Host
+	}
+	switch u.Scheme {
+	case "https", "wss":
+		return u.Host + ":443"
+	default:
+		return u.Host + ":80"
+	}
 }
 
 // claimAudits tells whether tc is the first session attached to its target to ask for its
@@ -342,9 +454,15 @@ func (g *sessionGate) blocked(b egress.Blocked) {
 	if s == nil {
 		return
 	}
-	s.emit(Event{Type: EventRequestBlocked, URL: b.URL, Data: map[string]any{
+	ev := Event{Type: EventRequestBlocked, URL: b.URL, Data: map[string]any{
 		"resource_type": b.ResourceType,
 		"layer":         "proxy",
 		"reason":        string(b.Reason),
-	}})
+	}}
+	if b.Reason == egress.ReasonRedirectNotAllowed {
+		s.deferRedirect(ev)
+		return
+	}
+	s.claimRedirect(b.URL)
+	s.emit(ev)
 }

@@ -67,6 +67,10 @@ type Session struct {
 	lastPaused    time.Time          // the last request paused at interception (hold.go awaitLateRequests)
 	approvedUntil time.Time          // an approved act's late requests go out until then (hold.go)
 
+	// redirects are the proxy's reports of redirects to disallowed URLs, each waiting for a
+	// browser layer to report the hop itself (netpolicy.go deferRedirect).
+	redirects map[string]*time.Timer
+
 	// life ends when the session is lost or closed.
 	life    context.Context
 	endLife context.CancelFunc
@@ -147,6 +151,9 @@ type targetConn struct {
 	id   target.ID
 	typ  string
 	tab  *tab // nil for top-level workers
+	// ownCSP is set once a document this target loaded came with a Content-Security-Policy of its
+	// own: its connect-src refusals are then not only ours (netpolicy.go onIssue). Guarded by s.mu.
+	ownCSP bool
 }
 
 func newSession(b *Browser, ps *procState, bctx cdp.BrowserContextID) *Session {

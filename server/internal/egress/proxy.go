@@ -32,6 +32,12 @@ const (
 	ReasonPrivateNetwork Reason = "private_network"
 	// ReasonUnclassifiable: the request could not be read or checked.
 	ReasonUnclassifiable Reason = "unclassifiable"
+	// ReasonRedirectNotAllowed: an allowed request was answered with a redirect to a URL the
+	// policy does not allow. The response is relayed as it is (the proxy never follows redirects);
+	// the hop is refused when the browser tries it, if it does, by whichever layer it meets first
+	// (the CSP, interception or this proxy). Reported for plain HTTP only: inside a tunnel the
+	// proxy sees no response.
+	ReasonRedirectNotAllowed Reason = "redirect_not_allowed"
 )
 
 // Blocked describes one refused request or connection.
@@ -145,12 +151,40 @@ func newProxy(cfg Config) (*Proxy, error) {
 			pr.Out.Header.Del("Proxy-Connection")
 			pr.Out.Header.Del("Proxy-Authorization")
 		},
-		Transport:     p.transport,
-		FlushInterval: -1, // stream every write: event streams and long polls must not wait
-		ErrorLog:      slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
-		ErrorHandler:  p.upstreamError,
+		Transport:      p.transport,
+		FlushInterval:  -1, // stream every write: event streams and long polls must not wait
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
+		ErrorHandler:   p.upstreamError,
+		ModifyResponse: p.checkRedirect,
 	}
 	return p, nil
+}
+
+// checkRedirect reports a redirect to a URL the policy does not allow (ReasonRedirectNotAllowed),
+// naming its target: the browser's CSP refuses a fetch's redirect before any request exists, and
+// reports it under the URL before the redirect, so this is the only layer that can say where it
+// led. The response itself goes on unchanged.
+func (p *Proxy) checkRedirect(resp *http.Response) error {
+	if p.cfg.OnBlocked == nil || resp.StatusCode < 300 || resp.StatusCode > 399 || resp.Request == nil {
+		return nil
+	}
+	loc := resp.Header.Get("Location")
+	if loc == "" {
+		return nil
+	}
+	target, err := resp.Request.URL.Parse(loc)
+	if err != nil || !target.IsAbs() || target.Host == "" {
+		return nil // not a URL a browser would follow
+	}
+	if p.cfg.Policy().AllowsURL(target) {
+		return nil
+	}
+	d := ""
+	if pm, _ := resp.Request.Context().Value(permitKey{}).(*permit); pm != nil {
+		d = pm.dest
+	}
+	p.cfg.OnBlocked(Blocked{URL: strip(target), ResourceType: d, Reason: ReasonRedirectNotAllowed})
+	return nil
 }
 
 // Addr is the proxy's address, 127.0.0.1:port.

@@ -319,3 +319,52 @@ func TestProxyNeverReachesTheServerItself(t *testing.T) {
 		t.Errorf("%d refusals reported, want 2", got)
 	}
 }
+
+// A redirect to a URL the policy does not allow is reported with its target (without the query),
+// and relayed as it is: the proxy never follows it, and the browser's hop, if it tries one, is
+// refused where it meets a layer. A redirect within the policy is not reported.
+func TestProxyReportsRedirectsItMustNotFollow(t *testing.T) {
+	t.Parallel()
+	otherSite := newSite(t)
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", r.URL.Query().Get("to"))
+		w.WriteHeader(http.StatusFound)
+	}))
+	t.Cleanup(redirector.Close)
+	p, rec := startProxy(t, []string{redirector.URL}, nil)
+	c := client(p)
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	other := "http://127.0.0.1:" + otherSite.port
+	for _, tt := range []struct {
+		name, to string
+		report   string // the reported target, "" for none
+	}{
+		{"to a disallowed origin", other + "/landing?token=secret", other + "/landing"},
+		{"protocol-relative to a disallowed origin", "//127.0.0.1:" + otherSite.port + "/rel?token=secret", other + "/rel"},
+		{"to a WebSocket of the same origin", "ws" + strings.TrimPrefix(redirector.URL, "http") + "/ws", ""},
+		{"within the policy", "/next?token=secret", ""},
+		{"not a URL a browser follows", "javascript:alert(1)", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(rec.all())
+			resp, err := c.Get(redirector.URL + "/go?to=" + url.QueryEscape(tt.to))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != tt.to {
+				t.Fatalf("relayed %d Location %q, want the site's 302 to %q", resp.StatusCode, resp.Header.Get("Location"), tt.to)
+			}
+			got := rec.all()[before:]
+			switch {
+			case tt.report == "" && len(got) != 0:
+				t.Errorf("reported %+v for a redirect the policy allows", got)
+			case tt.report != "" && (len(got) != 1 || got[0].URL != tt.report || got[0].Reason != ReasonRedirectNotAllowed):
+				t.Errorf("reported %+v, want one %s naming %s", got, ReasonRedirectNotAllowed, tt.report)
+			}
+		})
+	}
+	if n := otherSite.conns.Load(); n != 0 {
+		t.Errorf("the redirect's target accepted %d connections", n)
+	}
+}
