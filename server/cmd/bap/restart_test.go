@@ -22,7 +22,7 @@ func TestRestartOnTheSameAddressTakesOverAtOnce(t *testing.T) {
 	dirB := dataDir(t)
 	b := start(t, bin, dirB)
 	dbURL := databaseURLOf(t, dirB)
-	env := []string{"BAP_DATABASE_URL=" + dbURL, "BAP_SERVER_KEY_FILE=" + filepath.Join(dirB, "server.key")}
+	env := []string{"BAP_DATABASE_URL=" + dbURL, "BAP_MASTER_KEY_FILE=" + filepath.Join(dirB, "master.key")}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
