@@ -35,7 +35,7 @@ cleanup() {
 trap cleanup EXIT
 
 cd "$root"
-go build -o "$tmp/bap" ./server/cmd/bap
+go build -tags mcpconformance -o "$tmp/bap" ./server/cmd/bap # the fixtures are test code, not in `make build`
 BAP_DATABASE_URL= "$tmp/bap" serve --data-dir "$tmp/data" --listen 127.0.0.1:0 --mcp-conformance-fixtures 2>"$tmp/serve.log" &
 pid=$!
 listen=""

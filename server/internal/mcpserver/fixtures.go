@@ -1,3 +1,5 @@
+//go:build mcpconformance
+
 package mcpserver
 
 import (
@@ -22,7 +24,11 @@ import (
 // the scenarios call by name, served by the same transport stack as /mcp (guard, version gate,
 // stateless SDK handler, Tasks engine, sealed request states). It exists to prove that stack; it
 // touches no BAP state. Mounted at /mcp-conformance by `bap serve --mcp-conformance-fixtures`
-// (local profile only).
+// (local profile only). Compiled only with the mcpconformance build tag (make test builds with
+// it): a production binary carries none of it (conformance.go).
+
+// ConformanceFixturesBuilt tells whether this build has the conformance fixtures.
+const ConformanceFixturesBuilt = true
 
 // NewConformance returns the conformance fixture endpoint.
 func NewConformance(o Options) (http.Handler, error) {

@@ -1,3 +1,5 @@
+//go:build mcpconformance
+
 package mcpserver_test
 
 import (
