@@ -3666,7 +3666,9 @@ pub struct PostconditionResult {
 /// model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429:
 /// rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task
 /// with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented;
-/// 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+/// 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems`
+/// gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply)
+/// carries with it.
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ProblemCode::Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

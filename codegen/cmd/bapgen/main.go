@@ -5,8 +5,8 @@
 // Our generators write: sdk-go/client.gen.go and events.gen.go, sdk-py/bap/_generated.py,
 // sdk-ts/src/client.gen.ts, events.gen.ts and schema.gen.ts (openapi-typescript, pinned in
 // tools/package.json, run on the Node of tools/node_modules), sdk-rs/src/types.gen.rs and
-// client.gen.rs, the MCP tool catalog server/internal/mcpcatalog/tools.gen.json, and
-// docs/erd.md, the Mermaid ERD of the schema migrations/*.sql build (codegen/erd).
+// client.gen.rs, the MCP tool catalog server/internal/mcpcatalog/tools.gen.json, the problem
+// table server/internal/problem/problem.gen.go (codegen/problems), and docs/erd.md, the Mermaid ERD of the schema migrations/*.sql build (codegen/erd).
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/originweave/bap/codegen/bundle"
 	"github.com/originweave/bap/codegen/erd"
 	"github.com/originweave/bap/codegen/mcpcatalog"
+	"github.com/originweave/bap/codegen/problems"
 	"github.com/originweave/bap/codegen/sdkgen"
 )
 
@@ -79,6 +80,17 @@ func run(skipNode bool) error {
 		if err := writeIfChanged(g.out, out); err != nil {
 			return err
 		}
+	}
+	ps, err := problems.Load(specFS, "schemas/ProblemCode.json")
+	if err != nil {
+		return fmt.Errorf("problem codes: %w", err)
+	}
+	pgo, err := problems.Go(ps)
+	if err != nil {
+		return fmt.Errorf("server/internal/problem/problem.gen.go: %w", err)
+	}
+	if err := writeIfChanged("server/internal/problem/problem.gen.go", pgo); err != nil {
+		return err
 	}
 	schema, err := erd.FromFS(os.DirFS("."), "migrations")
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/originweave/bap/server/internal/problem"
 )
 
 // Goal-driven (autonomous) tasks (issue #11, ADR 0013, docs/orchestrator.md): the vocabulary —
@@ -21,13 +23,13 @@ const (
 	ModeAutonomous  = "autonomous"  // the planner model proposes each step; the workers run them
 )
 
-// Problem codes of autonomous tasks (mapped to HTTP statuses by the transport).
+// Problem codes of autonomous tasks.
 const (
 	// CodeModelPolicyUnsatisfied: no approved model of a role the task needs satisfies its
 	// model_policy (422).
-	CodeModelPolicyUnsatisfied Code = "model_policy_unsatisfied"
+	CodeModelPolicyUnsatisfied = problem.ModelPolicyUnsatisfied
 	// CodeOrchestratorUnavailable: no model orchestrator is configured or reachable (503).
-	CodeOrchestratorUnavailable Code = "orchestrator_unavailable"
+	CodeOrchestratorUnavailable = problem.OrchestratorUnavailable
 )
 
 // Budget limits an autonomous task. Zero fields take the defaults (MaxCostUSD 0: no cost cap).

@@ -4,40 +4,44 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/originweave/bap/server/internal/problem"
 )
 
-// Code is a stable BAP problem code (the `code` of an RFC 9457 problem).
-type Code string
+// Code is a stable BAP problem code (the `code` of an RFC 9457 problem). Its status and title
+// come from the one table generated from the spec (package problem).
+type Code = problem.Code
 
-// Problem codes used by the use-cases. The transport maps each to its HTTP status.
+// Problem codes used by the use-cases, under the names the use-cases have always used; each is the
+// spec's (package problem), so none exists without its status.
 const (
-	CodeInvalidRequest         Code = "invalid_request"
-	CodeIdempotencyKeyRequired Code = "idempotency_key_required"
-	CodeUnauthenticated        Code = "unauthenticated"
-	CodeInsufficientScope      Code = "insufficient_scope"
-	CodeOriginNotAllowed       Code = "origin_not_allowed"
+	CodeInvalidRequest         = problem.InvalidRequest
+	CodeIdempotencyKeyRequired = problem.IdempotencyKeyRequired
+	CodeUnauthenticated        = problem.Unauthenticated
+	CodeInsufficientScope      = problem.InsufficientScope
+	CodeOriginNotAllowed       = problem.OriginNotAllowed
 	// CodeApproverNotPermitted refuses a resolve_approval by whoever requested or caused the
 	// approval (separation of duties), or through a channel the approval's rule does not allow.
-	CodeApproverNotPermitted   Code = "approver_not_permitted"
-	CodeNotFound               Code = "not_found"
-	CodeActionTimeout          Code = "action_timeout"
-	CodeInvalidTransition      Code = "invalid_transition"
-	CodeIdempotencyInFlight    Code = "idempotency_in_flight"
-	CodeStaleNodeHandle        Code = "stale_node_handle"
-	CodeApprovalNotPending     Code = "approval_not_pending"
-	CodeCheckpointForeign      Code = "checkpoint_foreign"
-	CodeCheckpointIncompatible Code = "checkpoint_incompatible"
-	CodeCheckpointStale        Code = "checkpoint_stale"
-	CodeBrowserSessionLost     Code = "browser_session_lost"
-	CodePayloadTooLarge        Code = "payload_too_large"
-	CodeUnsupportedMediaType   Code = "unsupported_media_type" // a body not sent as application/json
-	CodeIdempotencyKeyReused   Code = "idempotency_key_reused"
-	CodeRateLimited            Code = "rate_limited"
-	CodeOverloaded             Code = "overloaded"
-	CodeBrowserUnavailable     Code = "browser_unavailable"
-	CodeNotImplemented         Code = "not_implemented"
-	CodeNavigationFailed       Code = "navigation_failed"
-	CodeInternal               Code = "internal_error"
+	CodeApproverNotPermitted   = problem.ApproverNotPermitted
+	CodeNotFound               = problem.NotFound
+	CodeActionTimeout          = problem.ActionTimeout
+	CodeInvalidTransition      = problem.InvalidTransition
+	CodeIdempotencyInFlight    = problem.IdempotencyInFlight
+	CodeStaleNodeHandle        = problem.StaleNodeHandle
+	CodeApprovalNotPending     = problem.ApprovalNotPending
+	CodeCheckpointForeign      = problem.CheckpointForeign
+	CodeCheckpointIncompatible = problem.CheckpointIncompatible
+	CodeCheckpointStale        = problem.CheckpointStale
+	CodeBrowserSessionLost     = problem.BrowserSessionLost
+	CodePayloadTooLarge        = problem.PayloadTooLarge
+	CodeUnsupportedMediaType   = problem.UnsupportedMediaType // a body not sent as application/json
+	CodeIdempotencyKeyReused   = problem.IdempotencyKeyReused
+	CodeRateLimited            = problem.RateLimited
+	CodeOverloaded             = problem.Overloaded
+	CodeBrowserUnavailable     = problem.BrowserUnavailable
+	CodeNotImplemented         = problem.NotImplemented
+	CodeNavigationFailed       = problem.NavigationFailed
+	CodeInternal               = problem.InternalError
 )
 
 // Error is a refusal the client can act on: a stable code and a detail written for people. Detail

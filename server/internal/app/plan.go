@@ -295,38 +295,9 @@ func (p *planResponder) Failure(e *Error, rc *Receipt) (Response, error) {
 	return Response{Status: problemStatus(e.Code), Body: body}, err
 }
 
-// problemStatus is the HTTP status the API gives a code (api/problem.go), kept with the worker's
-// stored replies so that they read like the API's.
-func problemStatus(code Code) int {
-	switch code {
-	case CodeInvalidRequest, CodeIdempotencyKeyRequired:
-		return 400
-	case CodeInsufficientScope, CodeOriginNotAllowed, CodeApproverNotPermitted:
-		return 403
-	case CodeNotFound:
-		return 404
-	case CodeActionTimeout:
-		return 408
-	case CodeInvalidTransition, CodeIdempotencyInFlight, CodeStaleNodeHandle, CodeApprovalNotPending,
-		CodeCheckpointForeign, CodeCheckpointIncompatible, CodeCheckpointStale, CodeBrowserSessionLost:
-		return 409
-	case CodePayloadTooLarge:
-		return 413
-	case CodeUnsupportedMediaType:
-		return 415
-	case CodeIdempotencyKeyReused:
-		return 422
-	case CodeRateLimited:
-		return 429
-	case CodeOverloaded, CodeBrowserUnavailable:
-		return 503
-	case CodeNotImplemented:
-		return 501
-	case CodeNavigationFailed:
-		return 502
-	}
-	return 500
-}
+// problemStatus is the HTTP status the API gives a code, kept with the worker's stored replies so
+// that they read like the API's: the one table (package problem).
+func problemStatus(code Code) int { return code.Status() }
 
 // parseStored reads a stored reply (the worker's own, or an interrupted command's {"receipt": …}).
 func parseStored(body []byte) (*storedReply, error) {

@@ -22,25 +22,10 @@ type problem struct {
 	Code   app.Code `json:"code"`
 }
 
-var problemStatus = map[app.Code]struct {
-	status int
-	title  string
-}{
-	app.CodeInvalidRequest:       {http.StatusBadRequest, "Invalid request"},
-	app.CodeUnauthenticated:      {http.StatusUnauthorized, "Unauthenticated"},
-	app.CodeInsufficientScope:    {http.StatusForbidden, "Insufficient scope"},
-	app.CodeApproverNotPermitted: {http.StatusForbidden, "Approver not permitted"},
-	app.CodeUnsupportedMediaType: {http.StatusUnsupportedMediaType, "Unsupported media type"},
-	app.CodeRateLimited:          {http.StatusTooManyRequests, "Rate limited"},
-	app.CodeInternal:             {http.StatusInternalServerError, "Internal error"},
-}
-
+// newProblem takes the status and title from the one table of codes (package problem), as the
+// API does.
 func newProblem(e *app.Error) problem {
-	s, ok := problemStatus[e.Code]
-	if !ok {
-		s = problemStatus[app.CodeInternal]
-	}
-	return problem{Type: "urn:bap:problem:" + string(e.Code), Title: s.title, Status: s.status, Detail: e.Detail, Code: e.Code}
+	return problem{Type: "urn:bap:problem:" + string(e.Code), Title: e.Code.Title(), Status: e.Code.Status(), Detail: e.Detail, Code: e.Code}
 }
 
 // writeProblem answers e as application/problem+json (used for 401 and 403 of the transport).
