@@ -18,12 +18,13 @@ build:
 deps:
 	scripts/install-deps.sh
 
-## generate: rebuild every generated file from spec/ (code, and docs/api.html with the pinned Redocly CLI) and docs/erd.md from migrations/
+## generate: rebuild every generated file from spec/ (code, and docs/api.html with the pinned Redocly CLI), docs/erd.md from migrations/ and the console's build from console/
 generate:
 	$(GO) run ./codegen/cmd/bapgen
 	$(GO) tool oapi-codegen -config codegen/oapi-server.yaml server/internal/apigen/openapi.gen.json
 	$(GO) tool oapi-codegen -config codegen/oapi-sdk-go.yaml server/internal/apigen/openapi.gen.json
 	scripts/build-api-docs.sh
+	scripts/build-console.sh
 
 ## check-generated: fail when `make generate` would change the tree
 check-generated:
@@ -45,8 +46,13 @@ test: deps lint-spec check-generated vet test-go test-sdks test-mcp-conformance 
 
 # The mcpconformance tag compiles the MCP conformance fixtures into internal/mcpserver, for their
 # tests; `make build` leaves them out of the production binary.
-test-go: component-fixtures
+test-go: component-fixtures console-tools
 	$(GO) test -tags mcpconformance -count=1 -timeout 30m ./...
+
+## console-tools: install the console's pinned npm tools (esbuild, TypeScript, playwright-core, axe-core; npm ci once; offline after)
+.PHONY: console-tools
+console-tools:
+	scripts/install-console-tools.sh
 
 ## component-fixtures: install the pinned UI component libraries of the e2e fixture pages (npm ci once; offline after)
 component-fixtures:

@@ -9,6 +9,7 @@ snapshot() {
     \( -name '*.gen.*' -o -name '_generated.py' -o -name '*.gen.json' \) 2>/dev/null | sort | xargs -r sha256sum
   sha256sum docs/api.html 2>/dev/null || echo "docs/api.html missing"
   sha256sum docs/erd.md 2>/dev/null || echo "docs/erd.md missing"
+  find server/internal/console/dist -type f 2>/dev/null | sort | xargs -r sha256sum
 }
 before=$(snapshot)
 make --no-print-directory generate >/dev/null

@@ -72,6 +72,10 @@ func (s *Service) holdRequest(ctx context.Context, c *commandCtx, call Call, rec
 		"session_id": rec.ID, "action": req.Action, "command_id": c.cmd.ID, "effect": "form_submission",
 		"method": hr.Method, "url": hr.URL,
 	}
+	if q := req.Query; q != nil && q.Role != "" {
+		// What the act aimed at, as its query named it: the approver sees which button sent it.
+		data["target"] = map[string]any{"role": clipRunes(q.Role, 64), "name": clipRunes(q.Name, 512)}
+	}
 	if len(h.shot) > 0 {
 		art := &Artifact{
 			ID: ids.New(ids.Artifact), Tenant: c.t.Tenant, SHA256: sha256Hex(h.shot), Size: int64(len(h.shot)),

@@ -29,6 +29,8 @@ type Store interface {
 	// DueApprovals lists up to limit pending approvals (of every tenant) whose expires_at is not
 	// after now, oldest expiry first.
 	DueApprovals(ctx context.Context, now time.Time, limit int) ([]ApprovalRef, error)
+	// ListTasks lists tasks of tenant narrowed by f, newest first (the operator's task list).
+	ListTasks(ctx context.Context, tenant string, f TaskFilter) ([]*Task, error)
 	// ListApprovals lists up to limit approvals of tenant in state, oldest request first.
 	ListApprovals(ctx context.Context, tenant string, state task.ApprovalState, limit int) ([]*Approval, error)
 	// ListReconciliations lists reconciliations of every tenant (open ones unless all).

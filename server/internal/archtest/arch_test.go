@@ -92,6 +92,11 @@ var rules = []rule{
 		why:    "transports translate wire requests to use-cases: app, the core, generated types and version; never the store or pgx",
 	},
 	{
+		name: "console", packages: internal("console"), forbid: concat([]string{module, pgx}, chromedp),
+		except: concat(useCases, core, generated, internal("api", "version")),
+		why:    "the operator console (ADR 0018) is a transport beside the HTTP API: its embedded app, its sign-in in front of api's authenticators, and the operator's task list through app; never the store, the browser or pgx",
+	},
+	{
 		name: "generated", packages: generated, forbid: []string{mod("server")},
 		why: "generated code is derived from spec/ and depends on no hand-written server package",
 	},

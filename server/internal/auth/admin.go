@@ -182,8 +182,10 @@ func CreatePerson(ctx context.Context, pool *pgxpool.Pool, tenant, name, passwor
 		if _, err := tx.Exec(ctx, `INSERT INTO tenant_account (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING`, tenant); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO person_account (tenant_id, person_id, name, password_hash) VALUES ($1, $2, $3, $4)`, tenant, id, name, hash)
-		return err
+		if _, err := tx.Exec(ctx, `INSERT INTO person_account (tenant_id, person_id, name, password_hash) VALUES ($1, $2, $3, $4)`, tenant, id, name, hash); err != nil {
+			return err
+		}
+		return consoleClientForNewTenant(ctx, tx, tenant) // the console's sign-in (console.go)
 	})
 	if err != nil {
 		return "", fmt.Errorf("adding person: %w", err)

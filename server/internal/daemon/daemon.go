@@ -224,6 +224,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// After the MCP adapter took the profile's authenticator: the console's session cookie is
+	// for the console's own requests to the HTTP API, not for /mcp.
+	setPublicURL, err := mountConsole(ctx, cfg, &opts, svc, db.Pool, log) // console.go
+	if err != nil {
+		return err
+	}
 	handler, err := api.New(opts)
 	if err != nil {
 		return err
@@ -268,6 +274,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	listeners = append(listeners, tcp)
+	setPublicURL(tcp.Addr().String())
 	// This node holds the address now: a node registered at it before is gone (kill -9 and a
 	// restart on the same address), whatever its last heartbeat says.
 	if prev, err := svc.SucceedNodesAt(ctx, cfg.AdvertiseURL); err != nil {

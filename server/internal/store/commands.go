@@ -110,7 +110,8 @@ func (t *pgTx) IssueReceipt(ctx context.Context, r *app.Receipt) error {
 const approvalColumns = `a.tenant_id, a.approval_id, a.task_id, a.command_id, a.state, a.reason, coalesce(a.effect, ''),
 	a.requested_by, coalesce(a.requested_client, ''), coalesce(a.on_behalf_of, ''), coalesce(a.on_behalf_client, ''),
 	a.requested_at, a.expires_at, a.channel, coalesce(a.held_method, ''), coalesce(a.held_url, ''),
-	coalesce(a.screenshot_artifact_id, ''), a.closed_at, d.decision, d.decided_by, d.channel, d.reason, d.decided_at`
+	coalesce(a.screenshot_artifact_id, ''), a.closed_at, d.decision, d.decided_by, d.channel, d.reason, d.decided_at,
+	a.action_digest`
 
 const approvalFrom = ` FROM approval_request a LEFT JOIN approval_decision d ON d.approval_id = a.approval_id`
 
@@ -121,7 +122,8 @@ func scanApproval(row pgx.Row) (*app.Approval, error) {
 	var decidedAt *time.Time
 	if err := row.Scan(&a.Tenant, &a.ID, &a.TaskID, &a.CommandID, &state, &a.Reason, &a.Effect,
 		&a.RequestedBy, &a.RequestedClient, &a.OnBehalfOf, &a.OnBehalfClient,
-		&a.RequestedAt, &a.ExpiresAt, &a.Channel, &a.HeldMethod, &a.HeldURL, &a.ScreenshotArtifactID, &a.ClosedAt, &decision, &decidedBy, &via, &reason, &decidedAt); err != nil {
+		&a.RequestedAt, &a.ExpiresAt, &a.Channel, &a.HeldMethod, &a.HeldURL, &a.ScreenshotArtifactID, &a.ClosedAt, &decision, &decidedBy, &via, &reason, &decidedAt,
+		&a.Digest); err != nil {
 		return nil, translate(err)
 	}
 	a.State = task.ApprovalState(state)
