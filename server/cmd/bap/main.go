@@ -36,6 +36,8 @@ commands:
   keys      rotate the master key that wraps the server key (keys rotate [--new-master-key-file F] [--keep-old] | keys retire MASTER_KEY_ID)
   secret    a tenant's secrets, typed by reference (secret put --tenant T --name N --origin URL… < value | list | rotate ID < value | delete ID)
   approvals the local operator's approvals, over the server's Unix socket (approvals list | approvals approve ID [--reason TEXT] | approvals deny ID [--reason TEXT])
+  console   print a one-time login URL of the operator console (/console), over the server's Unix socket
+  tasks     the tasks, over the server's Unix socket (tasks list [--state S] [--origin O] [--since D] | tasks show ID | tasks events ID [--follow])
   database-url
             print the connection string of the embedded database of --data-dir, for another node
             on this machine to share it (BAP_DATABASE_URL) while its server runs
@@ -63,6 +65,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = reconcileCommand(ctx, args[1:], stdout, logger, stderr)
 	case "approvals":
 		err = approvalsCommand(ctx, args[1:], stdout, stderr)
+	case "console":
+		err = consoleCommand(ctx, args[1:], stdout, stderr)
+	case "tasks":
+		err = tasksCommand(ctx, args[1:], stdout, stderr)
 	case "keys":
 		err = keysCommand(ctx, args[1:], stdout, logger, stderr)
 	case "secret":
