@@ -355,3 +355,21 @@ func (c *Client) ResumeTask(ctx context.Context, taskID string, body ResumeTaskR
 	}
 	return out, nil
 }
+
+// ListTaskSecrets calls list_task_secrets (GET /bap/v1/tasks/{task_id}/secrets): List the secrets usable on a task.
+//
+// The tenant's live secrets an agent may name in `act fill {secret_ref}` on this task: those with
+// at least one origin among the task's allowed origins, by name — their reference, name and
+// origins, never a value. The browser still types a secret only into a field whose document is on
+// one of the secret's own origins (`403 secret_origin_mismatch`). Operators store secrets with `bap
+// secret put` or create_secret.
+//
+// Read-only: it sends no Idempotency-Key. Scope (remote profile): bap:secrets.read.
+func (c *Client) ListTaskSecrets(ctx context.Context, taskID string, opts ...CallOption) (*ListTaskSecretsResponse, error) {
+	req := &request{op: "list_task_secrets", method: http.MethodGet, path: "/bap/v1/tasks/" + url.PathEscape(taskID) + "/secrets"}
+	out := new(ListTaskSecretsResponse)
+	if err := c.call(ctx, req, out, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

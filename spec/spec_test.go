@@ -45,6 +45,8 @@ var contractOps = []contractOp{
 	{"resolve_approval", "post", "/bap/v1/approvals/{approval_id}/resolve", true, "approvals.resolve", []string{"200"}},
 	{"get_artifact", "get", "/bap/v1/artifacts/{artifact_id}", false, "artifacts.read", []string{"200"}},
 	{"verify_artifact", "post", "/bap/v1/artifacts/{artifact_id}/verify", false, "artifacts.read", []string{"200"}},
+	// Added with secrets by reference (issue #17): an agent lists the secrets usable on its task.
+	{"list_task_secrets", "get", "/bap/v1/tasks/{task_id}/secrets", false, "secrets.read", []string{"200"}},
 }
 
 // extraOps are documented routes that are not contract operations (no MCP tool).
@@ -52,18 +54,26 @@ var extraOps = map[string]struct {
 	method, route string
 	scope         string // "" = anonymous
 	stream        bool
+	mutating      bool
 }{
-	"get_service_info":   {"get", "/bap/v1", "", false},
-	"list_approvals":     {"get", "/bap/v1/approvals", "approvals.resolve", false},
-	"get_healthz":        {"get", "/healthz", "", false},
-	"get_readyz":         {"get", "/readyz", "", false},
-	"stream_task_events": {"get", "/bap/v1/tasks/{task_id}/events/stream", "events.read", true},
-	"stream_events":      {"get", "/bap/v1/events/stream", "events.read", true},
+	"get_service_info":   {"get", "/bap/v1", "", false, false},
+	"list_approvals":     {"get", "/bap/v1/approvals", "approvals.resolve", false, false},
+	"get_healthz":        {"get", "/healthz", "", false, false},
+	"get_readyz":         {"get", "/readyz", "", false, false},
+	"stream_task_events": {"get", "/bap/v1/tasks/{task_id}/events/stream", "events.read", true, false},
+	"stream_events":      {"get", "/bap/v1/events/stream", "events.read", true, false},
+	// The operator's secrets API (issue #17): never an MCP tool, never an agent's scope.
+	"list_secrets":  {"get", "/bap/v1/secrets", "secrets.write", false, false},
+	"create_secret": {"post", "/bap/v1/secrets", "secrets.write", false, true},
+	"rotate_secret": {"post", "/bap/v1/secrets/{secret_id}/rotate", "secrets.write", false, true},
+	"delete_secret": {"post", "/bap/v1/secrets/{secret_id}/delete", "secrets.write", false, true},
 }
 
 var contractScopes = []string{
 	"bap:tasks.read", "bap:tasks.write", "bap:browser.observe", "bap:browser.act",
 	"bap:approvals.request", "bap:approvals.resolve", "bap:artifacts.read", "bap:events.read",
+	// Secrets by reference (issue #17): an agent's listing, and the operator's store.
+	"bap:secrets.read", "bap:secrets.write",
 }
 
 var contractProblemCodes = []string{
@@ -301,8 +311,8 @@ func TestOperationsMatchContract(t *testing.T) {
 		if f.method != want.method || f.route != want.route {
 			t.Errorf("%s: got %s %s, want %s %s", id, f.method, f.route, want.method, want.route)
 		}
-		if f.op["x-bap-mutating"] != false {
-			t.Errorf("%s: x-bap-mutating must be false", id)
+		if f.op["x-bap-mutating"] != want.mutating {
+			t.Errorf("%s: x-bap-mutating = %v, want %v", id, f.op["x-bap-mutating"], want.mutating)
 		}
 		if stream, _ := f.op["x-bap-stream"].(bool); stream != want.stream {
 			t.Errorf("%s: x-bap-stream = %v, want %v", id, stream, want.stream)

@@ -21,6 +21,7 @@ var routes = map[string]string{
 	"act":                        "POST /bap/v1/browser-sessions/{session_id}/act",
 	"extract":                    "POST /bap/v1/browser-sessions/{session_id}/extract",
 	"capture_evidence":           "POST /bap/v1/browser-sessions/{session_id}/evidence",
+	"list_task_secrets":          "GET /bap/v1/tasks/{task_id}/secrets",
 	"request_approval":           "POST /bap/v1/tasks/{task_id}/approvals",
 	"resolve_approval":           "POST /bap/v1/approvals/{approval_id}/resolve",
 	"get_artifact":               "GET /bap/v1/artifacts/{artifact_id}",
@@ -33,8 +34,8 @@ func TestContractOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := d.ContractOperations()
-	if len(ops) != 19 {
-		t.Fatalf("%d contract operations, want 19", len(ops))
+	if len(ops) != 20 {
+		t.Fatalf("%d contract operations, want 20", len(ops))
 	}
 	for _, o := range ops {
 		if got := o.Method + " " + o.Path; routes[o.ID] != got {
@@ -56,7 +57,7 @@ func TestContractOperations(t *testing.T) {
 			nonContract = append(nonContract, o.ID)
 		}
 	}
-	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,stream_events,stream_task_events,get_healthz,get_readyz" {
+	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,get_healthz,get_readyz" {
 		t.Errorf("non-contract operations %s", got)
 	}
 }

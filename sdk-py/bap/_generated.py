@@ -68,10 +68,14 @@ __all__ = [
     "CommandRecordedEvent",
     "CreateBrowserSessionRequest",
     "CreateBrowserSessionResponse",
+    "CreateSecretRequest",
+    "CreateSecretResponse",
     "CreateTaskRequest",
     "CreateTaskResponse",
     "DataClassification",
     "DecisionChannel",
+    "DeleteSecretRequest",
+    "DeleteSecretResponse",
     "DialogHandledData",
     "DialogHandledEvent",
     "DownloadCompletedData",
@@ -96,7 +100,9 @@ __all__ = [
     "HeldRequest",
     "InterruptedCommandResponse",
     "ListApprovalsResponse",
+    "ListSecretsResponse",
     "ListTaskEventsResponse",
+    "ListTaskSecretsResponse",
     "ModelCalledData",
     "ModelCalledEvent",
     "ModelFallbackData",
@@ -150,9 +156,12 @@ __all__ = [
     "ResolveApprovalResponse",
     "ResumeTaskRequest",
     "ResumeTaskResponse",
+    "RotateSecretRequest",
+    "RotateSecretResponse",
     "SPEC_VERSION",
     "SafetyJudgedData",
     "SafetyJudgedEvent",
+    "Secret",
     "ServiceInfo",
     "Task",
     "TaskBudget",
@@ -160,6 +169,7 @@ __all__ = [
     "TaskCreatedEvent",
     "TaskEvent",
     "TaskMode",
+    "TaskSecret",
     "TaskState",
     "TaskStateChangedData",
     "TaskStateChangedEvent",
@@ -221,9 +231,17 @@ class ActRequest(TypedDict):
     node_id: NotRequired[str]
     #: Target resolved just before acting (best match).
     query: NotRequired["Query"]
+    #: For `fill` instead of `value`: a stored secret of the tenant (`bap secret put`,
+    #: create_secret) the browser types without the caller ever seeing it — only into a field
+    #: whose document is on one of the secret's origins (else `403 secret_origin_mismatch`, nothing
+    #: typed); an unknown or deleted secret is `404 secret_not_found`. The field then observes as
+    #: `[secret sec_…]` and is drawn masked in screenshots; `action.performed` names the secret
+    #: and the origin, never the value. list_task_secrets names the secrets usable on a task's
+    #: origins.
+    secret_ref: NotRequired[str]
     #: Overrides the default 30 s timeout of this command, in milliseconds.
     timeout_ms: NotRequired[int]
-    #: Text for `fill`.
+    #: Text for `fill` (or `secret_ref` instead, never both).
     value: NotRequired[str]
     #: Option values or labels for `select_option`.
     values: NotRequired[list[str]]
@@ -985,6 +1003,28 @@ class CreateBrowserSessionResponse(TypedDict):
     session: "BrowserSession"
 
 
+class CreateSecretRequest(TypedDict):
+    """Body of create_secret: a new secret of the caller's tenant. The value is sealed at once and
+    never shown again.
+    """
+
+    #: The secret's name, unique among the tenant's live secrets.
+    name: str
+    #: An optional note for operators (never a value).
+    note: NotRequired[str]
+    #: The origins (`https://host[:port]`) the value may be typed into.
+    origins: list[str]
+    #: The secret's value (UTF-8 text). Write-only: no answer, event or log carries it.
+    value: str
+
+
+class CreateSecretResponse(TypedDict):
+    """Answer of create_secret: the new secret's metadata."""
+
+    #: The stored secret (metadata only).
+    secret: "Secret"
+
+
 class CreateTaskRequest(TypedDict):
     """Body of create_task."""
 
@@ -1032,6 +1072,21 @@ i.e. the operator: `bap approvals`), `api` (the BAP HTTP API over TCP), `mcp` (t
 `resolve_approval` MCP tool) or `elicitation` (an answer to the MCP elicitation of a rule with
 channel `elicitation`).
 """
+
+
+DeleteSecretRequest = dict[str, Any]
+"""Body of delete_secret (empty)."""
+
+
+class DeleteSecretResponse(TypedDict):
+    """Answer of delete_secret: the value is gone; every later reference to the secret is refused (`404
+    secret_not_found`).
+    """
+
+    #: Always true.
+    deleted: Literal[True]
+    #: The secret's identifier: what `act fill {secret_ref}` names.
+    secret_id: str
 
 
 class DialogHandledData(TypedDict):
@@ -1351,6 +1406,13 @@ class ListApprovalsResponse(TypedDict):
     approvals: list["Approval"]
 
 
+class ListSecretsResponse(TypedDict):
+    """Answer of list_secrets: the tenant's live secrets by name, metadata only."""
+
+    #: The secrets, by name.
+    secrets: list["Secret"]
+
+
 class ListTaskEventsResponse(TypedDict):
     """A page of a task's history, in seq order."""
 
@@ -1358,6 +1420,15 @@ class ListTaskEventsResponse(TypedDict):
     events: list["Event"]
     #: Pass as `after` to get the next page; null when there are no more events yet.
     next_after: Optional[int]
+
+
+class ListTaskSecretsResponse(TypedDict):
+    """Answer of list_task_secrets: the secrets an agent may name in `act fill {secret_ref}` on this
+    task (one of their origins is among the task's allowed origins), by name. Never a value.
+    """
+
+    #: The usable secrets, by name.
+    secrets: list["TaskSecret"]
 
 
 class ModelCalledData(TypedDict):
@@ -1919,19 +1990,24 @@ ProblemCode = Literal[
     "model_policy_unsatisfied",
     "orchestrator_unavailable",
     "approver_not_permitted",
+    "secret_origin_mismatch",
+    "secret_not_found",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
-caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404:
-not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle,
-approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale,
-browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent
-as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
-satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
-browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
-configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
-browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status
-and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+caller requested or caused the approval it tries to resolve, or its channel may not answer it),
+secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the
+secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no
+live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409:
+invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
+checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
+payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422:
+idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's
+model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an
+autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501:
+not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
+`x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's
+stored reply) carries with it.
 """
 
 
@@ -2302,6 +2378,20 @@ class ResumeTaskResponse(TypedDict):
     task: "Task"
 
 
+class RotateSecretRequest(TypedDict):
+    """Body of rotate_secret: the secret's new value (a new version; references stay valid)."""
+
+    #: The new value (UTF-8 text). Write-only.
+    value: str
+
+
+class RotateSecretResponse(TypedDict):
+    """Answer of rotate_secret: the secret's metadata after the rotation."""
+
+    #: The rotated secret (metadata only).
+    secret: "Secret"
+
+
 class SafetyJudgedData(TypedDict):
     """`data` of a `safety.judged` event: the safety model judged a step the planner proposed for an
     autonomous task, and classified the page it would run on, before the step ran. A verdict can
@@ -2351,6 +2441,31 @@ class SafetyJudgedEvent(TypedDict):
     time: str
     #: Always `safety.judged`.
     type: Literal["safety.judged"]
+
+
+class Secret(TypedDict):
+    """A tenant's stored secret as every interface shows it: metadata only. Its value is never readable
+    back, by any interface.
+    """
+
+    #: When the secret was stored.
+    created_at: str
+    #: When it was last typed into a page.
+    last_used_at: NotRequired[str]
+    #: The secret's name, unique among the tenant's live secrets.
+    name: str
+    #: The operator's note (never the value).
+    note: NotRequired[str]
+    #: The origins the value may be typed into (sorted).
+    origins: list[str]
+    #: When its value was last rotated.
+    rotated_at: NotRequired[str]
+    #: The secret's identifier: what `act fill {secret_ref}` names.
+    secret_id: str
+    #: How many fills typed it.
+    use_count: int
+    #: The value's version: 1, plus one per rotation.
+    version: int
 
 
 class ServiceInfo(TypedDict):
@@ -2456,6 +2571,19 @@ the client's `plan`) or `autonomous` (a goal-driven task: the server's workers a
 orchestrator's planner model for one typed step at a time, check it against the task's policy and
 run it, until the planner declares the goal done or a budget ends).
 """
+
+
+class TaskSecret(TypedDict):
+    """A secret an agent may name in `act fill {secret_ref}` on a task: its reference, name and
+    origins, never its value (nor the operator's note).
+    """
+
+    #: The secret's name, unique among the tenant's live secrets.
+    name: str
+    #: The origins the value may be typed into; at least one is among the task's allowed origins.
+    origins: list[str]
+    #: The secret's identifier: what `act fill {secret_ref}` names.
+    secret_id: str
 
 
 TaskState = Literal[
@@ -3260,5 +3388,28 @@ class Operations:
             has_body=True,
             mutating=True,
             idempotency_key=idempotency_key,
+            timeout=timeout,
+        )
+
+    def list_task_secrets(
+        self,
+        task_id: str,
+        *,
+        timeout: Optional[float] = None,
+    ) -> "ListTaskSecretsResponse":
+        """List the secrets usable on a task.
+
+        The tenant's live secrets an agent may name in `act fill {secret_ref}` on this task: those
+        with at least one origin among the task's allowed origins, by name — their reference, name
+        and origins, never a value. The browser still types a secret only into a field whose
+        document is on one of the secret's own origins (`403 secret_origin_mismatch`). Operators
+        store secrets with `bap secret put` or create_secret.
+
+        ``GET /bap/v1/tasks/{task_id}/secrets`` (read-only); scope ``bap:secrets.read``.
+        """
+        return self._request(
+            "list_task_secrets",
+            "GET",
+            "/bap/v1/tasks/" + _quote(task_id, safe="") + "/secrets",
             timeout=timeout,
         )

@@ -435,4 +435,24 @@ impl Client {
         let (status, answer) = self.call(&call, opts)?;
         serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
     }
+
+    /// List the secrets usable on a task.
+    ///
+    /// The tenant's live secrets an agent may name in `act fill {secret_ref}` on this task: those
+    /// with at least one origin among the task's allowed origins, by name — their reference, name
+    /// and origins, never a value. The browser still types a secret only into a field whose
+    /// document is on one of the secret's own origins (`403 secret_origin_mismatch`). Operators
+    /// store secrets with `bap secret put` or create_secret.
+    ///
+    /// `GET /bap/v1/tasks/{task_id}/secrets` (read-only); scope `bap:secrets.read`.
+    pub fn list_task_secrets(&self, task_id: &str) -> Result<ListTaskSecretsResponse, Error> {
+        self.list_task_secrets_with(task_id, &CallOptions::default())
+    }
+
+    /// [`Client::list_task_secrets`] with per-call options (idempotency key, timeout, headers).
+    pub fn list_task_secrets_with(&self, task_id: &str, opts: &CallOptions) -> Result<ListTaskSecretsResponse, Error> {
+        let call = Call::new("list_task_secrets", "GET", format!("/bap/v1/tasks/{}/secrets", path_escape(task_id)));
+        let (status, answer) = self.call(&call, opts)?;
+        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+    }
 }

@@ -150,10 +150,19 @@ pub struct ActRequest {
     /// Target resolved just before acting (best match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<Query>,
+    /// For `fill` instead of `value`: a stored secret of the tenant (`bap secret put`,
+    /// create_secret) the browser types without the caller ever seeing it — only into a field
+    /// whose document is on one of the secret's origins (else `403 secret_origin_mismatch`, nothing
+    /// typed); an unknown or deleted secret is `404 secret_not_found`. The field then observes as
+    /// `[secret sec_…]` and is drawn masked in screenshots; `action.performed` names the secret
+    /// and the origin, never the value. list_task_secrets names the secrets usable on a task's
+    /// origins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<String>,
     /// Overrides the default 30 s timeout of this command, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<i64>,
-    /// Text for `fill`.
+    /// Text for `fill` (or `secret_ref` instead, never both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     /// Option values or labels for `select_option`.
@@ -174,6 +183,7 @@ impl ActRequest {
             key: None,
             node_id: None,
             query: None,
+            secret_ref: None,
             timeout_ms: None,
             value: None,
             values: None,
@@ -1796,6 +1806,28 @@ impl CreateBrowserSessionResponse {
     }
 }
 
+/// Body of create_secret: a new secret of the caller's tenant. The value is sealed at once and
+/// never shown again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CreateSecretRequest {
+    /// The secret's name, unique among the tenant's live secrets.
+    pub name: String,
+    /// An optional note for operators (never a value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The origins (`https://host[:port]`) the value may be typed into.
+    pub origins: Vec<String>,
+    /// The secret's value (UTF-8 text). Write-only: no answer, event or log carries it.
+    pub value: String,
+}
+
+/// Answer of create_secret: the new secret's metadata.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CreateSecretResponse {
+    /// The stored secret (metadata only).
+    pub secret: Secret,
+}
+
 /// Body of create_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CreateTaskRequest {
@@ -1987,6 +2019,19 @@ impl<'de> Deserialize<'de> for DecisionChannel {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         String::deserialize(deserializer).map(DecisionChannel::from)
     }
+}
+
+/// Body of delete_secret (empty).
+pub type DeleteSecretRequest = serde_json::Map<String, serde_json::Value>;
+
+/// Answer of delete_secret: the value is gone; every later reference to the secret is refused (`404
+/// secret_not_found`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct DeleteSecretResponse {
+    /// Always true.
+    pub deleted: serde_json::Value,
+    /// The secret's identifier: what `act fill {secret_ref}` names.
+    pub secret_id: String,
 }
 
 /// `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt,
@@ -2718,6 +2763,13 @@ pub struct ListApprovalsResponse {
     pub approvals: Vec<Approval>,
 }
 
+/// Answer of list_secrets: the tenant's live secrets by name, metadata only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ListSecretsResponse {
+    /// The secrets, by name.
+    pub secrets: Vec<Secret>,
+}
+
 /// A page of a task's history, in seq order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ListTaskEventsResponse {
@@ -2726,6 +2778,14 @@ pub struct ListTaskEventsResponse {
     /// Pass as `after` to get the next page; null when there are no more events yet.
     #[serde(default)]
     pub next_after: Option<i64>,
+}
+
+/// Answer of list_task_secrets: the secrets an agent may name in `act fill {secret_ref}` on this
+/// task (one of their origins is among the task's allowed origins), by name. Never a value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ListTaskSecretsResponse {
+    /// The usable secrets, by name.
+    pub secrets: Vec<TaskSecret>,
 }
 
 /// `data` of a `model.called` event: a model answered for an autonomous task, with its provenance
@@ -3658,17 +3718,19 @@ pub struct PostconditionResult {
 
 /// Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 /// 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
-/// caller requested or caused the approval it tries to resolve, or its channel may not answer it);
-/// 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight,
-/// stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible,
-/// checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a
-/// request body not sent as application/json); 422: idempotency_key_reused,
-/// model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429:
-/// rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task
-/// with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented;
-/// 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems`
-/// gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply)
-/// carries with it.
+/// caller requested or caused the approval it tries to resolve, or its channel may not answer it),
+/// secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of
+/// the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref`
+/// naming no live secret of the tenant: unknown, another tenant's, or deleted); 408:
+/// action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle,
+/// approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale,
+/// browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not
+/// sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved
+/// model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
+/// browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
+/// configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
+/// browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP
+/// status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ProblemCode::Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -3727,13 +3789,17 @@ pub enum ProblemCode {
     OrchestratorUnavailable,
     /// `approver_not_permitted`
     ApproverNotPermitted,
+    /// `secret_origin_mismatch`
+    SecretOriginMismatch,
+    /// `secret_not_found`
+    SecretNotFound,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -3765,6 +3831,8 @@ impl ProblemCode {
             ProblemCode::ModelPolicyUnsatisfied => "model_policy_unsatisfied",
             ProblemCode::OrchestratorUnavailable => "orchestrator_unavailable",
             ProblemCode::ApproverNotPermitted => "approver_not_permitted",
+            ProblemCode::SecretOriginMismatch => "secret_origin_mismatch",
+            ProblemCode::SecretNotFound => "secret_not_found",
             ProblemCode::Unknown(s) => s,
         }
     }
@@ -3800,6 +3868,8 @@ impl From<&str> for ProblemCode {
             "model_policy_unsatisfied" => ProblemCode::ModelPolicyUnsatisfied,
             "orchestrator_unavailable" => ProblemCode::OrchestratorUnavailable,
             "approver_not_permitted" => ProblemCode::ApproverNotPermitted,
+            "secret_origin_mismatch" => ProblemCode::SecretOriginMismatch,
+            "secret_not_found" => ProblemCode::SecretNotFound,
             other => ProblemCode::Unknown(other.to_string()),
         }
     }
@@ -4470,6 +4540,20 @@ impl ResumeTaskResponse {
     }
 }
 
+/// Body of rotate_secret: the secret's new value (a new version; references stay valid).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RotateSecretRequest {
+    /// The new value (UTF-8 text). Write-only.
+    pub value: String,
+}
+
+/// Answer of rotate_secret: the secret's metadata after the rotation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RotateSecretResponse {
+    /// The rotated secret (metadata only).
+    pub secret: Secret,
+}
+
 /// `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an
 /// autonomous task, and classified the page it would run on, before the step ran. A verdict can
 /// only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a
@@ -4527,6 +4611,33 @@ pub struct SafetyJudgedEvent {
     pub time: String,
     /// Always `safety.judged`.
     pub r#type: String,
+}
+
+/// A tenant's stored secret as every interface shows it: metadata only. Its value is never readable
+/// back, by any interface.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Secret {
+    /// When the secret was stored.
+    pub created_at: String,
+    /// When it was last typed into a page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at: Option<String>,
+    /// The secret's name, unique among the tenant's live secrets.
+    pub name: String,
+    /// The operator's note (never the value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The origins the value may be typed into (sorted).
+    pub origins: Vec<String>,
+    /// When its value was last rotated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_at: Option<String>,
+    /// The secret's identifier: what `act fill {secret_ref}` names.
+    pub secret_id: String,
+    /// How many fills typed it.
+    pub use_count: i64,
+    /// The value's version: 1, plus one per rotation.
+    pub version: i64,
 }
 
 /// What `GET /bap/v1` answers.
@@ -4728,6 +4839,18 @@ impl<'de> Deserialize<'de> for TaskMode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         String::deserialize(deserializer).map(TaskMode::from)
     }
+}
+
+/// A secret an agent may name in `act fill {secret_ref}` on a task: its reference, name and
+/// origins, never its value (nor the operator's note).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TaskSecret {
+    /// The secret's name, unique among the tenant's live secrets.
+    pub name: String,
+    /// The origins the value may be typed into; at least one is among the task's allowed origins.
+    pub origins: Vec<String>,
+    /// The secret's identifier: what `act fill {secret_ref}` names.
+    pub secret_id: String,
 }
 
 /// Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.

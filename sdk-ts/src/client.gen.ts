@@ -150,6 +150,13 @@ export type CommandRecordedEvent = S["CommandRecordedEvent"];
 export type CreateBrowserSessionRequest = S["CreateBrowserSessionRequest"];
 /** Answer of create_browser_session. */
 export type CreateBrowserSessionResponse = S["CreateBrowserSessionResponse"];
+/**
+ * Body of create_secret: a new secret of the caller's tenant. The value is sealed at once and never
+ * shown again.
+ */
+export type CreateSecretRequest = S["CreateSecretRequest"];
+/** Answer of create_secret: the new secret's metadata. */
+export type CreateSecretResponse = S["CreateSecretResponse"];
 /** Body of create_task. */
 export type CreateTaskRequest = S["CreateTaskRequest"];
 /** Answer of create_task. */
@@ -166,6 +173,13 @@ export type DataClassification = S["DataClassification"];
  * channel `elicitation`).
  */
 export type DecisionChannel = S["DecisionChannel"];
+/** Body of delete_secret (empty). */
+export type DeleteSecretRequest = S["DeleteSecretRequest"];
+/**
+ * Answer of delete_secret: the value is gone; every later reference to the secret is refused (`404
+ * secret_not_found`).
+ */
+export type DeleteSecretResponse = S["DeleteSecretResponse"];
 /**
  * `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt,
  * beforeunload); the session handled it by policy (default: dismiss).
@@ -229,8 +243,15 @@ export type InterruptedCommandResponse = S["InterruptedCommandResponse"];
  * Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
  */
 export type ListApprovalsResponse = S["ListApprovalsResponse"];
+/** Answer of list_secrets: the tenant's live secrets by name, metadata only. */
+export type ListSecretsResponse = S["ListSecretsResponse"];
 /** A page of a task's history, in seq order. */
 export type ListTaskEventsResponse = S["ListTaskEventsResponse"];
+/**
+ * Answer of list_task_secrets: the secrets an agent may name in `act fill {secret_ref}` on this
+ * task (one of their origins is among the task's allowed origins), by name. Never a value.
+ */
+export type ListTaskSecretsResponse = S["ListTaskSecretsResponse"];
 /**
  * `data` of a `model.called` event: a model answered for an autonomous task, with its provenance
  * (never the prompt text or a protected value).
@@ -322,17 +343,19 @@ export type Problem = S["Problem"];
 /**
  * Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
  * 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
- * caller requested or caused the approval it tries to resolve, or its channel may not answer it);
- * 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight,
- * stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible,
- * checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a
- * request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied
- * (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503:
- * overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model
- * orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502:
- * navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives
- * each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries
- * with it.
+ * caller requested or caused the approval it tries to resolve, or its channel may not answer it),
+ * secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of
+ * the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming
+ * no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409:
+ * invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
+ * checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
+ * payload_too_large; 415: unsupported_media_type (a request body not sent as application/json);
+ * 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous
+ * task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable,
+ * orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable);
+ * 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the
+ * page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP
+ * answer (HTTP, MCP, a worker's stored reply) carries with it.
  */
 export type ProblemCode = S["ProblemCode"];
 /** One validation failure. */
@@ -390,6 +413,10 @@ export type ResolveApprovalResponse = S["ResolveApprovalResponse"];
 export type ResumeTaskRequest = S["ResumeTaskRequest"];
 /** Answer of resume_task. */
 export type ResumeTaskResponse = S["ResumeTaskResponse"];
+/** Body of rotate_secret: the secret's new value (a new version; references stay valid). */
+export type RotateSecretRequest = S["RotateSecretRequest"];
+/** Answer of rotate_secret: the secret's metadata after the rotation. */
+export type RotateSecretResponse = S["RotateSecretResponse"];
 /**
  * `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an
  * autonomous task, and classified the page it would run on, before the step ran. A verdict can only
@@ -401,6 +428,11 @@ export type ResumeTaskResponse = S["ResumeTaskResponse"];
 export type SafetyJudgedData = S["SafetyJudgedData"];
 /** An Event of type `safety.judged`. */
 export type SafetyJudgedEvent = S["SafetyJudgedEvent"];
+/**
+ * A tenant's stored secret as every interface shows it: metadata only. Its value is never readable
+ * back, by any interface.
+ */
+export type Secret = S["Secret"];
 /** What `GET /bap/v1` answers. */
 export type ServiceInfo = S["ServiceInfo"];
 /** A unit of browser work with a lifecycle, policy and history. */
@@ -422,6 +454,11 @@ export type TaskCreatedEvent = S["TaskCreatedEvent"];
  * run it, until the planner declares the goal done or a budget ends).
  */
 export type TaskMode = S["TaskMode"];
+/**
+ * A secret an agent may name in `act fill {secret_ref}` on a task: its reference, name and origins,
+ * never its value (nor the operator's note).
+ */
+export type TaskSecret = S["TaskSecret"];
 /** Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal. */
 export type TaskState = S["TaskState"];
 /** `data` of a `task.state_changed` event: the task changed state. */
@@ -750,5 +787,21 @@ export abstract class Operations {
    */
   resumeTask(taskId: string, body: ResumeTaskRequest, options?: CallOptions): Promise<ResumeTaskResponse> {
     return this.request<ResumeTaskResponse>({ op: "resume_task", method: "POST", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/resume`, body, mutating: true }, options);
+  }
+
+  /**
+   * List the secrets usable on a task.
+   *
+   * The tenant's live secrets an agent may name in `act fill {secret_ref}` on this task: those with
+   * at least one origin among the task's allowed origins, by name — their reference, name and
+   * origins, never a value. The browser still types a secret only into a field whose document is on
+   * one of the secret's own origins (`403 secret_origin_mismatch`). Operators store secrets with
+   * `bap secret put` or create_secret.
+   *
+   * `GET /bap/v1/tasks/{task_id}/secrets` (`list_task_secrets`; read-only; scope
+   * `bap:secrets.read`).
+   */
+  listTaskSecrets(taskId: string, options?: CallOptions): Promise<ListTaskSecretsResponse> {
+    return this.request<ListTaskSecretsResponse>({ op: "list_task_secrets", method: "GET", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/secrets` }, options);
   }
 }

@@ -288,6 +288,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/bap/v1/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the tenant's secrets
+         * @description The operator's view of the tenant's live secrets, by name: metadata only (name, origins, note, version, created, rotated, last used, use count), never a value. Needs `bap:secrets.write`, which no agent holds (`bap client create` grants it only when named in `--scopes`; the local profile's `agent:local` lacks it). Not an MCP tool.
+         */
+        get: operations["list_secrets"];
+        put?: never;
+        /**
+         * Store a secret
+         * @description Stores a secret of the caller's tenant: a name, the origins its value may be typed into, an optional note, and the value, which is sealed at once (ADR 0017) and never readable back through any interface; the answer is its metadata. The same as `bap secret put`. Needs `bap:secrets.write`, which no agent holds. Not a task command: no receipt; the Idempotency-Key replays the first answer. A live secret of the same name → `400 invalid_request`. Audited (`tenant_secret_audit`). Not an MCP tool.
+         */
+        post: operations["create_secret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/bap/v1/secrets/{secret_id}/delete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Delete a secret
+         * @description Deletes a secret's value; every later reference to it is refused (`404 secret_not_found`). The same as `bap secret delete`. Needs `bap:secrets.write`. Audited. Not an MCP tool.
+         */
+        post: operations["delete_secret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/bap/v1/secrets/{secret_id}/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate a secret
+         * @description Replaces a secret's value with a new version; references (`sec_…`) stay valid. The answer is its metadata, never a value. The same as `bap secret rotate`. Needs `bap:secrets.write`. Audited. Not an MCP tool.
+         */
+        post: operations["rotate_secret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/bap/v1/tasks": {
         parameters: {
             query?: never;
@@ -468,6 +532,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/bap/v1/tasks/{task_id}/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the secrets usable on a task
+         * @description The tenant's live secrets an agent may name in `act fill {secret_ref}` on this task: those with at least one origin among the task's allowed origins, by name — their reference, name and origins, never a value. The browser still types a secret only into a field whose document is on one of the secret's own origins (`403 secret_origin_mismatch`). Operators store secrets with `bap secret put` or create_secret.
+         */
+        get: operations["list_task_secrets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -556,6 +640,14 @@ export interface components {
          *       "action": "click",
          *       "node_id": "nd_5xY7zA9bC1dE"
          *     }
+         * @example {
+         *       "action": "fill",
+         *       "query": {
+         *         "name": "Password",
+         *         "role": "textbox"
+         *       },
+         *       "secret_ref": "sec_Xq4Lm9Tz2Rb7"
+         *     }
          */
         ActRequest: {
             /** @description The action to perform. */
@@ -579,15 +671,20 @@ export interface components {
             node_id?: string;
             /** @description Target resolved just before acting (best match). */
             query?: components["schemas"]["Query"];
+            /**
+             * @description For `fill` instead of `value`: a stored secret of the tenant (`bap secret put`, create_secret) the browser types without the caller ever seeing it — only into a field whose document is on one of the secret's origins (else `403 secret_origin_mismatch`, nothing typed); an unknown or deleted secret is `404 secret_not_found`. The field then observes as `[secret sec_…]` and is drawn masked in screenshots; `action.performed` names the secret and the origin, never the value. list_task_secrets names the secrets usable on a task's origins.
+             * @example sec_Xq4Lm9Tz2Rb7
+             */
+            secret_ref?: string;
             /** @description Overrides the default 30 s timeout of this command, in milliseconds. */
             timeout_ms?: number;
-            /** @description Text for `fill`. */
+            /** @description Text for `fill` (or `secret_ref` instead, never both). */
             value?: string;
             /** @description Option values or labels for `select_option`. */
             values?: string[];
             /** @description Readiness to wait for when the action navigates (default `load`). */
             wait_until?: components["schemas"]["WaitUntil"];
-        } & (unknown & unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown & unknown);
         /**
          * ActResponse
          * @description Answer of an act that ran.
@@ -1859,6 +1956,52 @@ export interface components {
             session: components["schemas"]["BrowserSession"];
         };
         /**
+         * CreateSecretRequest
+         * @description Body of create_secret: a new secret of the caller's tenant. The value is sealed at once and never shown again.
+         * @example {
+         *       "name": "shop-login",
+         *       "note": "the buyer account",
+         *       "origins": [
+         *         "https://shop.example.com"
+         *       ],
+         *       "value": "correct horse battery staple"
+         *     }
+         */
+        CreateSecretRequest: {
+            /**
+             * @description The secret's name, unique among the tenant's live secrets.
+             * @example shop-login
+             */
+            name: string;
+            /** @description An optional note for operators (never a value). */
+            note?: string;
+            /** @description The origins (`https://host[:port]`) the value may be typed into. */
+            origins: string[];
+            /** @description The secret's value (UTF-8 text). Write-only: no answer, event or log carries it. */
+            value: string;
+        };
+        /**
+         * CreateSecretResponse
+         * @description Answer of create_secret: the new secret's metadata.
+         * @example {
+         *       "secret": {
+         *         "created_at": "2026-11-20T09:00:00Z",
+         *         "name": "shop-login",
+         *         "note": "the buyer account",
+         *         "origins": [
+         *           "https://shop.example.com"
+         *         ],
+         *         "secret_id": "sec_Xq4Lm9Tz2Rb7",
+         *         "use_count": 0,
+         *         "version": 1
+         *       }
+         *     }
+         */
+        CreateSecretResponse: {
+            /** @description The stored secret (metadata only). */
+            secret: components["schemas"]["Secret"];
+        };
+        /**
          * CreateTaskRequest
          * @description Body of create_task.
          * @example {
@@ -1990,6 +2133,32 @@ export interface components {
          * @enum {string}
          */
         DecisionChannel: "api" | "socket" | "mcp" | "elicitation";
+        /**
+         * DeleteSecretRequest
+         * @description Body of delete_secret (empty).
+         * @example {}
+         */
+        DeleteSecretRequest: Record<string, unknown>;
+        /**
+         * DeleteSecretResponse
+         * @description Answer of delete_secret: the value is gone; every later reference to the secret is refused (`404 secret_not_found`).
+         * @example {
+         *       "deleted": true,
+         *       "secret_id": "sec_Xq4Lm9Tz2Rb7"
+         *     }
+         */
+        DeleteSecretResponse: {
+            /**
+             * @description Always true.
+             * @constant
+             */
+            deleted: true;
+            /**
+             * @description The secret's identifier: what `act fill {secret_ref}` names.
+             * @example sec_Xq4Lm9Tz2Rb7
+             */
+            secret_id: string;
+        };
         /**
          * DialogHandledData
          * @description `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
@@ -2522,6 +2691,29 @@ export interface components {
             approvals: components["schemas"]["Approval"][];
         };
         /**
+         * ListSecretsResponse
+         * @description Answer of list_secrets: the tenant's live secrets by name, metadata only.
+         * @example {
+         *       "secrets": [
+         *         {
+         *           "created_at": "2026-11-20T09:00:00Z",
+         *           "name": "shop-login",
+         *           "note": "the buyer account",
+         *           "origins": [
+         *             "https://shop.example.com"
+         *           ],
+         *           "secret_id": "sec_Xq4Lm9Tz2Rb7",
+         *           "use_count": 0,
+         *           "version": 1
+         *         }
+         *       ]
+         *     }
+         */
+        ListSecretsResponse: {
+            /** @description The secrets, by name. */
+            secrets: components["schemas"]["Secret"][];
+        };
+        /**
          * ListTaskEventsResponse
          * @description A page of a task's history, in seq order.
          * @example {
@@ -2553,6 +2745,25 @@ export interface components {
             events: components["schemas"]["Event"][];
             /** @description Pass as `after` to get the next page; null when there are no more events yet. */
             next_after: number | null;
+        };
+        /**
+         * ListTaskSecretsResponse
+         * @description Answer of list_task_secrets: the secrets an agent may name in `act fill {secret_ref}` on this task (one of their origins is among the task's allowed origins), by name. Never a value.
+         * @example {
+         *       "secrets": [
+         *         {
+         *           "name": "shop-login",
+         *           "origins": [
+         *             "https://shop.example.com"
+         *           ],
+         *           "secret_id": "sec_Xq4Lm9Tz2Rb7"
+         *         }
+         *       ]
+         *     }
+         */
+        ListTaskSecretsResponse: {
+            /** @description The usable secrets, by name. */
+            secrets: components["schemas"]["TaskSecret"][];
         };
         /**
          * ModelCalledData
@@ -3376,10 +3587,10 @@ export interface components {
         };
         /**
          * ProblemCode
-         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found";
         /**
          * ProblemViolation
          * @description One validation failure.
@@ -4002,6 +4213,39 @@ export interface components {
             task: components["schemas"]["Task"];
         };
         /**
+         * RotateSecretRequest
+         * @description Body of rotate_secret: the secret's new value (a new version; references stay valid).
+         * @example {
+         *       "value": "a new passphrase"
+         *     }
+         */
+        RotateSecretRequest: {
+            /** @description The new value (UTF-8 text). Write-only. */
+            value: string;
+        };
+        /**
+         * RotateSecretResponse
+         * @description Answer of rotate_secret: the secret's metadata after the rotation.
+         * @example {
+         *       "secret": {
+         *         "created_at": "2026-11-20T09:00:00Z",
+         *         "name": "shop-login",
+         *         "note": "the buyer account",
+         *         "origins": [
+         *           "https://shop.example.com"
+         *         ],
+         *         "rotated_at": "2026-11-21T09:00:00Z",
+         *         "secret_id": "sec_Xq4Lm9Tz2Rb7",
+         *         "use_count": 0,
+         *         "version": 2
+         *       }
+         *     }
+         */
+        RotateSecretResponse: {
+            /** @description The rotated secret (metadata only). */
+            secret: components["schemas"]["Secret"];
+        };
+        /**
          * SafetyJudgedData
          * @description `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a person (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules to decide. A page classified above the task's `model_policy.data_classification` ends the task `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
          * @example {
@@ -4063,6 +4307,56 @@ export interface components {
              * @constant
              */
             type: "safety.judged";
+        };
+        /**
+         * Secret
+         * @description A tenant's stored secret as every interface shows it: metadata only. Its value is never readable back, by any interface.
+         * @example {
+         *       "created_at": "2026-11-20T09:00:00Z",
+         *       "name": "shop-login",
+         *       "note": "the buyer account",
+         *       "origins": [
+         *         "https://shop.example.com"
+         *       ],
+         *       "secret_id": "sec_Xq4Lm9Tz2Rb7",
+         *       "use_count": 0,
+         *       "version": 1
+         *     }
+         */
+        Secret: {
+            /**
+             * Format: date-time
+             * @description When the secret was stored.
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When it was last typed into a page.
+             */
+            last_used_at?: string;
+            /**
+             * @description The secret's name, unique among the tenant's live secrets.
+             * @example shop-login
+             */
+            name: string;
+            /** @description The operator's note (never the value). */
+            note?: string;
+            /** @description The origins the value may be typed into (sorted). */
+            origins: string[];
+            /**
+             * Format: date-time
+             * @description When its value was last rotated.
+             */
+            rotated_at?: string;
+            /**
+             * @description The secret's identifier: what `act fill {secret_ref}` names.
+             * @example sec_Xq4Lm9Tz2Rb7
+             */
+            secret_id: string;
+            /** @description How many fills typed it. */
+            use_count: number;
+            /** @description The value's version: 1, plus one per rotation. */
+            version: number;
         };
         /**
          * ServiceInfo
@@ -4245,6 +4539,31 @@ export interface components {
          * @enum {string}
          */
         TaskMode: "interactive" | "autonomous";
+        /**
+         * TaskSecret
+         * @description A secret an agent may name in `act fill {secret_ref}` on a task: its reference, name and origins, never its value (nor the operator's note).
+         * @example {
+         *       "name": "shop-login",
+         *       "origins": [
+         *         "https://shop.example.com"
+         *       ],
+         *       "secret_id": "sec_Xq4Lm9Tz2Rb7"
+         *     }
+         */
+        TaskSecret: {
+            /**
+             * @description The secret's name, unique among the tenant's live secrets.
+             * @example shop-login
+             */
+            name: string;
+            /** @description The origins the value may be typed into; at least one is among the task's allowed origins. */
+            origins: string[];
+            /**
+             * @description The secret's identifier: what `act fill {secret_ref}` names.
+             * @example sec_Xq4Lm9Tz2Rb7
+             */
+            secret_id: string;
+        };
         /**
          * TaskState
          * @description Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.
@@ -4501,7 +4820,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The object does not exist or belongs to another tenant. */
+        /** @description The object does not exist or belongs to another tenant (for act, also a `secret_ref` naming no live secret of the tenant, `secret_not_found`). */
         NotFound: {
             headers: {
                 [name: string]: unknown;
@@ -4623,6 +4942,11 @@ export interface components {
          * @example 100
          */
         Limit: number;
+        /**
+         * @description Secret identifier (the reference `act fill {secret_ref}` names).
+         * @example sec_Xq4Lm9Tz2Rb7
+         */
+        SecretId: string;
         /**
          * @description Browser session identifier.
          * @example bs_4fT8nQ2rL6vY
@@ -5263,6 +5587,165 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    list_secrets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListSecretsResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    create_secret: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+                 * @example 7c9e6679-7425-40de-944b-e07fc1f90ae7
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description Stored. */
+            201: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreateSecretResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    delete_secret: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+                 * @example 7c9e6679-7425-40de-944b-e07fc1f90ae7
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description Secret identifier (the reference `act fill {secret_ref}` names).
+                 * @example sec_Xq4Lm9Tz2Rb7
+                 */
+                secret_id: components["parameters"]["SecretId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["DeleteSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description Deleted. */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeleteSecretResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    rotate_secret: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+                 * @example 7c9e6679-7425-40de-944b-e07fc1f90ae7
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description Secret identifier (the reference `act fill {secret_ref}` names).
+                 * @example sec_Xq4Lm9Tz2Rb7
+                 */
+                secret_id: components["parameters"]["SecretId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RotateSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description Rotated. */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RotateSecretResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     create_task: {
         parameters: {
             query?: never;
@@ -5689,6 +6172,38 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    list_task_secrets: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Task identifier.
+                 * @example tsk_7Hq2ZkP9xW3m
+                 */
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListTaskSecretsResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -177,7 +177,7 @@ test("abort signal stops the call", async () => {
 
 test("generated surface", () => {
   const methods = Object.getOwnPropertyNames(Operations.prototype).filter((n) => n !== "constructor");
-  assert.equal(methods.length, 19);
+  assert.equal(methods.length, 20);
   for (const m of ["createTask", "navigate", "queryNodes", "getArtifact", "listTaskEvents", "resolveApproval"]) assert.ok(methods.includes(m), m);
   assert.ok(EVENT_TYPES.includes("task.state_changed"));
 });

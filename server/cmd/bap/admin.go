@@ -22,12 +22,12 @@ type repeated []string
 func (r *repeated) String() string     { return strings.Join(*r, " ") }
 func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
-// agentScopes is every capability but bap:approvals.resolve: what `bap client create` grants
-// without --scopes.
+// agentScopes is every capability but bap:approvals.resolve and bap:secrets.write: what `bap
+// client create` grants without --scopes. A client gets those two only when --scopes names them.
 func agentScopes() []string {
 	var out []string
 	for _, s := range auth.Scopes {
-		if s != "bap:approvals.resolve" {
+		if s != "bap:approvals.resolve" && s != "bap:secrets.write" {
 			out = append(out, s)
 		}
 	}
@@ -50,7 +50,7 @@ func clientCommand(ctx context.Context, args []string, stdout io.Writer, logger 
 		var redirects repeated
 		fs.StringVar(&spec.Tenant, "tenant", "", "tenant the client belongs to (created if new)")
 		fs.StringVar(&spec.Name, "name", "", "a name people recognise on the consent page")
-		fs.StringVar(&scopes, "scopes", "", "space-separated capabilities, e.g. \"bap:tasks.read bap:tasks.write\" (default: every capability but bap:approvals.resolve, which a client gets only when named here)")
+		fs.StringVar(&scopes, "scopes", "", "space-separated capabilities, e.g. \"bap:tasks.read bap:tasks.write\" (default: every capability but bap:approvals.resolve and bap:secrets.write, which a client gets only when named here)")
 		fs.StringVar(&spec.Grant, "grant", "client_credentials", "client_credentials (a workload, gets a secret) or authorization_code (people, PKCE, public)")
 		fs.Var(&redirects, "redirect-uri", "redirect URI of an authorization_code client (repeatable)")
 		if err := fs.Parse(args[1:]); err != nil {

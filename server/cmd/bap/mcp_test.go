@@ -75,10 +75,10 @@ func TestMCPOfficialGoClientWorkflow(t *testing.T) {
 		}
 		n++
 	}
-	if n != 18 {
+	if n != 19 {
 		// The local agent (TCP) holds every scope but bap:approvals.resolve: resolve_approval is
 		// not offered (only the operator, on the Unix socket, resolves approvals).
-		t.Fatalf("%d tools, want the 18 of the catalog the local agent may call", n)
+		t.Fatalf("%d tools, want the 19 of the catalog the local agent may call", n)
 	}
 
 	var transcript strings.Builder
@@ -214,7 +214,7 @@ func TestMCPOfficialTypeScriptClientWorkflow(t *testing.T) {
 		t.Fatalf("no summary: %v\n%s", err, out)
 	}
 	s := last.Summary
-	if s.Era != "modern" || s.Version != "2026-07-28" || s.Tools != 18 { // the local agent: all but resolve_approval
+	if s.Era != "modern" || s.Version != "2026-07-28" || s.Tools != 19 { // the local agent: all but resolve_approval
 		t.Fatalf("the TypeScript client connected %+v", s)
 	}
 	if s.Outcome == "browser_unavailable" {

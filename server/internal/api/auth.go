@@ -31,17 +31,23 @@ type Authenticator interface {
 var AllScopes = []string{
 	"bap:tasks.read", "bap:tasks.write", "bap:browser.observe", "bap:browser.act",
 	"bap:approvals.request", "bap:approvals.resolve", "bap:artifacts.read", "bap:events.read",
+	"bap:secrets.read", "bap:secrets.write",
 }
 
 // ResolveScope is the capability of resolve_approval (and list_approvals): an approver's.
 const ResolveScope = "bap:approvals.resolve"
+
+// SecretsWriteScope is the capability of the operator's secrets API (create, list, rotate,
+// delete): never an agent's (issue #17). Agents name secrets by reference and list, with
+// bap:secrets.read, the ones usable on their task.
+const SecretsWriteScope = "bap:secrets.write"
 
 // The local profile's two callers (CONTRACT "Profiles and endpoints").
 const (
 	// LocalOperator is the subject of callers on the Unix socket: every scope.
 	LocalOperator = "operator:local"
 	// LocalAgent is the subject of callers on TCP loopback, /mcp included: every scope but
-	// bap:approvals.resolve.
+	// bap:approvals.resolve and bap:secrets.write.
 	LocalAgent = "agent:local"
 )
 
@@ -64,8 +70,9 @@ func fromSocket(ctx context.Context) bool {
 // Local authenticates the local profile's callers, where reaching the server is the credential:
 // a request accepted on the Unix socket (marked by OnSocket) is the operator of tenant `local`
 // with every capability; any other (TCP loopback, the MCP adapter's callers on it included) is
-// the agent, with every capability but bap:approvals.resolve. So an agent never resolves an
-// approval: the operator does, on the socket (`bap approvals approve|deny`).
+// the agent, with every capability but bap:approvals.resolve and bap:secrets.write. So an agent
+// never resolves an approval nor stores or lists secrets: the operator does, on the socket (`bap
+// approvals approve|deny`, `bap secret put`).
 type Local struct{}
 
 // Authenticate implements Authenticator.
@@ -78,6 +85,7 @@ func (Local) Authenticate(r *http.Request) (Principal, error) {
 		return Principal{Actor: app.Actor{Tenant: "local", Subject: LocalOperator}, Scopes: scopes, Via: app.ViaSocket}, nil
 	}
 	delete(scopes, ResolveScope)
+	delete(scopes, SecretsWriteScope)
 	return Principal{Actor: app.Actor{Tenant: "local", Subject: LocalAgent}, Scopes: scopes, Via: app.ViaAPI}, nil
 }
 
@@ -85,6 +93,9 @@ func (Local) Authenticate(r *http.Request) (Principal, error) {
 func scopeDetail(p Principal, scope string) string {
 	if scope == ResolveScope && p.Actor.Subject == LocalAgent {
 		return "this operation needs the " + scope + " capability; in the local profile only the operator resolves approvals, on the Unix socket (bap approvals approve ID)"
+	}
+	if scope == SecretsWriteScope {
+		return "this operation needs the " + scope + " capability, which no agent holds: an operator stores secrets (bap secret put), and an agent names them by reference (act fill {secret_ref})"
 	}
 	return "this operation needs the " + scope + " capability"
 }

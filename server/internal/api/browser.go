@@ -74,7 +74,7 @@ func (s *server) Act(w http.ResponseWriter, r *http.Request, id apigen.SessionId
 	}
 	in := page.ActRequest{
 		ContextID: deref(body.ContextId), Action: string(body.Action), NodeID: deref(body.NodeId),
-		Value: deref(body.Value), Values: deref(body.Values), Key: deref(body.Key), Query: fromQuery(body.Query),
+		Value: deref(body.Value), SecretRef: deref(body.SecretRef), Values: deref(body.Values), Key: deref(body.Key), Query: fromQuery(body.Query),
 	}
 	resp, err := s.svc.Act(r.Context(), req.call, id, in, deref(body.ArtifactId), deref(body.TimeoutMs), actResponder)
 	s.reply(w, r, resp, err)

@@ -24,7 +24,7 @@ func bodyOperations(t *testing.T) []string {
 	if err := json.Unmarshal(apigen.OpenAPI, &doc); err != nil {
 		t.Fatal(err)
 	}
-	fill := strings.NewReplacer("{task_id}", "tsk_x", "{session_id}", "bs_x", "{approval_id}", "apr_x", "{artifact_id}", "art_x")
+	fill := strings.NewReplacer("{task_id}", "tsk_x", "{session_id}", "bs_x", "{approval_id}", "apr_x", "{artifact_id}", "art_x", "{secret_id}", "sec_x")
 	var out []string
 	for path, ops := range doc.Paths {
 		for method, op := range ops {

@@ -351,6 +351,21 @@ func (e DecisionChannel) Valid() bool {
 	}
 }
 
+// Defines values for DeleteSecretResponseDeleted.
+const (
+	DeleteSecretResponseDeletedTrue DeleteSecretResponseDeleted = true
+)
+
+// Valid indicates whether the value is a known member of the DeleteSecretResponseDeleted enum.
+func (e DeleteSecretResponseDeleted) Valid() bool {
+	switch e {
+	case DeleteSecretResponseDeletedTrue:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DialogHandledDataDialogType.
 const (
 	DialogHandledDataDialogTypeAlert        DialogHandledDataDialogType = "alert"
@@ -686,6 +701,8 @@ const (
 	ProblemCodeOverloaded              ProblemCode = "overloaded"
 	ProblemCodePayloadTooLarge         ProblemCode = "payload_too_large"
 	ProblemCodeRateLimited             ProblemCode = "rate_limited"
+	ProblemCodeSecretNotFound          ProblemCode = "secret_not_found"
+	ProblemCodeSecretOriginMismatch    ProblemCode = "secret_origin_mismatch"
 	ProblemCodeStaleNodeHandle         ProblemCode = "stale_node_handle"
 	ProblemCodeUnauthenticated         ProblemCode = "unauthenticated"
 	ProblemCodeUnsupportedMediaType    ProblemCode = "unsupported_media_type"
@@ -741,6 +758,10 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodePayloadTooLarge:
 		return true
 	case ProblemCodeRateLimited:
+		return true
+	case ProblemCodeSecretNotFound:
+		return true
+	case ProblemCodeSecretOriginMismatch:
 		return true
 	case ProblemCodeStaleNodeHandle:
 		return true
@@ -1063,10 +1084,15 @@ type ActRequest struct {
 	// Examples: {"name":"Place order","role":"button"}
 	Query *Query `json:"query,omitempty"`
 
+	// SecretRef For `fill` instead of `value`: a stored secret of the tenant (`bap secret put`, create_secret) the browser types without the caller ever seeing it — only into a field whose document is on one of the secret's origins (else `403 secret_origin_mismatch`, nothing typed); an unknown or deleted secret is `404 secret_not_found`. The field then observes as `[secret sec_…]` and is drawn masked in screenshots; `action.performed` names the secret and the origin, never the value. list_task_secrets names the secrets usable on a task's origins.
+	//
+	// Examples: sec_Xq4Lm9Tz2Rb7
+	SecretRef *string `json:"secret_ref,omitempty"`
+
 	// TimeoutMs Overrides the default 30 s timeout of this command, in milliseconds.
 	TimeoutMs *int `json:"timeout_ms,omitempty"`
 
-	// Value Text for `fill`.
+	// Value Text for `fill` (or `secret_ref` instead, never both).
 	Value *string `json:"value,omitempty"`
 
 	// Values Option values or labels for `select_option`.
@@ -2178,6 +2204,35 @@ type CreateBrowserSessionResponse struct {
 	Session BrowserSession `json:"session"`
 }
 
+// CreateSecretRequest Body of create_secret: a new secret of the caller's tenant. The value is sealed at once and never shown again.
+//
+// Examples: {"name":"shop-login","note":"the buyer account","origins":["https://shop.example.com"],"value":"correct horse battery staple"}
+type CreateSecretRequest struct {
+	// Name The secret's name, unique among the tenant's live secrets.
+	//
+	// Examples: shop-login
+	Name string `json:"name"`
+
+	// Note An optional note for operators (never a value).
+	Note *string `json:"note,omitempty"`
+
+	// Origins The origins (`https://host[:port]`) the value may be typed into.
+	Origins []string `json:"origins"`
+
+	// Value The secret's value (UTF-8 text). Write-only: no answer, event or log carries it.
+	Value *string `json:"value,omitempty"`
+}
+
+// CreateSecretResponse Answer of create_secret: the new secret's metadata.
+//
+// Examples: {"secret":{"created_at":"2026-11-20T09:00:00Z","name":"shop-login","note":"the buyer account","origins":["https://shop.example.com"],"secret_id":"sec_Xq4Lm9Tz2Rb7","use_count":0,"version":1}}
+type CreateSecretResponse struct {
+	// Secret The stored secret (metadata only).
+	//
+	// Examples: {"created_at":"2026-11-20T09:00:00Z","name":"shop-login","note":"the buyer account","origins":["https://shop.example.com"],"secret_id":"sec_Xq4Lm9Tz2Rb7","use_count":0,"version":1}
+	Secret Secret `json:"secret"`
+}
+
 // CreateTaskRequest Body of create_task.
 //
 // Examples: {"deadline":"2026-11-20T10:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"postcondition":{"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}}, {"budget":{"max_steps":20,"max_wall_time_ms":600000},"goal":"Place an order for the items in the cart","mode":"autonomous","model_policy":{"allowed_regions":["eu"],"data_classification":"internal"},"policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"postcondition":{"all":[{"text_present":"Thank you for your order"}]}}
@@ -2235,6 +2290,27 @@ type DataClassification string
 
 // DecisionChannel How a decision reached the server: `socket` (the BAP HTTP API on the local profile's Unix socket, i.e. the operator: `bap approvals`), `api` (the BAP HTTP API over TCP), `mcp` (the `resolve_approval` MCP tool) or `elicitation` (an answer to the MCP elicitation of a rule with channel `elicitation`).
 type DecisionChannel string
+
+// DeleteSecretRequest Body of delete_secret (empty).
+//
+// Examples: {}
+type DeleteSecretRequest = map[string]interface{}
+
+// DeleteSecretResponse Answer of delete_secret: the value is gone; every later reference to the secret is refused (`404 secret_not_found`).
+//
+// Examples: {"deleted":true,"secret_id":"sec_Xq4Lm9Tz2Rb7"}
+type DeleteSecretResponse struct {
+	// Deleted Always true.
+	Deleted DeleteSecretResponseDeleted `json:"deleted"`
+
+	// SecretId The secret's identifier: what `act fill {secret_ref}` names.
+	//
+	// Examples: sec_Xq4Lm9Tz2Rb7
+	SecretId string `json:"secret_id"`
+}
+
+// DeleteSecretResponseDeleted Always true.
+type DeleteSecretResponseDeleted bool
 
 // DialogHandledData `data` of a `dialog.handled` event: the page opened a JavaScript dialog (alert, confirm, prompt, beforeunload); the session handled it by policy (default: dismiss).
 //
@@ -2654,6 +2730,14 @@ type ListApprovalsResponse struct {
 	Approvals []Approval `json:"approvals"`
 }
 
+// ListSecretsResponse Answer of list_secrets: the tenant's live secrets by name, metadata only.
+//
+// Examples: {"secrets":[{"created_at":"2026-11-20T09:00:00Z","name":"shop-login","note":"the buyer account","origins":["https://shop.example.com"],"secret_id":"sec_Xq4Lm9Tz2Rb7","use_count":0,"version":1}]}
+type ListSecretsResponse struct {
+	// Secrets The secrets, by name.
+	Secrets []Secret `json:"secrets"`
+}
+
 // ListTaskEventsResponse A page of a task's history, in seq order.
 //
 // Examples: {"events":[{"actor":{"id":"agent-ci","kind":"client"},"cause":{"command_id":"cmd_1hJ3kL5mN7pQ"},"data":{"from":"admitted","to":"running"},"event_id":"evt_2cD4eF6gH8jK","seq":3,"task_id":"tsk_7Hq2ZkP9xW3m","time":"2026-11-20T09:15:02Z","type":"task.state_changed"}],"next_after":null}
@@ -2663,6 +2747,14 @@ type ListTaskEventsResponse struct {
 
 	// NextAfter Pass as `after` to get the next page; null when there are no more events yet.
 	NextAfter *int `json:"next_after"`
+}
+
+// ListTaskSecretsResponse Answer of list_task_secrets: the secrets an agent may name in `act fill {secret_ref}` on this task (one of their origins is among the task's allowed origins), by name. Never a value.
+//
+// Examples: {"secrets":[{"name":"shop-login","origins":["https://shop.example.com"],"secret_id":"sec_Xq4Lm9Tz2Rb7"}]}
+type ListTaskSecretsResponse struct {
+	// Secrets The usable secrets, by name.
+	Secrets []TaskSecret `json:"secrets"`
 }
 
 // ModelCalledData `data` of a `model.called` event: a model answered for an autonomous task, with its provenance (never the prompt text or a protected value).
@@ -3416,7 +3508,7 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
-// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it); 404: not_found; 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
 type ProblemCode string
 
 // ProblemViolation One validation failure.
@@ -3938,6 +4030,24 @@ type ResumeTaskResponse struct {
 	Task Task `json:"task"`
 }
 
+// RotateSecretRequest Body of rotate_secret: the secret's new value (a new version; references stay valid).
+//
+// Examples: {"value":"a new passphrase"}
+type RotateSecretRequest struct {
+	// Value The new value (UTF-8 text). Write-only.
+	Value *string `json:"value,omitempty"`
+}
+
+// RotateSecretResponse Answer of rotate_secret: the secret's metadata after the rotation.
+//
+// Examples: {"secret":{"created_at":"2026-11-20T09:00:00Z","name":"shop-login","note":"the buyer account","origins":["https://shop.example.com"],"rotated_at":"2026-11-21T09:00:00Z","secret_id":"sec_Xq4Lm9Tz2Rb7","use_count":0,"version":2}}
+type RotateSecretResponse struct {
+	// Secret The rotated secret (metadata only).
+	//
+	// Examples: {"created_at":"2026-11-20T09:00:00Z","name":"shop-login","note":"the buyer account","origins":["https://shop.example.com"],"secret_id":"sec_Xq4Lm9Tz2Rb7","use_count":0,"version":1}
+	Secret Secret `json:"secret"`
+}
+
 // SafetyJudgedData `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step (the planner is told), `hold` asks a person (an approval, as `request_approval`), `allow` leaves the task's policy and approval rules to decide. A page classified above the task's `model_policy.data_classification` ends the task `failed` (cause `data_classification_exceeded`). Never holds page text or a protected value.
 //
 // Examples: {"classification":"internal","model":"acme-guard","provider":"acme-ai","reason":"The click places an order.","step":4,"verdict":"hold"}
@@ -4005,6 +4115,42 @@ type SafetyJudgedEvent struct {
 
 	// Type Always `safety.judged`.
 	Type interface{} `json:"type"`
+}
+
+// Secret A tenant's stored secret as every interface shows it: metadata only. Its value is never readable back, by any interface.
+//
+// Examples: {"created_at":"2026-11-20T09:00:00Z","name":"shop-login","note":"the buyer account","origins":["https://shop.example.com"],"secret_id":"sec_Xq4Lm9Tz2Rb7","use_count":0,"version":1}
+type Secret struct {
+	// CreatedAt When the secret was stored.
+	CreatedAt time.Time `json:"created_at"`
+
+	// LastUsedAt When it was last typed into a page.
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+
+	// Name The secret's name, unique among the tenant's live secrets.
+	//
+	// Examples: shop-login
+	Name string `json:"name"`
+
+	// Note The operator's note (never the value).
+	Note *string `json:"note,omitempty"`
+
+	// Origins The origins the value may be typed into (sorted).
+	Origins []string `json:"origins"`
+
+	// RotatedAt When its value was last rotated.
+	RotatedAt *time.Time `json:"rotated_at,omitempty"`
+
+	// SecretId The secret's identifier: what `act fill {secret_ref}` names.
+	//
+	// Examples: sec_Xq4Lm9Tz2Rb7
+	SecretId string `json:"secret_id"`
+
+	// UseCount How many fills typed it.
+	UseCount int `json:"use_count"`
+
+	// Version The value's version: 1, plus one per rotation.
+	Version int `json:"version"`
 }
 
 // ServiceInfo What `GET /bap/v1` answers.
@@ -4159,6 +4305,24 @@ type TaskCreatedEvent struct {
 
 // TaskMode How a task is driven: `interactive` (the default: a client sends each command, or the server runs the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the orchestrator's planner model for one typed step at a time, check it against the task's policy and run it, until the planner declares the goal done or a budget ends).
 type TaskMode string
+
+// TaskSecret A secret an agent may name in `act fill {secret_ref}` on a task: its reference, name and origins, never its value (nor the operator's note).
+//
+// Examples: {"name":"shop-login","origins":["https://shop.example.com"],"secret_id":"sec_Xq4Lm9Tz2Rb7"}
+type TaskSecret struct {
+	// Name The secret's name, unique among the tenant's live secrets.
+	//
+	// Examples: shop-login
+	Name string `json:"name"`
+
+	// Origins The origins the value may be typed into; at least one is among the task's allowed origins.
+	Origins []string `json:"origins"`
+
+	// SecretId The secret's identifier: what `act fill {secret_ref}` names.
+	//
+	// Examples: sec_Xq4Lm9Tz2Rb7
+	SecretId string `json:"secret_id"`
+}
 
 // TaskState Lifecycle state of a task. `succeeded`, `failed`, `cancelled` and `expired` are terminal.
 type TaskState string
@@ -4371,6 +4535,9 @@ type LastEventIdSeq = string
 // Limit defines model for Limit.
 type Limit = int
 
+// SecretId defines model for SecretId.
+type SecretId = string
+
 // SessionId defines model for SessionId.
 type SessionId = string
 
@@ -4507,6 +4674,24 @@ type StreamEventsParams struct {
 	LastEventID *LastEventIdCursor `json:"Last-Event-ID,omitempty"`
 }
 
+// CreateSecretParams defines parameters for CreateSecret.
+type CreateSecretParams struct {
+	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// DeleteSecretParams defines parameters for DeleteSecret.
+type DeleteSecretParams struct {
+	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// RotateSecretParams defines parameters for RotateSecret.
+type RotateSecretParams struct {
+	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
 // CreateTaskParams defines parameters for CreateTask.
 type CreateTaskParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
@@ -4590,6 +4775,15 @@ type ObserveJSONRequestBody = ObserveRequest
 
 // QueryNodesJSONRequestBody defines body for QueryNodes for application/json ContentType.
 type QueryNodesJSONRequestBody = QueryNodesRequest
+
+// CreateSecretJSONRequestBody defines body for CreateSecret for application/json ContentType.
+type CreateSecretJSONRequestBody = CreateSecretRequest
+
+// DeleteSecretJSONRequestBody defines body for DeleteSecret for application/json ContentType.
+type DeleteSecretJSONRequestBody = DeleteSecretRequest
+
+// RotateSecretJSONRequestBody defines body for RotateSecret for application/json ContentType.
+type RotateSecretJSONRequestBody = RotateSecretRequest
 
 // CreateTaskJSONRequestBody defines body for CreateTask for application/json ContentType.
 type CreateTaskJSONRequestBody = CreateTaskRequest
@@ -4793,6 +4987,18 @@ type ServerInterface interface {
 	// StreamEvents Stream events of every task
 	// (GET /bap/v1/events/stream)
 	StreamEvents(w http.ResponseWriter, r *http.Request, params StreamEventsParams)
+	// ListSecrets List the tenant's secrets
+	// (GET /bap/v1/secrets)
+	ListSecrets(w http.ResponseWriter, r *http.Request)
+	// CreateSecret Store a secret
+	// (POST /bap/v1/secrets)
+	CreateSecret(w http.ResponseWriter, r *http.Request, params CreateSecretParams)
+	// DeleteSecret Delete a secret
+	// (POST /bap/v1/secrets/{secret_id}/delete)
+	DeleteSecret(w http.ResponseWriter, r *http.Request, secretId SecretId, params DeleteSecretParams)
+	// RotateSecret Rotate a secret
+	// (POST /bap/v1/secrets/{secret_id}/rotate)
+	RotateSecret(w http.ResponseWriter, r *http.Request, secretId SecretId, params RotateSecretParams)
 	// CreateTask Create a task
 	// (POST /bap/v1/tasks)
 	CreateTask(w http.ResponseWriter, r *http.Request, params CreateTaskParams)
@@ -4820,6 +5026,9 @@ type ServerInterface interface {
 	// ResumeTask Resume a checkpointed task
 	// (POST /bap/v1/tasks/{task_id}/resume)
 	ResumeTask(w http.ResponseWriter, r *http.Request, taskId TaskId, params ResumeTaskParams)
+	// ListTaskSecrets List the secrets usable on a task
+	// (GET /bap/v1/tasks/{task_id}/secrets)
+	ListTaskSecrets(w http.ResponseWriter, r *http.Request, taskId TaskId)
 	// GetHealthz Liveness probe
 	// (GET /healthz)
 	GetHealthz(w http.ResponseWriter, r *http.Request)
@@ -5405,6 +5614,173 @@ func (siw *ServerInterfaceWrapper) StreamEvents(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ListSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListSecrets(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListSecrets(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateSecret operation middleware
+func (siw *ServerInterfaceWrapper) CreateSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params CreateSecretParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = IdempotencyKey
+
+	} else {
+		err := fmt.Errorf("Header parameter Idempotency-Key is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "Idempotency-Key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateSecret(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteSecret operation middleware
+func (siw *ServerInterfaceWrapper) DeleteSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DeleteSecretParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = IdempotencyKey
+
+	} else {
+		err := fmt.Errorf("Header parameter Idempotency-Key is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "Idempotency-Key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteSecret(w, r, secretId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RotateSecret operation middleware
+func (siw *ServerInterfaceWrapper) RotateSecret(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "secret_id" -------------
+	var secretId SecretId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "secret_id", r.PathValue("secret_id"), &secretId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "secret_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params RotateSecretParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = IdempotencyKey
+
+	} else {
+		err := fmt.Errorf("Header parameter Idempotency-Key is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "Idempotency-Key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RotateSecret(w, r, secretId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // CreateTask operation middleware
 func (siw *ServerInterfaceWrapper) CreateTask(w http.ResponseWriter, r *http.Request) {
 
@@ -5864,6 +6240,32 @@ func (siw *ServerInterfaceWrapper) ResumeTask(w http.ResponseWriter, r *http.Req
 	handler.ServeHTTP(w, r)
 }
 
+// ListTaskSecrets operation middleware
+func (siw *ServerInterfaceWrapper) ListTaskSecrets(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListTaskSecrets(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetHealthz operation middleware
 func (siw *ServerInterfaceWrapper) GetHealthz(w http.ResponseWriter, r *http.Request) {
 
@@ -6026,6 +6428,10 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/browser-sessions/{session_id}/observe", wrapper.Observe)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/browser-sessions/{session_id}/query-nodes", wrapper.QueryNodes)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/events/stream", wrapper.StreamEvents)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/secrets", wrapper.ListSecrets)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/secrets", wrapper.CreateSecret)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/secrets/{secret_id}/delete", wrapper.DeleteSecret)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/secrets/{secret_id}/rotate", wrapper.RotateSecret)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks", wrapper.CreateTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}", wrapper.GetTask)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/approvals", wrapper.RequestApproval)
@@ -6035,6 +6441,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/events", wrapper.ListTaskEvents)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/events/stream", wrapper.StreamTaskEvents)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/resume", wrapper.ResumeTask)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/secrets", wrapper.ListTaskSecrets)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/healthz", wrapper.GetHealthz)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/readyz", wrapper.GetReadyz)
 

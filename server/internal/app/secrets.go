@@ -14,6 +14,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/problem"
 )
 
 // Secrets by reference (issue #17, ADR 0017): a tenant's operator stores a value with the origins
@@ -68,6 +69,33 @@ type SecretStore interface {
 // ErrConflict reports a write that conflicts with what is stored (a name already in use).
 var ErrConflict = errors.New("conflict")
 
+// Problem codes of secrets by reference (spec/schemas/ProblemCode.json).
+const (
+	// CodeSecretOriginMismatch refuses a fill by reference whose target field's document is not on
+	// one of the secret's origins (403; nothing was typed). A policy refusal: recorded with a
+	// rejected receipt.
+	CodeSecretOriginMismatch = problem.SecretOriginMismatch
+	// CodeSecretNotFound refuses a secret_ref that names no live secret of the caller's tenant:
+	// unknown, another tenant's, or deleted (404; refused before it becomes a command).
+	CodeSecretNotFound = problem.SecretNotFound
+)
+
+// SecretTx is what the operator's secret commands need of a command transaction: the secret is
+// written in the same transaction as its Idempotency-Key's answer.
+type SecretTx interface {
+	// InsertSecret records a new secret and its "put" audit line; ErrConflict when a live secret
+	// of the same name exists in the tenant.
+	InsertSecret(ctx context.Context, s *SecretInfo, sealed []byte, actor string) error
+	// ReplaceSecretValue stores a new version's value and its "rotate" audit line; ErrNotFound
+	// when the secret is not live at version-1.
+	ReplaceSecretValue(ctx context.Context, tenant, id string, version int, sealed []byte, actor string) error
+	// DeleteSecret removes the value (keeping the row) and records "delete"; ErrNotFound when
+	// the secret is not live.
+	DeleteSecret(ctx context.Context, tenant, id, actor string) error
+	// GetSecret reads a secret (without its value); ErrNotFound when unknown.
+	GetSecret(ctx context.Context, tenant, id string) (*SecretInfo, error)
+}
+
 // Limits of a secret.
 const (
 	maxSecretValue   = 4096
@@ -76,6 +104,9 @@ const (
 )
 
 var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// secretRefRE is the shape of a secret reference (spec/schemas/ActRequest.json secret_ref).
+var secretRefRE = regexp.MustCompile(`^sec_[A-Za-z0-9_-]{1,64}$`)
 
 // SecretInput is what an operator stores.
 type SecretInput struct {
@@ -105,28 +136,149 @@ func (s *Service) PutSecret(ctx context.Context, actor Actor, in SecretInput) (*
 	if err != nil {
 		return nil, err
 	}
-	if !secretNameRE.MatchString(in.Name) {
-		return nil, Errorf(CodeInvalidRequest, "a secret's name is 1–128 letters, digits, '.', '_' or '-', starting with a letter or digit")
-	}
-	if len(in.Note) > maxSecretNote || !utf8.ValidString(in.Note) {
-		return nil, Errorf(CodeInvalidRequest, "the note is at most %d bytes of UTF-8", maxSecretNote)
-	}
-	origins, err := normalizeSecretOrigins(in.Origins)
+	info, sealed, err := s.newSecret(actor, in)
 	if err != nil {
 		return nil, err
 	}
+	if err := ss.InsertSecret(ctx, info, sealed, actor.Subject); err != nil {
+		return nil, secretConflict(err, actor.Tenant, in.Name)
+	}
+	return info, nil
+}
+
+func secretConflict(err error, tenant, name string) error {
+	if errors.Is(err, ErrConflict) {
+		return Errorf(CodeInvalidRequest, "tenant %s already has a secret named %s: rotate or delete it", tenant, name)
+	}
+	return err
+}
+
+// newSecret checks what an operator stores and seals its value for a new secret id.
+func (s *Service) newSecret(actor Actor, in SecretInput) (*SecretInfo, []byte, error) {
+	if !secretNameRE.MatchString(in.Name) {
+		return nil, nil, Errorf(CodeInvalidRequest, "a secret's name is 1–128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+	}
+	if len(in.Note) > maxSecretNote || !utf8.ValidString(in.Note) {
+		return nil, nil, Errorf(CodeInvalidRequest, "the note is at most %d bytes of UTF-8", maxSecretNote)
+	}
+	origins, err := normalizeSecretOrigins(in.Origins)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := checkSecretValue(in.Value); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	info := &SecretInfo{ID: ids.New(ids.Secret), Tenant: actor.Tenant, Name: in.Name, Origins: origins, Note: in.Note,
 		Version: 1, CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
-	if err := ss.InsertSecret(ctx, info, s.keys.secrets.Seal(in.Value, secretAAD(info.Tenant, info.ID, 1)), actor.Subject); err != nil {
-		if errors.Is(err, ErrConflict) {
-			return nil, Errorf(CodeInvalidRequest, "tenant %s already has a secret named %s: rotate or delete it", actor.Tenant, in.Name)
+	return info, s.keys.secrets.Seal(in.Value, secretAAD(info.Tenant, info.ID, 1)), nil
+}
+
+// SecretResult is what an operator's secret command answers: metadata only (Deleted after
+// delete_secret).
+type SecretResult struct {
+	Secret *SecretInfo
+}
+
+// secretCommand runs an operator's secret write as an idempotent command: the write and the
+// key's first answer commit together, so a retry with the key replays the answer and writes
+// nothing again. It is not a task command (no receipt).
+func (s *Service) secretCommand(ctx context.Context, call Call, r Responder, write func(ctx context.Context, tx SecretTx) (*SecretInfo, error)) (Response, error) {
+	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, _ *Command) (any, error) {
+		stx, ok := tx.(SecretTx)
+		if !ok {
+			return nil, &Error{Code: CodeNotImplemented, Detail: "this store keeps no secrets"}
 		}
+		info, err := write(ctx, stx)
+		if err != nil {
+			return nil, err
+		}
+		return &SecretResult{Secret: info}, nil
+	})
+}
+
+// CreateSecret is create_secret: PutSecret as an idempotent command of the operator's API.
+func (s *Service) CreateSecret(ctx context.Context, call Call, in SecretInput, r Responder) (Response, error) {
+	info, sealed, err := s.newSecret(call.Actor, in)
+	if err != nil {
+		return Response{}, err
+	}
+	return s.secretCommand(ctx, call, r, func(ctx context.Context, tx SecretTx) (*SecretInfo, error) {
+		if err := tx.InsertSecret(ctx, info, sealed, call.Actor.Subject); err != nil {
+			return nil, secretConflict(err, call.Actor.Tenant, in.Name)
+		}
+		return info, nil
+	})
+}
+
+// RotateSecretCommand is rotate_secret: RotateSecret as an idempotent command.
+func (s *Service) RotateSecretCommand(ctx context.Context, call Call, id string, value []byte, r Responder) (Response, error) {
+	if err := checkSecretValue(value); err != nil {
+		return Response{}, err
+	}
+	return s.secretCommand(ctx, call, r, func(ctx context.Context, tx SecretTx) (*SecretInfo, error) {
+		info, err := liveSecretIn(ctx, tx, call.Actor.Tenant, id)
+		if err != nil {
+			return nil, err
+		}
+		v := info.Version + 1
+		if err := tx.ReplaceSecretValue(ctx, call.Actor.Tenant, id, v, s.keys.secrets.Seal(value, secretAAD(call.Actor.Tenant, id, v)), call.Actor.Subject); err != nil {
+			return nil, err
+		}
+		return tx.GetSecret(ctx, call.Actor.Tenant, id)
+	})
+}
+
+// DeleteSecretCommand is delete_secret: DeleteSecret as an idempotent command.
+func (s *Service) DeleteSecretCommand(ctx context.Context, call Call, id string, r Responder) (Response, error) {
+	return s.secretCommand(ctx, call, r, func(ctx context.Context, tx SecretTx) (*SecretInfo, error) {
+		if _, err := liveSecretIn(ctx, tx, call.Actor.Tenant, id); err != nil {
+			return nil, err
+		}
+		if err := tx.DeleteSecret(ctx, call.Actor.Tenant, id, call.Actor.Subject); err != nil {
+			return nil, err
+		}
+		return tx.GetSecret(ctx, call.Actor.Tenant, id)
+	})
+}
+
+func liveSecretIn(ctx context.Context, tx SecretTx, tenant, id string) (*SecretInfo, error) {
+	info, err := tx.GetSecret(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) || (err == nil && info.Deleted) {
+		return nil, &Error{Code: CodeNotFound, Detail: "no such secret"}
+	}
+	return info, err
+}
+
+// TaskSecrets lists the secrets an agent may name on a task: the tenant's live secrets with at
+// least one origin the task's policy allows. The caller sees references, names and origins only.
+func (s *Service) TaskSecrets(ctx context.Context, actor Actor, taskID string) ([]SecretInfo, error) {
+	t, err := s.store.GetTask(ctx, actor.Tenant, taskID)
+	if err != nil {
 		return nil, err
 	}
-	return info, nil
+	return s.secretsForTask(ctx, t)
+}
+
+func (s *Service) secretsForTask(ctx context.Context, t *Task) ([]SecretInfo, error) {
+	ss, err := s.secretStore()
+	if err != nil {
+		return nil, err
+	}
+	pol, err := taskPolicy(t)
+	if err != nil {
+		return nil, err
+	}
+	all, err := ss.ListSecrets(ctx, t.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := []SecretInfo{}
+	for _, sec := range all {
+		if slices.ContainsFunc(sec.Origins, pol.AllowsOrigin) {
+			out = append(out, sec)
+		}
+	}
+	return out, nil
 }
 
 // RotateSecret replaces a secret's value (a new version; references stay valid).
@@ -216,14 +368,14 @@ func (s *Service) resolveSecretFill(ctx context.Context, actor Actor, req *page.
 	}
 	info, sealed, err := ss.GetSecret(ctx, actor.Tenant, req.SecretRef)
 	if errors.Is(err, ErrNotFound) {
-		return &Error{Code: CodeNotFound, Detail: "no such secret"}
+		return &Error{Code: CodeSecretNotFound, Detail: "secret_ref names no secret of this tenant"}
 	}
 	if err != nil {
 		return err
 	}
 	if info.Deleted || sealed == nil {
 		_ = ss.RecordSecretUse(ctx, SecretUse{Tenant: actor.Tenant, SecretID: info.ID, Action: "refuse", Actor: actor.Subject, Reason: "deleted"})
-		return &Error{Code: CodeNotFound, Detail: "the secret was deleted"}
+		return &Error{Code: CodeSecretNotFound, Detail: "the secret secret_ref names was deleted; an operator stores a new one"}
 	}
 	value, err := s.keys.secrets.Open(sealed, secretAAD(info.Tenant, info.ID, info.Version))
 	if err != nil {

@@ -16,6 +16,8 @@ var scopeText = map[string]string{
 	"bap:approvals.resolve": "Approve or deny held actions",
 	"bap:artifacts.read":    "Read evidence (screenshots, snapshots)",
 	"bap:events.read":       "Follow task events",
+	"bap:secrets.read":      "See the names of the secrets your tasks may use (never their values)",
+	"bap:secrets.write":     "Store, rotate and delete secrets (passwords the browser types by reference)",
 }
 
 type hiddenField struct{ Name, Value string }

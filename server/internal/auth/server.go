@@ -35,6 +35,7 @@ const Leeway = 5 * time.Second
 var Scopes = []string{
 	"bap:tasks.read", "bap:tasks.write", "bap:browser.observe", "bap:browser.act",
 	"bap:approvals.request", "bap:approvals.resolve", "bap:artifacts.read", "bap:events.read",
+	"bap:secrets.read", "bap:secrets.write",
 }
 
 // Config configures the authorization server and resource-server check.

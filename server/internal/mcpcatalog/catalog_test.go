@@ -17,6 +17,7 @@ var contract = map[string]bool{
 	"checkpoint_browser_session": true, "close_browser_session": true, "navigate": true,
 	"observe": false, "query_nodes": false, "act": true, "extract": false, "capture_evidence": true,
 	"request_approval": true, "resolve_approval": true, "get_artifact": false, "verify_artifact": false,
+	"list_task_secrets": false, // issue #17: the secrets an agent may name on its task
 }
 
 func TestCatalogMatchesContract(t *testing.T) {

@@ -59,8 +59,8 @@ func TestToolsListIsExactlyTheReviewedCatalog(t *testing.T) {
 	}
 	var page listResult
 	b.rpc(t, "/mcp", "tools/list", nil).result(t, &page)
-	if len(page.Tools) != 19 || len(page.Tools) != len(catalog) || page.NextCursor != "" {
-		t.Fatalf("%d tools (next %q), want the 19 of the catalog on one page", len(page.Tools), page.NextCursor)
+	if len(page.Tools) != 20 || len(page.Tools) != len(catalog) || page.NextCursor != "" {
+		t.Fatalf("%d tools (next %q), want the 20 of the catalog on one page", len(page.Tools), page.NextCursor)
 	}
 	for i, tool := range page.Tools {
 		want := catalog[i]
@@ -95,8 +95,8 @@ func TestToolsListPagesWithSealedCursors(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *mcpserver.Options) { o.PageSize = 4 })
 	names, pages := b.listAll(t)
-	if len(names) != 19 || len(pages) != 5 || !slices.IsSorted(names) {
-		t.Fatalf("%d tools over %d pages (sorted %v), want 19 over 5", len(names), len(pages), slices.IsSorted(names))
+	if len(names) != 20 || len(pages) != 5 || !slices.IsSorted(names) {
+		t.Fatalf("%d tools over %d pages (sorted %v), want 20 over 5", len(names), len(pages), slices.IsSorted(names))
 	}
 	next := pages[0].NextCursor
 	for name, cursor := range map[string]string{

@@ -58,6 +58,10 @@ const (
 	OrchestratorUnavailable Code = "orchestrator_unavailable"
 	// ApproverNotPermitted is answered with 403 Approver not permitted.
 	ApproverNotPermitted Code = "approver_not_permitted"
+	// SecretOriginMismatch is answered with 403 Secret origin mismatch.
+	SecretOriginMismatch Code = "secret_origin_mismatch"
+	// SecretNotFound is answered with 404 Secret not found.
+	SecretNotFound Code = "secret_not_found"
 )
 
 var table = map[Code]entry{
@@ -88,6 +92,8 @@ var table = map[Code]entry{
 	ModelPolicyUnsatisfied:  {422, "Model policy unsatisfied"},
 	OrchestratorUnavailable: {503, "Orchestrator unavailable"},
 	ApproverNotPermitted:    {403, "Approver not permitted"},
+	SecretOriginMismatch:    {403, "Secret origin mismatch"},
+	SecretNotFound:          {404, "Secret not found"},
 }
 
 // All lists every code of the spec, in its order.
@@ -119,4 +125,6 @@ var All = []Code{
 	ModelPolicyUnsatisfied,
 	OrchestratorUnavailable,
 	ApproverNotPermitted,
+	SecretOriginMismatch,
+	SecretNotFound,
 }
