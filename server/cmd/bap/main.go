@@ -131,6 +131,7 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.StringVar(&cfg.OrchestratorConfigFile, "orchestrator-config", "", "JSON file: roles → ordered approved model ids, and model metadata (default: every listed model for every role)")
 	fs.StringVar(&cfg.OrchestratorCredentialFile, "orchestrator-credential-file", "", "file holding BAP's bearer token for the orchestrator (default: $BAP_ORCHESTRATOR_TOKEN)")
 	fs.DurationVar(&cfg.OrchestratorCallTimeout, "orchestrator-call-timeout", 0, "bound on each model call before the next approved model is tried (default 60s)")
+	fs.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", os.Getenv("BAP_OTLP_ENDPOINT"), "OTLP/HTTP collector URL that spans are exported to, e.g. http://127.0.0.1:4318 (default $BAP_OTLP_ENDPOINT; empty: tracing is off)")
 	browserFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		return err

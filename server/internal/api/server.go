@@ -58,6 +58,9 @@ type Options struct {
 	// Cluster, when set, forwards requests for objects another live node owns to that node and
 	// accepts the other nodes' node credentials (forward.go, ADR 0012).
 	Cluster *Cluster
+	// Tracer, when set, records a server span per request, the child of its traceparent
+	// (tracing.go); nil records none.
+	Tracer app.Tracer
 }
 
 // Mount is an extra anonymous route of the transport.
@@ -162,7 +165,7 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, &app.Error{Code: app.CodeNotFound, Detail: "no such route"})
 	})
-	return observeRequests(s.authenticate(mux), o.Logger, m), nil
+	return observeRequests(s.traceRequests(s.authenticate(mux), app.TracerOrNone(o.Tracer)), o.Logger, m), nil
 }
 
 // opHandler marks a route of opMux with its operation.

@@ -216,7 +216,7 @@ func (s *Service) liveSession(ctx context.Context, rec *SessionRecord) (BrowserS
 		return nil, err
 	}
 	if sess, ok := b.Session(rec.ID); ok {
-		return sess, nil
+		return s.traced(sess, rec.ID), nil
 	}
 	if elsewhere, err := s.heldByOtherLiveNode(ctx, rec); err != nil || elsewhere {
 		if err == nil {
@@ -324,7 +324,7 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			p := plan.(*openPlan)
 			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 			defer cancel()
-			sess, err := b.OpenSession(ctx, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
+			sess, err := s.openBrowserSession(ctx, b, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
 			if err != nil || p.state == nil {
 				return &opened{sess: sess}, err
 			}

@@ -62,6 +62,8 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives operational logs (default slog.Default()).
 	Logger *slog.Logger
+	// Tracer records spans of commands and browser calls (tracing.go); nil records none.
+	Tracer Tracer
 }
 
 func (c *Config) setDefaults() {
@@ -86,6 +88,7 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Tracer = TracerOrNone(c.Tracer)
 }
 
 // Validate reports a configuration the service cannot run with.
@@ -190,10 +193,12 @@ func (r *rejection) Error() string { return r.err.Error() }
 func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
 	exec func(ctx context.Context, tx Tx, cmd *Command) (any, error),
 ) (Response, error) {
+	ctx, sp := s.startCommand(ctx, call, "")
 	var resp Response
+	var cmd *Command
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		resp = Response{}
-		cmd := s.newCommand(call)
+		cmd = s.newCommand(call)
 		done, replay, err := s.claim(ctx, tx, call, cmd)
 		if err != nil || done {
 			resp = replay
@@ -214,6 +219,7 @@ func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
 		}
 		return tx.CompleteIdempotency(ctx, call.Actor.Tenant, call.IdempotencyKey, resp.Status, resp.Body)
 	})
+	endCommand(sp, cmd, resp, err)
 	return resp, err
 }
 

@@ -36,8 +36,8 @@ type twoPhase struct {
 }
 
 // runTwoPhase executes a two-phase command for call.
-func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r Responder, op twoPhase) (Response, error) {
-	var resp Response
+func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r Responder, op twoPhase) (resp Response, err error) {
+	ctx, sp := s.startCommand(ctx, call, taskID) // phase 1, the effect and phase 3 are its children
 	var plan any
 	var cmd *Command
 	var fl *flight // registered for cancel_task from phase 1 until phase 3 committed (cancel.go)
@@ -47,9 +47,10 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 		if cmd != nil {
 			s.running.Delete(cmd.ID)
 		}
+		endCommand(sp, cmd, resp, err)
 	}()
 	dispatched := false
-	err := s.store.InTx(ctx, func(tx Tx) error {
+	err = s.store.InTx(ctx, func(tx Tx) error {
 		resp, plan, cmd, dispatched = Response{}, nil, nil, false
 		s.flights.end(fl) // a retried transaction registers again
 		fl = nil

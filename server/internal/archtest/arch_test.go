@@ -35,7 +35,7 @@ func concat(lists ...[]string) []string { return slices.Concat(lists...) }
 var (
 	core       = internal("task", "policy", "ids", "idempotency", "page", "admission", "serverkey", "problem")
 	useCases   = internal("app")
-	adapters   = internal("store", "events", "browser", "egress", "auth", "artifact", "orchestrator")
+	adapters   = internal("store", "events", "browser", "egress", "auth", "artifact", "orchestrator", "tracing")
 	transports = internal("api", "mcp", "mcpserver", "stream")                         // only api exists today
 	generated  = internal("apigen", "mcpcatalog", "streamgen")                         // only apigen exists today
 	leaves     = concat(internal("version"), []string{mod("migrations"), mod("spec")}) // constants and embedded files
@@ -130,6 +130,11 @@ var rules = []rule{
 		why:    "the orchestrator adapter implements app.Orchestrator over HTTP: app, the core, redact, version and a JSON Schema validator; never the store, the browser, a transport or pgx",
 	},
 	{
+		name: "tracing", packages: internal("tracing"), forbid: concat([]string{module, pgx}, chromedp),
+		except: concat(useCases, core),
+		why:    "tracing implements app.Tracer with the OpenTelemetry SDK and its OTLP exporter: app, the core and OpenTelemetry; never the store, the browser, a transport or pgx — the components record through the app's port, so none of them (and not the CDP layer's hot path) depends on OpenTelemetry",
+	},
+	{
 		name: "orchestratortest", packages: []string{mod("server/internal/orchestrator/orchestratortest/...")},
 		forbid: []string{nonStd}, except: internal("orchestrator/orchestratortest"),
 		why: "the fake model orchestrator (and its standalone cmd/fakeorch) is a standard-library test double that knows nothing of BAP",
@@ -164,6 +169,14 @@ var reverseRules = []reverseRule{
 	{
 		name: "the orchestrator adapter", imported: internal("orchestrator"), by: roots,
 		why: "app reaches models through its Orchestrator port; only the composition root builds the adapter",
+	},
+	{
+		name: "the tracing adapter", imported: internal("tracing"), by: roots,
+		why: "app, the store, the transports and the orchestrator record spans through app.Tracer; only the composition root builds the OpenTelemetry tracer",
+	},
+	{
+		name: "OpenTelemetry", imported: []string{"go.opentelemetry.io"}, by: internal("tracing"),
+		why: "one package speaks OpenTelemetry: off, no component pays for it; on, every attribute passes its list",
 	},
 	{
 		name: "the end-to-end tests", imported: internal("e2e"),

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/originweave/bap/server/internal/app"
 )
 
 // Profile selects how callers are authenticated.
@@ -102,8 +104,12 @@ type Config struct {
 	// profile (default 100/s, burst 200); more → 429 rate_limited.
 	ClientRateLimit float64
 	ClientBurst     int
+	// OTLPEndpoint is the OTLP/HTTP collector spans are exported to (tracing.go); empty: tracing
+	// is off.
+	OTLPEndpoint string
 
-	advertiseDefaulted, issuerDefaulted bool // computed from Listen (see remote.go)
+	advertiseDefaulted, issuerDefaulted bool       // computed from Listen (see remote.go)
+	tracer                              app.Tracer // built by Run from OTLPEndpoint
 }
 
 // DefaultDataDir is /var/lib/bap for root, else $XDG_STATE_HOME/bap or ~/.local/state/bap.

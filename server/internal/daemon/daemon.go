@@ -141,6 +141,14 @@ func Run(ctx context.Context, cfg Config) error {
 		early = l
 		defer early.Close()
 	}
+	nodeID := newNodeID()
+	// Tracing first (app.NoTracer without --otlp-endpoint): every component below records into it.
+	tracer, stopTracing, err := startTracing(ctx, cfg, nodeID, log) // tracing.go
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	cfg.tracer = tracer
 	// The model orchestrator first: a bad --orchestrator-config fails before anything starts.
 	orch, err := newOrchestrator(ctx, cfg, log) // nil without --orchestrator-url (orchestrator.go)
 	if err != nil {
@@ -156,7 +164,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	nodeID := newNodeID()
 	ev, err := newEventDelivery(ctx, db.Pool, nodeID, log)
 	if err != nil {
 		return err
@@ -164,13 +171,16 @@ func Run(ctx context.Context, cfg Config) error {
 	bp := newBackpressure(cfg) // caps per tenant and per node (backpressure.go)
 	br, closeBrowser := startBrowser(ctx, cfg, log)
 	defer closeBrowser()
-	svc, err := app.NewService(store.New(db.Pool, ev.storeOptions()), app.Config{
+	storeOpts := ev.storeOptions()
+	storeOpts.Tracer = tracer // a span per SQL transaction
+	svc, err := app.NewService(store.New(db.Pool, storeOpts), app.Config{
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
 		Browser: br, Orchestrator: orch, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
 		CancelDeadline:      cfg.CancelDeadline,
 		InterruptedResponse: api.InterruptedResponse,
 		ServerKey:           serverKey,
 		SoftwareVersion:     version.Software, ProtocolVersion: version.BAP, CheckpointMaxAge: cfg.CheckpointMaxAge,
+		Tracer: tracer, // a span per command and browser call
 	})
 	if err != nil {
 		return err
@@ -202,6 +212,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Authenticator: api.Local{}, // the operator on the socket, the agent on TCP (BaseContext below)
 		Streams:       ev.streams(svc),
 		Admission:     bp.api(),
+		Tracer:        tracer, // a span per request, the child of its traceparent
 	}
 	keys, err := loadClusterKeys(ctx, db.Pool, serverKey)
 	if err != nil {

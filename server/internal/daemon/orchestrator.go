@@ -33,6 +33,7 @@ func newOrchestrator(ctx context.Context, cfg Config, log *slog.Logger) (app.Orc
 	}
 	c, err := orchestrator.New(orchestrator.Config{
 		URL: cfg.OrchestratorURL, Token: token, Models: models, CallTimeout: cfg.OrchestratorCallTimeout, Logger: log,
+		Tracer: cfg.tracer, // nil: none
 	})
 	if err != nil {
 		return nil, err

@@ -86,6 +86,9 @@ type Config struct {
 	VirtualModels []string
 	// Sleep waits between retries (default: a timer that ends with ctx); tests may shorten it.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Tracer records one span per model call (nil: none). A span names the role, the model and
+	// the outcome; never a prompt, an answer, a reason's text or the credential.
+	Tracer app.Tracer
 }
 
 // Client implements app.Orchestrator over HTTP. It is safe for concurrent use.
@@ -100,6 +103,7 @@ type Client struct {
 	hc          *http.Client
 	log         *slog.Logger
 	now         func() time.Time
+	tracer      app.Tracer
 
 	mu         sync.Mutex
 	cache      *discovered
@@ -191,6 +195,7 @@ func New(cfg Config) (*Client, error) {
 			},
 		}
 	}
+	c.tracer = app.TracerOrNone(cfg.Tracer)
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -652,7 +657,27 @@ func (c *Client) callRetrying(ctx context.Context, m app.ModelInfo, name string,
 // call asks one model once. A non-nil refusal is the orchestrator's own (see classifyRefusal); a
 // non-empty reason is a model failure (short, and free of prompt text, answer text and the
 // credential: it is recorded in task history).
-func (c *Client) call(ctx context.Context, m app.ModelInfo, name string, schema *jsonschema.Schema, req app.ModelRequest, msgs []chatMessage, eligible []app.ModelInfo) (answer, string, *refusal) {
+func (c *Client) call(ctx context.Context, m app.ModelInfo, name string, schema *jsonschema.Schema, req app.ModelRequest, msgs []chatMessage, eligible []app.ModelInfo) (a answer, reason string, ref *refusal) {
+	ctx, sp := c.tracer.Start(ctx, "chat "+m.ID, app.SpanClient) // the GenAI semantic conventions' span name
+	sp.SetAttr("gen_ai.operation.name", "chat")
+	sp.SetAttr("gen_ai.request.model", m.ID)
+	sp.SetAttr("bap.model.role", req.Role)
+	defer func() {
+		if a.served.ID != "" {
+			sp.SetAttr("gen_ai.response.model", a.served.ID)
+		}
+		sp.SetInt("gen_ai.usage.input_tokens", int64(a.in))
+		sp.SetInt("gen_ai.usage.output_tokens", int64(a.out))
+		switch {
+		case ref != nil:
+			sp.SetAttr("bap.model.outcome", "refused")
+		case reason != "":
+			sp.SetAttr("bap.model.outcome", "failed") // the reason stays in task history
+		default:
+			sp.SetAttr("bap.model.outcome", "answered")
+		}
+		sp.End(nil)
+	}()
 	cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
 	defer cancel()
 	body, sent, cut, err := fit(chatRequest{
@@ -668,7 +693,7 @@ func (c *Client) call(ctx context.Context, m app.ModelInfo, name string, schema 
 	if err != nil {
 		return answer{}, "", &refusal{kind: refusedOther, reason: fmt.Sprintf("%v (%d bytes)", err, c.maxRequest)}
 	}
-	a := answer{served: m, digest: promptDigest(sent), cut: cut}
+	a = answer{served: m, digest: promptDigest(sent), cut: cut}
 	if cut > 0 {
 		c.log.Info("prompt cut to fit the orchestrator's request limit", "role", req.Role, "model", m.ID, "cut_bytes", cut, "limit", c.maxRequest)
 	}

@@ -30,6 +30,8 @@ type Options struct {
 	// EventsCommitted is called after a transaction that appended events committed (the relay's
 	// wake-up). It must not block.
 	EventsCommitted func()
+	// Tracer records one span per transaction (InTx); nil records none.
+	Tracer app.Tracer
 }
 
 // publishEvents hands the transaction's events to the outbox.

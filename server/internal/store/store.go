@@ -33,6 +33,7 @@ func New(pool *pgxpool.Pool, opts ...Options) *Store {
 	if len(opts) > 0 {
 		s.opts = opts[0]
 	}
+	s.opts.Tracer = app.TracerOrNone(s.opts.Tracer)
 	return s
 }
 
@@ -63,14 +64,22 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 const maxTxAttempts = 5
 
 // InTx implements app.Store.
-func (s *Store) InTx(ctx context.Context, fn func(app.Tx) error) error {
-	var err error
-	for attempt := 1; attempt <= maxTxAttempts; attempt++ {
+func (s *Store) InTx(ctx context.Context, fn func(app.Tx) error) (err error) {
+	// One span per transaction, retries included (the span says how many attempts it took).
+	ctx, sp := s.opts.Tracer.Start(ctx, "sql transaction", app.SpanClient)
+	sp.SetAttr("db.system.name", "postgresql")
+	attempt := 1
+	defer func() {
+		sp.SetInt("bap.tx.attempts", int64(attempt))
+		sp.End(err)
+	}()
+	for ; attempt <= maxTxAttempts; attempt++ {
 		err = s.inTxOnce(ctx, fn)
 		if !retryable(err) {
 			return err
 		}
 	}
+	attempt = maxTxAttempts
 	return err
 }
 
