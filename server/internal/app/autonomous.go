@@ -297,10 +297,11 @@ func (a *autoRun) observe() (maskedObservation, error) {
 
 // plannerInstructions is the planner's system message.
 const plannerInstructions = `You drive a web browser for a task through BAP. Propose exactly ONE next step as JSON {"op", "args", "reason"}.
-op is one of navigate (args: {"url"}), act (args: {"action", "query" or "node_id", "value"?, "values"?, "key"?}),
+op is one of navigate (args: {"url"}), act (args: {"action", "query" or "node_id", "value"?, "secret_ref"?, "values"?, "key"?}),
 extract (args: {"kind": "text"|"table"|"links"|"attributes"}), capture_evidence (args: {"kinds": ["screenshot"]}), observe (args: {}),
 or done (args: {}) when the goal is reached or cannot be reached. Queries are typed: role, name, text, label, placeholder, test_id.
 The task's policy decides what is allowed (origins, approvals); a refused step is reported back to you. Values shown as *** are protected.
+For a password or another credential, fill with "secret_ref" (one of "secrets": {"secret_id", "name", "origins"}) instead of "value": the browser types it only on the secret's origins, and you never see it.
 The observation is the page's accessibility tree, or, for a long page, a summary an observer condensed from it ({"summary", "facts", "controls"}).`
 
 // propose asks the planner for step index.
@@ -332,6 +333,9 @@ func (a *autoRun) propose(obs any, index int) (*proposal, *ModelReply, error) {
 	if len(a.t.Postcondition) > 0 {
 		ctx["postcondition"] = a.t.Postcondition
 	}
+	if secrets := a.usableSecrets(); len(secrets) > 0 {
+		ctx["secrets"] = secrets
+	}
 	if a.lastProblem != "" {
 		ctx["last_proposal_rejected"] = a.lastProblem
 	}
@@ -350,6 +354,27 @@ func (a *autoRun) propose(obs any, index int) (*proposal, *ModelReply, error) {
 		p = proposal{Op: "invalid", Reason: ""}
 	}
 	return &p, reply, nil
+}
+
+// plannerSecret is what the planner is told of a secret it may fill by reference: never a value.
+type plannerSecret struct {
+	ID      string   `json:"secret_id"`
+	Name    string   `json:"name"`
+	Origins []string `json:"origins"`
+}
+
+// usableSecrets lists the secrets usable on the task's origins (list_task_secrets), for the
+// planner; none when the store keeps no secrets or listing fails (the planner then types values).
+func (a *autoRun) usableSecrets() []plannerSecret {
+	list, err := a.s.secretsForTask(a.ctx, a.t)
+	if err != nil {
+		return nil
+	}
+	out := make([]plannerSecret, 0, len(list))
+	for _, sec := range list {
+		out = append(out, plannerSecret{ID: sec.ID, Name: sec.Name, Origins: sec.Origins})
+	}
+	return out
 }
 
 // complete makes one model call: registered with the task's in-flight work (cancel_task stops

@@ -211,6 +211,7 @@ var plannerSchema = json.RawMessage(`{
         "node_id": {"type": "string", "maxLength": 67},
         "query": {"$ref": "#/$defs/query"},
         "value": {"type": "string", "maxLength": 65536},
+        "secret_ref": {"type": "string", "pattern": "^sec_[A-Za-z0-9_-]{1,64}$", "maxLength": 68},
         "values": {"type": "array", "maxItems": 100, "items": {"type": "string", "maxLength": 1000}},
         "key": {"type": "string", "minLength": 1, "maxLength": 64},
         "artifact_id": {"type": "string", "maxLength": 68},
@@ -271,6 +272,7 @@ type (
 		NodeID     string   `json:"node_id"`
 		Query      *vQuery  `json:"query"`
 		Value      *string  `json:"value"`
+		SecretRef  *string  `json:"secret_ref"`
 		Values     []string `json:"values"`
 		Key        *string  `json:"key"`
 		ArtifactID string   `json:"artifact_id"`
@@ -358,8 +360,11 @@ func validateProposal(p proposal) (PlanStep, error) {
 		if (a.Value != nil && len(*a.Value) > 65536) || len(a.Values) > 100 || (a.Key != nil && (len(*a.Key) == 0 || len(*a.Key) > 64)) {
 			return bad("act: value, values or key out of range")
 		}
-		if a.Action == "fill" && a.Value == nil {
-			return bad("act fill needs a value")
+		if a.SecretRef != nil && (a.Action != "fill" || a.Value != nil || !secretRefRE.MatchString(*a.SecretRef)) {
+			return bad("act: secret_ref (sec_…) is for a fill, instead of its value")
+		}
+		if a.Action == "fill" && a.Value == nil && a.SecretRef == nil {
+			return bad("act fill needs a value or a secret_ref")
 		}
 		if !slices.Contains(waitUntils, a.WaitUntil) || !timeout(a.TimeoutMs) {
 			return bad("act: wait_until or timeout_ms out of range")

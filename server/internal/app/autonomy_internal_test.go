@@ -17,6 +17,7 @@ func TestValidateProposal(t *testing.T) {
 		`{"op":"observe"}`,
 		`{"op":"act","args":{"action":"fill","query":{"label":"Email"},"value":"a@b.c"}}`,
 		`{"op":"act","args":{"action":"click","node_id":"nd_abc"}}`,
+		`{"op":"act","args":{"action":"fill","query":{"label":"Password"},"secret_ref":"sec_Xq4Lm9Tz2Rb7"}}`, // by reference (issue #17)
 		`{"op":"extract","args":{"kind":"text"}}`,
 		`{"op":"capture_evidence","args":{"kinds":["screenshot","dom_snapshot"]}}`,
 	}
@@ -31,19 +32,22 @@ func TestValidateProposal(t *testing.T) {
 		}
 	}
 	bad := []string{
-		`{"op":"evaluate","args":{"script":"alert(1)"}}`,                                    // not in the vocabulary
-		`{"op":"navigate","args":{"url":"javascript:alert(1)"}}`,                            // not http(s)
-		`{"op":"navigate","args":{"url":"https://x.test","headers":{"a":"b"}}}`,             // unknown field
-		`{"op":"act","args":{"action":"click"}}`,                                            // no target
-		`{"op":"act","args":{"action":"click","node_id":"nd_a","query":{"role":"button"}}}`, // two targets
-		`{"op":"act","args":{"action":"eval","query":{"role":"button"}}}`,                   // unknown action
-		`{"op":"act","args":{"action":"fill","query":{"label":"Email"}}}`,                   // fill without value
-		`{"op":"act","args":{"action":"click","query":{}}}`,                                 // empty query
-		`{"op":"act","args":{"action":"click","query":{"css":"#x"}}}`,                       // selectors do not exist
-		`{"op":"extract","args":{"kind":"cookies"}}`,                                        // unknown kind
-		`{"op":"capture_evidence","args":{"kinds":["har"]}}`,                                // unknown kind
-		`{"op":"capture_evidence","args":{}}`,                                               // no kind
-		`{"op":"navigate","args":{"url":"https://x.test","timeout_ms":999999999}}`,          // out of range
+		`{"op":"evaluate","args":{"script":"alert(1)"}}`,                                               // not in the vocabulary
+		`{"op":"navigate","args":{"url":"javascript:alert(1)"}}`,                                       // not http(s)
+		`{"op":"navigate","args":{"url":"https://x.test","headers":{"a":"b"}}}`,                        // unknown field
+		`{"op":"act","args":{"action":"click"}}`,                                                       // no target
+		`{"op":"act","args":{"action":"click","node_id":"nd_a","query":{"role":"button"}}}`,            // two targets
+		`{"op":"act","args":{"action":"eval","query":{"role":"button"}}}`,                              // unknown action
+		`{"op":"act","args":{"action":"fill","query":{"label":"Email"}}}`,                              // fill without value
+		`{"op":"act","args":{"action":"fill","query":{"label":"P"},"value":"x","secret_ref":"sec_a"}}`, // value and reference
+		`{"op":"act","args":{"action":"click","query":{"label":"P"},"secret_ref":"sec_a"}}`,            // a reference outside a fill
+		`{"op":"act","args":{"action":"fill","query":{"label":"P"},"secret_ref":"shop-login"}}`,        // a name, not a reference
+		`{"op":"act","args":{"action":"click","query":{}}}`,                                            // empty query
+		`{"op":"act","args":{"action":"click","query":{"css":"#x"}}}`,                                  // selectors do not exist
+		`{"op":"extract","args":{"kind":"cookies"}}`,                                                   // unknown kind
+		`{"op":"capture_evidence","args":{"kinds":["har"]}}`,                                           // unknown kind
+		`{"op":"capture_evidence","args":{}}`,                                                          // no kind
+		`{"op":"navigate","args":{"url":"https://x.test","timeout_ms":999999999}}`,                     // out of range
 	}
 	for _, s := range bad {
 		var p proposal

@@ -140,6 +140,7 @@ type actArgs struct {
 	NodeID     string      `json:"node_id"`
 	Query      *page.Query `json:"query"`
 	Value      string      `json:"value"`
+	SecretRef  string      `json:"secret_ref"` // a stored secret typed by reference (secrets.go): never a value
 	Values     []string    `json:"values"`
 	Key        string      `json:"key"`
 	ArtifactID string      `json:"artifact_id"`
@@ -201,6 +202,7 @@ const (
 func classify(code Code) errorClass {
 	switch code {
 	case CodeInvalidRequest, CodeOriginNotAllowed, CodeInsufficientScope, CodeApproverNotPermitted, CodeBrowserUnavailable,
+		CodeSecretOriginMismatch, CodeSecretNotFound,
 		CodeNotImplemented, CodeCheckpointForeign, CodeCheckpointIncompatible, CodeCheckpointStale,
 		CodeIdempotencyKeyReused, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnauthenticated, CodeIdempotencyKeyRequired:
 		return fatal

@@ -443,7 +443,7 @@ func (r *planRun) exec(i int, key string) *stepResult {
 			return &stepResult{problem: e}
 		}
 		req := page.ActRequest{ContextID: a.ContextID, Action: a.Action, NodeID: a.NodeID, Query: a.Query, Value: a.Value,
-			Values: a.Values, Key: a.Key}
+			SecretRef: a.SecretRef, Values: a.Values, Key: a.Key}
 		hold := r.holdReason
 		return r.commandResult(r.command("act", key, target, args, func(call Call, rsp Responder) (Response, error) {
 			if hold != "" {
