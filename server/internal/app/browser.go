@@ -114,7 +114,7 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 	var secretOrigin *page.SecretOriginError
 	switch {
 	case errors.As(err, &secretOrigin):
-		return Errorf(CodeOriginNotAllowed, "the field is in a document of %q, not one of the secret's origins; nothing was typed", secretOrigin.Origin), task.Rejected
+		return Errorf(CodeSecretOriginMismatch, "the field is in a document of %q, not one of the secret's origins; nothing was typed", secretOrigin.Origin), task.Rejected
 	case errors.As(err, &origin):
 		return Errorf(CodeOriginNotAllowed, "%s is outside the task's allowed origins; nothing was loaded", origin.URL), task.Rejected
 	case errors.As(err, &timeout):
