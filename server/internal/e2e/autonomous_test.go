@@ -601,7 +601,8 @@ func TestAutonomousCanarySecretsNeverReachTheModels(t *testing.T) {
 		step("observe", nil),
 		step("done", nil),
 	)
-	s := newStack(t, withOrchestrator(fake))
+	spans, tr := newCollector() // commands and browser calls are traced (tracing_test.go)
+	s := newStack(t, withOrchestrator(fake), func(c *app.Config) { c.Tracer = tr })
 	s.startWorkers(t)
 	taskID := s.createAutonomous(t, "auto-canary", map[string]any{"goal": "sign in",
 		"policy":        map[string]any{"allowed_origins": []string{site.URL}},
@@ -625,6 +626,7 @@ func TestAutonomousCanarySecretsNeverReachTheModels(t *testing.T) {
 		if strings.Contains(string(evs.raw), canary) {
 			t.Fatalf("the canary %q is in the task's history", canary)
 		}
+		assertNoCanaryInSpans(t, spans.Ended(), canary)
 	}
 }
 

@@ -56,9 +56,11 @@ func TestDelegatedFillValueNeverLeavesTheSeal(t *testing.T) {
 	t.Cleanup(site.Close)
 
 	logs := &syncBuffer{}
+	spans, tr := newCollector() // the worker's commands and browser calls are traced (tracing_test.go)
 	s := newStack(t, func(c *app.Config) {
 		c.ServerKey = serverkey.Ephemeral()
 		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Tracer = tr
 	})
 	s.startWorkers(t)
 	r := s.must(t, 201, "POST", "/bap/v1/tasks", "plan-canary", map[string]any{
@@ -90,6 +92,7 @@ func TestDelegatedFillValueNeverLeavesTheSeal(t *testing.T) {
 	if strings.Contains(logs.String(), canary) {
 		t.Fatal("the logs hold the fill value")
 	}
+	assertNoCanaryInSpans(t, spans.Ended(), canary)
 	// Every text, JSON and byte column of every table of the database.
 	ctx := context.Background()
 	rows, err := s.db.Query(ctx, `SELECT table_name, column_name, data_type FROM information_schema.columns
