@@ -159,3 +159,14 @@ func compareVersions(a, b string) int {
 	}
 	return slices.Compare(num(a), num(b))
 }
+
+// ProgramPath returns the path of one program (pg_dump, psql, …) of the installation a new
+// embedded cluster would run: for tools and tests that need the client matching the server
+// (pg_dump of a cluster refuses a newer server).
+func ProgramPath(ctx context.Context, program string) (string, error) {
+	b, err := findBinaries(ctx, os.Getenv("PATH"), debianBinGlob, "")
+	if err != nil {
+		return "", err
+	}
+	return b.path(program), nil
+}
