@@ -35,6 +35,9 @@ type Task struct {
 	UpdatedAt     time.Time
 	EndedAt       *time.Time
 	LastSeq       int64
+	// Result is the verifiable result close_task recorded (nil before, and for a task that was
+	// cancelled or expired).
+	Result *ResultRecord
 	// Mode is ModeInteractive or ModeAutonomous (autonomy.go); ModelPolicy and Budget apply to
 	// autonomous tasks only.
 	Mode        string

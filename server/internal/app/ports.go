@@ -12,6 +12,7 @@ import (
 // answer ErrNotFound for objects of another tenant exactly as for unknown ones. Safe for concurrent
 // use.
 type Store interface {
+	RecordStore // protocol records and task results (records.go)
 	// InTx runs fn in one READ COMMITTED transaction, committing when fn returns nil and rolling
 	// back otherwise (including when ctx ends). fn may be retried by the store on a serialisation
 	// failure, so it must not have effects outside tx.
@@ -91,6 +92,7 @@ type IdempotencyClaim struct {
 // Tx is one open command transaction. Writes may be buffered and sent at commit; reads see earlier
 // writes of the same Tx.
 type Tx interface {
+	ResultTx // task results (records.go)
 	// ClaimIdempotency records c as in flight. When the key is already recorded it returns that
 	// record and claimed=false, waiting first for any transaction that holds the key.
 	ClaimIdempotency(ctx context.Context, c IdempotencyClaim) (existing *IdempotencyClaim, claimed bool, err error)
