@@ -135,6 +135,7 @@ __all__ = [
     "Problem",
     "ProblemCode",
     "ProblemViolation",
+    "ProtocolAdapter",
     "Provenance",
     "Query",
     "QueryNodesRequest",
@@ -154,6 +155,9 @@ __all__ = [
     "RequestBlockedEvent",
     "ResolveApprovalRequest",
     "ResolveApprovalResponse",
+    "ResultIntegrity",
+    "ResultVerification",
+    "ResultVerificationState",
     "ResumeTaskRequest",
     "ResumeTaskResponse",
     "RotateSecretRequest",
@@ -169,6 +173,7 @@ __all__ = [
     "TaskCreatedEvent",
     "TaskEvent",
     "TaskMode",
+    "TaskResult",
     "TaskSecret",
     "TaskState",
     "TaskStateChangedData",
@@ -517,8 +522,17 @@ class Artifact(TypedDict):
     task_id: NotRequired[str]
 
 
-ArtifactKind = Literal["screenshot", "dom_snapshot", "ax_snapshot", "upload", "other"]
-"""Kind of an artifact."""
+ArtifactKind = Literal[
+    "screenshot",
+    "dom_snapshot",
+    "ax_snapshot",
+    "upload",
+    "result_manifest",
+    "other",
+]
+"""Kind of an artifact. `result_manifest` is a finished task's result manifest
+(`Task.result.integrity`).
+"""
 
 
 class BrowserSession(TypedDict):
@@ -1952,6 +1966,11 @@ class Problem(TypedDict):
     errors: NotRequired[list["ProblemViolation"]]
     #: Identifies this occurrence of the problem.
     instance: NotRequired[str]
+    #: Why, for the codes that name reasons. `stale_node_handle`: `epoch_superseded` (the handle's
+    #: document was replaced: navigation, reload, a frame's new document, a closed browsing context)
+    #: or `session_lost` (the handle's browser session ended — lost with its node, or closed; a
+    #: resumed session hands out new handles).
+    reason: NotRequired[str]
     #: Receipt of a command refused by policy (outcome `rejected`).
     receipt: NotRequired["Receipt"]
     #: HTTP status code of the answer.
@@ -2019,6 +2038,23 @@ class ProblemViolation(TypedDict):
     #: JSON Pointer (RFC 6901) into the request body, or `#header:<name>` / `#query:<name>` for
     #: parameters.
     pointer: str
+
+
+class ProtocolAdapter(TypedDict):
+    """A protocol adapter the answering node serves, as it recorded it at start (`protocol_adapter`).
+    """
+
+    #: Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the
+    #: Chrome DevTools Protocol to this node's browser).
+    adapter_id: str
+    #: What implements it on this node when that is not BAP itself: the browser's product and
+    #: version (for example `Chrome/131.0.6778.85`).
+    implementation: NotRequired[str]
+    #: What the adapter speaks, for people.
+    name: str
+    #: The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools protocol
+    #: version).
+    protocol_version: str
 
 
 class Provenance(TypedDict):
@@ -2360,6 +2396,40 @@ class ResolveApprovalResponse(TypedDict):
     receipt: "Receipt"
 
 
+class ResultIntegrity(TypedDict):
+    """The digest of a finished task's result manifest: canonical JSON (keys sorted, no insignificant
+    white space) of the task's id, state, summary and verification, its receipts (`receipt_id`,
+    `command_id`, `operation`, `outcome`, `problem_code`, in the order its history issued them,
+    through the close) and its evidence (`artifact_id`, `kind`, `media_type`, `sha256`). The
+    manifest is the artifact `manifest_artifact_id` (kind `result_manifest`); `verify_artifact` on
+    it re-builds it from the records and answers `valid: false` when anything it covers changed.
+    """
+
+    #: Always `sha256`.
+    algorithm: Literal["sha256"]
+    #: SHA-256 of the manifest, 64 lowercase hex characters.
+    digest: str
+    #: The manifest (get_artifact serves it, verify_artifact re-checks it).
+    manifest_artifact_id: str
+
+
+class ResultVerification(TypedDict):
+    """What checked a finished task's result, and why it counts as checked or not."""
+
+    #: Why, in words (the runtime's, never a model's).
+    reason: str
+    #: `verified` or `unverified`.
+    state: "ResultVerificationState"
+
+
+ResultVerificationState = Literal["verified", "unverified"]
+"""Whether a finished task's result was checked: `verified` only when the task declared a
+postcondition, every clause held on the page the runtime evaluated it on, and evidence of that page
+was captured; `unverified` otherwise — a task that ends `succeeded` without evidence is
+`unverified`, whatever a model or a worker claims.
+"""
+
+
 class ResumeTaskRequest(TypedDict):
     """Body of resume_task."""
 
@@ -2471,8 +2541,9 @@ class Secret(TypedDict):
 class ServiceInfo(TypedDict):
     """What `GET /bap/v1` answers."""
 
-    #: Protocol adapters mounted (e.g. `mcp`).
-    adapters: list[str]
+    #: The protocol adapters this node serves, with their versions, by `adapter_id` (from
+    #: `protocol_adapter`, written by the node at start).
+    adapters: list["ProtocolAdapter"]
     #: Always `bap`.
     protocol: Literal["bap"]
     #: BAP protocol version this server speaks.
@@ -2502,6 +2573,8 @@ class Task(TypedDict):
     policy: NotRequired["Policy"]
     #: The condition close_task checks before the task may succeed.
     postcondition: NotRequired["Postcondition"]
+    #: Set when close_task ended the task: its verifiable result.
+    result: NotRequired["TaskResult"]
     #: Where the task is in its lifecycle.
     state: "TaskState"
     #: Task identifier.
@@ -2571,6 +2644,23 @@ the client's `plan`) or `autonomous` (a goal-driven task: the server's workers a
 orchestrator's planner model for one typed step at a time, check it against the task's policy and
 run it, until the planner declares the goal done or a budget ends).
 """
+
+
+class TaskResult(TypedDict):
+    """A finished task's verifiable result, recorded by close_task and never changed. The task's
+    `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was
+    checked. Cancelled and expired tasks have none.
+    """
+
+    #: The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the close's
+    #: own come last.
+    evidence: list["Artifact"]
+    #: The digest of the result's manifest.
+    integrity: "ResultIntegrity"
+    #: What the runtime found, in words.
+    summary: str
+    #: Whether the result was checked, and why.
+    verification: "ResultVerification"
 
 
 class TaskSecret(TypedDict):

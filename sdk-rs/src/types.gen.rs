@@ -935,7 +935,8 @@ pub struct Artifact {
     pub task_id: Option<String>,
 }
 
-/// Kind of an artifact.
+/// Kind of an artifact. `result_manifest` is a finished task's result manifest
+/// (`Task.result.integrity`).
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ArtifactKind::Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -948,6 +949,8 @@ pub enum ArtifactKind {
     AxSnapshot,
     /// `upload`
     Upload,
+    /// `result_manifest`
+    ResultManifest,
     /// `other`
     Other,
     /// A value this SDK does not know (sent unchanged; the server validates).
@@ -956,7 +959,7 @@ pub enum ArtifactKind {
 
 impl ArtifactKind {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ArtifactKind] = &[ArtifactKind::Screenshot, ArtifactKind::DomSnapshot, ArtifactKind::AxSnapshot, ArtifactKind::Upload, ArtifactKind::Other];
+    pub const ALL: &'static [ArtifactKind] = &[ArtifactKind::Screenshot, ArtifactKind::DomSnapshot, ArtifactKind::AxSnapshot, ArtifactKind::Upload, ArtifactKind::ResultManifest, ArtifactKind::Other];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -965,6 +968,7 @@ impl ArtifactKind {
             ArtifactKind::DomSnapshot => "dom_snapshot",
             ArtifactKind::AxSnapshot => "ax_snapshot",
             ArtifactKind::Upload => "upload",
+            ArtifactKind::ResultManifest => "result_manifest",
             ArtifactKind::Other => "other",
             ArtifactKind::Unknown(s) => s,
         }
@@ -978,6 +982,7 @@ impl From<&str> for ArtifactKind {
             "dom_snapshot" => ArtifactKind::DomSnapshot,
             "ax_snapshot" => ArtifactKind::AxSnapshot,
             "upload" => ArtifactKind::Upload,
+            "result_manifest" => ArtifactKind::ResultManifest,
             "other" => ArtifactKind::Other,
             other => ArtifactKind::Unknown(other.to_string()),
         }
@@ -3909,6 +3914,23 @@ pub struct ProblemViolation {
     pub pointer: String,
 }
 
+/// A protocol adapter the answering node serves, as it recorded it at start (`protocol_adapter`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ProtocolAdapter {
+    /// Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the
+    /// Chrome DevTools Protocol to this node's browser).
+    pub adapter_id: String,
+    /// What implements it on this node when that is not BAP itself: the browser's product and
+    /// version (for example `Chrome/131.0.6778.85`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<String>,
+    /// What the adapter speaks, for people.
+    pub name: String,
+    /// The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools
+    /// protocol version).
+    pub protocol_version: String,
+}
+
 /// Where an artifact came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Provenance {
@@ -4511,6 +4533,105 @@ impl ResolveApprovalResponse {
     }
 }
 
+/// The digest of a finished task's result manifest: canonical JSON (keys sorted, no insignificant
+/// white space) of the task's id, state, summary and verification, its receipts (`receipt_id`,
+/// `command_id`, `operation`, `outcome`, `problem_code`, in the order its history issued them,
+/// through the close) and its evidence (`artifact_id`, `kind`, `media_type`, `sha256`). The
+/// manifest is the artifact `manifest_artifact_id` (kind `result_manifest`); `verify_artifact` on
+/// it re-builds it from the records and answers `valid: false` when anything it covers changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ResultIntegrity {
+    /// Always `sha256`.
+    pub algorithm: String,
+    /// SHA-256 of the manifest, 64 lowercase hex characters.
+    pub digest: String,
+    /// The manifest (get_artifact serves it, verify_artifact re-checks it).
+    pub manifest_artifact_id: String,
+}
+
+/// What checked a finished task's result, and why it counts as checked or not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultVerification {
+    /// Why, in words (the runtime's, never a model's).
+    pub reason: String,
+    /// `verified` or `unverified`.
+    pub state: ResultVerificationState,
+}
+
+impl ResultVerification {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(reason: String, state: ResultVerificationState) -> Self {
+        ResultVerification {
+            reason,
+            state,
+        }
+    }
+}
+
+/// Whether a finished task's result was checked: `verified` only when the task declared a
+/// postcondition, every clause held on the page the runtime evaluated it on, and evidence of that
+/// page was captured; `unverified` otherwise — a task that ends `succeeded` without evidence is
+/// `unverified`, whatever a model or a worker claims.
+///
+/// Serialized as its string; a value this SDK does not know is kept in `ResultVerificationState::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ResultVerificationState {
+    /// `verified`
+    Verified,
+    /// `unverified`
+    Unverified,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl ResultVerificationState {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [ResultVerificationState] = &[ResultVerificationState::Verified, ResultVerificationState::Unverified];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ResultVerificationState::Verified => "verified",
+            ResultVerificationState::Unverified => "unverified",
+            ResultVerificationState::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for ResultVerificationState {
+    fn from(s: &str) -> Self {
+        match s {
+            "verified" => ResultVerificationState::Verified,
+            "unverified" => ResultVerificationState::Unverified,
+            other => ResultVerificationState::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for ResultVerificationState {
+    fn from(s: String) -> Self {
+        ResultVerificationState::from(s.as_str())
+    }
+}
+
+impl fmt::Display for ResultVerificationState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ResultVerificationState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ResultVerificationState {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(ResultVerificationState::from)
+    }
+}
+
 /// Body of resume_task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ResumeTaskRequest {
@@ -4643,8 +4764,9 @@ pub struct Secret {
 /// What `GET /bap/v1` answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ServiceInfo {
-    /// Protocol adapters mounted (e.g. `mcp`).
-    pub adapters: Vec<String>,
+    /// The protocol adapters this node serves, with their versions, by `adapter_id` (from
+    /// `protocol_adapter`, written by the node at start).
+    pub adapters: Vec<ProtocolAdapter>,
     /// Always `bap`.
     pub protocol: String,
     /// BAP protocol version this server speaks.
@@ -4682,6 +4804,9 @@ pub struct Task {
     /// The condition close_task checks before the task may succeed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postcondition: Option<Postcondition>,
+    /// Set when close_task ended the task: its verifiable result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<TaskResult>,
     /// Where the task is in its lifecycle.
     pub state: TaskState,
     /// Task identifier.
@@ -4707,6 +4832,7 @@ impl Task {
             model_policy: None,
             policy: None,
             postcondition: None,
+            result: None,
             state,
             task_id,
             updated_at,
@@ -4838,6 +4964,34 @@ impl Serialize for TaskMode {
 impl<'de> Deserialize<'de> for TaskMode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         String::deserialize(deserializer).map(TaskMode::from)
+    }
+}
+
+/// A finished task's verifiable result, recorded by close_task and never changed. The task's
+/// `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was
+/// checked. Cancelled and expired tasks have none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskResult {
+    /// The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the
+    /// close's own come last.
+    pub evidence: Vec<Artifact>,
+    /// The digest of the result's manifest.
+    pub integrity: ResultIntegrity,
+    /// What the runtime found, in words.
+    pub summary: String,
+    /// Whether the result was checked, and why.
+    pub verification: ResultVerification,
+}
+
+impl TaskResult {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(evidence: Vec<Artifact>, integrity: ResultIntegrity, summary: String, verification: ResultVerification) -> Self {
+        TaskResult {
+            evidence,
+            integrity,
+            summary,
+            verification,
+        }
     }
 }
 

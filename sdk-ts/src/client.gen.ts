@@ -71,7 +71,10 @@ export type ApprovalRule = S["ApprovalRule"];
 export type ApprovalState = S["ApprovalState"];
 /** Content-addressed bytes (evidence, uploads). */
 export type Artifact = S["Artifact"];
-/** Kind of an artifact. */
+/**
+ * Kind of an artifact. `result_manifest` is a finished task's result manifest
+ * (`Task.result.integrity`).
+ */
 export type ArtifactKind = S["ArtifactKind"];
 /** An isolated browser context (own cookies and storage) owned by a task. */
 export type BrowserSession = S["BrowserSession"];
@@ -360,6 +363,10 @@ export type Problem = S["Problem"];
 export type ProblemCode = S["ProblemCode"];
 /** One validation failure. */
 export type ProblemViolation = S["ProblemViolation"];
+/**
+ * A protocol adapter the answering node serves, as it recorded it at start (`protocol_adapter`).
+ */
+export type ProtocolAdapter = S["ProtocolAdapter"];
 /** Where an artifact came from. */
 export type Provenance = S["Provenance"];
 /** Typed element query. Reaches into same- and cross-origin iframes and open shadow roots. */
@@ -409,6 +416,24 @@ export type RequestBlockedEvent = S["RequestBlockedEvent"];
 export type ResolveApprovalRequest = S["ResolveApprovalRequest"];
 /** Answer of resolve_approval; with `approve` it returns only after the held action ran. */
 export type ResolveApprovalResponse = S["ResolveApprovalResponse"];
+/**
+ * The digest of a finished task's result manifest: canonical JSON (keys sorted, no insignificant
+ * white space) of the task's id, state, summary and verification, its receipts (`receipt_id`,
+ * `command_id`, `operation`, `outcome`, `problem_code`, in the order its history issued them,
+ * through the close) and its evidence (`artifact_id`, `kind`, `media_type`, `sha256`). The manifest
+ * is the artifact `manifest_artifact_id` (kind `result_manifest`); `verify_artifact` on it
+ * re-builds it from the records and answers `valid: false` when anything it covers changed.
+ */
+export type ResultIntegrity = S["ResultIntegrity"];
+/** What checked a finished task's result, and why it counts as checked or not. */
+export type ResultVerification = S["ResultVerification"];
+/**
+ * Whether a finished task's result was checked: `verified` only when the task declared a
+ * postcondition, every clause held on the page the runtime evaluated it on, and evidence of that
+ * page was captured; `unverified` otherwise — a task that ends `succeeded` without evidence is
+ * `unverified`, whatever a model or a worker claims.
+ */
+export type ResultVerificationState = S["ResultVerificationState"];
 /** Body of resume_task. */
 export type ResumeTaskRequest = S["ResumeTaskRequest"];
 /** Answer of resume_task. */
@@ -454,6 +479,12 @@ export type TaskCreatedEvent = S["TaskCreatedEvent"];
  * run it, until the planner declares the goal done or a budget ends).
  */
 export type TaskMode = S["TaskMode"];
+/**
+ * A finished task's verifiable result, recorded by close_task and never changed. The task's `state`
+ * says it finished (`succeeded` or `failed`); `verification.state` says whether it was checked.
+ * Cancelled and expired tasks have none.
+ */
+export type TaskResult = S["TaskResult"];
 /**
  * A secret an agent may name in `act fill {secret_ref}` on a task: its reference, name and origins,
  * never its value (nor the operator's note).

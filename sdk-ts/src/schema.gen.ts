@@ -1107,10 +1107,10 @@ export interface components {
         };
         /**
          * ArtifactKind
-         * @description Kind of an artifact.
+         * @description Kind of an artifact. `result_manifest` is a finished task's result manifest (`Task.result.integrity`).
          * @enum {string}
          */
-        ArtifactKind: "screenshot" | "dom_snapshot" | "ax_snapshot" | "upload" | "other";
+        ArtifactKind: "screenshot" | "dom_snapshot" | "ax_snapshot" | "upload" | "result_manifest" | "other";
         /**
          * BrowserSession
          * @description An isolated browser context (own cookies and storage) owned by a task.
@@ -3572,6 +3572,8 @@ export interface components {
              * @description Identifies this occurrence of the problem.
              */
             instance?: string;
+            /** @description Why, for the codes that name reasons. `stale_node_handle`: `epoch_superseded` (the handle's document was replaced: navigation, reload, a frame's new document, a closed browsing context) or `session_lost` (the handle's browser session ended — lost with its node, or closed; a resumed session hands out new handles). */
+            reason?: string;
             /** @description Receipt of a command refused by policy (outcome `rejected`). */
             receipt?: components["schemas"]["Receipt"];
             /** @description HTTP status code of the answer. */
@@ -3604,6 +3606,26 @@ export interface components {
             message: string;
             /** @description JSON Pointer (RFC 6901) into the request body, or `#header:<name>` / `#query:<name>` for parameters. */
             pointer: string;
+        };
+        /**
+         * ProtocolAdapter
+         * @description A protocol adapter the answering node serves, as it recorded it at start (`protocol_adapter`).
+         * @example {
+         *       "adapter_id": "cdp",
+         *       "implementation": "Chrome/131.0.6778.85",
+         *       "name": "Chrome DevTools Protocol",
+         *       "protocol_version": "1.3"
+         *     }
+         */
+        ProtocolAdapter: {
+            /** @description Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the Chrome DevTools Protocol to this node's browser). */
+            adapter_id: string;
+            /** @description What implements it on this node when that is not BAP itself: the browser's product and version (for example `Chrome/131.0.6778.85`). */
+            implementation?: string;
+            /** @description What the adapter speaks, for people. */
+            name: string;
+            /** @description The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools protocol version). */
+            protocol_version: string;
         };
         /**
          * Provenance
@@ -4152,6 +4174,37 @@ export interface components {
             receipt: components["schemas"]["Receipt"];
         };
         /**
+         * ResultIntegrity
+         * @description The digest of a finished task's result manifest: canonical JSON (keys sorted, no insignificant white space) of the task's id, state, summary and verification, its receipts (`receipt_id`, `command_id`, `operation`, `outcome`, `problem_code`, in the order its history issued them, through the close) and its evidence (`artifact_id`, `kind`, `media_type`, `sha256`). The manifest is the artifact `manifest_artifact_id` (kind `result_manifest`); `verify_artifact` on it re-builds it from the records and answers `valid: false` when anything it covers changed.
+         */
+        ResultIntegrity: {
+            /**
+             * @description Always `sha256`.
+             * @constant
+             */
+            algorithm: "sha256";
+            /** @description SHA-256 of the manifest, 64 lowercase hex characters. */
+            digest: string;
+            /** @description The manifest (get_artifact serves it, verify_artifact re-checks it). */
+            manifest_artifact_id: string;
+        };
+        /**
+         * ResultVerification
+         * @description What checked a finished task's result, and why it counts as checked or not.
+         */
+        ResultVerification: {
+            /** @description Why, in words (the runtime's, never a model's). */
+            reason: string;
+            /** @description `verified` or `unverified`. */
+            state: components["schemas"]["ResultVerificationState"];
+        };
+        /**
+         * ResultVerificationState
+         * @description Whether a finished task's result was checked: `verified` only when the task declared a postcondition, every clause held on the page the runtime evaluated it on, and evidence of that page was captured; `unverified` otherwise — a task that ends `succeeded` without evidence is `unverified`, whatever a model or a worker claims.
+         * @enum {string}
+         */
+        ResultVerificationState: "verified" | "unverified";
+        /**
          * ResumeTaskRequest
          * @description Body of resume_task.
          * @example {
@@ -4363,15 +4416,30 @@ export interface components {
          * @description What `GET /bap/v1` answers.
          * @example {
          *       "adapters": [
-         *         "mcp"
+         *         {
+         *           "adapter_id": "bap-http",
+         *           "name": "BAP over HTTP",
+         *           "protocol_version": "1.0.0"
+         *         },
+         *         {
+         *           "adapter_id": "cdp",
+         *           "implementation": "Chrome/131.0.6778.85",
+         *           "name": "Chrome DevTools Protocol",
+         *           "protocol_version": "1.3"
+         *         },
+         *         {
+         *           "adapter_id": "mcp",
+         *           "name": "Model Context Protocol",
+         *           "protocol_version": "2026-07-28"
+         *         }
          *       ],
          *       "protocol": "bap",
          *       "version": "1.0.0"
          *     }
          */
         ServiceInfo: {
-            /** @description Protocol adapters mounted (e.g. `mcp`). */
-            adapters: string[];
+            /** @description The protocol adapters this node serves, with their versions, by `adapter_id` (from `protocol_adapter`, written by the node at start). */
+            adapters: components["schemas"]["ProtocolAdapter"][];
             /**
              * @description Always `bap`.
              * @constant
@@ -4431,6 +4499,8 @@ export interface components {
             policy?: components["schemas"]["Policy"];
             /** @description The condition close_task checks before the task may succeed. */
             postcondition?: components["schemas"]["Postcondition"];
+            /** @description Set when close_task ended the task: its verifiable result. */
+            result?: components["schemas"]["TaskResult"];
             /** @description Where the task is in its lifecycle. */
             state: components["schemas"]["TaskState"];
             /**
@@ -4539,6 +4609,20 @@ export interface components {
          * @enum {string}
          */
         TaskMode: "interactive" | "autonomous";
+        /**
+         * TaskResult
+         * @description A finished task's verifiable result, recorded by close_task and never changed. The task's `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was checked. Cancelled and expired tasks have none.
+         */
+        TaskResult: {
+            /** @description The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the close's own come last. */
+            evidence: components["schemas"]["Artifact"][];
+            /** @description The digest of the result's manifest. */
+            integrity: components["schemas"]["ResultIntegrity"];
+            /** @description What the runtime found, in words. */
+            summary: string;
+            /** @description Whether the result was checked, and why. */
+            verification: components["schemas"]["ResultVerification"];
+        };
         /**
          * TaskSecret
          * @description A secret an agent may name in `act fill {secret_ref}` on a task: its reference, name and origins, never its value (nor the operator's note).

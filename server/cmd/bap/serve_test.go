@@ -196,6 +196,7 @@ func TestServeEmbeddedDatabaseSurvivesRestartAndKill(t *testing.T) {
 		t.Fatalf("create_task over the socket: %d %v", status, body)
 	}
 	taskID := body["task"].(map[string]any)["task_id"].(string)
+	assertRecordedAdapters(t, r.listen)
 
 	// While it runs, neither `bap migrate` nor a second server may take its database over.
 	for _, args := range [][]string{{"migrate", "--data-dir", dir}, {"serve", "--data-dir", dir, "--listen", "127.0.0.1:0"}} {

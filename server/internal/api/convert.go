@@ -34,6 +34,9 @@ func toTask(t *app.Task) (apigen.Task, error) {
 	if t.Verification != "" {
 		out.Verification = ptr(apigen.Verification(t.Verification))
 	}
+	if r := t.Result; r != nil {
+		out.Result = ptr(toTaskResult(r))
+	}
 	pol := apigen.Policy{AllowedOrigins: t.Policy.AllowedOrigins}
 	if pol.AllowedOrigins == nil {
 		pol.AllowedOrigins = []string{}
@@ -64,6 +67,19 @@ func toTask(t *app.Task) (apigen.Task, error) {
 		out.Postcondition = &pc
 	}
 	return out, nil
+}
+
+// toTaskResult renders a finished task's verifiable result.
+func toTaskResult(r *app.ResultRecord) apigen.TaskResult {
+	ev := make([]apigen.Artifact, 0, len(r.Evidence))
+	for _, a := range r.Evidence {
+		ev = append(ev, toArtifact(a))
+	}
+	return apigen.TaskResult{
+		Summary: r.Summary, Evidence: ev,
+		Verification: apigen.ResultVerification{State: apigen.ResultVerificationState(r.VerificationState), Reason: r.VerificationReason},
+		Integrity:    apigen.ResultIntegrity{Algorithm: apigen.ResultIntegrityAlgorithmSha256, Digest: r.Digest, ManifestArtifactId: r.ManifestArtifactID},
+	}
 }
 
 func toModelPolicy(p app.ModelPolicy) *apigen.ModelPolicy {

@@ -22,6 +22,7 @@ type problem struct {
 	Status  int         `json:"status"`
 	Detail  string      `json:"detail"`
 	Code    app.Code    `json:"code"`
+	Reason  string      `json:"reason,omitempty"`
 	Errors  []Violation `json:"errors,omitempty"`
 	Receipt any         `json:"receipt,omitempty"`
 }
@@ -31,6 +32,7 @@ func newProblem(e *app.Error) (int, problem) {
 	status := e.Code.Status()
 	return status, problem{
 		Type: "urn:bap:problem:" + string(e.Code), Title: e.Code.Title(), Status: status, Detail: e.Detail, Code: e.Code,
+		Reason: e.Reason,
 	}
 }
 

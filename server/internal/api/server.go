@@ -40,8 +40,6 @@ type Options struct {
 	// Warnings, when set, lists the node's standing warnings (e.g. a browser without its sandbox);
 	// a ready /readyz carries them as its detail, so monitoring sees them.
 	Warnings func() []string
-	// Adapters lists the protocol adapters served, for GET /bap/v1.
-	Adapters []string
 	// Audit, when set, records refused requests (401, 403, 429) in the authorization audit trail.
 	Audit AuditLog
 	// Limiter, when set, bounds each client's request rate (429 rate_limited with Retry-After).
@@ -82,10 +80,9 @@ type server struct {
 	audit   AuditLog
 	limiter Limiter
 	// opMux maps a request to the operation whose route it matches (before any handler runs).
-	opMux    *http.ServeMux
-	adapters []string
-	stream   streamOptions
-	fwd      *forwarder // nil: a single node
+	opMux  *http.ServeMux
+	stream streamOptions
+	fwd    *forwarder // nil: a single node
 	// admission bounds the requests in flight (admission.go).
 	admission Admission
 }
@@ -112,15 +109,12 @@ func New(o Options) (http.Handler, error) {
 	if o.Ready == nil {
 		o.Ready = func(context.Context) error { return nil }
 	}
-	if o.Adapters == nil {
-		o.Adapters = []string{"bap-http"}
-	}
 	idx, err := loadSpec(apigen.OpenAPI)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{svc: o.Service, auth: o.Authenticator, log: o.Logger, maxBody: o.MaxBodyBytes,
-		ready: o.Ready, warn: o.Warnings, spec: idx, opMux: http.NewServeMux(), adapters: o.Adapters, audit: o.Audit, limiter: o.Limiter}
+		ready: o.Ready, warn: o.Warnings, spec: idx, opMux: http.NewServeMux(), audit: o.Audit, limiter: o.Limiter}
 	s.stream = newStreamOptions(o)
 	s.admission = o.Admission
 	if o.Cluster != nil {
@@ -471,7 +465,22 @@ func decode(body []byte, v any) error {
 // GetServiceInfo implements apigen.ServerInterface.
 func (s *server) GetServiceInfo(w http.ResponseWriter, r *http.Request) {
 	setOpLabel(r.Context(), "get_service_info")
-	writeJSON(w, http.StatusOK, apigen.ServiceInfo{Protocol: "bap", Version: version.BAP, Adapters: s.adapters})
+	// The adapters this node recorded at start (protocol_adapter), not a list kept in code.
+	recorded, err := s.svc.ProtocolAdapters(r.Context())
+	if err != nil {
+		s.log.Error("reading the protocol adapters", "err", err)
+		writeProblem(w, &app.Error{Code: app.CodeOverloaded, Detail: "the protocol adapters cannot be read now; retry", RetryAfter: time.Second})
+		return
+	}
+	adapters := make([]apigen.ProtocolAdapter, 0, len(recorded))
+	for _, a := range recorded {
+		pa := apigen.ProtocolAdapter{AdapterId: a.ID, Name: a.Name, ProtocolVersion: a.ProtocolVersion}
+		if a.Implementation != "" {
+			pa.Implementation = ptr(a.Implementation)
+		}
+		adapters = append(adapters, pa)
+	}
+	writeJSON(w, http.StatusOK, apigen.ServiceInfo{Protocol: "bap", Version: version.BAP, Adapters: adapters})
 }
 
 // GetHealthz implements apigen.ServerInterface.

@@ -176,11 +176,12 @@ func (e ApprovalState) Valid() bool {
 
 // Defines values for ArtifactKind.
 const (
-	ArtifactKindAxSnapshot  ArtifactKind = "ax_snapshot"
-	ArtifactKindDomSnapshot ArtifactKind = "dom_snapshot"
-	ArtifactKindOther       ArtifactKind = "other"
-	ArtifactKindScreenshot  ArtifactKind = "screenshot"
-	ArtifactKindUpload      ArtifactKind = "upload"
+	ArtifactKindAxSnapshot     ArtifactKind = "ax_snapshot"
+	ArtifactKindDomSnapshot    ArtifactKind = "dom_snapshot"
+	ArtifactKindOther          ArtifactKind = "other"
+	ArtifactKindResultManifest ArtifactKind = "result_manifest"
+	ArtifactKindScreenshot     ArtifactKind = "screenshot"
+	ArtifactKindUpload         ArtifactKind = "upload"
 )
 
 // Valid indicates whether the value is a known member of the ArtifactKind enum.
@@ -191,6 +192,8 @@ func (e ArtifactKind) Valid() bool {
 	case ArtifactKindDomSnapshot:
 		return true
 	case ArtifactKindOther:
+		return true
+	case ArtifactKindResultManifest:
 		return true
 	case ArtifactKindScreenshot:
 		return true
@@ -870,6 +873,39 @@ func (e RequestBlockedDataReason) Valid() bool {
 	}
 }
 
+// Defines values for ResultIntegrityAlgorithm.
+const (
+	ResultIntegrityAlgorithmSha256 ResultIntegrityAlgorithm = "sha256"
+)
+
+// Valid indicates whether the value is a known member of the ResultIntegrityAlgorithm enum.
+func (e ResultIntegrityAlgorithm) Valid() bool {
+	switch e {
+	case ResultIntegrityAlgorithmSha256:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ResultVerificationState.
+const (
+	ResultVerificationStateUnverified ResultVerificationState = "unverified"
+	ResultVerificationStateVerified   ResultVerificationState = "verified"
+)
+
+// Valid indicates whether the value is a known member of the ResultVerificationState enum.
+func (e ResultVerificationState) Valid() bool {
+	switch e {
+	case ResultVerificationStateUnverified:
+		return true
+	case ResultVerificationStateVerified:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SafetyJudgedDataVerdict.
 const (
 	SafetyJudgedDataVerdictAllow   SafetyJudgedDataVerdict = "allow"
@@ -1472,7 +1508,7 @@ type Artifact struct {
 	TaskId *string `json:"task_id,omitempty"`
 }
 
-// ArtifactKind Kind of an artifact.
+// ArtifactKind Kind of an artifact. `result_manifest` is a finished task's result manifest (`Task.result.integrity`).
 type ArtifactKind string
 
 // BrowserSession An isolated browser context (own cookies and storage) owned by a task.
@@ -3493,6 +3529,9 @@ type Problem struct {
 	// Instance Identifies this occurrence of the problem.
 	Instance *string `json:"instance,omitempty"`
 
+	// Reason Why, for the codes that name reasons. `stale_node_handle`: `epoch_superseded` (the handle's document was replaced: navigation, reload, a frame's new document, a closed browsing context) or `session_lost` (the handle's browser session ended — lost with its node, or closed; a resumed session hands out new handles).
+	Reason *string `json:"reason,omitempty"`
+
 	// Receipt Receipt of a command refused by policy (outcome `rejected`).
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
@@ -3520,6 +3559,23 @@ type ProblemViolation struct {
 
 	// Pointer JSON Pointer (RFC 6901) into the request body, or `#header:<name>` / `#query:<name>` for parameters.
 	Pointer string `json:"pointer"`
+}
+
+// ProtocolAdapter A protocol adapter the answering node serves, as it recorded it at start (`protocol_adapter`).
+//
+// Examples: {"adapter_id":"cdp","implementation":"Chrome/131.0.6778.85","name":"Chrome DevTools Protocol","protocol_version":"1.3"}
+type ProtocolAdapter struct {
+	// AdapterId Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the Chrome DevTools Protocol to this node's browser).
+	AdapterId string `json:"adapter_id"`
+
+	// Implementation What implements it on this node when that is not BAP itself: the browser's product and version (for example `Chrome/131.0.6778.85`).
+	Implementation *string `json:"implementation,omitempty"`
+
+	// Name What the adapter speaks, for people.
+	Name string `json:"name"`
+
+	// ProtocolVersion The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools protocol version).
+	ProtocolVersion string `json:"protocol_version"`
 }
 
 // Provenance Where an artifact came from.
@@ -4000,6 +4056,33 @@ type ResolveApprovalResponse struct {
 	Receipt Receipt `json:"receipt"`
 }
 
+// ResultIntegrity The digest of a finished task's result manifest: canonical JSON (keys sorted, no insignificant white space) of the task's id, state, summary and verification, its receipts (`receipt_id`, `command_id`, `operation`, `outcome`, `problem_code`, in the order its history issued them, through the close) and its evidence (`artifact_id`, `kind`, `media_type`, `sha256`). The manifest is the artifact `manifest_artifact_id` (kind `result_manifest`); `verify_artifact` on it re-builds it from the records and answers `valid: false` when anything it covers changed.
+type ResultIntegrity struct {
+	// Algorithm Always `sha256`.
+	Algorithm ResultIntegrityAlgorithm `json:"algorithm"`
+
+	// Digest SHA-256 of the manifest, 64 lowercase hex characters.
+	Digest string `json:"digest"`
+
+	// ManifestArtifactId The manifest (get_artifact serves it, verify_artifact re-checks it).
+	ManifestArtifactId string `json:"manifest_artifact_id"`
+}
+
+// ResultIntegrityAlgorithm Always `sha256`.
+type ResultIntegrityAlgorithm string
+
+// ResultVerification What checked a finished task's result, and why it counts as checked or not.
+type ResultVerification struct {
+	// Reason Why, in words (the runtime's, never a model's).
+	Reason string `json:"reason"`
+
+	// State `verified` or `unverified`.
+	State ResultVerificationState `json:"state"`
+}
+
+// ResultVerificationState Whether a finished task's result was checked: `verified` only when the task declared a postcondition, every clause held on the page the runtime evaluated it on, and evidence of that page was captured; `unverified` otherwise — a task that ends `succeeded` without evidence is `unverified`, whatever a model or a worker claims.
+type ResultVerificationState string
+
 // ResumeTaskRequest Body of resume_task.
 //
 // Examples: {"checkpoint_id":"chk_6yZ8aB0cD2eF"}
@@ -4155,10 +4238,10 @@ type Secret struct {
 
 // ServiceInfo What `GET /bap/v1` answers.
 //
-// Examples: {"adapters":["mcp"],"protocol":"bap","version":"1.0.0"}
+// Examples: {"adapters":[{"adapter_id":"bap-http","name":"BAP over HTTP","protocol_version":"1.0.0"},{"adapter_id":"cdp","implementation":"Chrome/131.0.6778.85","name":"Chrome DevTools Protocol","protocol_version":"1.3"},{"adapter_id":"mcp","name":"Model Context Protocol","protocol_version":"2026-07-28"}],"protocol":"bap","version":"1.0.0"}
 type ServiceInfo struct {
-	// Adapters Protocol adapters mounted (e.g. `mcp`).
-	Adapters []string `json:"adapters"`
+	// Adapters The protocol adapters this node serves, with their versions, by `adapter_id` (from `protocol_adapter`, written by the node at start).
+	Adapters []ProtocolAdapter `json:"adapters"`
 
 	// Protocol Always `bap`.
 	Protocol ServiceInfoProtocol `json:"protocol"`
@@ -4211,6 +4294,9 @@ type Task struct {
 	//
 	// Examples: {"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}
 	Postcondition *Postcondition `json:"postcondition,omitempty"`
+
+	// Result Set when close_task ended the task: its verifiable result.
+	Result *TaskResult `json:"result,omitempty"`
 
 	// State Where the task is in its lifecycle.
 	State TaskState `json:"state"`
@@ -4305,6 +4391,21 @@ type TaskCreatedEvent struct {
 
 // TaskMode How a task is driven: `interactive` (the default: a client sends each command, or the server runs the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the orchestrator's planner model for one typed step at a time, check it against the task's policy and run it, until the planner declares the goal done or a budget ends).
 type TaskMode string
+
+// TaskResult A finished task's verifiable result, recorded by close_task and never changed. The task's `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was checked. Cancelled and expired tasks have none.
+type TaskResult struct {
+	// Evidence The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the close's own come last.
+	Evidence []Artifact `json:"evidence"`
+
+	// Integrity The digest of the result's manifest.
+	Integrity ResultIntegrity `json:"integrity"`
+
+	// Summary What the runtime found, in words.
+	Summary string `json:"summary"`
+
+	// Verification Whether the result was checked, and why.
+	Verification ResultVerification `json:"verification"`
+}
 
 // TaskSecret A secret an agent may name in `act fill {secret_ref}` on a task: its reference, name and origins, never its value (nor the operator's note).
 //

@@ -122,7 +122,7 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 	case errors.As(err, &nav):
 		return Errorf(CodeNavigationFailed, "navigation to %s failed: %s", nav.URL, nav.Reason), task.Rejected
 	case errors.Is(err, page.ErrStaleNodeHandle):
-		return &Error{Code: CodeStaleNodeHandle, Detail: "the node handle belongs to a document that is gone; observe or query again"}, task.Rejected
+		return staleHandleProblem(err), task.Rejected // with its reason (handles.go)
 	case errors.Is(err, page.ErrNoSuchContext):
 		return &Error{Code: CodeNotFound, Detail: "no such browsing context in this session"}, task.Rejected
 	case errors.Is(err, page.ErrNoSuchNode):
@@ -628,6 +628,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 	if rec.State == SessionOpen {
 		effect, rule, spec, err := s.approvalRule(ctx, call.Actor, rec, req)
 		if err != nil {
+			err = s.explainHandle(ctx, call.Actor.Tenant, sessionID, err, req.NodeID, actWithin(req))
 			if e, _ := browserProblem(err, false); e != nil {
 				return Response{}, e
 			}
@@ -649,7 +650,10 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			if err == nil && res.Held != nil {
 				return holdScreenshot(ctx, sess, res), nil
 			}
-			return res, err
+			if err != nil {
+				return nil, s.explainHandle(ctx, call.Actor.Tenant, sessionID, err, req.NodeID, actWithin(req))
+			}
+			return res, nil
 		}),
 		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
 			rec := plan.(*sessionPlan).rec
@@ -726,23 +730,51 @@ const readTimeout = defaultCommandTimeout
 
 // Observe returns a compact snapshot of a browsing context, with handles on every node an
 // action can target. It is a read: no command, no receipt.
+// Every handle it hands out is recorded (handles.go) before the snapshot is returned.
 func (s *Service) Observe(ctx context.Context, actor Actor, sessionID string, req page.ObserveRequest) (*page.Snapshot, error) {
 	return read(ctx, s, actor, sessionID, func(ctx context.Context, sess BrowserSession) (*page.Snapshot, error) {
-		return sess.Observe(ctx, req)
+		snap, err := sess.Observe(ctx, req)
+		if err != nil {
+			return nil, s.explainHandle(ctx, actor.Tenant, sessionID, err, req.Within)
+		}
+		b := HandleBatch{ContextID: snap.ContextID, EpochID: snap.EpochID, URL: snap.URL}
+		for _, c := range snap.Contexts {
+			if c.ContextID == snap.ContextID {
+				b.Opener = c.Opener
+			}
+		}
+		return snap, s.recordHandles(ctx, actor.Tenant, sessionID, b, snap.Nodes)
 	})
 }
 
-// QueryNodes finds nodes by a typed query, best match first.
+// QueryNodes finds nodes by a typed query, best match first. The handles it hands out are
+// recorded as observe's are.
 func (s *Service) QueryNodes(ctx context.Context, actor Actor, sessionID string, req page.QueryRequest) (*page.QueryResult, error) {
 	return read(ctx, s, actor, sessionID, func(ctx context.Context, sess BrowserSession) (*page.QueryResult, error) {
-		return sess.QueryNodes(ctx, req)
+		res, err := sess.QueryNodes(ctx, req)
+		if err != nil {
+			return nil, s.explainHandle(ctx, actor.Tenant, sessionID, err, req.Query.Within)
+		}
+		contextID := req.ContextID
+		if contextID == "" {
+			contextID = sess.DefaultContext()
+		}
+		return res, s.recordHandles(ctx, actor.Tenant, sessionID, HandleBatch{ContextID: contextID, EpochID: res.EpochID}, res.Nodes)
 	})
 }
 
 // Extract reads structured data from the page.
 func (s *Service) Extract(ctx context.Context, actor Actor, sessionID string, req page.ExtractRequest) (*page.ExtractResult, error) {
 	return read(ctx, s, actor, sessionID, func(ctx context.Context, sess BrowserSession) (*page.ExtractResult, error) {
-		return sess.Extract(ctx, req)
+		res, err := sess.Extract(ctx, req)
+		if err != nil {
+			within := ""
+			if req.Query != nil {
+				within = req.Query.Within
+			}
+			return nil, s.explainHandle(ctx, actor.Tenant, sessionID, err, req.NodeID, within)
+		}
+		return res, nil
 	})
 }
 

@@ -50,6 +50,9 @@ type Error struct {
 	Code       Code
 	Detail     string
 	RetryAfter time.Duration
+	// Reason refines Code where the spec names reasons (the problem's `reason`): for
+	// stale_node_handle, HandleEpochSuperseded or HandleSessionLost.
+	Reason string
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Detail }

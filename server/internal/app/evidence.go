@@ -238,5 +238,12 @@ func (s *Service) VerifyArtifact(ctx context.Context, actor Actor, artifactID st
 	valid := sha256Hex(content) == a.SHA256 && int64(len(content)) == a.Size &&
 		chain.TaskOK && chain.SessionOK && chain.EpochOK && chain.CommandOK &&
 		(a.CommandID == "" || chain.ReceiptID != "")
+	// A task result's manifest is valid only while the records it was built from still build it
+	// (result.go): its receipts, its evidence's digests, the result and the task's state.
+	if isManifest, ok, err := s.verifyManifest(ctx, a, content); err != nil {
+		return nil, err
+	} else if isManifest && !ok {
+		valid = false
+	}
 	return &VerifyResult{Artifact: a, Valid: valid, ReceiptID: chain.ReceiptID}, nil
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -119,12 +120,25 @@ func (s *Service) GetTask(ctx context.Context, actor Actor, taskID string) (*Tas
 		return nil, err
 	}
 	if t.Deadline == nil || t.State.Terminal() || s.cfg.Now().Before(*t.Deadline) {
-		return t, nil
+		return s.withResult(ctx, t)
 	}
 	if err := s.expireTask(ctx, TaskRef{Tenant: actor.Tenant, TaskID: taskID}); err != nil {
 		return nil, err
 	}
 	return s.store.GetTask(ctx, actor.Tenant, taskID)
+}
+
+// withResult attaches a closed task's result.
+func (s *Service) withResult(ctx context.Context, t *Task) (*Task, error) {
+	if t.State != task.Succeeded && t.State != task.Failed {
+		return t, nil
+	}
+	r, err := s.store.GetTaskResult(ctx, t.Tenant, t.ID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	t.Result = r // nil for a task closed before results were recorded
+	return t, nil
 }
 
 // MaxEventPage is the largest page list_task_events returns.
@@ -272,6 +286,14 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")
 		if err != nil {
+			return nil, err
+		}
+		nclauses := 0
+		if len(c.t.Postcondition) > 0 {
+			clauses, _ := postconditionClauses(c.t.Postcondition)
+			nclauses = len(clauses)
+		}
+		if _, err := c.recordResult(ctx, verification, nclauses, len(res.Unmet)); err != nil {
 			return nil, err
 		}
 		return &CloseResult{Task: c.t, Postcondition: res, Evidence: arts, Receipt: rc}, nil

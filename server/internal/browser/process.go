@@ -140,6 +140,8 @@ type process struct {
 	exited  chan struct{}
 	output  *tailBuffer
 	stopped sync.Once
+	// version is what the browser said it is when it started (Browser.getVersion).
+	version browser.GetVersionResult
 }
 
 // browserAccount resolves the account the browser runs as: cfg.RunAsUser (or
@@ -419,7 +421,8 @@ func launch(ctx context.Context, bin string, cfg Config, log *slog.Logger) (*pro
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := call(ctx, p.conn.root, browser.GetVersion, struct{}{}); err != nil {
+	v, err := call(ctx, p.conn.root, browser.GetVersion, struct{}{})
+	if err != nil {
 		p.stop()
 		msg := out.String()
 		if serr := sandboxFailure(msg); serr != nil {
@@ -427,6 +430,7 @@ func launch(ctx context.Context, bin string, cfg Config, log *slog.Logger) (*pro
 		}
 		return nil, fmt.Errorf("%w: the browser did not answer: %w; output: %s", ErrUnavailable, err, tailOf(msg, 2000))
 	}
+	p.version = v
 	if cfg.NoSandbox {
 		log.Warn("Chromium runs without its sandbox (--browser-no-sandbox): a compromised renderer has the browser user's rights",
 			"user", acct.Name, "uid", acct.UID)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/browser"
+	"github.com/originweave/bap/server/internal/version"
 )
 
 // startBrowser starts this node's Chromium. Without one the server still runs: browser operations
@@ -40,6 +41,27 @@ func startBrowser(ctx context.Context, cfg Config, log *slog.Logger) (app.Browse
 			log.Warn("closing the browser", "err", err)
 		}
 	}
+}
+
+// versioned is a browser that says which product and DevTools protocol version it runs.
+type versioned interface {
+	Version() (product, protocol string)
+}
+
+// nodeAdapters are the protocol adapters this node serves, with their versions: BAP over HTTP,
+// MCP (every node mounts /mcp) and, when its browser runs, CDP with the browser's version.
+func nodeAdapters(br app.Browser) []app.ProtocolAdapter {
+	out := []app.ProtocolAdapter{
+		{ID: app.AdapterBAPHTTP, Name: "BAP over HTTP", ProtocolVersion: version.BAP},
+		{ID: app.AdapterMCP, Name: "Model Context Protocol", ProtocolVersion: version.MCP},
+	}
+	if v, ok := br.(versioned); ok {
+		if product, protocol := v.Version(); protocol != "" {
+			out = append(out, app.ProtocolAdapter{ID: app.AdapterCDP, Name: "Chrome DevTools Protocol",
+				ProtocolVersion: protocol, Implementation: product})
+		}
+	}
+	return out
 }
 
 // BrowserNoSandboxWarning is the standing warning of a node whose browser runs without its sandbox

@@ -188,6 +188,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := svc.RegisterNode(ctx, cfg.AdvertiseURL, version.Software); err != nil {
 		return err
 	}
+	if err := svc.RecordAdapters(ctx, nodeAdapters(br)); err != nil { // for GET /bap/v1 (browser.go)
+		return err
+	}
 	if cfg.DatabaseURL == "" {
 		if err := succeedDataDirNode(ctx, svc, cfg.DataDir, nodeID, log); err != nil {
 			return err

@@ -60,7 +60,6 @@ func mountMCP(cfg Config, o *api.Options, log *slog.Logger, secret []byte) (func
 		return nil, err
 	}
 	o.Mount = append(o.Mount, api.Mount{Pattern: "/mcp", Label: "mcp", Handler: h})
-	o.Adapters = []string{"bap-http", "mcp"}
 	if cfg.MCPConformanceFixtures {
 		f, err := mcpserver.NewConformance(mo)
 		if err != nil {

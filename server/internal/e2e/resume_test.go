@@ -82,15 +82,15 @@ func TestResumeChecksAreExact(t *testing.T) {
 	if res.str("task", "state") != "running" || newSID == sid {
 		t.Fatalf("resume: %s", res.raw)
 	}
-	// On the lost session it is refused with the session; in the resumed one it names no element
-	// (it belongs to another session: 404 until handles are durable records, issue #23 item 1) and
-	// is recorded as a rejected command.
+	// On the lost session it is refused with the session; in the resumed one it is stale (its
+	// record says its session was lost, issue #23 item 1), never 404, and is recorded as a
+	// rejected command.
 	if r := s.call(t, "POST", "/bap/v1/browser-sessions/"+sid+"/act", "exact-stale-old", map[string]any{"action": "click", "node_id": logout}); r.status != 409 || r.str("code") != "browser_session_lost" {
 		t.Fatalf("a handle of the checkpoint's epoch on the lost session: %d %s, want 409 browser_session_lost", r.status, r.raw)
 	}
 	r := s.call(t, "POST", "/bap/v1/browser-sessions/"+newSID+"/act", "exact-stale", map[string]any{"action": "click", "node_id": logout})
-	if code := r.str("code"); r.status < 400 || (code != "stale_node_handle" && code != "not_found") || r.str("receipt", "outcome") != "rejected" {
-		t.Fatalf("a handle of the checkpoint's epoch in the resumed session: %d %s, want it refused", r.status, r.raw)
+	if r.status != 409 || r.str("code") != "stale_node_handle" || r.str("reason") != "session_lost" || r.str("receipt", "outcome") != "rejected" {
+		t.Fatalf("a handle of the checkpoint's epoch in the resumed session: %d %s, want 409 stale_node_handle (session_lost)", r.status, r.raw)
 	}
 	if got := s.pageText(t, newSID); !strings.Contains(got, "signed in: "+signedInAs) {
 		t.Fatalf("the resumed session is not signed in (the stale handle clicked Log out?): %q", got)
