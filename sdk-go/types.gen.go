@@ -1342,6 +1342,19 @@ type ApprovalRequestedData struct {
 
 	// Reason Why approval is needed.
 	Reason string `json:"reason"`
+
+	// Target For a held request: what the act that sent it aimed at, as its query named it (the role and accessible name of the element acted on), so that the approver sees which control sent it. Absent when the act named a node handle.
+	Target *struct {
+		// Name The accessible name the act's query named.
+		//
+		// Examples: Place order
+		Name *string `json:"name,omitempty"`
+
+		// Role The WAI-ARIA role the act's query named.
+		//
+		// Examples: button
+		Role string `json:"role"`
+	} `json:"target,omitempty"`
 }
 
 // ApprovalRequestedEvent An Event of type `approval.requested`.
@@ -2732,6 +2745,11 @@ type HealthStatus struct {
 
 // HeldRequest A request with a non-safe method that a `form_submission` rule holds inside the browser, unsent, until its approval is resolved.
 type HeldRequest struct {
+	// Digest The keyed digest (HMAC-SHA-256 under the server key, hex) that binds the approval to this exact request: its method, URL and body in this browser session. It reveals nothing of the body; approving releases only the request with this digest.
+	//
+	// Examples: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+	Digest *string `json:"digest,omitempty"`
+
 	// Method The request's HTTP method (POST, PUT, PATCH, DELETE, …).
 	//
 	// Examples: POST

@@ -413,6 +413,10 @@ class ApprovalRequestedData(TypedDict):
     expires_at: NotRequired[str]
     #: Why approval is needed.
     reason: str
+    #: For a held request: what the act that sent it aimed at, as its query named it (the role and
+    #: accessible name of the element acted on), so that the approver sees which control sent it.
+    #: Absent when the act named a node handle.
+    target: NotRequired[dict[str, Any]]
 
 
 class ApprovalRequestedEvent(TypedDict):
@@ -1397,6 +1401,10 @@ class HeldRequest(TypedDict):
     until its approval is resolved.
     """
 
+    #: The keyed digest (HMAC-SHA-256 under the server key, hex) that binds the approval to this
+    #: exact request: its method, URL and body in this browser session. It reveals nothing of the
+    #: body; approving releases only the request with this digest.
+    digest: NotRequired[str]
     #: The request's HTTP method (POST, PUT, PATCH, DELETE, …).
     method: str
     #: Where it would go, without userinfo, query or fragment.

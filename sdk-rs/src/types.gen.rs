@@ -699,6 +699,11 @@ pub struct ApprovalRequestedData {
     pub expires_at: Option<String>,
     /// Why approval is needed.
     pub reason: String,
+    /// For a held request: what the act that sent it aimed at, as its query named it (the role and
+    /// accessible name of the element acted on), so that the approver sees which control sent it.
+    /// Absent when the act named a node handle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// An Event of type `approval.requested`.
@@ -2738,6 +2743,11 @@ impl HealthStatus {
 /// until its approval is resolved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct HeldRequest {
+    /// The keyed digest (HMAC-SHA-256 under the server key, hex) that binds the approval to this
+    /// exact request: its method, URL and body in this browser session. It reveals nothing of the
+    /// body; approving releases only the request with this digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
     /// The request's HTTP method (POST, PUT, PATCH, DELETE, …).
     pub method: String,
     /// Where it would go, without userinfo, query or fragment.

@@ -937,6 +937,19 @@ export interface components {
             expires_at?: string;
             /** @description Why approval is needed. */
             reason: string;
+            /** @description For a held request: what the act that sent it aimed at, as its query named it (the role and accessible name of the element acted on), so that the approver sees which control sent it. Absent when the act named a node handle. */
+            target?: {
+                /**
+                 * @description The accessible name the act's query named.
+                 * @example Place order
+                 */
+                name?: string;
+                /**
+                 * @description The WAI-ARIA role the act's query named.
+                 * @example button
+                 */
+                role: string;
+            };
         };
         /**
          * ApprovalRequestedEvent
@@ -2636,6 +2649,11 @@ export interface components {
          * @description A request with a non-safe method that a `form_submission` rule holds inside the browser, unsent, until its approval is resolved.
          */
         HeldRequest: {
+            /**
+             * @description The keyed digest (HMAC-SHA-256 under the server key, hex) that binds the approval to this exact request: its method, URL and body in this browser session. It reveals nothing of the body; approving releases only the request with this digest.
+             * @example 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
+             */
+            digest?: string;
             /**
              * @description The request's HTTP method (POST, PUT, PATCH, DELETE, …).
              * @example POST

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -135,6 +137,9 @@ func toApproval(a *app.Approval) apigen.Approval {
 	}
 	if a.HeldMethod != "" {
 		out.HeldRequest = &apigen.HeldRequest{Method: a.HeldMethod, Url: a.HeldURL}
+		if len(a.Digest) == sha256.Size {
+			out.HeldRequest.Digest = ptr(hex.EncodeToString(a.Digest))
+		}
 	}
 	if a.ScreenshotArtifactID != "" {
 		out.ScreenshotArtifactId = ptr(a.ScreenshotArtifactID)
