@@ -134,8 +134,8 @@ export interface BapEvent {
   seq: number;
   type: string;
   time: string;
-  actor?: string;
-  cause?: string;
+  actor?: { kind: string; id: string };
+  cause?: { command_id?: string; event_id?: string; reason?: string };
   data: Record<string, unknown>;
 }
 

@@ -25,7 +25,8 @@ export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Attrs = 
 export function append(el: Node, ...children: Child[]): void {
   for (const c of children) {
     if (c === null || c === undefined || c === false) continue;
-    el.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+    // Anything but a node is shown as text: a value from the wire never becomes markup.
+    el.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
   }
 }
 

@@ -33,7 +33,8 @@ export function inbox(main: HTMLElement): View {
     timers.splice(0).forEach((t) => clearInterval(t));
     const open = new Set(Array.from(list.querySelectorAll<HTMLElement>("[data-approval]"), (el) => el.dataset["approval"] ?? ""));
     const keep = new Set(res.approvals.map((a) => a.approval_id));
-    for (const id of open) if (!keep.has(id)) list.querySelector(`[data-approval="${id}"]`)?.remove();
+    // A card decided here stays, with its result, until the page is left; others go once closed.
+    for (const id of open) if (!keep.has(id)) list.querySelector(`[data-approval="${id}"]:not([data-decided])`)?.remove();
     for (const a of res.approvals) {
       let card = list.querySelector<HTMLElement>(`[data-approval="${a.approval_id}"]`);
       if (!card) {
@@ -48,7 +49,7 @@ export function inbox(main: HTMLElement): View {
       }
     }
     list.querySelector(".empty")?.remove();
-    if (res.approvals.length === 0) list.append(h("p", { class: "empty" }, "Nothing waits for a decision."));
+    if (list.querySelector("[data-approval]") === null) list.append(h("p", { class: "empty" }, "Nothing waits for a decision."));
   }
 
   // One load at a time; events during a load ask for one more.
@@ -100,10 +101,12 @@ function render(a: Approval, goal: string, tg: Target | undefined): HTMLElement 
   const out = h("p", { class: "result", hidden: true, role: "status" });
   const decide = async (decision: "approve" | "deny", buttons: HTMLButtonElement[]) => {
     buttons.forEach((b) => (b.disabled = true));
+    card.dataset["decided"] = "sending"; // its approval.resolved may arrive before this answer
     const body: { decision: string; reason?: string } = { decision };
     if (note.value.trim()) body.reason = note.value.trim();
     try {
       const res = await call<{ approval: Approval; action_receipt?: { outcome: string } }>("POST", `/bap/v1/approvals/${a.approval_id}/resolve`, body, true);
+      card.dataset["decided"] = res.approval.state;
       out.className = "result ok";
       out.textContent = `${res.approval.state === "approved" ? "Approved" : "Denied"} by ${res.approval.resolved_by ?? "you"}` +
         (res.action_receipt ? `; the held action ran: ${res.action_receipt.outcome}` : "");
@@ -111,6 +114,7 @@ function render(a: Approval, goal: string, tg: Target | undefined): HTMLElement 
     } catch (e: unknown) {
       out.className = "result bad";
       out.textContent = e instanceof ApiError ? `Refused: ${e.problem.detail} (${e.problem.code})` : String(e);
+      delete card.dataset["decided"];
       buttons.forEach((b) => (b.disabled = false));
     }
     out.hidden = false;

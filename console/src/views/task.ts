@@ -26,6 +26,12 @@ function summary(e: BapEvent): Node {
   return h("span", {}, ...parts);
 }
 
+function cause(e: BapEvent): string {
+  const c = e.cause;
+  if (!c) return "";
+  return [c.reason, c.command_id, c.event_id].filter((v): v is string => typeof v === "string" && v !== "").join(" ");
+}
+
 export function taskPage(main: HTMLElement, taskID: string): View {
   const head = h("div", {});
   const rows = h("tbody", {});
@@ -53,7 +59,7 @@ export function taskPage(main: HTMLElement, taskID: string): View {
     if (e.seq <= last) return;
     last = e.seq;
     append(rows, h("tr", { "data-seq": String(e.seq) }, h("td", {}, String(e.seq)), h("td", {}, when(e.time)), h("td", {}, h("code", {}, e.type)),
-      h("td", {}, e.actor ?? ""), h("td", {}, e.cause ?? ""), h("td", {}, summary(e))));
+      h("td", {}, e.actor ? `${e.actor.kind} ${e.actor.id}` : ""), h("td", {}, cause(e)), h("td", {}, summary(e))));
   }
   // Reads the history after the last seq shown: the stream says something happened, the history
   // says what, in order, exactly once.

@@ -19,6 +19,13 @@ const CSRFHeader = "X-BAP-CSRF"
 // the tenant's id.
 const ClientPrefix = "cli_console_"
 
+// Scopes are what the console asks a person's token for in the remote profile (its client is
+// registered with these: auth.ConsoleScopes).
+var Scopes = []string{
+	"bap:tasks.read", "bap:tasks.write", "bap:browser.observe", "bap:browser.act",
+	"bap:approvals.request", "bap:approvals.resolve", "bap:artifacts.read", "bap:events.read",
+}
+
 // ClientID is the console's public OAuth client of tenant.
 func ClientID(tenant string) string { return ClientPrefix + tenant }
 

@@ -136,7 +136,7 @@ type configDoc struct {
 func (h *Handler) config(w http.ResponseWriter, _ *http.Request) {
 	d := configDoc{Profile: h.o.Profile}
 	if h.o.Profile == ProfileRemote {
-		d.Issuer, d.Resource, d.Scopes, d.ClientPrefix = h.o.Issuer, h.o.Resource, api.AllScopes, ClientPrefix
+		d.Issuer, d.Resource, d.Scopes, d.ClientPrefix = h.o.Issuer, h.o.Resource, Scopes, ClientPrefix
 	} else {
 		d.CSRFHeader = CSRFHeader
 	}

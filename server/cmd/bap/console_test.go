@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/originweave/bap/server/internal/pgcluster"
+)
+
+// The operator console (issue #18) in a real browser: console/test/driver.mjs drives the system
+// Chromium with playwright-core (installed by scripts/install-console-tools.sh, no browser
+// download) and these tests assert on what the site and the database recorded. With
+// BAP_CONSOLE_SCREENSHOTS=DIR they also leave each page's picture in DIR (docs/console.md's are
+// made so: BAP_CONSOLE_SCREENSHOTS=$PWD/docs/console go test -run TestConsole ./server/cmd/bap).
+
+// browserDriver is one driver.mjs process: one browser, one page.
+type browserDriver struct {
+	t   *testing.T
+	in  io.WriteCloser
+	out *bufio.Scanner
+	mu  sync.Mutex
+}
+
+// newBrowserDriver starts the driver on the system Chromium; it fails (never skips) when the
+// console's tools are not installed.
+func newBrowserDriver(t *testing.T) *browserDriver {
+	t.Helper()
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(root, "console", "test", "driver.mjs")
+	if _, err := os.Stat(filepath.Join(root, "console", "node_modules", "playwright-core", "index.js")); err != nil {
+		t.Fatalf("the console's test tools are not installed (run scripts/install-console-tools.sh, as make test does): %v", err)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	chromium := os.Getenv("BAP_CHROMIUM")
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if chromium != "" {
+			break
+		}
+		chromium, _ = exec.LookPath(name)
+	}
+	if chromium == "" {
+		t.Fatal("no Chromium on PATH (BAP_CHROMIUM unset)")
+	}
+	cmd := exec.Command(node, script, chromium)
+	cmd.Env = append(os.Environ(), "PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &browserDriver{t: t, in: in, out: bufio.NewScanner(out)}
+	d.out.Buffer(make([]byte, 1<<20), 16<<20)
+	t.Cleanup(func() {
+		_ = in.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("driver stderr:\n%s", stderr.String())
+		}
+	})
+	if !d.out.Scan() {
+		t.Fatalf("the browser driver did not start: %s", stderr.String())
+	}
+	return d
+}
+
+// try sends one command and returns its answer, or the driver's error.
+func (d *browserDriver) try(cmd map[string]any) (map[string]any, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	b, _ := json.Marshal(cmd)
+	if _, err := d.in.Write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+	if !d.out.Scan() {
+		return nil, fmt.Errorf("the browser driver exited: %v", d.out.Err())
+	}
+	var res map[string]any
+	if err := json.Unmarshal(d.out.Bytes(), &res); err != nil {
+		return nil, err
+	}
+	if res["ok"] != true {
+		return res, fmt.Errorf("%v", res["error"])
+	}
+	return res, nil
+}
+
+// do sends one command; a failure fails the test with the page's console messages.
+func (d *browserDriver) do(cmd map[string]any) map[string]any {
+	d.t.Helper()
+	res, err := d.try(cmd)
+	if err != nil {
+		logs, _ := d.try(map[string]any{"op": "logs"})
+		d.t.Fatalf("browser %v: %v\npage console: %v", cmd, err, logs["logs"])
+	}
+	return res
+}
+
+func role(r, name string) map[string]any { return map[string]any{"role": r, "name": name} }
+func css(sel string) map[string]any      { return map[string]any{"css": sel} }
+
+func (d *browserDriver) text(loc map[string]any) string {
+	d.t.Helper()
+	s, _ := d.do(map[string]any{"op": "text", "loc": loc})["text"].(string)
+	return s
+}
+
+// page checks the page the browser shows: no serious or critical axe-core violation, and its
+// picture when BAP_CONSOLE_SCREENSHOTS asks for it.
+func (d *browserDriver) page(name string) {
+	d.t.Helper()
+	vs, _ := d.do(map[string]any{"op": "axe"})["violations"].([]any)
+	for _, v := range vs {
+		if m, _ := v.(map[string]any); m["impact"] == "serious" || m["impact"] == "critical" {
+			d.t.Errorf("%s: axe-core %v violation %v: %v at %v", name, m["impact"], m["id"], m["help"], m["nodes"])
+		}
+	}
+	dir := os.Getenv("BAP_CONSOLE_SCREENSHOTS")
+	if dir == "" {
+		dir = d.t.TempDir()
+	}
+	d.do(map[string]any{"op": "shot", "path": filepath.Join(dir, name+".png")})
+}
+
+// consoleLogin runs `bap console` and returns the URL it printed.
+func consoleLogin(t *testing.T, bin, dir string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "console", "--data-dir", dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	u := strings.TrimSpace(string(out))
+	if err != nil || !strings.Contains(u, "/console/login?token=") || !strings.Contains(stderr.String(), "works once") {
+		t.Fatalf("bap console: %v %q %s", err, out, stderr.String())
+	}
+	return u
+}
+
+// tamperArtifact changes the stored bytes of an artifact (same size) in the node's database.
+func tamperArtifact(t *testing.T, dir, artifactID string) {
+	t.Helper()
+	dsn, err := pgcluster.ConnStringFor(dir, "bap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tag, err := conn.Exec(ctx, `UPDATE artifact_content SET content = overlay(content placing '\xdeadbeef'::bytea from 60)
+		WHERE sha256 = (SELECT sha256 FROM artifact_reference WHERE artifact_id = $1)`, artifactID)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("tampering with %s: %v %v", artifactID, tag, err)
+	}
+}
+
+// approvalOf reads one approval as the operator sees it (over the socket).
+func approvalOf(t *testing.T, socket, id string) map[string]any {
+	t.Helper()
+	for _, state := range []string{"approved", "denied", "pending"} {
+		resp, err := unixClient(socket).Get("http://localhost/bap/v1/approvals?state=" + state + "&limit=1000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l struct {
+			Approvals []map[string]any `json:"approvals"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&l)
+		resp.Body.Close()
+		for _, a := range l.Approvals {
+			if a["approval_id"] == id {
+				return a
+			}
+		}
+	}
+	t.Fatalf("approval %s not found", id)
+	return nil
+}
+
+// The local profile as a new user tries it after `make run`: `bap console` prints a URL that
+// signs the operator in once; a held checkout appears in the inbox within 2 s with its screenshot
+// and the exact request; the agent's own resolve is refused while the console's Approve places
+// exactly one order and Deny on a second hold none; the task list, the timeline (the same events
+// as list_task_events) and the evidence viewer's Verify (valid, then invalid once the bytes are
+// changed in the database); no page has a serious or critical accessibility violation.
+func TestConsoleLocalProfile(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dir := dataDir(t)
+	r := start(t, bin, dir)
+	site := newMultiSite(t)
+	b := newBrowserDriver(t)
+	base := "http://" + r.listen
+
+	// Sign in: the URL works once; the session is an HttpOnly, SameSite=Strict cookie.
+	login := consoleLogin(t, bin, dir)
+	b.do(map[string]any{"op": "goto", "url": login})
+	b.do(map[string]any{"op": "wait", "loc": role("heading", "Approvals")})
+	if who := b.text(css("#subject")); who != "operator:local" {
+		t.Fatalf("signed in as %q", who)
+	}
+	cookies, _ := b.do(map[string]any{"op": "cookies"})["cookies"].([]any)
+	var session map[string]any
+	for _, c := range cookies {
+		if m, _ := c.(map[string]any); m["name"] == "bap_console" {
+			session = m
+		}
+	}
+	if session == nil || session["httpOnly"] != true || session["sameSite"] != "Strict" {
+		t.Fatalf("the session cookie: %v", cookies)
+	}
+	if st, _, raw := send("GET", login, "", ""); st != 401 || !strings.Contains(raw, "used or expired") {
+		t.Fatalf("the login URL a second time: %d %s", st, raw)
+	}
+	// The cookie alone is no credential: without the CSRF header, or from another origin, it is refused.
+	cookie := "bap_console=" + session["value"].(string)
+	if st, m, raw := send("GET", base+"/bap/v1/approvals", "", "", "Cookie", cookie); st != 401 || m["code"] != "unauthenticated" {
+		t.Fatalf("the cookie without its CSRF token: %d %s", st, raw)
+	}
+	resp, err := http.Get(base + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") ||
+		strings.Contains(csp, "unsafe-inline") || resp.Header.Get("X-Frame-Options") != "DENY" {
+		t.Fatalf("the console's headers: %v", resp.Header)
+	}
+	b.do(map[string]any{"op": "wait", "loc": css(`#live[data-stream="open"]`), "state": "attached"})
+	b.page("approvals-empty")
+
+	// A held checkout: in the inbox within 2 s, with its screenshot and the exact request.
+	rules := `{"goal":"order the blue mug, asking first","policy":{"allowed_origins":["` + site.srv.URL + `"],"approval_rules":[{"effect":"form_submission"}]}}`
+	taskID := field(mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", "con-task", rules), "task", "task_id")
+	sp := "/bap/v1/browser-sessions/" + field(mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "con-session", `{}`), "session", "session_id")
+	held := heldOrder(t, r.listen, site.srv.URL, sp, "con-1")
+	apr := field(held, "approval", "approval_id")
+	card := `[data-approval="` + apr + `"]`
+	b.do(map[string]any{"op": "wait", "loc": css(card), "timeout": 2000})
+	b.do(map[string]any{"op": "wait", "loc": css(card + " img.shot"), "timeout": 5000})
+	cardText := b.text(css(card))
+	for _, want := range []string{"order the blue mug, asking first", "POST " + site.srv.URL + "/order", `button “Send”`, "left", "agent:local"} {
+		if !strings.Contains(cardText, want) {
+			t.Errorf("the inbox card lacks %q: %s", want, cardText)
+		}
+	}
+	if d := field(held, "approval", "held_request", "digest"); d == "" || !strings.Contains(cardText, d) {
+		t.Errorf("the inbox card lacks the keyed digest %q: %s", d, cardText)
+	}
+	b.page("approvals")
+
+	// The agent's own resolve stays refused; the console's Approve places exactly one order.
+	if st, m, raw := api(r.listen, "POST", "/bap/v1/approvals/"+apr+"/resolve", "con-self", `{"decision":"approve"}`); st != 403 || m["code"] != "insufficient_scope" || site.orders.Load() != 0 {
+		t.Fatalf("the agent's own resolve: %d %s (orders %d)", st, raw, site.orders.Load())
+	}
+	b.do(map[string]any{"op": "fill", "loc": map[string]any{"role": "textbox", "name": "Note (optional)", "within": card}, "value": "checked: one blue mug"})
+	b.do(map[string]any{"op": "click", "loc": map[string]any{"role": "button", "name": "Approve", "within": card}})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": card + " .result.ok", "hasText": "Approved"}})
+	a := approvalOf(t, r.socket, apr)
+	if site.orders.Load() != 1 || a["state"] != "approved" || a["resolved_by"] != "operator:local" || a["resolution_reason"] != "checked: one blue mug" {
+		t.Fatalf("after Approve: orders %d, %v", site.orders.Load(), a)
+	}
+
+	// Deny on a second hold: never sent.
+	apr2 := field(heldOrder(t, r.listen, site.srv.URL, sp, "con-2"), "approval", "approval_id")
+	card2 := `[data-approval="` + apr2 + `"]`
+	b.do(map[string]any{"op": "wait", "loc": css(card2), "timeout": 2000})
+	b.do(map[string]any{"op": "click", "loc": map[string]any{"role": "button", "name": "Deny", "within": card2}})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": card2 + " .result.ok", "hasText": "Denied"}})
+	if a := approvalOf(t, r.socket, apr2); a["state"] != "denied" || site.orders.Load() != 1 {
+		t.Fatalf("after Deny: orders %d, %v", site.orders.Load(), a)
+	}
+
+	// The task list, filtered by state.
+	b.do(map[string]any{"op": "goto", "url": base + "/console/#/tasks?state=running"})
+	b.do(map[string]any{"op": "wait", "loc": css(`tr[data-task="` + taskID + `"]`)})
+	b.page("tasks")
+	b.do(map[string]any{"op": "goto", "url": base + "/console/#/tasks?state=succeeded"})
+	b.do(map[string]any{"op": "wait", "loc": css("td.empty")})
+
+	// The task's timeline: the same events as list_task_events, live.
+	b.do(map[string]any{"op": "goto", "url": base + "/console/#/tasks/" + taskID})
+	evs := mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any)
+	last := evs[len(evs)-1].(map[string]any)
+	b.do(map[string]any{"op": "wait", "loc": css(fmt.Sprintf(`tr[data-seq="%v"]`, last["seq"]))})
+	if n, _ := b.do(map[string]any{"op": "count", "loc": css("tr[data-seq]")})["count"].(float64); int(n) != len(evs) {
+		t.Fatalf("the timeline shows %v events, list_task_events %d", n, len(evs))
+	}
+	mustAPI(t, 200, r.listen, "POST", sp+"/navigate", "con-live", `{"url":"`+site.srv.URL+`/form"}`)
+	evs = mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any)
+	b.do(map[string]any{"op": "wait", "loc": css(fmt.Sprintf(`tr[data-seq="%v"]`, evs[len(evs)-1].(map[string]any)["seq"])), "timeout": 5000})
+	b.page("task")
+
+	// The evidence viewer: the hold's screenshot with its SHA-256; Verify valid, then invalid.
+	shotID := field(held, "approval", "screenshot_artifact_id")
+	b.do(map[string]any{"op": "goto", "url": base + "/console/#/artifacts/" + shotID})
+	b.do(map[string]any{"op": "wait", "loc": css("#sha256")})
+	b.do(map[string]any{"op": "click", "loc": role("button", "Verify")})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#verify-result .result.ok", "hasText": "Valid"}})
+	v := mustAPI(t, 200, r.listen, "POST", "/bap/v1/artifacts/"+shotID+"/verify", "", "{}")
+	if sum := b.text(css("#sha256")); sum != v["sha256"] || !strings.Contains(b.text(css("#verify-result")), sum) {
+		t.Fatalf("the viewer's SHA-256 %q, verify_artifact %v", sum, v)
+	}
+	b.page("evidence")
+	tamperArtifact(t, dir, shotID)
+	b.do(map[string]any{"op": "click", "loc": role("button", "Verify")})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#verify-result .result.bad", "hasText": "Invalid"}})
+}
+
+// The remote profile: the console signs a person in with the authorization code flow and PKCE as
+// the tenant's public client, registered at start; the person's Approve is recorded as theirs.
+func TestConsoleRemoteProfile(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dir := dataDir(t)
+	person := admin(t, bin, dir, "a long enough password\n", "user", "create", "--tenant", "acme", "--name", "ada", "--password-stdin")
+	_, base := startRemote(t, bin, dir)
+	agent := admin(t, bin, dir, "", "client", "create", "--tenant", "acme", "--name", "agent", "--scopes",
+		"bap:tasks.read bap:tasks.write bap:browser.observe bap:browser.act bap:approvals.request bap:artifacts.read bap:events.read")
+	tok := accessToken(t, base, agent)
+	site := newMultiSite(t)
+	b := newBrowserDriver(t)
+
+	b.do(map[string]any{"op": "goto", "url": base + "/console/"})
+	b.do(map[string]any{"op": "fill", "loc": role("textbox", "Tenant"), "value": "acme"})
+	b.do(map[string]any{"op": "click", "loc": role("button", "Sign in")})
+	b.do(map[string]any{"op": "wait", "loc": role("heading", "Sign in to BAP")}) // the authorization server's page
+	b.do(map[string]any{"op": "fill", "loc": role("textbox", "Name"), "value": "ada"})
+	b.do(map[string]any{"op": "fill", "loc": css("#password"), "value": "a long enough password"})
+	b.do(map[string]any{"op": "click", "loc": role("button", "Allow")})
+	b.do(map[string]any{"op": "wait", "loc": role("heading", "Approvals")})
+	subject := "user:" + person["user_id"].(string)
+	if who := b.text(css("#subject")); who != person["user_id"] && who != subject {
+		t.Fatalf("signed in as %q, want %s", who, subject)
+	}
+	if u, _ := b.do(map[string]any{"op": "url"})["url"].(string); strings.Contains(u, "code=") {
+		t.Fatalf("the authorization code stays in the address bar: %s", u)
+	}
+	b.do(map[string]any{"op": "wait", "loc": css(`#live[data-stream="open"]`), "state": "attached"})
+
+	// The agent (its own client) holds a checkout; the person approves it in the console.
+	st, task, _ := call(t, "POST", base+"/bap/v1/tasks", tok, `{"goal":"remote order","policy":{"allowed_origins":["`+site.srv.URL+`"],"approval_rules":[{"effect":"form_submission"}]}}`)
+	if st != 201 {
+		t.Fatalf("create_task: %d %v", st, task)
+	}
+	st, sess, _ := call(t, "POST", base+"/bap/v1/tasks/"+field(task, "task", "task_id")+"/browser-sessions", tok, `{}`)
+	if st != 201 {
+		t.Fatalf("create_browser_session: %d %v", st, sess)
+	}
+	sp := base + "/bap/v1/browser-sessions/" + field(sess, "session", "session_id")
+	if st, m, _ := call(t, "POST", sp+"/navigate", tok, `{"url":"`+site.srv.URL+`/form"}`); st != 200 {
+		t.Fatalf("navigate: %d %v", st, m)
+	}
+	st, held, _ := call(t, "POST", sp+"/act", tok, `{"action":"click","query":{"role":"button","name":"Send"}}`)
+	if st != 202 {
+		t.Fatalf("act: %d %v", st, held)
+	}
+	apr := field(held, "approval", "approval_id")
+	card := `[data-approval="` + apr + `"]`
+	b.do(map[string]any{"op": "wait", "loc": css(card), "timeout": 2000})
+	if st, m, _ := call(t, "POST", base+"/bap/v1/approvals/"+apr+"/resolve", tok, `{"decision":"approve"}`); st != 403 || site.orders.Load() != 0 {
+		t.Fatalf("the agent's own resolve: %d %v", st, m)
+	}
+	b.do(map[string]any{"op": "click", "loc": map[string]any{"role": "button", "name": "Approve", "within": card}})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": card + " .result.ok", "hasText": "Approved"}})
+	if site.orders.Load() != 1 {
+		t.Fatalf("orders after Approve: %d", site.orders.Load())
+	}
+	b.page("approvals-remote")
+	reviewer := admin(t, bin, dir, "", "client", "create", "--tenant", "acme", "--name", "auditor", "--scopes", "bap:approvals.resolve")
+	st, list, _ := call(t, "GET", base+"/bap/v1/approvals?state=approved", accessToken(t, base, reviewer), "")
+	as, _ := list["approvals"].([]any)
+	if st != 200 || len(as) != 1 || as[0].(map[string]any)["resolved_by"] != subject {
+		t.Fatalf("the decision does not record the signed-in person %s: %d %v", subject, st, list)
+	}
+}
