@@ -255,7 +255,7 @@ func TestTaskResultIsVerifiable(t *testing.T) {
 			Task struct {
 				State  string `json:"state"`
 				Result struct {
-					Evidence     []any                         `json:"evidence"`
+					Evidence     []any                          `json:"evidence"`
 					Verification struct{ State, Reason string } `json:"verification"`
 				} `json:"result"`
 			} `json:"task"`
