@@ -94,7 +94,7 @@ var rules = []rule{
 	{
 		name: "console", packages: internal("console"), forbid: concat([]string{module, pgx}, chromedp),
 		except: concat(useCases, core, generated, internal("api", "version")),
-		why:    "the operator console (ADR 0018) is a transport beside the HTTP API: its embedded app, its sign-in in front of api's authenticators, and the operator's task list through app; never the store, the browser or pgx",
+		why:    "the operator console (ADR 0020) is a transport beside the HTTP API: its embedded app, its sign-in in front of api's authenticators, and the operator's task list through app; never the store, the browser or pgx",
 	},
 	{
 		name: "generated", packages: generated, forbid: []string{mod("server")},

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The operator console (issue #18, ADR 0018) signs people in as a public client of this
+// The operator console (issue #18, ADR 0020) signs people in as a public client of this
 // authorization server (authorization code + PKCE, no secret): one client per tenant, id
 // ConsoleClientPrefix + tenant, ConsoleScopes, redirecting only to <issuer>/console/.
 

@@ -1,4 +1,4 @@
-// Package console serves the operator console at /console (issue #18, ADR 0018, docs/console.md):
+// Package console serves the operator console at /console (issue #18, ADR 0020, docs/console.md):
 // the embedded single-page app (built from console/ by scripts/build-console.sh and committed,
 // so `go build` alone serves it) under a strict Content-Security-Policy, and the console's
 // sign-in.

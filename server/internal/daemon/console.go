@@ -14,7 +14,7 @@ import (
 	"github.com/originweave/bap/server/internal/console"
 )
 
-// mountConsole serves the operator console at /console (ADR 0018) and puts its authenticator in
+// mountConsole serves the operator console at /console (ADR 0020) and puts its authenticator in
 // front of the profile's: in the local profile the console's session cookie (a one-time login URL
 // from `bap console` on the socket), in the remote profile nothing but bearer tokens, with the
 // console's public client registered for every tenant with people. It returns the setter of the
