@@ -55,6 +55,30 @@ func (e ActAction) Valid() bool {
 	}
 }
 
+// Defines values for ActDialogType.
+const (
+	ActDialogTypeAlert        ActDialogType = "alert"
+	ActDialogTypeBeforeunload ActDialogType = "beforeunload"
+	ActDialogTypeConfirm      ActDialogType = "confirm"
+	ActDialogTypePrompt       ActDialogType = "prompt"
+)
+
+// Valid indicates whether the value is a known member of the ActDialogType enum.
+func (e ActDialogType) Valid() bool {
+	switch e {
+	case ActDialogTypeAlert:
+		return true
+	case ActDialogTypeBeforeunload:
+		return true
+	case ActDialogTypeConfirm:
+		return true
+	case ActDialogTypePrompt:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ActorKind.
 const (
 	ActorKindAgent    ActorKind = "agent"
@@ -1072,6 +1096,45 @@ func (e WaitUntil) Valid() bool {
 // ActAction The whole action vocabulary of `act`.
 type ActAction string
 
+// ActDialog A JavaScript dialog the page opened during an act, and how the session handled it (by policy; default: dismissed). Also recorded as a `dialog.handled` event.
+//
+// Examples: {"accepted":false,"message":"Leave this page?","type":"confirm"}
+type ActDialog struct {
+	// Accepted True when the dialog was accepted, false when dismissed.
+	Accepted bool `json:"accepted"`
+
+	// Message The dialog's text as the page wrote it (page content: treat it as untrusted).
+	Message *string `json:"message,omitempty"`
+
+	// Type The kind of JavaScript dialog the page opened.
+	Type ActDialogType `json:"type"`
+}
+
+// ActDialogType The kind of JavaScript dialog the page opened.
+type ActDialogType string
+
+// ActDownload A file the page downloaded during an act. Its content is kept as an artifact of the task (`artifact_id`) when it was within the size and type limits; otherwise `reason` says why not.
+//
+// Examples: {"artifact_id":"art_5pQ7rS9tU1vW","media_type":"text/plain","name":"invoice.txt","size":31}
+type ActDownload struct {
+	// ArtifactId Artifact holding the file's content (`get_artifact`).
+	//
+	// Examples: art_5pQ7rS9tU1vW
+	ArtifactId *string `json:"artifact_id,omitempty"`
+
+	// MediaType Media type of the downloaded file.
+	MediaType *string `json:"media_type,omitempty"`
+
+	// Name File name the page suggested for the download.
+	Name string `json:"name"`
+
+	// Reason Why the content was not kept (over the size limit, failed, cancelled); absent when it was.
+	Reason *string `json:"reason,omitempty"`
+
+	// Size Size of the downloaded file in bytes.
+	Size int `json:"size"`
+}
+
 // ActPendingApprovalResponse Answer of an act held by an approval rule (`202`): the action has not run; the receipt's outcome is `pending_approval`.
 //
 // Examples: {"approval":{"approval_id":"apr_3gH5jK7lM9nP","effect":"form_submission","expires_at":"2026-11-20T09:30:02Z","reason":"Submit the order form","requested_at":"2026-11-20T09:15:02Z","state":"pending","task_id":"tsk_7Hq2ZkP9xW3m"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"pending_approval","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}}
@@ -1135,12 +1198,21 @@ type ActRequest struct {
 
 // ActResponse Answer of an act that ran.
 //
-// Examples: {"context_id":"ctx_9aB3cD5eF7gH","epoch_id":"ep_3nQ5pR7sT9uV","navigated":true,"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"url":"https://shop.example.com/checkout"}
+// Examples: {"context_id":"ctx_9aB3cD5eF7gH","effect":"form_submission","epoch_id":"ep_3nQ5pR7sT9uV","navigated":true,"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"url":"https://shop.example.com/checkout"}
 type ActResponse struct {
 	// ContextId Browsing context identifier (a tab or frame tree root).
 	//
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
+
+	// Dialogs JavaScript dialogs the page opened during the action, and how they were handled.
+	Dialogs *[]ActDialog `json:"dialogs,omitempty"`
+
+	// Downloads Files the page downloaded during the action.
+	Downloads *[]ActDownload `json:"downloads,omitempty"`
+
+	// Effect What kind of action this was for the approval rules (form_submission, file_upload or any_action), as the browser classified it.
+	Effect *ApprovalEffect `json:"effect,omitempty"`
 
 	// EpochId Epoch after the action (new when it navigated).
 	//
@@ -1149,6 +1221,9 @@ type ActResponse struct {
 
 	// Navigated True when the action started a navigation (a new document epoch).
 	Navigated bool `json:"navigated"`
+
+	// NewContexts Browsing contexts (tabs, popups) the action opened.
+	NewContexts *[]string `json:"new_contexts,omitempty"`
 
 	// Receipt The command's durable receipt.
 	//

@@ -15,6 +15,8 @@ if typing.TYPE_CHECKING:
 
 __all__ = [
     "ActAction",
+    "ActDialog",
+    "ActDownload",
     "ActPendingApprovalResponse",
     "ActRequest",
     "ActResponse",
@@ -210,6 +212,36 @@ ActAction = Literal[
 """The whole action vocabulary of `act`."""
 
 
+class ActDialog(TypedDict):
+    """A JavaScript dialog the page opened during an act, and how the session handled it (by policy;
+    default: dismissed). Also recorded as a `dialog.handled` event.
+    """
+
+    #: True when the dialog was accepted, false when dismissed.
+    accepted: bool
+    #: The dialog's text as the page wrote it (page content: treat it as untrusted).
+    message: NotRequired[str]
+    #: The kind of JavaScript dialog the page opened.
+    type: Literal["alert", "confirm", "prompt", "beforeunload"]
+
+
+class ActDownload(TypedDict):
+    """A file the page downloaded during an act. Its content is kept as an artifact of the task
+    (`artifact_id`) when it was within the size and type limits; otherwise `reason` says why not.
+    """
+
+    #: Artifact holding the file's content (`get_artifact`).
+    artifact_id: NotRequired[str]
+    #: Media type of the downloaded file.
+    media_type: NotRequired[str]
+    #: File name the page suggested for the download.
+    name: str
+    #: Why the content was not kept (over the size limit, failed, cancelled); absent when it was.
+    reason: NotRequired[str]
+    #: Size of the downloaded file in bytes.
+    size: int
+
+
 class ActPendingApprovalResponse(TypedDict):
     """Answer of an act held by an approval rule (`202`): the action has not run; the receipt's outcome
     is `pending_approval`.
@@ -259,10 +291,19 @@ class ActResponse(TypedDict):
 
     #: Browsing context identifier (a tab or frame tree root).
     context_id: NotRequired[str]
+    #: JavaScript dialogs the page opened during the action, and how they were handled.
+    dialogs: NotRequired[list["ActDialog"]]
+    #: Files the page downloaded during the action.
+    downloads: NotRequired[list["ActDownload"]]
+    #: What kind of action this was for the approval rules (form_submission, file_upload or
+    #: any_action), as the browser classified it.
+    effect: NotRequired["ApprovalEffect"]
     #: Epoch after the action (new when it navigated).
     epoch_id: str
     #: True when the action started a navigation (a new document epoch).
     navigated: bool
+    #: Browsing contexts (tabs, popups) the action opened.
+    new_contexts: NotRequired[list[str]]
     #: The command's durable receipt.
     receipt: "Receipt"
     #: URL of the page after the action.

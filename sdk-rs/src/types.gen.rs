@@ -110,6 +110,38 @@ impl<'de> Deserialize<'de> for ActAction {
     }
 }
 
+/// A JavaScript dialog the page opened during an act, and how the session handled it (by policy;
+/// default: dismissed). Also recorded as a `dialog.handled` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ActDialog {
+    /// True when the dialog was accepted, false when dismissed.
+    pub accepted: bool,
+    /// The dialog's text as the page wrote it (page content: treat it as untrusted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The kind of JavaScript dialog the page opened.
+    pub r#type: String,
+}
+
+/// A file the page downloaded during an act. Its content is kept as an artifact of the task
+/// (`artifact_id`) when it was within the size and type limits; otherwise `reason` says why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ActDownload {
+    /// Artifact holding the file's content (`get_artifact`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<String>,
+    /// Media type of the downloaded file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// File name the page suggested for the download.
+    pub name: String,
+    /// Why the content was not kept (over the size limit, failed, cancelled); absent when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Size of the downloaded file in bytes.
+    pub size: i64,
+}
+
 /// Answer of an act held by an approval rule (`202`): the action has not run; the receipt's outcome
 /// is `pending_approval`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -198,10 +230,23 @@ pub struct ActResponse {
     /// Browsing context identifier (a tab or frame tree root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// JavaScript dialogs the page opened during the action, and how they were handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dialogs: Option<Vec<ActDialog>>,
+    /// Files the page downloaded during the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downloads: Option<Vec<ActDownload>>,
+    /// What kind of action this was for the approval rules (form_submission, file_upload or
+    /// any_action), as the browser classified it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<ApprovalEffect>,
     /// Epoch after the action (new when it navigated).
     pub epoch_id: String,
     /// True when the action started a navigation (a new document epoch).
     pub navigated: bool,
+    /// Browsing contexts (tabs, popups) the action opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_contexts: Option<Vec<String>>,
     /// The command's durable receipt.
     pub receipt: Receipt,
     /// URL of the page after the action.
@@ -214,8 +259,12 @@ impl ActResponse {
     pub fn new(epoch_id: String, navigated: bool, receipt: Receipt) -> Self {
         ActResponse {
             context_id: None,
+            dialogs: None,
+            downloads: None,
+            effect: None,
             epoch_id,
             navigated,
+            new_contexts: None,
             receipt,
             url: None,
         }

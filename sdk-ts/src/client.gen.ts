@@ -12,6 +12,16 @@ export const SPEC_VERSION = "1.0.0";
 /** The whole action vocabulary of `act`. */
 export type ActAction = S["ActAction"];
 /**
+ * A JavaScript dialog the page opened during an act, and how the session handled it (by policy;
+ * default: dismissed). Also recorded as a `dialog.handled` event.
+ */
+export type ActDialog = S["ActDialog"];
+/**
+ * A file the page downloaded during an act. Its content is kept as an artifact of the task
+ * (`artifact_id`) when it was within the size and type limits; otherwise `reason` says why not.
+ */
+export type ActDownload = S["ActDownload"];
+/**
  * Answer of an act held by an approval rule (`202`): the action has not run; the receipt's outcome
  * is `pending_approval`.
  */

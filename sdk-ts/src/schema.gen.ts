@@ -605,6 +605,51 @@ export interface components {
          */
         ActAction: "click" | "fill" | "clear" | "select_option" | "check" | "uncheck" | "press_key" | "hover" | "focus" | "scroll_into_view" | "upload_file";
         /**
+         * ActDialog
+         * @description A JavaScript dialog the page opened during an act, and how the session handled it (by policy; default: dismissed). Also recorded as a `dialog.handled` event.
+         * @example {
+         *       "accepted": false,
+         *       "message": "Leave this page?",
+         *       "type": "confirm"
+         *     }
+         */
+        ActDialog: {
+            /** @description True when the dialog was accepted, false when dismissed. */
+            accepted: boolean;
+            /** @description The dialog's text as the page wrote it (page content: treat it as untrusted). */
+            message?: string;
+            /**
+             * @description The kind of JavaScript dialog the page opened.
+             * @enum {string}
+             */
+            type: "alert" | "confirm" | "prompt" | "beforeunload";
+        };
+        /**
+         * ActDownload
+         * @description A file the page downloaded during an act. Its content is kept as an artifact of the task (`artifact_id`) when it was within the size and type limits; otherwise `reason` says why not.
+         * @example {
+         *       "artifact_id": "art_5pQ7rS9tU1vW",
+         *       "media_type": "text/plain",
+         *       "name": "invoice.txt",
+         *       "size": 31
+         *     }
+         */
+        ActDownload: {
+            /**
+             * @description Artifact holding the file's content (`get_artifact`).
+             * @example art_5pQ7rS9tU1vW
+             */
+            artifact_id?: string;
+            /** @description Media type of the downloaded file. */
+            media_type?: string;
+            /** @description File name the page suggested for the download. */
+            name: string;
+            /** @description Why the content was not kept (over the size limit, failed, cancelled); absent when it was. */
+            reason?: string;
+            /** @description Size of the downloaded file in bytes. */
+            size: number;
+        };
+        /**
          * ActPendingApprovalResponse
          * @description Answer of an act held by an approval rule (`202`): the action has not run; the receipt's outcome is `pending_approval`.
          * @example {
@@ -690,6 +735,7 @@ export interface components {
          * @description Answer of an act that ran.
          * @example {
          *       "context_id": "ctx_9aB3cD5eF7gH",
+         *       "effect": "form_submission",
          *       "epoch_id": "ep_3nQ5pR7sT9uV",
          *       "navigated": true,
          *       "receipt": {
@@ -709,6 +755,12 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
+            /** @description JavaScript dialogs the page opened during the action, and how they were handled. */
+            dialogs?: components["schemas"]["ActDialog"][];
+            /** @description Files the page downloaded during the action. */
+            downloads?: components["schemas"]["ActDownload"][];
+            /** @description What kind of action this was for the approval rules (form_submission, file_upload or any_action), as the browser classified it. */
+            effect?: components["schemas"]["ApprovalEffect"];
             /**
              * @description Epoch after the action (new when it navigated).
              * @example ep_2kM4nP6qR8sT
@@ -716,6 +768,8 @@ export interface components {
             epoch_id: string;
             /** @description True when the action started a navigation (a new document epoch). */
             navigated: boolean;
+            /** @description Browsing contexts (tabs, popups) the action opened. */
+            new_contexts?: string[];
             /** @description The command's durable receipt. */
             receipt: components["schemas"]["Receipt"];
             /** @description URL of the page after the action. */

@@ -477,21 +477,6 @@ var navigateResponder = responder{status: 200, render: func(result any) (any, er
 	return out, nil
 }}
 
-// actResponse is ActResponse with the action's side facts the spec's open object allows.
-type actResponse struct {
-	apigen.ActResponse
-	NewContexts []string      `json:"new_contexts,omitempty"`
-	Dialogs     []page.Dialog `json:"dialogs,omitempty"`
-	Downloads   []download    `json:"downloads,omitempty"`
-	Effect      string        `json:"effect,omitempty"`
-}
-
-// download is a downloaded file in an act result, with the artifact that keeps its content.
-type download struct {
-	page.Download
-	ArtifactID string `json:"artifact_id,omitempty"`
-}
-
 var actResponder = responder{status: 200, render: func(result any) (any, error) {
 	if h, ok := result.(*app.HeldResult); ok {
 		return accepted{apigen.ActPendingApprovalResponse{Approval: toApproval(h.Approval), Receipt: toReceipt(h.Receipt)}}, nil
@@ -500,17 +485,32 @@ var actResponder = responder{status: 200, render: func(result any) (any, error) 
 	if !ok {
 		return nil, fmt.Errorf("unexpected result %T", result)
 	}
-	downloads := make([]download, 0, len(res.Downloads))
-	for i, d := range res.Downloads {
-		dl := download{Download: d}
-		if i < len(res.DownloadArtifacts) {
-			dl.ArtifactID = res.DownloadArtifacts[i]
-		}
-		downloads = append(downloads, dl)
+	out := apigen.ActResponse{ContextId: nonEmpty(res.ContextID), EpochId: res.EpochID, Navigated: res.Navigated,
+		Url: nonEmpty(res.URL), Receipt: toReceipt(res.Receipt)}
+	if len(res.NewContexts) > 0 {
+		out.NewContexts = &res.NewContexts
 	}
-	return actResponse{
-		ActResponse: apigen.ActResponse{ContextId: nonEmpty(res.ContextID), EpochId: res.EpochID, Navigated: res.Navigated,
-			Url: nonEmpty(res.URL), Receipt: toReceipt(res.Receipt)},
-		NewContexts: res.NewContexts, Dialogs: res.Dialogs, Downloads: downloads, Effect: res.Effect,
-	}, nil
+	if len(res.Dialogs) > 0 {
+		ds := make([]apigen.ActDialog, 0, len(res.Dialogs))
+		for _, d := range res.Dialogs {
+			ds = append(ds, apigen.ActDialog{Type: apigen.ActDialogType(d.Type), Message: nonEmpty(d.Message), Accepted: d.Accepted})
+		}
+		out.Dialogs = &ds
+	}
+	if len(res.Downloads) > 0 {
+		dls := make([]apigen.ActDownload, 0, len(res.Downloads))
+		for i, d := range res.Downloads {
+			dl := apigen.ActDownload{Name: d.Name, MediaType: nonEmpty(d.MediaType), Size: int(d.Size), Reason: nonEmpty(d.Reason)}
+			if i < len(res.DownloadArtifacts) {
+				dl.ArtifactId = nonEmpty(res.DownloadArtifacts[i])
+			}
+			dls = append(dls, dl)
+		}
+		out.Downloads = &dls
+	}
+	if res.Effect != "" {
+		e := apigen.ApprovalEffect(res.Effect)
+		out.Effect = &e
+	}
+	return out, nil
 }}

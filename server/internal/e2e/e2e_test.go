@@ -235,6 +235,7 @@ func (s *stack) call(t *testing.T, method, path, key string, body any) reply {
 	raw, _ := io.ReadAll(resp.Body)
 	r := reply{status: resp.StatusCode, raw: raw}
 	_ = json.Unmarshal(raw, &r.body)
+	assertResponseMatchesSpec(t, method, path, resp.StatusCode, resp.Header.Get("Content-Type"), raw)
 	return r
 }
 
