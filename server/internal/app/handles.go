@@ -66,11 +66,12 @@ func collectHandles(b *HandleBatch, nodes []page.Node) {
 }
 
 // explainHandle looks up the handles a request named when the browser answered that one is not
-// a handle of the session: one recorded for this session (its registry retired it) or for an
+// a handle its registry issued (page.ErrUnknownHandle): one recorded for this session or for an
 // ended session of the tenant is stale; anything else stays ErrNoSuchNode (404). A handle of
-// another tenant is never found.
+// another tenant is never found. A live handle used in another browsing context of its session
+// is the browser's plain ErrNoSuchNode and is not looked up.
 func (s *Service) explainHandle(ctx context.Context, tenant, sessionID string, err error, handles ...string) error {
-	if !errors.Is(err, page.ErrNoSuchNode) {
+	if !errors.Is(err, page.ErrUnknownHandle) {
 		return err
 	}
 	for _, h := range handles {

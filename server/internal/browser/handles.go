@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/chromedp/cdproto/cdp"
+
+	"github.com/originweave/bap/server/internal/page"
 )
 
 // The handle registry. A node handle (nd_…) names one element of one
@@ -104,7 +106,7 @@ func (r *registry) lookup(h string) (*handleRec, *frameState, error) {
 		if _, ok := r.stale[h]; ok {
 			return nil, nil, fmt.Errorf("%w: the document it belonged to has changed", ErrStaleNodeHandle)
 		}
-		return nil, nil, fmt.Errorf("%w: %q is not a node handle of this session", ErrNoSuchNode, h)
+		return nil, nil, fmt.Errorf("%w: %q is not a node handle of this session", page.ErrUnknownHandle, h)
 	}
 	t := rec.tab
 	if t.closed {

@@ -29,6 +29,11 @@ var ErrNoSuchContext = errors.New("no such browsing context")
 // query that matched nothing.
 var ErrNoSuchNode = errors.New("no such node")
 
+// ErrUnknownHandle is the [ErrNoSuchNode] of a node handle the session's registry never issued
+// (as opposed to a live handle used where it does not belong): the runtime then asks its records
+// whether another, ended session issued it (a stale handle, not an unknown one).
+var ErrUnknownHandle = fmt.Errorf("%w: unknown node handle", ErrNoSuchNode)
+
 // ErrSessionClosed reports an operation on a session that was closed (by the
 // caller, by the idle reaper or by [Browser.Close]).
 var ErrSessionClosed = errors.New("browser session closed")
