@@ -117,5 +117,7 @@ async function redeem(cfg: Config, code: string, state: string, iss: string): Pr
   if (!resp.ok) return null;
   const t = (await resp.json()) as { access_token: string };
   const claims = JSON.parse(atob(t.access_token.split(".")[1]!.replace(/-/g, "+").replace(/_/g, "/"))) as { sub?: string; tenant?: string };
-  return { token: t.access_token, who: { subject: claims.sub ?? "", tenant: claims.tenant ?? p.tenant } };
+  // A person's subject is user:<id>, as decisions record it.
+  const sub = claims.sub ?? "";
+  return { token: t.access_token, who: { subject: sub.includes(":") ? sub : `user:${sub}`, tenant: claims.tenant ?? p.tenant } };
 }

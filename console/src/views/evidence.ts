@@ -10,7 +10,9 @@ export function evidence(main: HTMLElement, artifactID: string): View {
   const body = h("div", {});
   const result = h("div", { id: "verify-result", role: "status" });
   const verify = h("button", { type: "button", class: "primary" }, "Verify");
-  main.replaceChildren(h("h1", {}, "Evidence ", h("code", {}, artifactID)), body, h("div", { class: "buttons" }, verify), result);
+  main.replaceChildren(h("h1", {}, "Evidence ", h("code", {}, artifactID)),
+    h("p", { class: "muted" }, "Verify asks the server whether the stored bytes still match the SHA-256 recorded when this evidence was captured."),
+    h("div", { class: "buttons" }, verify), result, body);
   let url = "";
   verify.addEventListener("click", () => {
     verify.disabled = true;

@@ -37,7 +37,7 @@ export function taskPage(main: HTMLElement, taskID: string): View {
   const rows = h("tbody", {});
   main.replaceChildren(h("h1", {}, "Task ", h("code", {}, taskID)), head,
     h("h2", {}, "Timeline"),
-    h("table", { "aria-label": "Timeline" },
+    h("table", { class: "timeline", "aria-label": "Timeline" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Seq"), h("th", { scope: "col" }, "Time"), h("th", { scope: "col" }, "Event"),
         h("th", { scope: "col" }, "Actor"), h("th", { scope: "col" }, "Cause"), h("th", { scope: "col" }, "Details"))),
       rows));
