@@ -339,6 +339,40 @@ func TestConsoleLocalProfile(t *testing.T) {
 	tamperArtifact(t, dir, shotID)
 	b.do(map[string]any{"op": "click", "loc": role("button", "Verify")})
 	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#verify-result .result.bad", "hasText": "Invalid"}})
+
+	// The same over the socket, for people who live in terminals.
+	out, err := exec.Command(bin, "tasks", "list", "--state", "running", "--since", "1h", "--data-dir", dir).Output()
+	var row map[string]any
+	if err != nil || json.Unmarshal(out, &row) != nil || row["task_id"] != taskID || row["origin"] != "interactive" {
+		t.Fatalf("bap tasks list: %v %q", err, out)
+	}
+	if out, err := exec.Command(bin, "tasks", "show", taskID, "--data-dir", dir).Output(); err != nil || !strings.Contains(string(out), `"goal":"order the blue mug, asking first"`) {
+		t.Fatalf("bap tasks show: %v %q", err, out)
+	}
+	out, err = exec.Command(bin, "tasks", "events", taskID, "--data-dir", dir).Output()
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); err != nil || len(lines) < len(evs) {
+		t.Fatalf("bap tasks events: %v, %d lines for %d events", err, len(lines), len(evs))
+	}
+	follow := exec.Command(bin, "tasks", "events", taskID, "--follow", "--after", fmt.Sprint(evs[len(evs)-1].(map[string]any)["seq"]), "--data-dir", dir)
+	fo, err := follow.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = follow.Process.Kill(); _ = follow.Wait() })
+	mustAPI(t, 200, r.listen, "POST", sp+"/navigate", "con-follow", `{"url":"`+site.srv.URL+`/form?again=1"}`)
+	sc := bufio.NewScanner(fo)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	if !sc.Scan() || !strings.Contains(sc.Text(), `"task_id":"`+taskID+`"`) {
+		t.Fatalf("bap tasks events --follow printed %q", sc.Text())
+	}
+
+	// The login URL's token never reaches the server's log.
+	if tok := login[strings.Index(login, "token=")+len("token="):]; strings.Contains(r.logs.String(), tok) {
+		t.Fatal("the server logged a login token")
+	}
 }
 
 // The remote profile: the console signs a person in with the authorization code flow and PKCE as
