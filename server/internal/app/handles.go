@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/originweave/bap/server/internal/page"
 )
@@ -46,13 +47,78 @@ func staleHandleProblem(err error) *Error {
 		Detail: "the node handle belongs to a document that is gone; observe or query again"}
 }
 
-// recordHandles records the handles a read of sessionID handed out.
+// recordHandles records the handles a read of sessionID handed out that are not recorded yet:
+// observing the same page again hands out the same handles and writes nothing.
 func (s *Service) recordHandles(ctx context.Context, tenant, sessionID string, b HandleBatch, nodes []page.Node) error {
 	collectHandles(&b, nodes)
+	s.handles.keepNew(sessionID, &b)
 	if len(b.Handles) == 0 {
 		return nil
 	}
-	return s.store.RecordHandles(ctx, tenant, sessionID, b)
+	if err := s.store.RecordHandles(ctx, tenant, sessionID, b); err != nil {
+		return err
+	}
+	s.handles.add(sessionID, b.Handles, func(id string) bool {
+		if s.cfg.Browser == nil {
+			return false
+		}
+		_, live := s.cfg.Browser.Session(id)
+		return live
+	})
+	return nil
+}
+
+// handleCache remembers, per session of this node, the handles already recorded, so that a read
+// sends only new ones. It only saves writes: a handle it forgot is recorded again, harmlessly.
+type handleCache struct {
+	mu        sync.Mutex
+	bySession map[string]map[string]struct{}
+	adds      int
+}
+
+// maxCachedHandles bounds one session's entry; past it the entry starts over.
+const maxCachedHandles = 200_000
+
+// keepNew drops from b the handles already recorded for sessionID.
+func (c *handleCache) keepNew(sessionID string, b *HandleBatch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := c.bySession[sessionID]
+	if len(seen) == 0 {
+		return
+	}
+	hs, rs := b.Handles[:0:0], b.Roles[:0:0]
+	for i, h := range b.Handles {
+		if _, ok := seen[h]; !ok {
+			hs, rs = append(hs, h), append(rs, b.Roles[i])
+		}
+	}
+	b.Handles, b.Roles = hs, rs
+}
+
+// add notes handles as recorded for sessionID; now and then it forgets the sessions live no
+// longer reports.
+func (c *handleCache) add(sessionID string, handles []string, live func(sessionID string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bySession == nil {
+		c.bySession = map[string]map[string]struct{}{}
+	}
+	seen := c.bySession[sessionID]
+	if seen == nil || len(seen) > maxCachedHandles {
+		seen = make(map[string]struct{}, len(handles))
+		c.bySession[sessionID] = seen
+	}
+	for _, h := range handles {
+		seen[h] = struct{}{}
+	}
+	if c.adds++; c.adds%64 == 0 {
+		for id := range c.bySession {
+			if !live(id) {
+				delete(c.bySession, id)
+			}
+		}
+	}
 }
 
 func collectHandles(b *HandleBatch, nodes []page.Node) {

@@ -110,6 +110,7 @@ type Service struct {
 	endedTasks    chan struct{} // wakes RunSessionCloser (session_end.go)
 	held          sync.Map      // approval id → held: actions waiting for their approval
 	lastUsed      sync.Map      // task id → lastUse: where its postcondition is evaluated
+	handles       handleCache   // the node handles already recorded, per live session (handles.go)
 	flights       flights       // two-phase commands between phase 1 and phase 3 (cancel.go)
 	// running holds the ids of the two-phase commands this process is executing: recovery never
 	// classifies them, even when a stalled heartbeat makes this node look dead (twophase.go).

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/originweave/bap/server/internal/app"
@@ -90,5 +91,42 @@ func TestHandleRecordsGoWithTheirSession(t *testing.T) {
 		if _, err := db.Exec(ctx, q); pgCode(err) != "23503" {
 			t.Errorf("%s naming another task than its command's: %v, want a foreign key violation", name, err)
 		}
+	}
+}
+
+// BenchmarkRecordHandles is what observe pays to make its handles durable: one transaction
+// writing 500 handles, of a new epoch each time ("new", as after a navigation) or of the same
+// one again ("again": every row conflicts; the service's cache normally sends none of them).
+func BenchmarkRecordHandles(b *testing.B) {
+	ctx := context.Background()
+	db := pgtest.NewDB(b)
+	st := store.New(db)
+	for _, q := range []string{
+		`INSERT INTO agent_task (tenant_id, task_id, goal, state, created_by) VALUES ('local', 'tsk_b', 'g', 'created', 'x')`,
+		`INSERT INTO browser_session (tenant_id, session_id, task_id, state) VALUES ('local', 'bs_b', 'tsk_b', 'open')`,
+	} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	batch := app.HandleBatch{ContextID: "ctx_b", URL: "https://a.example/", Handles: make([]string, 500), Roles: make([]string, 500)}
+	for j := range batch.Handles {
+		batch.Handles[j], batch.Roles[j] = fmt.Sprintf("nd_%08d", j), "button"
+	}
+	for _, bc := range []struct {
+		name  string
+		epoch func(i int) string
+	}{
+		{"new", func(i int) string { return fmt.Sprintf("ep_new%d", i) }},
+		{"again", func(int) string { return "ep_again" }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				batch.EpochID = bc.epoch(i)
+				if err := st.RecordHandles(ctx, "local", "bs_b", batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
