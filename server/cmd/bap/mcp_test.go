@@ -153,6 +153,19 @@ func TestMCPOfficialGoClientWorkflow(t *testing.T) {
 	if isErr || closed["task"].(map[string]any)["state"] != "succeeded" {
 		t.Fatalf("close_task: %v", closed)
 	}
+	// Finished is not checked: without a postcondition the result is unverified, and its
+	// manifest re-verifies through the MCP verify_artifact tool (issue #23 item 5).
+	result, _ := closed["task"].(map[string]any)["result"].(map[string]any)
+	verification, _ := result["verification"].(map[string]any)
+	integrity, _ := result["integrity"].(map[string]any)
+	if verification["state"] != "unverified" || !strings.Contains(fmt.Sprint(verification["reason"]), "no postcondition") ||
+		integrity["algorithm"] != "sha256" || len(fmt.Sprint(integrity["digest"])) != 64 {
+		t.Fatalf("close_task's result through MCP: %v", result)
+	}
+	manifest, isErr := call("verify_artifact", map[string]any{"artifact_id": integrity["manifest_artifact_id"]})
+	if isErr || manifest["valid"] != true || manifest["sha256"] != integrity["digest"] {
+		t.Fatalf("verify_artifact on the result's manifest through MCP: %v", manifest)
+	}
 }
 
 // findNode returns the node_id of the first node (depth first) with role whose name contains
