@@ -32,7 +32,9 @@ commands:
   version   print the BAP, MCP and schema versions
   client    register (client create) or revoke (client revoke) an OAuth client
   user      add a person who signs in on the login page (user create)
-  reconcile settle commands a crash interrupted (reconcile list | reconcile resolve ID --outcome applied|no_side_effect --note TEXT)
+  reconcile settle commands a crash interrupted (reconcile list | reconcile resolve ID --outcome applied|no_side_effect --note TEXT | reconcile correct ID …)
+  decisions the recorded authorization and policy decisions with what each is bound to (decisions list [--tenant T] [--task ID] [--limit N])
+  correct   correct how a task ended or an approval's decision record: a new record that supersedes it (correct outcome TASK_ID --state S --reason TEXT | correct decision APPROVAL_ID --reason TEXT)
   keys      rotate the master key that wraps the server key (keys rotate [--new-master-key-file F] [--keep-old] | keys retire MASTER_KEY_ID)
   secret    a tenant's secrets, typed by reference (secret put --tenant T --name N --origin URL… < value | list | rotate ID < value | delete ID)
   approvals the local operator's approvals, over the server's Unix socket (approvals list | approvals approve ID [--reason TEXT] | approvals deny ID [--reason TEXT])
@@ -63,6 +65,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = userCommand(ctx, args[1:], os.Stdin, stdout, logger, stderr)
 	case "reconcile":
 		err = reconcileCommand(ctx, args[1:], stdout, logger, stderr)
+	case "correct":
+		err = correctCommand(ctx, args[1:], stdout, logger, stderr)
+	case "decisions":
+		err = decisionsCommand(ctx, args[1:], stdout, logger, stderr)
 	case "approvals":
 		err = approvalsCommand(ctx, args[1:], stdout, stderr)
 	case "console":

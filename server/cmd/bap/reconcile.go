@@ -13,11 +13,14 @@ import (
 	"github.com/originweave/bap/server/internal/daemon"
 )
 
-// reconcileCommand runs `bap reconcile list [--all]` and
-// `bap reconcile resolve ID --outcome applied|no_side_effect --note TEXT`: an operator settles a
-// side-effecting command that a crash interrupted.
+// reconcileCommand runs `bap reconcile list [--all]`,
+// `bap reconcile resolve ID --outcome applied|no_side_effect --note TEXT` and
+// `bap reconcile correct ID --outcome applied|no_side_effect --note TEXT`: an operator settles a
+// side-effecting command that a crash interrupted, or corrects that finding (a new resolution that
+// supersedes the current one; the command still never runs again).
 func reconcileCommand(ctx context.Context, args []string, stdout io.Writer, logger *slog.Logger, stderr io.Writer) error {
-	const usage = "usage: bap reconcile list [--all] | bap reconcile resolve ID --outcome applied|no_side_effect --note TEXT"
+	const usage = "usage: bap reconcile list [--all] | bap reconcile resolve ID --outcome applied|no_side_effect --note TEXT | " +
+		"bap reconcile correct ID --outcome applied|no_side_effect --note TEXT"
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
@@ -57,7 +60,7 @@ func reconcileCommand(ctx context.Context, args []string, stdout io.Writer, logg
 			}
 		}
 		return nil
-	case "resolve":
+	case "resolve", "correct":
 		if fs.NArg() != 1 || *outcome == "" || *note == "" {
 			return errors.New(usage)
 		}
@@ -70,13 +73,17 @@ func reconcileCommand(ctx context.Context, args []string, stdout io.Writer, logg
 		if err != nil {
 			return err
 		}
-		rec, err := svc.ResolveReconciliation(ctx, "operator:"+operatorName(), fs.Arg(0), *outcome, *note)
+		settle := svc.ResolveReconciliation
+		if args[0] == "correct" {
+			settle = svc.CorrectReconciliation
+		}
+		rec, err := settle(ctx, "operator:"+operatorName(), fs.Arg(0), *outcome, *note)
 		if err != nil {
 			return err
 		}
 		return json.NewEncoder(stdout).Encode(rec)
 	default:
-		return fmt.Errorf("bap reconcile: unknown subcommand %q (list or resolve)", args[0])
+		return fmt.Errorf("bap reconcile: unknown subcommand %q (list, resolve or correct)", args[0])
 	}
 }
 

@@ -227,6 +227,9 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		defer release()
+		if !forwarded {
+			s.decided(r, oh.op, p, app.AuthAllowed, "") // the owner node, when it forwards, records nothing again
+		}
 		if !forwarded && s.forward(w, r, oh.op, p) {
 			return // its owner node answered
 		}
@@ -246,13 +249,39 @@ func elicitedAnswer(op *operation, p Principal) bool {
 
 // refused records a refused request in the audit trail (when one is configured).
 func (s *server) refused(r *http.Request, op *operation, p Principal, reason string) {
+	s.decided(r, op, p, app.AuthRefused, reason)
+}
+
+// decided records the request's authorization in the audit trail (when one is configured): the
+// authenticated principal (actor, workload, tenant, channel) and what the route names (task,
+// session), never anything of the body. The policy's own decisions are recorded by the commands
+// that take them (app/decisions.go).
+func (s *server) decided(r *http.Request, op *operation, p Principal, outcome, reason string) {
 	if s.audit == nil {
 		return
 	}
+	via := p.Via
+	if via == "" && p.Actor.Subject != "" {
+		via = app.ViaAPI
+	}
 	s.audit.RecordAuthDecision(r.Context(), app.AuthDecision{
 		Time: time.Now(), Tenant: p.Actor.Tenant, Subject: p.Actor.Subject, ClientID: p.ClientID,
-		Operation: op.ID, TaskID: taskIDOf(r.URL.Path), Scope: op.Scope, Outcome: app.AuthRefused, Reason: reason,
+		Operation: op.ID, TaskID: taskIDOf(r.URL.Path), Scope: op.Scope, Outcome: outcome, Reason: reason,
+		Point: app.PointRequest, Via: via, SessionID: sessionIDOf(r.URL.Path),
 	})
+}
+
+// sessionIDOf returns the session id of a /bap/v1/browser-sessions/{session_id}… path.
+func sessionIDOf(path string) string {
+	rest, ok := strings.CutPrefix(path, "/bap/v1/browser-sessions/")
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	if len(id) > 80 || !strings.HasPrefix(id, "bs_") {
+		return ""
+	}
+	return id
 }
 
 // taskIDOf returns the task id of a /bap/v1/tasks/{task_id}… path (the router has not run yet).

@@ -121,6 +121,10 @@ func (c *commandCtx) insertApproval(ctx context.Context, a *Approval, cause stri
 	if err := c.tx.InsertApproval(ctx, a); err != nil {
 		return fmt.Errorf("inserting approval: %w", err)
 	}
+	c.cmd.note.approval, c.cmd.note.approvalState = a.ID, a.State
+	if a.HeldURL != "" {
+		c.cmd.note.origin = originOf(a.HeldURL)
+	}
 	if data == nil {
 		data = map[string]any{}
 	}
@@ -181,6 +185,7 @@ func (c *commandCtx) decide(ctx context.Context, call Call, approvalID, decision
 	if err != nil {
 		return nil, err
 	}
+	defer func() { c.cmd.note.approval, c.cmd.note.approvalState = a.ID, a.State }() // its state after the decision
 	if a.State == task.ApprovalPending && !c.now.Before(a.ExpiresAt) {
 		if err := c.asSystem("expire").expireApproval(ctx, a); err != nil {
 			return nil, err

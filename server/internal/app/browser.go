@@ -156,6 +156,7 @@ type sessionPlan struct {
 // usable, and the command's timeout.
 func prepareSession(sessionID string, timeout time.Duration) func(context.Context, *commandCtx) (any, error) {
 	return func(ctx context.Context, c *commandCtx) (any, error) {
+		c.cmd.note.session = sessionID
 		rec, err := c.prepareOnSession(ctx, sessionID)
 		if err != nil {
 			return nil, err
@@ -514,7 +515,7 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 	}
 	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
 		sideEffecting: false, // a GET navigation is safe (CONTRACT "Mutating requests")
-		prepare:       prepareSession(sessionID, timeoutOf(timeoutMs)),
+		prepare:       notingOrigin(req.URL, prepareSession(sessionID, timeoutOf(timeoutMs))),
 		dispatch: s.onLiveSession(0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (any, error) {
 			req.Timeout = p.timeout
 			return sess.Navigate(ctx, req)
@@ -667,6 +668,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 				return s.holdRequest(ctx, c, call, rec, req, timeoutMs, h)
 			}
 			res := out.(*page.ActResult)
+			c.cmd.note.origin = res.Origin
 			stored, err := s.recordAction(ctx, c, rec, req, res, "act", nil)
 			if err != nil {
 				return nil, "", err

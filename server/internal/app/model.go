@@ -43,6 +43,9 @@ type Task struct {
 	Mode        string
 	ModelPolicy ModelPolicy
 	Budget      Budget
+	// Outcomes is how an ended task ended and each correction of it, oldest first (read by
+	// Store.GetTask; empty for a live task). The last is current: State and Verification are its.
+	Outcomes []OutcomeRecord
 }
 
 // PolicySpec is a task's declared policy, as written by the client.
@@ -129,6 +132,9 @@ type Approval struct {
 	ScreenshotArtifactID string
 	ClosedAt             *time.Time
 	Decision             *Decision
+	// Decisions is the decision and each correction of its record, oldest first (read by
+	// Store.ListApprovals); the last is current and is Decision.
+	Decisions []Decision
 }
 
 // Decision is the recorded resolution of an approval, bound to the authenticated approver.
@@ -139,6 +145,8 @@ type Decision struct {
 	Via       string
 	Reason    string
 	DecidedAt time.Time
+	// ID identifies the decision record; Supersedes is the one it corrects (0 for the first).
+	ID, Supersedes int64
 }
 
 // PostconditionResult is the evaluation of a task's postcondition at close.

@@ -34,6 +34,8 @@ type Store interface {
 	ListTasks(ctx context.Context, tenant string, f TaskFilter) ([]*Task, error)
 	// ListApprovals lists up to limit approvals of tenant in state, oldest request first.
 	ListApprovals(ctx context.Context, tenant string, state task.ApprovalState, limit int) ([]*Approval, error)
+	// ListDecisions lists recorded decisions with what they are bound to, newest first.
+	ListDecisions(ctx context.Context, f DecisionFilter) ([]DecisionBinding, error)
 	// ListReconciliations lists reconciliations of every tenant (open ones unless all).
 	ListReconciliations(ctx context.Context, all bool) ([]Reconciliation, error)
 	// GetSession reads a browser session of tenant.
@@ -125,6 +127,8 @@ type Tx interface {
 	RecordCommand(ctx context.Context, c *Command) error
 	// IssueReceipt records a command's receipt.
 	IssueReceipt(ctx context.Context, r *Receipt) error
+	// RecordDecision records a policy decision taken by the command (migration 0014).
+	RecordDecision(ctx context.Context, d AuthDecision) error
 	// OldestWaitingTask finds the oldest task of tenant still in `created` (awaiting admission),
 	// locking it and skipping tasks another transaction holds.
 	OldestWaitingTask(ctx context.Context, tenant string) (*Task, error)
@@ -162,6 +166,12 @@ type Tx interface {
 	LockApproval(ctx context.Context, tenant, approvalID string) (*Approval, error)
 	// CloseApproval writes an approval's new state and, when present, its decision.
 	CloseApproval(ctx context.Context, a *Approval, commandID string) error
+	// CorrectApprovalDecision records d, a correction of a's decision record, superseding its
+	// current one (migration 0013).
+	CorrectApprovalDecision(ctx context.Context, a *Approval, d Decision) error
+	// CorrectTaskOutcome records o, a correction of how ended task t ended, superseding its
+	// current outcome (migration 0013); UpdateTask then writes the task's state and verification.
+	CorrectTaskOutcome(ctx context.Context, t *Task, o OutcomeRecord) error
 	// PendingApprovals lists the pending approvals of a task, locked.
 	PendingApprovals(ctx context.Context, tenant, taskID string) ([]*Approval, error)
 }
@@ -178,4 +188,8 @@ type Command struct {
 	RecordedAt    time.Time
 
 	lease *LeaseFence // the worker lease it must run under (not stored)
+	// What its decision record binds besides the command itself (decisions.go): the principal's
+	// client and channel, and what the command's steps noted.
+	client, via string
+	note        decisionNote
 }

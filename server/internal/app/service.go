@@ -229,6 +229,7 @@ func (s *Service) newCommand(call Call) *Command {
 	return &Command{
 		ID: ids.New(ids.Command), Tenant: call.Actor.Tenant, Operation: call.Operation,
 		Actor: call.Actor.Subject, NodeID: s.cfg.NodeID, RecordedAt: s.cfg.Now(), lease: call.Lease,
+		client: call.ClientID, via: call.Via,
 	}
 }
 
@@ -299,6 +300,9 @@ func (c *commandCtx) receipt(ctx context.Context, outcome task.Outcome, code Cod
 	}
 	if err := c.tx.IssueReceipt(ctx, r); err != nil {
 		return nil, fmt.Errorf("issuing receipt: %w", err)
+	}
+	if err := c.recordDecision(ctx, r); err != nil { // decisions.go
+		return nil, err
 	}
 	data := map[string]any{"receipt_id": r.ID, "command_id": r.CommandID, "operation": r.Operation, "outcome": string(r.Outcome)}
 	if code != "" {

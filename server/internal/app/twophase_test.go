@@ -136,7 +136,7 @@ func TestRecoveryClassifiesInterruptedCommands(t *testing.T) {
 				t.Fatalf("task %s, want %s", got.State, tt.state)
 			}
 			var open int
-			if err := b.db.QueryRow(ctx, `SELECT count(*) FROM task_reconciliation WHERE task_id = $1 AND state = 'open'`, tk.ID).Scan(&open); err != nil {
+			if err := b.db.QueryRow(ctx, `SELECT count(*) FROM task_reconciliation_current WHERE task_id = $1 AND state = 'open'`, tk.ID).Scan(&open); err != nil {
 				t.Fatal(err)
 			}
 			if want := map[bool]int{true: 1, false: 0}[tt.sideEffecting]; open != want {

@@ -125,9 +125,16 @@ func (a *Audit) flush(ctx context.Context, batch []app.AuthDecision) []app.AuthD
 	defer cancel()
 	var b pgx.Batch
 	for _, d := range batch {
-		b.Queue(`INSERT INTO auth_decision (occurred_at, tenant_id, subject, client_id, operation, task_id, scope, outcome, reason)
-			VALUES ($1, (SELECT tenant_id FROM tenant_account WHERE tenant_id = $2), $3, $4, $5, $6, $7, $8, left($9, 200))`,
-			d.Time, d.Tenant, d.Subject, d.ClientID, d.Operation, nullIfEmpty(d.TaskID), d.Scope, d.Outcome, d.Reason)
+		point := d.Point
+		if point == "" {
+			point = app.PointRequest
+		}
+		b.Queue(`INSERT INTO auth_decision (occurred_at, tenant_id, subject, client_id, operation, task_id, scope, outcome, reason,
+			decision_point, via, session_id)
+			VALUES ($1, (SELECT tenant_id FROM tenant_account WHERE tenant_id = $2), $3, $4, $5, $6, $7, $8, left($9, 200), $10, $11,
+				CASE WHEN $12::text ~ '^bs_[A-Za-z0-9_-]{1,64}$' THEN $12::text END)`,
+			d.Time, d.Tenant, d.Subject, d.ClientID, d.Operation, nullIfEmpty(d.TaskID), d.Scope, d.Outcome, d.Reason,
+			point, nullIfEmpty(d.Via), d.SessionID)
 	}
 	if err := a.pool.SendBatch(ctx, &b).Close(); err != nil {
 		a.log.Warn("writing the audit trail failed", "decisions", len(batch), "err", err)

@@ -113,7 +113,7 @@ const approvalColumns = `a.tenant_id, a.approval_id, a.task_id, a.command_id, a.
 	coalesce(a.screenshot_artifact_id, ''), a.closed_at, d.decision, d.decided_by, d.channel, d.reason, d.decided_at,
 	a.action_digest`
 
-const approvalFrom = ` FROM approval_request a LEFT JOIN approval_decision d ON d.approval_id = a.approval_id`
+const approvalFrom = ` FROM approval_request a LEFT JOIN approval_decision_current d ON d.approval_id = a.approval_id`
 
 func scanApproval(row pgx.Row) (*app.Approval, error) {
 	var a app.Approval
@@ -167,7 +167,11 @@ func (t *pgTx) GetApproval(ctx context.Context, tenant, approvalID string) (*app
 
 // GetApproval implements app.Store.
 func (s *Store) GetApproval(ctx context.Context, tenant, approvalID string) (*app.Approval, error) {
-	return scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+` WHERE a.tenant_id = $1 AND a.approval_id = $2`, tenant, approvalID))
+	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+` WHERE a.tenant_id = $1 AND a.approval_id = $2`, tenant, approvalID))
+	if err != nil {
+		return nil, err
+	}
+	return a, attachDecisions(ctx, s.pool, tenant, []*app.Approval{a})
 }
 
 // LockApproval implements app.Tx.
@@ -176,8 +180,12 @@ func (t *pgTx) LockApproval(ctx context.Context, tenant, approvalID string) (*ap
 	if err != nil {
 		return nil, err
 	}
-	return scanApproval(q.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+` WHERE a.tenant_id = $1 AND a.approval_id = $2
+	a, err := scanApproval(q.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+` WHERE a.tenant_id = $1 AND a.approval_id = $2
 		FOR UPDATE OF a`, tenant, approvalID))
+	if err != nil {
+		return nil, err
+	}
+	return a, attachDecisions(ctx, q, tenant, []*app.Approval{a}) // a decided one's chain (0015)
 }
 
 // PendingApprovals implements app.Tx.
@@ -249,7 +257,10 @@ func (s *Store) ListApprovals(ctx context.Context, tenant string, state task.App
 		}
 		out = append(out, a)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing approvals: %w", err)
+	}
+	return out, attachDecisions(ctx, s.pool, tenant, out)
 }
 
 // RegisterNode implements app.Store.
@@ -336,7 +347,7 @@ func (t *pgTx) LockCommand(ctx context.Context, tenant, commandID string) (*app.
 
 // OpenReconciliation implements app.Tx.
 func (t *pgTx) OpenReconciliation(ctx context.Context, tenant, reconciliationID, taskID, commandID string) error {
-	t.queue(`INSERT INTO task_reconciliation (tenant_id, reconciliation_id, task_id, command_id, state)
-		VALUES ($1, $2, $3, $4, 'open')`, tenant, reconciliationID, taskID, commandID)
+	t.queue(`INSERT INTO task_reconciliation (tenant_id, reconciliation_id, task_id, command_id)
+		VALUES ($1, $2, $3, $4)`, tenant, reconciliationID, taskID, commandID)
 	return nil
 }

@@ -101,7 +101,7 @@ func (s *Store) KeyState(ctx context.Context, tenant, key string) (*app.KeyState
 	var state string
 	var status *int
 	err := s.pool.QueryRow(ctx, `SELECT i.state, i.response_status, i.response_body, i.command_id,
-		coalesce((SELECT CASE WHEN r.state = 'open' THEN 'open' ELSE r.resolution END FROM task_reconciliation r
+		coalesce((SELECT CASE WHEN r.state = 'open' THEN 'open' ELSE r.resolution END FROM task_reconciliation_current r
 			WHERE r.command_id = i.command_id), '')
 		FROM idempotency_record i WHERE i.tenant_id = $1 AND i.idempotency_key = $2`, tenant, key).
 		Scan(&state, &status, &k.Body, &k.CommandID, &k.Reconciliation)
@@ -121,9 +121,9 @@ func (s *Store) ApprovalOutcome(ctx context.Context, tenant, approvalID string) 
 	var state string
 	var rid, outcome, code, rec *string
 	err := s.pool.QueryRow(ctx, `SELECT a.state, rc.receipt_id, rc.outcome, rc.problem_code,
-		(SELECT CASE WHEN r.state = 'open' THEN 'open' ELSE r.resolution END FROM task_reconciliation r WHERE r.command_id = d.command_id)
+		(SELECT CASE WHEN r.state = 'open' THEN 'open' ELSE r.resolution END FROM task_reconciliation_current r WHERE r.command_id = d.command_id)
 		FROM approval_request a
-		LEFT JOIN approval_decision d ON d.approval_id = a.approval_id
+		LEFT JOIN approval_decision d ON d.approval_id = a.approval_id AND d.supersedes IS NULL
 		LEFT JOIN task_receipt rc ON rc.command_id = d.command_id
 		WHERE a.tenant_id = $1 AND a.approval_id = $2`, tenant, approvalID).Scan(&state, &rid, &outcome, &code, &rec)
 	if err != nil {

@@ -85,8 +85,8 @@ func TestHandleRecordsGoWithTheirSession(t *testing.T) {
 	for name, q := range map[string]string{
 		"approval": `INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by, expires_at)
 			VALUES ('local', 'apr_x', 'tsk_o', 'cmd_h', 'pending', 'r', 'x', now() + interval '1 hour')`,
-		"reconciliation": `INSERT INTO task_reconciliation (tenant_id, reconciliation_id, task_id, command_id, state)
-			VALUES ('local', 'rec_x', 'tsk_o', 'cmd_h', 'open')`,
+		"reconciliation": `INSERT INTO task_reconciliation (tenant_id, reconciliation_id, task_id, command_id)
+			VALUES ('local', 'rec_x', 'tsk_o', 'cmd_h')`, // open: no resolution row (0013)
 	} {
 		if _, err := db.Exec(ctx, q); pgCode(err) != "23503" {
 			t.Errorf("%s naming another task than its command's: %v, want a foreign key violation", name, err)

@@ -152,7 +152,14 @@ func queueTaskInsert(b *pgx.Batch, tk *app.Task) {
 
 // GetTask implements app.Store.
 func (s *Store) GetTask(ctx context.Context, tenant, taskID string) (*app.Task, error) {
-	return scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task t WHERE t.tenant_id = $1 AND t.task_id = $2`, tenant, taskID))
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM agent_task t WHERE t.tenant_id = $1 AND t.task_id = $2`, tenant, taskID))
+	if err != nil || !t.State.Terminal() {
+		return t, err
+	}
+	if t.Outcomes, err = taskOutcomes(ctx, s.pool, tenant, taskID); err != nil { // how it ended, and corrections (0015)
+		return nil, err
+	}
+	return t, nil
 }
 
 // ListEvents implements app.Store.
