@@ -1355,6 +1355,11 @@ class ExtractRequest(TypedDict):
     attributes: NotRequired[list[str]]
     #: Browsing context identifier (a tab or frame tree root).
     context_id: NotRequired[str]
+    #: For kind `schema`: where each property of `schema` comes from, the property name mapped to
+    #: the query of its node (a control's value, a checkbox's state, else the text of its best
+    #: match). Without it, each property is looked up by its `title` (or name) as a label, then as
+    #: an accessible name. The same vocabulary as a plan step's and a planner's extract.
+    fields: NotRequired[dict[str, Any]]
     #: What to extract.
     kind: "ExtractKind"
     #: Node handle from observe or query_nodes; valid for one session and one document epoch.

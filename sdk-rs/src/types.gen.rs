@@ -2604,6 +2604,12 @@ pub struct ExtractRequest {
     /// Browsing context identifier (a tab or frame tree root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// For kind `schema`: where each property of `schema` comes from, the property name mapped to
+    /// the query of its node (a control's value, a checkbox's state, else the text of its best
+    /// match). Without it, each property is looked up by its `title` (or name) as a label, then as
+    /// an accessible name. The same vocabulary as a plan step's and a planner's extract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<serde_json::Map<String, serde_json::Value>>,
     /// What to extract.
     pub kind: ExtractKind,
     /// Node handle from observe or query_nodes; valid for one session and one document epoch.
@@ -2623,6 +2629,7 @@ impl ExtractRequest {
         ExtractRequest {
             attributes: None,
             context_id: None,
+            fields: None,
             kind,
             node_id: None,
             query: None,

@@ -2538,6 +2538,10 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
+            /** @description For kind `schema`: where each property of `schema` comes from, the property name mapped to the query of its node (a control's value, a checkbox's state, else the text of its best match). Without it, each property is looked up by its `title` (or name) as a label, then as an accessible name. The same vocabulary as a plan step's and a planner's extract. */
+            fields?: {
+                [key: string]: components["schemas"]["Query"];
+            };
             /** @description What to extract. */
             kind: components["schemas"]["ExtractKind"];
             /**

@@ -135,10 +135,7 @@ func (s *server) Extract(w http.ResponseWriter, r *http.Request, id apigen.Sessi
 	if !ok {
 		return
 	}
-	var body struct {
-		apigen.ExtractRequest
-		Fields map[string]apigen.Query `json:"fields,omitempty"`
-	}
+	var body apigen.ExtractRequest
 	if !s.decodeBody(w, req, &body) {
 		return
 	}
@@ -151,10 +148,9 @@ func (s *server) Extract(w http.ResponseWriter, r *http.Request, id apigen.Sessi
 		}
 		in.Schema = raw
 	}
-	if len(body.Fields) > 0 {
+	if body.Fields != nil && len(*body.Fields) > 0 {
 		in.Fields = map[string]page.Query{}
-		for k, q := range body.Fields {
-			q := q
+		for k, q := range *body.Fields {
 			in.Fields[k] = *fromQuery(&q)
 		}
 	}

@@ -2710,6 +2710,9 @@ type ExtractRequest struct {
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
 
+	// Fields For kind `schema`: where each property of `schema` comes from, the property name mapped to the query of its node (a control's value, a checkbox's state, else the text of its best match). Without it, each property is looked up by its `title` (or name) as a label, then as an accessible name. The same vocabulary as a plan step's and a planner's extract.
+	Fields *map[string]Query `json:"fields,omitempty"`
+
 	// Kind What to extract.
 	Kind ExtractKind `json:"kind"`
 
