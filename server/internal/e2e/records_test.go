@@ -269,3 +269,35 @@ func TestTaskResultIsVerifiable(t *testing.T) {
 		}
 	}
 }
+
+// A goal-driven task whose planner says done and whose verifier model says yes, without a
+// postcondition: it finishes succeeded, and its result is unverified — the models' claims are
+// recorded (verifier.judged) but check nothing.
+func TestModelClaimsLeaveTheResultUnverified(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	fake := newFake(step("navigate", map[string]any{"url": sh.srv.URL + "/thanks"}), step("done", nil))
+	s := newStack(t, withOrchestrator(fake))
+	s.startWorkers(t)
+	taskID := s.createAutonomous(t, "claims", map[string]any{"goal": "place the order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}}})
+	done := s.awaitState(t, taskID, "succeeded", "failed")
+	matchesSchema(t, "GetTaskResponse", done.raw)
+	var got struct {
+		Task struct {
+			State  string `json:"state"`
+			Result struct {
+				Verification struct{ State, Reason string } `json:"verification"`
+			} `json:"result"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal(done.raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Task.State != "succeeded" || got.Task.Result.Verification.State != "unverified" ||
+		!strings.Contains(got.Task.Result.Verification.Reason, "no postcondition") {
+		t.Fatalf("a task the models called done: %s", done.raw)
+	}
+	if judged := ofType(s.history(t, taskID), "verifier.judged"); len(judged) != 1 || data(judged[0])["verdict"] != "yes" {
+		t.Fatalf("verifier.judged: %v", judged)
+	}
+}
