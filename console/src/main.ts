@@ -6,6 +6,7 @@ import { h } from "./dom";
 import { subscribe } from "./sse";
 import { evidence } from "./views/evidence";
 import { inbox } from "./views/inbox";
+import { reconciliations } from "./views/reconcile";
 import { taskPage } from "./views/task";
 import { tasks } from "./views/tasks";
 import type { View } from "./views/view";
@@ -24,6 +25,9 @@ function route(main: HTMLElement): void {
   } else if (parts[0] === "tasks") {
     current = tasks(main, new URLSearchParams(qs));
     document.title = "Tasks — BAP console";
+  } else if (parts[0] === "reconciliation") {
+    current = reconciliations(main);
+    document.title = "Reconciliation — BAP console";
   } else if (parts[0] === "artifacts" && parts[1]) {
     current = evidence(main, parts[1]);
     nav = "tasks";

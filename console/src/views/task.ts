@@ -9,7 +9,7 @@ function summary(e: BapEvent): Node {
   const d = e.data ?? {};
   const parts: Node[] = [];
   const pick = ["from", "to", "outcome", "receipt_id", "command_id", "approval_id", "state", "decision", "resolved_by", "resolved_via",
-    "method", "url", "reason", "verification", "problem_code", "session_id"];
+    "method", "url", "reason", "verification", "problem_code", "dead_lettered", "index", "op", "session_id"];
   for (const k of pick) {
     const v = d[k];
     if (v === undefined || v === null || v === "" || typeof v === "object") continue;

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -440,5 +441,57 @@ func TestConsoleRemoteProfile(t *testing.T) {
 	as, _ := list["approvals"].([]any)
 	if st != 200 || len(as) != 1 || as[0].(map[string]any)["resolved_by"] != subject {
 		t.Fatalf("the decision does not record the signed-in person %s: %d %v", subject, st, list)
+	}
+}
+
+// The reconciliation queue: a form submission interrupted by kill -9 after the order reached the
+// site is reconciliation_required; the operator settles it in the console as applied, with a
+// note, and the task runs again. The agent cannot see or settle the queue.
+func TestConsoleReconciliationQueue(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dir := dataDir(t)
+	site := newHangFixture(t)
+	r := start(t, bin, dir)
+	taskID := field(mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", "rq-task", `{"goal":"pay once","policy":{"allowed_origins":["`+site.srv.URL+`"]}}`), "task", "task_id")
+	sid := field(mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "rq-session", `{}`), "session", "session_id")
+	mustAPI(t, 200, r.listen, "POST", "/bap/v1/browser-sessions/"+sid+"/navigate", "rq-start", `{"url":"`+site.srv.URL+`/start"}`)
+	actPath, actBody := "/bap/v1/browser-sessions/"+sid+"/act", `{"action":"click","query":{"role":"button","name":"Pay"}}`
+	go api(r.listen, "POST", actPath, "rq-act", actBody)
+	site.await(t, "/order-slow")
+	_ = r.stop(t, syscall.SIGKILL)
+	r = start(t, bin, dir)
+	if act := replayUntilClassified(t, r.listen, actPath, "rq-act", actBody); field(act, "receipt", "outcome") != "reconciliation_required" {
+		t.Fatalf("interrupted submission: %v", act)
+	}
+	if st, _, raw := api(r.listen, "GET", "/console/api/reconciliations", "", ""); st != 403 {
+		t.Fatalf("the agent reading the queue: %d %s", st, raw)
+	}
+
+	b := newBrowserDriver(t)
+	b.do(map[string]any{"op": "goto", "url": consoleLogin(t, bin, dir)})
+	b.do(map[string]any{"op": "wait", "loc": role("heading", "Approvals")})
+	b.do(map[string]any{"op": "goto", "url": "http://" + r.listen + "/console/#/reconciliation"})
+	card := `[data-reconciliation]`
+	b.do(map[string]any{"op": "wait", "loc": css(card)})
+	if txt := b.text(css(card)); !strings.Contains(txt, taskID) || !strings.Contains(txt, "Interrupted act") {
+		t.Fatalf("the queue shows %q", txt)
+	}
+	b.page("reconciliation")
+	b.do(map[string]any{"op": "click", "loc": role("radio", "The effect happened (applied)")})
+	b.do(map[string]any{"op": "fill", "loc": role("textbox", "Note: what you found"), "value": "the shop has order 1"})
+	b.do(map[string]any{"op": "click", "loc": role("button", "Settle")})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": card + " .result.ok", "hasText": "Settled as applied by operator:local"}})
+	var resolved map[string]any
+	for _, e := range mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any) {
+		if ev := e.(map[string]any); ev["type"] == "reconciliation.resolved" {
+			resolved = ev
+		}
+	}
+	if d, _ := resolved["data"].(map[string]any); d["outcome"] != "applied" || site.orders.Load() != 1 {
+		t.Fatalf("after Settle: %v (orders %d)", resolved, site.orders.Load())
+	}
+	if st := field(mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID, "", ""), "task", "state"); st != "running" {
+		t.Fatalf("the task after its reconciliation: %s", st)
 	}
 }
