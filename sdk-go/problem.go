@@ -24,6 +24,9 @@ type Problem struct {
 	Detail string `json:"detail"`
 	// Code is the stable machine error code (ProblemCode constants, e.g. ProblemCodeNotFound).
 	Code ProblemCode `json:"code"`
+	// Reason refines Code where the spec names reasons (stale_node_handle: "epoch_superseded" or
+	// "session_lost").
+	Reason string `json:"reason,omitempty"`
 	// Instance identifies this occurrence, when the server gives one.
 	Instance string `json:"instance,omitempty"`
 	// Errors holds validation details (invalid_request).

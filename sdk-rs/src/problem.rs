@@ -22,6 +22,9 @@ pub struct Problem {
     pub problem_type: String,
     /// This occurrence, when the server names one.
     pub instance: Option<String>,
+    /// Refines `code` where the spec names reasons (`stale_node_handle`: `epoch_superseded` or
+    /// `session_lost`).
+    pub reason: Option<String>,
     /// Validation details (`invalid_request`): JSON pointers to the culprits.
     pub errors: Vec<ProblemViolation>,
     /// The receipt of a command refused by policy (outcome `rejected`).
@@ -45,6 +48,8 @@ struct ProblemDoc {
     #[serde(default)]
     instance: Option<String>,
     #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
     errors: Option<Vec<ProblemViolation>>,
     #[serde(default)]
     receipt: Option<Receipt>,
@@ -60,6 +65,7 @@ impl Problem {
             detail: String::new(),
             problem_type: String::new(),
             instance: None,
+            reason: None,
             errors: Vec::new(),
             receipt: None,
             body,
@@ -80,6 +86,7 @@ impl Problem {
                 p.detail = doc.detail.unwrap_or_default();
                 p.problem_type = doc.problem_type.unwrap_or_default();
                 p.instance = doc.instance;
+                p.reason = doc.reason;
                 p.errors = doc.errors.unwrap_or_default();
                 p.receipt = doc.receipt;
             }
