@@ -15,6 +15,8 @@ let current: View | null = null;
 
 function route(main: HTMLElement): void {
   current?.close();
+  const live = document.getElementById("live");
+  if (live) live.textContent = ""; // what the last page announced does not follow to the next
   const hash = location.hash.replace(/^#/, "") || "/approvals";
   const [path = "", qs = ""] = hash.split("?");
   const parts = path.split("/").filter(Boolean);

@@ -326,6 +326,25 @@ func TestConsoleLocalProfile(t *testing.T) {
 	b.do(map[string]any{"op": "wait", "loc": css(fmt.Sprintf(`tr[data-seq="%v"]`, evs[len(evs)-1].(map[string]any)["seq"])), "timeout": 5000})
 	b.page("task")
 
+	// The DOM and AX snapshots: linked from the timeline, shown with the SHA-256 of their bytes.
+	captured := mustAPI(t, 200, r.listen, "POST", sp+"/evidence", "con-evidence", `{"kinds":["dom_snapshot","ax_snapshot"]}`)
+	arts, _ := captured["artifacts"].([]any)
+	if len(arts) != 2 {
+		t.Fatalf("capture_evidence: %v", captured)
+	}
+	for i, a := range arts {
+		art := a.(map[string]any)
+		b.do(map[string]any{"op": "goto", "url": base + "/console/#/tasks/" + taskID})
+		b.do(map[string]any{"op": "click", "loc": map[string]any{"role": "link", "name": "evidence " + art["artifact_id"].(string)}})
+		b.do(map[string]any{"op": "wait", "loc": css("pre.snap")})
+		if sum := b.text(css("#sha256")); sum != art["sha256"] {
+			t.Fatalf("%v: the viewer shows SHA-256 %q", art, sum)
+		}
+		if i == 1 {
+			b.page("evidence-snapshot")
+		}
+	}
+
 	// The evidence viewer: the hold's screenshot with its SHA-256; Verify valid, then invalid.
 	shotID := field(held, "approval", "screenshot_artifact_id")
 	b.do(map[string]any{"op": "goto", "url": base + "/console/#/artifacts/" + shotID})
