@@ -116,7 +116,9 @@ __all__ = [
     "NavigationCommittedData",
     "NavigationCommittedEvent",
     "Node",
+    "NodeChange",
     "NodeExistsClause",
+    "ObserveContinuation",
     "ObserveMode",
     "ObserveRequest",
     "ObserveResponse",
@@ -1699,6 +1701,8 @@ class NavigationCommittedEvent(TypedDict):
 class Node(TypedDict):
     """An accessibility node with a session-scoped handle."""
 
+    #: Only in a delta observation: how this node changed since the earlier one.
+    change: NotRequired["NodeChange"]
     #: True for a checked checkbox, radio or switch.
     checked: NotRequired[bool]
     #: Child nodes, in document order.
@@ -1741,11 +1745,32 @@ class Node(TypedDict):
     value: NotRequired[str]
 
 
+NodeChange = Literal["added", "changed", "removed"]
+"""How a node of a delta observation (`observe {since}`) differs from the earlier observation: `added`
+(the node and its whole subtree are new), `changed` (its own properties changed; its children list
+only what changed below it), `removed` (gone; no children). Absent: an unchanged ancestor, shown for
+context.
+"""
+
+
 class NodeExistsClause(TypedDict):
     """Holds when the query finds at least one node."""
 
     #: The query that must find at least one node.
     node_exists: "Query"
+
+
+class ObserveContinuation(TypedDict):
+    """The truncation marker of an observation cut by `max_bytes`: what is left and how to get it.
+    """
+
+    #: Pass as `cursor` to observe to get the next part of the same observation. Sealed: valid only
+    #: for this session and context.
+    cursor: str
+    #: This part's number (1 for the first).
+    part: int
+    #: Nodes of the observation not yet returned (ancestors repeated for context not counted).
+    remaining_nodes: int
 
 
 ObserveMode = Literal["interactive", "full"]
@@ -1759,10 +1784,25 @@ class ObserveRequest(TypedDict):
 
     #: Context to observe (default: the primary one).
     context_id: NotRequired[str]
+    #: The `continuation.cursor` of an earlier part: returns the next part of that same observation
+    #: (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale`
+    #: when the document epoch has changed since.
+    cursor: NotRequired[str]
+    #: Hard cap on the serialized response, in bytes. When the observation does not fit, the
+    #: response carries the nodes that do (in document order, each part with its ancestors repeated
+    #: for context) and a `continuation` with a cursor for the next part: nothing is dropped
+    #: silently.
+    max_bytes: NotRequired[int]
     #: Most nodes to return; `truncated` says when the tree had more.
     max_nodes: NotRequired[int]
     #: Which nodes the observation includes.
     mode: NotRequired["ObserveMode"]
+    #: An earlier observation of this context and document epoch (`observation_id`): the answer
+    #: holds only the nodes added, changed or removed since, marked by `change`, with their
+    #: unchanged ancestors for context; unchanged nodes keep their handles. Refused with 409
+    #: `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer
+    #: keeps that observation.
+    since: NotRequired[str]
     #: Observe only this node's subtree.
     within: NotRequired[str]
 
@@ -1770,15 +1810,26 @@ class ObserveRequest(TypedDict):
 class ObserveResponse(TypedDict):
     """Answer of observe: the accessibility tree with node handles."""
 
+    #: Approximate number of model tokens `nodes` takes in this response (its JSON bytes / 4,
+    #: rounded up).
+    approx_tokens: int
     #: Browsing context identifier (a tab or frame tree root).
     context_id: str
+    #: Present when `max_bytes` cut this response: the observation goes on in further parts.
+    continuation: NotRequired["ObserveContinuation"]
     #: Document epoch: changes whenever the browsing context's document changes; node handles of
     #: older epochs are stale.
     epoch_id: str
     #: The observed nodes, each with its children.
     nodes: list["Node"]
+    #: This observation's id: pass it as `since` to a later observe of the same context and epoch to
+    #: get only what changed.
+    observation_id: str
     #: The command's durable receipt.
     receipt: NotRequired["Receipt"]
+    #: Present on a delta: the observation it is relative to. `nodes` then holds only the changed
+    #: nodes (see Node `change`) and their unchanged ancestors.
+    since: NotRequired[str]
     #: Title of the observed document.
     title: str
     #: True when max_nodes cut the tree.
@@ -2065,6 +2116,7 @@ ProblemCode = Literal[
     "approver_not_permitted",
     "secret_origin_mismatch",
     "secret_not_found",
+    "observation_stale",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
@@ -2073,14 +2125,15 @@ secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document i
 secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no
 live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409:
 invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
-checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
-payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422:
-idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's
-model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an
-autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501:
-not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS).
-`x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's
-stored reply) carries with it.
+checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost,
+observation_stale (an observe `since` or `cursor` naming an observation of an earlier document
+epoch); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as
+application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
+satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
+browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
+configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
+browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status
+and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
 """
 
 

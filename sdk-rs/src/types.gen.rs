@@ -3229,6 +3229,9 @@ pub struct NavigationCommittedEvent {
 /// An accessibility node with a session-scoped handle.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Node {
+    /// Only in a delta observation: how this node changed since the earlier one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<NodeChange>,
     /// True for a checked checkbox, radio or switch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checked: Option<bool>,
@@ -3289,11 +3292,91 @@ pub struct Node {
     pub value: Option<String>,
 }
 
+/// How a node of a delta observation (`observe {since}`) differs from the earlier observation:
+/// `added` (the node and its whole subtree are new), `changed` (its own properties changed; its
+/// children list only what changed below it), `removed` (gone; no children). Absent: an unchanged
+/// ancestor, shown for context.
+///
+/// Serialized as its string; a value this SDK does not know is kept in `NodeChange::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum NodeChange {
+    /// `added`
+    Added,
+    /// `changed`
+    Changed,
+    /// `removed`
+    Removed,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl NodeChange {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [NodeChange] = &[NodeChange::Added, NodeChange::Changed, NodeChange::Removed];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            NodeChange::Added => "added",
+            NodeChange::Changed => "changed",
+            NodeChange::Removed => "removed",
+            NodeChange::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for NodeChange {
+    fn from(s: &str) -> Self {
+        match s {
+            "added" => NodeChange::Added,
+            "changed" => NodeChange::Changed,
+            "removed" => NodeChange::Removed,
+            other => NodeChange::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for NodeChange {
+    fn from(s: String) -> Self {
+        NodeChange::from(s.as_str())
+    }
+}
+
+impl fmt::Display for NodeChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for NodeChange {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeChange {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(NodeChange::from)
+    }
+}
+
 /// Holds when the query finds at least one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct NodeExistsClause {
     /// The query that must find at least one node.
     pub node_exists: Query,
+}
+
+/// The truncation marker of an observation cut by `max_bytes`: what is left and how to get it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ObserveContinuation {
+    /// Pass as `cursor` to observe to get the next part of the same observation. Sealed: valid only
+    /// for this session and context.
+    pub cursor: String,
+    /// This part's number (1 for the first).
+    pub part: i64,
+    /// Nodes of the observation not yet returned (ancestors repeated for context not counted).
+    pub remaining_nodes: i64,
 }
 
 /// `interactive` (default): actionable nodes, headings and landmarks; `full`: the whole
@@ -3364,12 +3447,30 @@ pub struct ObserveRequest {
     /// Context to observe (default: the primary one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_id: Option<String>,
+    /// The `continuation.cursor` of an earlier part: returns the next part of that same observation
+    /// (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale`
+    /// when the document epoch has changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Hard cap on the serialized response, in bytes. When the observation does not fit, the
+    /// response carries the nodes that do (in document order, each part with its ancestors repeated
+    /// for context) and a `continuation` with a cursor for the next part: nothing is dropped
+    /// silently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<i64>,
     /// Most nodes to return; `truncated` says when the tree had more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_nodes: Option<i64>,
     /// Which nodes the observation includes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ObserveMode>,
+    /// An earlier observation of this context and document epoch (`observation_id`): the answer
+    /// holds only the nodes added, changed or removed since, marked by `change`, with their
+    /// unchanged ancestors for context; unchanged nodes keep their handles. Refused with 409
+    /// `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer
+    /// keeps that observation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
     /// Observe only this node's subtree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within: Option<String>,
@@ -3378,16 +3479,29 @@ pub struct ObserveRequest {
 /// Answer of observe: the accessibility tree with node handles.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ObserveResponse {
+    /// Approximate number of model tokens `nodes` takes in this response (its JSON bytes / 4,
+    /// rounded up).
+    pub approx_tokens: i64,
     /// Browsing context identifier (a tab or frame tree root).
     pub context_id: String,
+    /// Present when `max_bytes` cut this response: the observation goes on in further parts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuation: Option<ObserveContinuation>,
     /// Document epoch: changes whenever the browsing context's document changes; node handles of
     /// older epochs are stale.
     pub epoch_id: String,
     /// The observed nodes, each with its children.
     pub nodes: Vec<Node>,
+    /// This observation's id: pass it as `since` to a later observe of the same context and epoch
+    /// to get only what changed.
+    pub observation_id: String,
     /// The command's durable receipt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Receipt>,
+    /// Present on a delta: the observation it is relative to. `nodes` then holds only the changed
+    /// nodes (see Node `change`) and their unchanged ancestors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
     /// Title of the observed document.
     pub title: String,
     /// True when max_nodes cut the tree.
@@ -3795,9 +3909,10 @@ pub struct PostconditionResult {
 /// naming no live secret of the tenant: unknown, another tenant's, or deleted); 408:
 /// action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle,
 /// approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale,
-/// browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not
-/// sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved
-/// model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
+/// browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of
+/// an earlier document epoch); 413: payload_too_large; 415: unsupported_media_type (a request body
+/// not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no
+/// approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
 /// browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
 /// configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
 /// browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP
@@ -3864,13 +3979,15 @@ pub enum ProblemCode {
     SecretOriginMismatch,
     /// `secret_not_found`
     SecretNotFound,
+    /// `observation_stale`
+    ObservationStale,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -3904,6 +4021,7 @@ impl ProblemCode {
             ProblemCode::ApproverNotPermitted => "approver_not_permitted",
             ProblemCode::SecretOriginMismatch => "secret_origin_mismatch",
             ProblemCode::SecretNotFound => "secret_not_found",
+            ProblemCode::ObservationStale => "observation_stale",
             ProblemCode::Unknown(s) => s,
         }
     }
@@ -3941,6 +4059,7 @@ impl From<&str> for ProblemCode {
             "approver_not_permitted" => ProblemCode::ApproverNotPermitted,
             "secret_origin_mismatch" => ProblemCode::SecretOriginMismatch,
             "secret_not_found" => ProblemCode::SecretNotFound,
+            "observation_stale" => ProblemCode::ObservationStale,
             other => ProblemCode::Unknown(other.to_string()),
         }
     }

@@ -301,8 +301,17 @@ export type NavigationCommittedData = S["NavigationCommittedData"];
 export type NavigationCommittedEvent = S["NavigationCommittedEvent"];
 /** An accessibility node with a session-scoped handle. */
 export type Node = S["Node"];
+/**
+ * How a node of a delta observation (`observe {since}`) differs from the earlier observation:
+ * `added` (the node and its whole subtree are new), `changed` (its own properties changed; its
+ * children list only what changed below it), `removed` (gone; no children). Absent: an unchanged
+ * ancestor, shown for context.
+ */
+export type NodeChange = S["NodeChange"];
 /** Holds when the query finds at least one node. */
 export type NodeExistsClause = S["NodeExistsClause"];
+/** The truncation marker of an observation cut by `max_bytes`: what is left and how to get it. */
+export type ObserveContinuation = S["ObserveContinuation"];
 /**
  * `interactive` (default): actionable nodes, headings and landmarks; `full`: the whole
  * accessibility tree.
@@ -361,14 +370,15 @@ export type Problem = S["Problem"];
  * the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming
  * no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409:
  * invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
- * checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413:
- * payload_too_large; 415: unsupported_media_type (a request body not sent as application/json);
- * 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous
- * task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable,
- * orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable);
- * 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the
- * page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP
- * answer (HTTP, MCP, a worker's stored reply) carries with it.
+ * checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost,
+ * observation_stale (an observe `since` or `cursor` naming an observation of an earlier document
+ * epoch); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as
+ * application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
+ * satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
+ * browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
+ * configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
+ * browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP
+ * status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
  */
 export type ProblemCode = S["ProblemCode"];
 /** One validation failure. */

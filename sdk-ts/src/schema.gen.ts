@@ -3154,6 +3154,8 @@ export interface components {
          *     }
          */
         Node: {
+            /** @description Only in a delta observation: how this node changed since the earlier one. */
+            change?: components["schemas"]["NodeChange"];
             /** @description True for a checked checkbox, radio or switch. */
             checked?: boolean;
             /** @description Child nodes, in document order. */
@@ -3197,6 +3199,12 @@ export interface components {
             value?: string;
         };
         /**
+         * NodeChange
+         * @description How a node of a delta observation (`observe {since}`) differs from the earlier observation: `added` (the node and its whole subtree are new), `changed` (its own properties changed; its children list only what changed below it), `removed` (gone; no children). Absent: an unchanged ancestor, shown for context.
+         * @enum {string}
+         */
+        NodeChange: "added" | "changed" | "removed";
+        /**
          * NodeExistsClause
          * @description Holds when the query finds at least one node.
          * @example {
@@ -3209,6 +3217,23 @@ export interface components {
         NodeExistsClause: {
             /** @description The query that must find at least one node. */
             node_exists: components["schemas"]["Query"];
+        };
+        /**
+         * ObserveContinuation
+         * @description The truncation marker of an observation cut by `max_bytes`: what is left and how to get it.
+         * @example {
+         *       "cursor": "oc_AAECAwQFBgcICQoLDA0ODw",
+         *       "part": 1,
+         *       "remaining_nodes": 1830
+         *     }
+         */
+        ObserveContinuation: {
+            /** @description Pass as `cursor` to observe to get the next part of the same observation. Sealed: valid only for this session and context. */
+            cursor: string;
+            /** @description This part's number (1 for the first). */
+            part: number;
+            /** @description Nodes of the observation not yet returned (ancestors repeated for context not counted). */
+            remaining_nodes: number;
         };
         /**
          * ObserveMode
@@ -3230,6 +3255,10 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
+            /** @description The `continuation.cursor` of an earlier part: returns the next part of that same observation (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale` when the document epoch has changed since. */
+            cursor?: string;
+            /** @description Hard cap on the serialized response, in bytes. When the observation does not fit, the response carries the nodes that do (in document order, each part with its ancestors repeated for context) and a `continuation` with a cursor for the next part: nothing is dropped silently. */
+            max_bytes?: number;
             /**
              * @description Most nodes to return; `truncated` says when the tree had more.
              * @default 500
@@ -3237,6 +3266,11 @@ export interface components {
             max_nodes?: number;
             /** @description Which nodes the observation includes. */
             mode?: components["schemas"]["ObserveMode"];
+            /**
+             * @description An earlier observation of this context and document epoch (`observation_id`): the answer holds only the nodes added, changed or removed since, marked by `change`, with their unchanged ancestors for context; unchanged nodes keep their handles. Refused with 409 `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer keeps that observation.
+             * @example ob_7hJ2kL4mN6pQ
+             */
+            since?: string;
             /**
              * @description Observe only this node's subtree.
              * @example nd_5xY7zA9bC1dE
@@ -3268,11 +3302,15 @@ export interface components {
          *     }
          */
         ObserveResponse: {
+            /** @description Approximate number of model tokens `nodes` takes in this response (its JSON bytes / 4, rounded up). */
+            approx_tokens: number;
             /**
              * @description Browsing context identifier (a tab or frame tree root).
              * @example ctx_9aB3cD5eF7gH
              */
             context_id: string;
+            /** @description Present when `max_bytes` cut this response: the observation goes on in further parts. */
+            continuation?: components["schemas"]["ObserveContinuation"];
             /**
              * @description Document epoch: changes whenever the browsing context's document changes; node handles of older epochs are stale.
              * @example ep_2kM4nP6qR8sT
@@ -3280,8 +3318,15 @@ export interface components {
             epoch_id: string;
             /** @description The observed nodes, each with its children. */
             nodes: components["schemas"]["Node"][];
+            /**
+             * @description This observation's id: pass it as `since` to a later observe of the same context and epoch to get only what changed.
+             * @example ob_7hJ2kL4mN6pQ
+             */
+            observation_id: string;
             /** @description The command's durable receipt. */
             receipt?: components["schemas"]["Receipt"];
+            /** @description Present on a delta: the observation it is relative to. `nodes` then holds only the changed nodes (see Node `change`) and their unchanged ancestors. */
+            since?: string;
             /** @description Title of the observed document. */
             title: string;
             /** @description True when max_nodes cut the tree. */
@@ -3665,10 +3710,10 @@ export interface components {
         };
         /**
          * ProblemCode
-         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale";
         /**
          * ProblemViolation
          * @description One validation failure.

@@ -627,6 +627,27 @@ func (e ModelRole) Valid() bool {
 	}
 }
 
+// Defines values for NodeChange.
+const (
+	NodeChangeAdded   NodeChange = "added"
+	NodeChangeChanged NodeChange = "changed"
+	NodeChangeRemoved NodeChange = "removed"
+)
+
+// Valid indicates whether the value is a known member of the NodeChange enum.
+func (e NodeChange) Valid() bool {
+	switch e {
+	case NodeChangeAdded:
+		return true
+	case NodeChangeChanged:
+		return true
+	case NodeChangeRemoved:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ObserveMode.
 const (
 	ObserveModeFull        ObserveMode = "full"
@@ -723,6 +744,7 @@ const (
 	ProblemCodeNavigationFailed        ProblemCode = "navigation_failed"
 	ProblemCodeNotFound                ProblemCode = "not_found"
 	ProblemCodeNotImplemented          ProblemCode = "not_implemented"
+	ProblemCodeObservationStale        ProblemCode = "observation_stale"
 	ProblemCodeOrchestratorUnavailable ProblemCode = "orchestrator_unavailable"
 	ProblemCodeOriginNotAllowed        ProblemCode = "origin_not_allowed"
 	ProblemCodeOverloaded              ProblemCode = "overloaded"
@@ -775,6 +797,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeNotFound:
 		return true
 	case ProblemCodeNotImplemented:
+		return true
+	case ProblemCodeObservationStale:
 		return true
 	case ProblemCodeOrchestratorUnavailable:
 		return true
@@ -3174,6 +3198,9 @@ type NavigationCommittedEvent struct {
 //
 // Examples: {"disabled":false,"name":"Place order","node_id":"nd_5xY7zA9bC1dE","role":"button"}
 type Node struct {
+	// Change Only in a delta observation: how this node changed since the earlier one.
+	Change *NodeChange `json:"change,omitempty"`
+
 	// Checked True for a checked checkbox, radio or switch.
 	Checked *bool `json:"checked,omitempty"`
 
@@ -3234,6 +3261,9 @@ type Node struct {
 	Value *string `json:"value,omitempty"`
 }
 
+// NodeChange How a node of a delta observation (`observe {since}`) differs from the earlier observation: `added` (the node and its whole subtree are new), `changed` (its own properties changed; its children list only what changed below it), `removed` (gone; no children). Absent: an unchanged ancestor, shown for context.
+type NodeChange string
+
 // NodeExistsClause Holds when the query finds at least one node.
 //
 // Examples: {"node_exists":{"name":"Order confirmed","role":"heading"}}
@@ -3242,6 +3272,20 @@ type NodeExistsClause struct {
 	//
 	// Examples: {"name":"Place order","role":"button"}
 	NodeExists Query `json:"node_exists"`
+}
+
+// ObserveContinuation The truncation marker of an observation cut by `max_bytes`: what is left and how to get it.
+//
+// Examples: {"cursor":"oc_AAECAwQFBgcICQoLDA0ODw","part":1,"remaining_nodes":1830}
+type ObserveContinuation struct {
+	// Cursor Pass as `cursor` to observe to get the next part of the same observation. Sealed: valid only for this session and context.
+	Cursor string `json:"cursor"`
+
+	// Part This part's number (1 for the first).
+	Part int `json:"part"`
+
+	// RemainingNodes Nodes of the observation not yet returned (ancestors repeated for context not counted).
+	RemainingNodes int `json:"remaining_nodes"`
 }
 
 // ObserveMode `interactive` (default): actionable nodes, headings and landmarks; `full`: the whole accessibility tree.
@@ -3256,11 +3300,22 @@ type ObserveRequest struct {
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
 
+	// Cursor The `continuation.cursor` of an earlier part: returns the next part of that same observation (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale` when the document epoch has changed since.
+	Cursor *string `json:"cursor,omitempty"`
+
+	// MaxBytes Hard cap on the serialized response, in bytes. When the observation does not fit, the response carries the nodes that do (in document order, each part with its ancestors repeated for context) and a `continuation` with a cursor for the next part: nothing is dropped silently.
+	MaxBytes *int `json:"max_bytes,omitempty"`
+
 	// MaxNodes Most nodes to return; `truncated` says when the tree had more.
 	MaxNodes *int `json:"max_nodes,omitempty"`
 
 	// Mode Which nodes the observation includes.
 	Mode *ObserveMode `json:"mode,omitempty"`
+
+	// Since An earlier observation of this context and document epoch (`observation_id`): the answer holds only the nodes added, changed or removed since, marked by `change`, with their unchanged ancestors for context; unchanged nodes keep their handles. Refused with 409 `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer keeps that observation.
+	//
+	// Examples: ob_7hJ2kL4mN6pQ
+	Since *string `json:"since,omitempty"`
 
 	// Within Observe only this node's subtree.
 	//
@@ -3272,10 +3327,18 @@ type ObserveRequest struct {
 //
 // Examples: {"context_id":"ctx_9aB3cD5eF7gH","epoch_id":"ep_2kM4nP6qR8sT","nodes":[{"children":[{"name":"Place order","node_id":"nd_5xY7zA9bC1dE","role":"button"}],"name":"","node_id":"nd_0aA1bB2cC3dD","role":"main"}],"title":"Cart","url":"https://shop.example.com/cart"}
 type ObserveResponse struct {
+	// ApproxTokens Approximate number of model tokens `nodes` takes in this response (its JSON bytes / 4, rounded up).
+	ApproxTokens int `json:"approx_tokens"`
+
 	// ContextId Browsing context identifier (a tab or frame tree root).
 	//
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId string `json:"context_id"`
+
+	// Continuation Present when `max_bytes` cut this response: the observation goes on in further parts.
+	//
+	// Examples: {"cursor":"oc_AAECAwQFBgcICQoLDA0ODw","part":1,"remaining_nodes":1830}
+	Continuation *ObserveContinuation `json:"continuation,omitempty"`
 
 	// EpochId Document epoch: changes whenever the browsing context's document changes; node handles of older epochs are stale.
 	//
@@ -3285,10 +3348,18 @@ type ObserveResponse struct {
 	// Nodes The observed nodes, each with its children.
 	Nodes []Node `json:"nodes"`
 
+	// ObservationId This observation's id: pass it as `since` to a later observe of the same context and epoch to get only what changed.
+	//
+	// Examples: ob_7hJ2kL4mN6pQ
+	ObservationId string `json:"observation_id"`
+
 	// Receipt The command's durable receipt.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt *Receipt `json:"receipt,omitempty"`
+
+	// Since Present on a delta: the observation it is relative to. `nodes` then holds only the changed nodes (see Node `change`) and their unchanged ancestors.
+	Since *string `json:"since,omitempty"`
 
 	// Title Title of the observed document.
 	Title string `json:"title"`
@@ -3643,7 +3714,7 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
-// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost; 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
 type ProblemCode string
 
 // ProblemViolation One validation failure.

@@ -62,6 +62,8 @@ const (
 	SecretOriginMismatch Code = "secret_origin_mismatch"
 	// SecretNotFound is answered with 404 Secret not found.
 	SecretNotFound Code = "secret_not_found"
+	// ObservationStale is answered with 409 Observation of an earlier epoch.
+	ObservationStale Code = "observation_stale"
 )
 
 var table = map[Code]entry{
@@ -94,6 +96,7 @@ var table = map[Code]entry{
 	ApproverNotPermitted:    {403, "Approver not permitted"},
 	SecretOriginMismatch:    {403, "Secret origin mismatch"},
 	SecretNotFound:          {404, "Secret not found"},
+	ObservationStale:        {409, "Observation of an earlier epoch"},
 }
 
 // All lists every code of the spec, in its order.
@@ -127,4 +130,5 @@ var All = []Code{
 	ApproverNotPermitted,
 	SecretOriginMismatch,
 	SecretNotFound,
+	ObservationStale,
 }
