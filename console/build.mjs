@@ -1,6 +1,6 @@
 // Builds the console into server/internal/console/dist (embedded by go:embed): type-checks the
 // strict TypeScript (tsc --noEmit), bundles src/main.ts into one ES module with esbuild and copies
-// the page and its style sheet. The output depends only on the sources and the pinned tools (no
+// the page, its style sheet and its icon. The output depends only on the sources and the pinned tools (no
 // date, no path, no source map), so scripts/check-generated.sh can compare it.
 import { execFileSync } from "node:child_process";
 import { copyFileSync, mkdirSync, rmSync } from "node:fs";
@@ -29,3 +29,4 @@ await esbuild.build({
 });
 copyFileSync(join(here, "src", "index.html"), join(out, "index.html"));
 copyFileSync(join(here, "src", "app.css"), join(out, "assets", "app.css"));
+copyFileSync(join(here, "src", "icon.svg"), join(out, "assets", "icon.svg"));

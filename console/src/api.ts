@@ -28,6 +28,12 @@ export function useCredential(c: Credential, expired: () => void): void {
   onUnauthenticated = expired;
 }
 
+/** expire forgets the credential and tells the page the session ended. */
+export function expire(): void {
+  credential = null;
+  onUnauthenticated();
+}
+
 /** headers are the credential's request headers. */
 export function authHeaders(): Record<string, string> {
   if (!credential) return {};
@@ -45,7 +51,7 @@ async function problemOf(resp: Response): Promise<ApiError> {
   } catch {
     // not a problem document
   }
-  if (resp.status === 401) onUnauthenticated();
+  if (resp.status === 401) expire();
   return new ApiError(p);
 }
 

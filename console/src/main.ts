@@ -1,6 +1,7 @@
 // The operator console: sign in, then one view per route (#/approvals, #/tasks, #/tasks/ID,
 // #/artifacts/ID), each following the tenant's live events.
 
+import { call } from "./api";
 import { signIn, type Config } from "./auth";
 import { h } from "./dom";
 import { subscribe } from "./sse";
@@ -53,6 +54,15 @@ async function boot(): Promise<void> {
   if (!who) return;
   const whoEl = document.getElementById("who");
   if (whoEl) whoEl.replaceChildren("Signed in as ", h("strong", { id: "subject" }, who.subject), ` (${who.tenant})`);
+  const out = document.getElementById("signout");
+  if (out) {
+    out.hidden = false;
+    out.addEventListener("click", () => {
+      const done = () => location.assign("/console/");
+      if (cfg.profile === "local") void call("POST", "/console/logout").finally(done);
+      else done(); // the token lived in this page's memory only
+    });
+  }
   subscribe((e) => current?.onEvent(e));
   window.addEventListener("hashchange", () => route(main));
   route(main);

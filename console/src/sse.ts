@@ -2,7 +2,7 @@
 // credential header): GET /bap/v1/events/stream from now, resumed after a drop from the last
 // cursor (`after`), never polled.
 
-import { authHeaders, type BapEvent } from "./api";
+import { authHeaders, expire, type BapEvent } from "./api";
 
 export type Listener = (e: BapEvent) => void;
 
@@ -31,6 +31,10 @@ async function run(): Promise<void> {
     try {
       const url = "/bap/v1/events/stream" + (cursor ? `?after=${encodeURIComponent(cursor)}` : "");
       const resp = await fetch(url, { headers: { Accept: "text/event-stream", ...authHeaders() }, credentials: "same-origin", cache: "no-store" });
+      if (resp.status === 401) {
+        expire(); // the session ended: no reconnecting with a dead credential
+        return;
+      }
       if (!resp.ok || !resp.body) throw new Error(`stream: ${resp.status}`);
       status("open");
       backoff = 500;

@@ -389,6 +389,13 @@ func TestConsoleLocalProfile(t *testing.T) {
 		t.Fatalf("bap tasks events --follow printed %q", sc.Text())
 	}
 
+	// Sign out: the session ends on the server, not only in the browser.
+	b.do(map[string]any{"op": "click", "loc": role("button", "Sign out")})
+	b.do(map[string]any{"op": "wait", "loc": role("heading", "Sign in to the BAP console")})
+	if st, _, raw := send("GET", base+"/console/session", "", "", "Cookie", cookie); st != 401 {
+		t.Fatalf("the session after Sign out: %d %s", st, raw)
+	}
+
 	// The login URL's token never reaches the server's log.
 	if tok := login[strings.Index(login, "token=")+len("token="):]; strings.Contains(r.logs.String(), tok) {
 		t.Fatal("the server logged a login token")
