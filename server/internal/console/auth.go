@@ -19,8 +19,8 @@ const CSRFHeader = "X-BAP-CSRF"
 // the tenant's id.
 const ClientPrefix = "cli_console_"
 
-// Scopes are what the console asks a person's token for in the remote profile (its client is
-// registered with these: auth.ConsoleScopes).
+// Scopes are the console's capabilities: a local session's, and what it asks a person's token
+// for in the remote profile (its client is registered with these: auth.ConsoleScopes).
 var Scopes = []string{
 	"bap:tasks.read", "bap:tasks.write", "bap:browser.observe", "bap:browser.act",
 	"bap:approvals.request", "bap:approvals.resolve", "bap:artifacts.read", "bap:events.read",
@@ -49,12 +49,13 @@ func (a Authenticator) Authenticate(r *http.Request) (api.Principal, error) {
 			if err != nil {
 				return api.Principal{}, err
 			}
-			scopes := make(map[string]bool, len(api.AllScopes))
-			for _, s := range api.AllScopes {
+			// The operator as on the socket, where the session was opened (bap console): a decision
+			// records operator:local, resolved_via socket. With the console's capabilities only:
+			// the operator's secrets stay on the socket (bap secret), out of a browser's reach.
+			scopes := make(map[string]bool, len(Scopes))
+			for _, s := range Scopes {
 				scopes[s] = true
 			}
-			// The operator as on the socket, where the session was opened (bap console): a decision
-			// records operator:local, resolved_via socket.
 			return api.Principal{Actor: sess.Actor, Scopes: scopes, Via: app.ViaSocket}, nil
 		}
 	}

@@ -107,6 +107,9 @@ func TestTheCookieAloneIsNoCredential(t *testing.T) {
 			if err != nil || p.Actor.Subject != tt.subject || p.Via != tt.via {
 				t.Fatalf("got %v %v", p, err)
 			}
+			if tt.via == app.ViaSocket && (!p.Scopes[api.ResolveScope] || p.Scopes["bap:secrets.write"] || len(p.Scopes) != len(Scopes)) {
+				t.Fatalf("a console session's capabilities: %v", p.Scopes)
+			}
 		})
 	}
 }
