@@ -92,15 +92,19 @@ func (s *server) Observe(w http.ResponseWriter, r *http.Request, id apigen.Sessi
 	}
 	snap, err := s.svc.Observe(r.Context(), req.principal.Actor, id, page.ObserveRequest{
 		ContextID: deref(body.ContextId), Within: deref(body.Within), MaxNodes: deref(body.MaxNodes), Mode: string(deref(body.Mode)),
+		Since: deref(body.Since), Cursor: deref(body.Cursor), MaxBytes: deref(body.MaxBytes),
 	})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	out := apigen.ObserveResponse{ContextId: snap.ContextID, EpochId: snap.EpochID, Url: snap.URL, Title: snap.Title,
-		Nodes: toNodes(snap.Nodes)}
+		Nodes: toNodes(snap.Nodes), ObservationId: snap.ObservationID, Since: nonEmpty(snap.Since), ApproxTokens: snap.ApproxTokens}
 	if snap.Truncated {
 		out.Truncated = ptr(true)
+	}
+	if c := snap.Continuation; c != nil {
+		out.Continuation = &apigen.ObserveContinuation{Cursor: c.Cursor, Part: c.Part, RemainingNodes: c.RemainingNodes}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -428,6 +428,9 @@ func toNode(n *page.Node) apigen.Node {
 		Required: n.Required, Selected: n.Selected, Placeholder: nonEmpty(n.Placeholder), InputType: nonEmpty(n.InputType),
 		Readonly: n.ReadOnly,
 	}
+	if n.Change != "" {
+		out.Change = ptr(apigen.NodeChange(n.Change))
+	}
 	if n.Mixed {
 		out.Mixed = ptr(true)
 	}

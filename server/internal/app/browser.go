@@ -125,6 +125,10 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 		return staleHandleProblem(err), task.Rejected // with its reason (handles.go)
 	case errors.Is(err, page.ErrNoSuchContext):
 		return &Error{Code: CodeNotFound, Detail: "no such browsing context in this session"}, task.Rejected
+	case errors.Is(err, page.ErrObservationStale):
+		return &Error{Code: CodeObservationStale, Detail: "the observation belongs to an earlier document epoch of this context; observe again without since or cursor"}, task.Rejected
+	case errors.Is(err, page.ErrNoSuchObservation):
+		return &Error{Code: CodeNotFound, Detail: "the session keeps no such observation of this context (it keeps the most recent few); observe again without since"}, task.Rejected
 	case errors.Is(err, page.ErrNoSuchNode):
 		return &Error{Code: CodeNotFound, Detail: "no such node (unknown handle, or the query matched nothing)"}, task.Rejected
 	case errors.Is(err, page.ErrInvalidRequest):

@@ -33,6 +33,7 @@ const (
 	CodeCheckpointIncompatible = problem.CheckpointIncompatible
 	CodeCheckpointStale        = problem.CheckpointStale
 	CodeBrowserSessionLost     = problem.BrowserSessionLost
+	CodeObservationStale       = problem.ObservationStale // since or cursor of an earlier epoch
 	CodePayloadTooLarge        = problem.PayloadTooLarge
 	CodeUnsupportedMediaType   = problem.UnsupportedMediaType // a body not sent as application/json
 	CodeIdempotencyKeyReused   = problem.IdempotencyKeyReused

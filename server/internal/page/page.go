@@ -17,6 +17,15 @@ var ErrUnavailable = errors.New("browser unavailable: install the Debian package
 // frame holding the node did).
 var ErrStaleNodeHandle = errors.New("stale node handle")
 
+// ErrObservationStale reports an observe since or cursor naming an observation
+// of an earlier document epoch of its browsing context.
+var ErrObservationStale = errors.New("observation of an earlier document epoch")
+
+// ErrNoSuchObservation reports an observe since or cursor naming an observation
+// the session does not keep (never made, of another context, or no longer
+// among the recent ones it keeps).
+var ErrNoSuchObservation = errors.New("no such observation")
+
 // ErrSessionLost reports a session whose browser or renderer crashed; the
 // session cannot be used any more.
 var ErrSessionLost = errors.New("browser session lost")
@@ -226,6 +235,25 @@ type ObserveRequest struct {
 	// Mode is "interactive" (default: actionable nodes plus the headings,
 	// landmarks, text and structure that give them meaning) or "full".
 	Mode string `json:"mode,omitempty"`
+	// Since is an earlier observation (ob_…) of the same context and epoch: the
+	// snapshot then holds only what changed since, marked by Node.Change.
+	Since string `json:"since,omitempty"`
+	// Cursor is the Continuation.Cursor of an earlier part: the snapshot is the
+	// next part of that observation (Within, Mode, MaxNodes and Since must be unset).
+	Cursor string `json:"cursor,omitempty"`
+	// MaxBytes caps the snapshot's serialized size (0: no cap); what does not fit
+	// goes on in further parts (Snapshot.Continuation).
+	MaxBytes int `json:"max_bytes,omitempty"`
+}
+
+// Continuation is the truncation marker of a snapshot cut by MaxBytes.
+type Continuation struct {
+	// Cursor asks for the next part (ObserveRequest.Cursor); sealed for one session and context.
+	Cursor string `json:"cursor"`
+	// Part is this part's number, from 1.
+	Part int `json:"part"`
+	// RemainingNodes counts the nodes not yet returned.
+	RemainingNodes int `json:"remaining_nodes"`
 }
 
 // Snapshot is the compact accessibility-oriented view of a browsing context.
@@ -235,8 +263,16 @@ type Snapshot struct {
 	URL       string `json:"url"`
 	Title     string `json:"title"`
 	Nodes     []Node `json:"nodes"`
+	// ObservationID names this observation (ob_…) for a later ObserveRequest.Since.
+	ObservationID string `json:"observation_id"`
+	// Since is set on a delta: the observation it is relative to.
+	Since string `json:"since,omitempty"`
+	// ApproxTokens estimates the model tokens of Nodes (JSON bytes / 4, rounded up).
+	ApproxTokens int `json:"approx_tokens"`
 	// Truncated is true when MaxNodes cut the snapshot short.
 	Truncated bool `json:"truncated,omitempty"`
+	// Continuation is set when MaxBytes cut this part: the observation goes on.
+	Continuation *Continuation `json:"continuation,omitempty"`
 	// Contexts lists every open browsing context of the session (popups
 	// included).
 	Contexts []ContextInfo `json:"contexts,omitempty"`
@@ -282,6 +318,9 @@ type Node struct {
 	ReadOnly *bool  `json:"readonly,omitempty"`
 	Level    int    `json:"level,omitempty"`
 	Children []Node `json:"children,omitempty"`
+	// Change is set only in a delta snapshot: added, changed or removed (the
+	// NodeChange values); "" on an unchanged ancestor shown for context.
+	Change string `json:"change,omitempty"`
 }
 
 // Query is a typed node query (CONTRACT "Actions and queries").
