@@ -264,6 +264,7 @@ func BenchmarkObserveBig(b *testing.B) {
 			st.report(b)
 			b.ReportMetric(float64(size), "json_bytes")
 			b.ReportMetric(float64(nodes), "nodes")
+			benchBudgets(b, s, mode, size)
 		})
 	}
 	b.Run("chromedp_axtree", func(b *testing.B) {
@@ -290,6 +291,52 @@ func BenchmarkObserveBig(b *testing.B) {
 		st.report(b)
 		b.ReportMetric(float64(size), "json_bytes")
 	})
+}
+
+// benchCapBytes is the max_bytes the budget figures use (16 KiB, about 4,000 tokens).
+const benchCapBytes = 16 << 10
+
+// benchBudgets reports, outside the timed loop, the observation budgets on the heavy page: the
+// token estimate of the whole observe, the size of the delta after one click (since the
+// observation before it), and the size and number of the parts under max_bytes.
+func benchBudgets(b *testing.B, s *Session, mode string, full int) {
+	ctx := context.Background()
+	base, err := s.Observe(ctx, ObserveRequest{Mode: mode})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(base.ApproxTokens), "approx_tokens")
+	btn, ok := find(base.Nodes, func(n Node) bool { return n.Role == "button" && n.Name == "Add to cart" })
+	if !ok {
+		b.Fatal("no Add to cart button on big.html")
+	}
+	if _, err := s.Act(ctx, ActRequest{Action: ActionClick, NodeID: btn.NodeID}); err != nil {
+		b.Fatal(err)
+	}
+	delta, err := s.Observe(ctx, ObserveRequest{Mode: mode, Since: base.ObservationID})
+	if err != nil {
+		b.Fatal(err)
+	}
+	dj, _ := json.Marshal(delta)
+	b.ReportMetric(float64(len(dj)), "delta_bytes")
+	b.ReportMetric(100*float64(len(dj))/float64(full), "delta_pct")
+	req := ObserveRequest{Mode: mode, MaxBytes: benchCapBytes}
+	largest, parts := 0, 0
+	for {
+		part, err := s.Observe(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		j, _ := json.Marshal(part)
+		largest = max(largest, len(j))
+		parts++
+		if part.Continuation == nil {
+			break
+		}
+		req = ObserveRequest{Cursor: part.Continuation.Cursor}
+	}
+	b.ReportMetric(float64(largest), "capped_max_bytes")
+	b.ReportMetric(float64(parts), "capped_parts")
 }
 
 func countNodes(ns []Node) int {
