@@ -41,8 +41,18 @@ vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './tools/*')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
+## help: list the make targets and what they do (from these `##` comments)
+.PHONY: help
+help:
+	@awk '/^## [a-z-]+: /{t=$$2; sub(/:$$/, "", t); d=$$0; sub(/^## [a-z-]+: /, "", d); printf "  %-22s %s\n", t, d}' $(MAKEFILE_LIST)
+
+## lint: golangci-lint (pinned by the tool directive in tools/golangci-lint/go.mod) with .golangci.yml
+.PHONY: lint
+lint:
+	$$($(GO) -C tools/golangci-lint tool -n golangci-lint) run ./...
+
 ## test: every test (installs what is missing; starts its own PostgreSQL)
-test: deps lint-spec check-generated vet test-go test-sdks test-mcp-conformance conformance
+test: deps lint-spec check-generated vet lint test-go test-sdks test-mcp-conformance conformance
 
 # The mcpconformance tag compiles the MCP conformance fixtures into internal/mcpserver, for their
 # tests; `make build` leaves them out of the production binary.

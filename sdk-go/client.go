@@ -239,7 +239,7 @@ func (c *Client) do(ctx context.Context, r *request, accept string, opts []CallO
 				return 0, nil, nil, fmt.Errorf("bap: %s: %w", r.op, err)
 			}
 			if werr := sleep(ctx, c.backoff(attempt)); werr != nil {
-				return 0, nil, nil, fmt.Errorf("bap: %s: %w (after %v)", r.op, werr, err)
+				return 0, nil, nil, fmt.Errorf("bap: %s: %w (after %w)", r.op, werr, err)
 			}
 			continue
 		}

@@ -48,7 +48,7 @@ func (f *tokenFake) handler(t *testing.T) http.Handler {
 			return
 		}
 		f.issued++
-		json.NewEncoder(w).Encode(map[string]any{"access_token": fmt.Sprintf("tok-%d", f.issued), "token_type": "bearer", "expires_in": f.lifetime})
+		_ = json.NewEncoder(w).Encode(map[string]any{"access_token": fmt.Sprintf("tok-%d", f.issued), "token_type": "bearer", "expires_in": f.lifetime})
 	})
 	mux.HandleFunc("GET /bap/v1/tasks/{id}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()

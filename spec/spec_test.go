@@ -398,7 +398,6 @@ func TestEnumsMatchContract(t *testing.T) {
 }
 
 var (
-	idPattern  = regexp.MustCompile(`^\^([a-z]+)_\[A-Za-z0-9_-\]\{1,64\}\$$`)
 	schemaRefs = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*\.json$`)
 )
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -27,7 +28,7 @@ func approvalsCLI(t *testing.T, bin, dir string, args ...string) (stdout, stderr
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	if err != nil {
-		if _, exit := err.(*exec.ExitError); !exit {
+		if exit := (*exec.ExitError)(nil); !errors.As(err, &exit) {
 			t.Fatalf("bap approvals %v: %v", args, err)
 		}
 	}

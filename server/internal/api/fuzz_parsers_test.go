@@ -40,8 +40,7 @@ func FuzzBearerHeader(f *testing.F) {
 	}
 	f.Add("Bearer one", true)
 	f.Fuzz(func(t *testing.T, header string, twice bool) {
-		var got string
-		got = "\x00unset"
+		got := "\x00unset"
 		b := Bearer{Verifier: recordingVerifier{got: &got}, ResourceMetadataURL: "https://bap.example/.well-known/oauth-protected-resource"}
 		r := httptest.NewRequest("GET", "/bap/v1/tasks/tsk_x", nil)
 		r.Header["Authorization"] = []string{header}

@@ -74,6 +74,7 @@ func observeRequests(next http.Handler, log *slog.Logger, m *metrics) http.Handl
 		rec := &statusRecorder{ResponseWriter: w}
 		label := &operationLabel{name: "other"}
 		r = r.WithContext(withOpLabel(r.Context(), label))
+		//nolint:contextcheck // the deferred recovery writes a problem to the recorder; it has no work to cancel
 		defer func() {
 			if p := recover(); p != nil {
 				// The panic value may hold request data: log its type and the stack only.

@@ -483,7 +483,8 @@ func TestAuthorizationCodeFlowNegatives(t *testing.T) {
 		t.Fatalf("login page: %d %s", page.status, page.raw)
 	}
 
-	verifier, challenge := pkcePair()
+	_, challenge := pkcePair() // the test sends the wrong verifier
+	var verifier string
 	if r := authorize(challenge, "wrong password"); r.status != 401 || !strings.Contains(r.raw, `role="alert"`) {
 		t.Fatalf("wrong password: %d", r.status)
 	}

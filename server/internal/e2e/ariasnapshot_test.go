@@ -84,14 +84,14 @@ func parseAriaSnapshot(yaml string) ([]ariaNode, error) {
 		body := strings.TrimPrefix(trimmed, "- ")
 		key, value, err := splitAriaItem(body)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %v", ln+1, err)
+			return nil, fmt.Errorf("line %d: %w", ln+1, err)
 		}
 		if key == "text" || strings.HasPrefix(key, "/") {
 			continue // a text node or a property
 		}
 		n, err := parseAriaKey(key)
 		if err != nil {
-			return nil, fmt.Errorf("line %d: %v", ln+1, err)
+			return nil, fmt.Errorf("line %d: %w", ln+1, err)
 		}
 		n.Text, n.Depth, n.Line = value, depth, ln+1
 		if depth > len(stack) {
@@ -111,7 +111,7 @@ func parseAriaSnapshot(yaml string) ([]ariaNode, error) {
 // splitAriaItem splits "key: value" / "key:" / "key" (the key possibly single-quoted, the
 // value possibly double- or single-quoted) into the unquoted key and value.
 func splitAriaItem(body string) (key, value string, err error) {
-	rest := body
+	var rest string
 	if strings.HasPrefix(body, "'") {
 		var b strings.Builder
 		i := 1
@@ -231,7 +231,7 @@ func parseAriaKey(key string) (ariaNode, error) {
 			return n, fmt.Errorf("unterminated name in %q", key)
 		}
 		if err := json.Unmarshal([]byte(key[:end+1]), &n.Name); err != nil {
-			return n, fmt.Errorf("name %s: %v", key[:end+1], err)
+			return n, fmt.Errorf("name %s: %w", key[:end+1], err)
 		}
 		key = strings.TrimSpace(key[end+1:])
 	}

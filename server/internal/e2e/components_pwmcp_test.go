@@ -93,7 +93,7 @@ func findPWMCP() (pwmcpEnv, error) {
 	}
 	if env.Node == "" {
 		if env.Node, err = exec.LookPath("node"); err != nil {
-			return env, fmt.Errorf("no Node.js to run Playwright MCP (set BAP_PWMCP_NODE): %v", err)
+			return env, fmt.Errorf("no Node.js to run Playwright MCP (set BAP_PWMCP_NODE): %w", err)
 		}
 	}
 	env.Chromium = os.Getenv("BAP_CHROMIUM")
@@ -185,9 +185,9 @@ func (p *pwmcpSession) call(ctx context.Context, name string, args map[string]an
 	res, err := p.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
 	if err != nil {
 		if s := p.stderr.String(); s != "" {
-			return "", fmt.Errorf("%s: %v (server stderr: %s)", name, err, clip(s, 400))
+			return "", fmt.Errorf("%s: %w (server stderr: %s)", name, err, clip(s, 400))
 		}
-		return "", fmt.Errorf("%s: %v", name, err)
+		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	var b strings.Builder
 	for _, c := range res.Content {
@@ -431,7 +431,7 @@ func (p *pwmcpSession) step(ctx context.Context, st map[string]any, lastQuery st
 			}
 			onodes, oi, err := p.find(ctx, qs...)
 			if err != nil {
-				return note, fmt.Errorf("the option after opening the select: %v", err)
+				return note, fmt.Errorf("the option after opening the select: %w", err)
 			}
 			oref, ovia := ariaTarget(onodes, oi)
 			if oref == "" {

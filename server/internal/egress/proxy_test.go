@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -279,7 +280,7 @@ func TestProxyCloseEndsTunnels(t *testing.T) {
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("the tunnel is still open after Close")
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+	} else if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 		t.Fatal("the tunnel is still open after Close (read timed out)")
 	}
 }

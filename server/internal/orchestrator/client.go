@@ -376,7 +376,7 @@ func (c *Client) discover(ctx context.Context, maxAge time.Duration, force bool)
 			c.log.Warn("model discovery failed; using the previous model list", "url", c.display, "err", err)
 			return d, nil
 		}
-		return nil, fmt.Errorf("%w: %s: %v", app.ErrOrchestratorUnavailable, c.display, err)
+		return nil, fmt.Errorf("%w: %s: %w", app.ErrOrchestratorUnavailable, c.display, err)
 	}
 }
 

@@ -40,7 +40,7 @@ func TestModelCallSpans(t *testing.T) {
 	for _, sp := range spans {
 		attrs := map[string]string{}
 		for _, kv := range sp.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		if sp.SpanKind() != trace.SpanKindClient {
 			t.Errorf("%s: kind %v, want client", sp.Name(), sp.SpanKind())

@@ -255,6 +255,7 @@ func (c *Cluster) adopt(ctx context.Context) (bool, error) {
 		}
 		select {
 		case <-ctx.Done():
+			//nolint:errorlint // last may be nil; it is context for the reader, the cause is what callers match
 			return false, fmt.Errorf("a PostgreSQL server (%s) runs on %s but does not answer (last error: %v): %w",
 				pidPath, c.pgdata, last, context.Cause(ctx))
 		case <-tick.C:

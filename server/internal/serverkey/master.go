@@ -97,7 +97,7 @@ func (m *Master) Unwrap(wrapped []byte, keyID string) (*Key, error) {
 	nonce := wrapped[1+sealIDLen : 1+sealIDLen+m.aead.NonceSize()]
 	secret, err := m.aead.Open(nil, nonce, wrapped[1+sealIDLen+m.aead.NonceSize():], wrapAAD(wrapped[:1+sealIDLen], keyID))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrOpen, err)
+		return nil, fmt.Errorf("%w: %w", ErrOpen, err)
 	}
 	k, err := FromBytes(secret)
 	if err != nil {

@@ -266,7 +266,7 @@ func (s *Sealer) Open(sealed, aad []byte) ([]byte, error) {
 	nonce := sealed[1+sealIDLen : 1+sealIDLen+s.aead.NonceSize()]
 	out, err := s.aead.Open(nil, nonce, sealed[1+sealIDLen+s.aead.NonceSize():], s.header(sealed[:1+sealIDLen], aad))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrOpen, err)
+		return nil, fmt.Errorf("%w: %w", ErrOpen, err)
 	}
 	return out, nil
 }

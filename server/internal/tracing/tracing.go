@@ -106,6 +106,8 @@ func (t *Tracer) Start(ctx context.Context, name string, kind app.SpanKind) (con
 		k = trace.SpanKindServer
 	case app.SpanClient:
 		k = trace.SpanKindClient
+	case app.SpanInternal:
+		k = trace.SpanKindInternal
 	}
 	ctx, sp := t.tracer.Start(ctx, spanName(name), trace.WithSpanKind(k))
 	return ctx, span{sp}
