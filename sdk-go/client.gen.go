@@ -178,7 +178,10 @@ func (c *Client) Navigate(ctx context.Context, sessionID string, body NavigateRe
 // Observe calls observe (POST /bap/v1/browser-sessions/{session_id}/observe): Observe the page.
 //
 // Returns the accessibility tree of a browsing context with node handles of the current document
-// epoch. Reaches into iframes and open shadow roots.
+// epoch. Reaches into iframes and open shadow roots. Every answer has an `observation_id` and an
+// `approx_tokens` estimate; `max_bytes` caps the response and continues the rest through
+// `continuation.cursor`, `since` answers only what changed since an earlier observation of the same
+// epoch.
 //
 // Read-only: it sends no Idempotency-Key. Scope (remote profile): bap:browser.observe.
 func (c *Client) Observe(ctx context.Context, sessionID string, body ObserveRequest, opts ...CallOption) (*ObserveResponse, error) {

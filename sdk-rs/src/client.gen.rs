@@ -221,7 +221,10 @@ impl Client {
     /// Observe the page.
     ///
     /// Returns the accessibility tree of a browsing context with node handles of the current
-    /// document epoch. Reaches into iframes and open shadow roots.
+    /// document epoch. Reaches into iframes and open shadow roots. Every answer has an
+    /// `observation_id` and an `approx_tokens` estimate; `max_bytes` caps the response and
+    /// continues the rest through `continuation.cursor`, `since` answers only what changed since an
+    /// earlier observation of the same epoch.
     ///
     /// `POST /bap/v1/browser-sessions/{session_id}/observe` (read-only); scope
     /// `bap:browser.observe`.

@@ -239,7 +239,7 @@ export interface paths {
         put?: never;
         /**
          * Observe the page
-         * @description Returns the accessibility tree of a browsing context with node handles of the current document epoch. Reaches into iframes and open shadow roots.
+         * @description Returns the accessibility tree of a browsing context with node handles of the current document epoch. Reaches into iframes and open shadow roots. Every answer has an `observation_id` and an `approx_tokens` estimate; `max_bytes` caps the response and continues the rest through `continuation.cursor`, `since` answers only what changed since an earlier observation of the same epoch.
          */
         post: operations["observe"];
         delete?: never;
@@ -3281,6 +3281,7 @@ export interface components {
          * ObserveResponse
          * @description Answer of observe: the accessibility tree with node handles.
          * @example {
+         *       "approx_tokens": 31,
          *       "context_id": "ctx_9aB3cD5eF7gH",
          *       "epoch_id": "ep_2kM4nP6qR8sT",
          *       "nodes": [
@@ -3297,6 +3298,7 @@ export interface components {
          *           "role": "main"
          *         }
          *       ],
+         *       "observation_id": "ob_7hJ2kL4mN6pQ",
          *       "title": "Cart",
          *       "url": "https://shop.example.com/cart"
          *     }

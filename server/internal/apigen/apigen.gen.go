@@ -3325,7 +3325,7 @@ type ObserveRequest struct {
 
 // ObserveResponse Answer of observe: the accessibility tree with node handles.
 //
-// Examples: {"context_id":"ctx_9aB3cD5eF7gH","epoch_id":"ep_2kM4nP6qR8sT","nodes":[{"children":[{"name":"Place order","node_id":"nd_5xY7zA9bC1dE","role":"button"}],"name":"","node_id":"nd_0aA1bB2cC3dD","role":"main"}],"title":"Cart","url":"https://shop.example.com/cart"}
+// Examples: {"approx_tokens":31,"context_id":"ctx_9aB3cD5eF7gH","epoch_id":"ep_2kM4nP6qR8sT","nodes":[{"children":[{"name":"Place order","node_id":"nd_5xY7zA9bC1dE","role":"button"}],"name":"","node_id":"nd_0aA1bB2cC3dD","role":"main"}],"observation_id":"ob_7hJ2kL4mN6pQ","title":"Cart","url":"https://shop.example.com/cart"}
 type ObserveResponse struct {
 	// ApproxTokens Approximate number of model tokens `nodes` takes in this response (its JSON bytes / 4, rounded up).
 	ApproxTokens int `json:"approx_tokens"`
