@@ -133,11 +133,7 @@ func Canonical(body []byte) ([]byte, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("canonicalising request body: trailing data after the JSON value")
 	}
-	var buf bytes.Buffer
-	if err := writeCanonical(&buf, v); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return CanonicalValue(v)
 }
 
 func writeCanonical(buf *bytes.Buffer, v any) error {
@@ -153,10 +149,7 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			kb, err := json.Marshal(k)
-			if err != nil {
-				return err
-			}
+			kb, _ := json.Marshal(k) // a string always marshals
 			buf.Write(kb)
 			buf.WriteByte(':')
 			if err := writeCanonical(buf, t[k]); err != nil {

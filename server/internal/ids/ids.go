@@ -77,7 +77,12 @@ func (p Prefix) String() string { return string(p) }
 func New(p Prefix) string {
 	// crypto/rand.Reader never fails (Go 1.24+), and time.Now is within range
 	// until the year 10889.
-	id, err := Generate(p, time.Now(), rand.Reader)
+	return must(Generate(p, time.Now(), rand.Reader))
+}
+
+// must returns id, or panics with err: an id that cannot be made is a broken process, not a
+// request's failure.
+func must(id string, err error) string {
 	if err != nil {
 		panic(fmt.Sprintf("ids: %v", err))
 	}
