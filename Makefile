@@ -52,12 +52,34 @@ lint:
 	$$($(GO) -C tools/golangci-lint tool -n golangci-lint) run ./...
 
 ## test: every test (installs what is missing; starts its own PostgreSQL)
-test: deps lint-spec check-generated vet lint test-go test-sdks test-mcp-conformance conformance
+test: deps lint-spec check-generated vet lint cover-check test-go test-race test-sdks test-mcp-conformance conformance
 
 # The mcpconformance tag compiles the MCP conformance fixtures into internal/mcpserver, for their
 # tests; `make build` leaves them out of the production binary.
 test-go: component-fixtures console-tools
 	$(GO) test -tags mcpconformance -count=1 -timeout 30m ./...
+
+# Race builds are about 2-10x slower: -race runs on the packages where that stays within CI's
+# budget (the pure and mid-size ones, measured in docs/test-strategy.md); the browser, e2e and cmd
+# packages, whose cost is Chromium and child processes rather than Go, run without it in test-go.
+RACE_PKGS ?= ./server/internal/task/ ./server/internal/policy/ ./server/internal/ids/ \
+  ./server/internal/idempotency/ ./server/internal/redact/ ./server/internal/problem/ \
+  ./server/internal/admission/ ./server/internal/ratelimit/ ./server/internal/events/ \
+  ./server/internal/page/ ./server/internal/mcpcatalog/ ./server/internal/tracing/ \
+  ./server/internal/serverkey/ ./server/internal/auth/ ./server/internal/egress/
+## test-race: go test -race on the pure and mid-size Go packages (RACE_PKGS)
+.PHONY: test-race
+test-race:
+	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+
+## cover: statement coverage of the Go suite per package and in total (cross-package), HTML report in coverage/
+.PHONY: cover cover-check
+cover: component-fixtures console-tools
+	GO=$(GO) scripts/cover.sh
+
+## cover-check: the cheap packages' coverage against their floors in scripts/coverage-floors.txt
+cover-check:
+	GO=$(GO) scripts/cover-check.sh
 
 ## console-tools: install the console's pinned npm tools (esbuild, TypeScript, playwright-core, axe-core; npm ci once; offline after)
 .PHONY: console-tools
