@@ -83,7 +83,10 @@ func TestCheckThroughALabelNeverClicksItsSubmitButton(t *testing.T) {
 	b := setup(t)
 	b.navigate("/widgets.html")
 	before := fx.giftOrders.Load()
-	_, err := b.s.Act(tctx(t), ActRequest{Action: ActionCheck, Query: &Query{Role: "checkbox", Name: "Gift wrap"}, Timeout: 1500 * time.Millisecond})
+	// The checkbox is found first, without the act's short wait: on a loaded machine the query
+	// alone could outlast it, and the act would time out for the wrong reason.
+	box := b.query(Query{Role: "checkbox", Name: "Gift wrap"})
+	_, err := b.s.Act(tctx(t), ActRequest{Action: ActionCheck, NodeID: box.NodeID, Timeout: 1500 * time.Millisecond})
 	var ate *ActionTimeoutError
 	if !errors.As(err, &ate) || !strings.Contains(ate.Reason, "covered by another element (button)") {
 		t.Fatalf("check through a label holding a submit button: %v, want covered by the button (orders %d)", err, fx.giftOrders.Load()-before)
