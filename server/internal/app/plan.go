@@ -152,6 +152,9 @@ type observeArgs struct {
 	Within    string `json:"within"`
 	MaxNodes  int    `json:"max_nodes"`
 	Mode      string `json:"mode"`
+	Since     string `json:"since"`
+	Cursor    string `json:"cursor"`
+	MaxBytes  int    `json:"max_bytes"`
 }
 
 type extractArgs struct {

@@ -465,7 +465,8 @@ func (r *planRun) exec(i int, key string) *stepResult {
 		if e := decodeArgs(st, &a); e != nil {
 			return &stepResult{problem: e}
 		}
-		snap, err := r.s.Observe(r.ctx, r.actor, sid, page.ObserveRequest{ContextID: a.ContextID, Within: a.Within, MaxNodes: a.MaxNodes, Mode: a.Mode})
+		snap, err := r.s.Observe(r.ctx, r.actor, sid, page.ObserveRequest{ContextID: a.ContextID, Within: a.Within, MaxNodes: a.MaxNodes, Mode: a.Mode,
+			Since: a.Since, Cursor: a.Cursor, MaxBytes: a.MaxBytes})
 		if err != nil {
 			return errResult(err)
 		}
