@@ -60,18 +60,19 @@ test-go: component-fixtures console-tools
 	$(GO) test -tags mcpconformance -count=1 -timeout 30m ./...
 
 # Race builds are about 2-10x slower: -race runs on the packages where that stays within CI's
-# budget (the pure and mid-size ones, measured in docs/test-strategy.md); the browser, e2e and cmd
-# packages, whose cost is Chromium and child processes rather than Go, run without it in test-go.
+# budget (measured in docs/test-strategy.md); the browser, e2e and cmd packages, whose cost is
+# Chromium and child processes rather than Go, run without it in test-go.
 RACE_PKGS ?= ./server/internal/task/ ./server/internal/policy/ ./server/internal/ids/ \
   ./server/internal/idempotency/ ./server/internal/redact/ ./server/internal/problem/ \
   ./server/internal/admission/ ./server/internal/ratelimit/ ./server/internal/events/ \
   ./server/internal/page/ ./server/internal/mcpcatalog/ ./server/internal/tracing/ \
   ./server/internal/serverkey/ ./server/internal/auth/ ./server/internal/egress/ \
-  ./server/internal/store/ ./server/internal/orchestrator/ ./server/internal/api/
+  ./server/internal/store/ ./server/internal/orchestrator/ ./server/internal/api/ \
+  ./server/internal/app/ ./server/internal/mcpserver/
 ## test-race: go test -race on the pure and mid-size Go packages (RACE_PKGS)
 .PHONY: test-race
 test-race:
-	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+	$(GO) test -tags mcpconformance -race -count=1 -timeout 30m $(RACE_PKGS)
 
 ## cover: statement coverage of the Go suite per package and in total (cross-package), HTML report in coverage/
 .PHONY: cover cover-check
