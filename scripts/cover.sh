@@ -4,10 +4,11 @@
 # coverage/cover.out, coverage/summary.txt and the HTML report coverage/index.html (coverage/ is
 # gitignored), then checks every committed floor in scripts/coverage-floors.txt.
 # Not counted: code that runs only in a `bap serve` child process the e2e and cmd tests start.
+# COVER_DIR writes elsewhere; COVER_REUSE=1 summarises an existing cover.out without rerunning.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
-out=coverage
+out=${COVER_DIR:-coverage}
 mkdir -p "$out"
 if [ "${COVER_REUSE:-}" != 1 ] || [ ! -s "$out/cover.out" ]; then
   $GO test -tags mcpconformance -count=1 -timeout 60m -coverpkg=./... -coverprofile="$out/cover.out" ./...
