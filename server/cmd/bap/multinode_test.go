@@ -205,6 +205,7 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 	}
 	obsB := mustCall(t, 200, token, "POST", b.base+sp+"/observe", "", `{}`)
 	obsA := mustCall(t, 200, token, "POST", a.base+sp+"/observe", "", `{}`)
+	sameObservation(t, obsA, obsB)
 	if !reflect.DeepEqual(obsA, obsB) || field(obsB, "title") != "Order" {
 		t.Fatalf("observe through node B differs from node A:\nB %v\nA %v", obsB, obsA)
 	}
@@ -362,11 +363,25 @@ func TestLocalProfileNodesForward(t *testing.T) {
 	sp := "/bap/v1/browser-sessions/" + field(m, "session", "session_id")
 	obsB := mustAPI(t, 200, b.listen, "POST", sp+"/observe", "", `{}`)
 	obsA := mustAPI(t, 200, a.listen, "POST", sp+"/observe", "", `{}`)
+	sameObservation(t, obsA, obsB)
 	if !reflect.DeepEqual(obsA, obsB) {
 		t.Fatalf("observe through node B: %v, on node A: %v", obsB, obsA)
 	}
 	closed := mustAPI(t, 200, b.listen, "POST", sp+"/close", "local-mn-close", `{}`)
 	if field(closed, "session", "state") != "closed" || field(closed, "receipt", "outcome") != "applied" {
 		t.Fatalf("close_browser_session through node B: %v", closed)
+	}
+}
+
+// sameObservation sets aside what differs between two observations of one page by design: each
+// has its own observation_id (an id of the owner's session, ob_…). What remains must be equal.
+func sameObservation(t *testing.T, a, b map[string]any) {
+	t.Helper()
+	for _, m := range []map[string]any{a, b} {
+		id, _ := m["observation_id"].(string)
+		if !strings.HasPrefix(id, "ob_") {
+			t.Fatalf("an observation without its id: %v", m)
+		}
+		delete(m, "observation_id")
 	}
 }
