@@ -150,20 +150,21 @@ func TestCheckpointReopensEveryTab(t *testing.T) {
 
 	r := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "tabs-restore", map[string]any{"from_checkpoint": chk})
 	restored, primary := r.str("session", "session_id"), r.str("session", "context_id")
-	rows, err := s.db.Query(context.Background(), `SELECT context_id, coalesce(opener_context_id, '') FROM browsing_context
-		WHERE session_id = $1 ORDER BY opener_context_id NULLS FIRST`, restored)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The reopened popup's browsing_context row is written from the browser's event of it, which
+	// may come after the answer: read until both rows are there (bounded).
 	var ctxs, openers []string
-	for rows.Next() {
-		var c, o string
-		if err := rows.Scan(&c, &o); err != nil {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ctxs, openers, err = sessionContexts(s, restored)
+		if err != nil {
 			t.Fatal(err)
 		}
-		ctxs, openers = append(ctxs, c), append(openers, o)
+		if len(ctxs) >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling rows the test can see, for an event in flight
 	}
-	if rows.Err() != nil || len(ctxs) != 2 || ctxs[0] != primary || openers[0] != "" || openers[1] != primary || ctxs[1] == popups[0] {
+	if len(ctxs) != 2 || ctxs[0] != primary || openers[0] != "" || openers[1] != primary || ctxs[1] == popups[0] {
 		t.Fatalf("contexts of the restored session: %v (openers %v), primary %s, old popup %v", ctxs, openers, primary, popups[0])
 	}
 	if got := s.pageText(t, restored); !strings.Contains(got, "signed in: "+signedInAs) {
@@ -320,4 +321,22 @@ func TestEndedTaskClosesItsSessions(t *testing.T) {
 	if !strings.Contains(string(ev.raw), `"browser_session.closed"`) {
 		t.Fatalf("history lacks the closing: %s", ev.raw)
 	}
+}
+
+// sessionContexts lists a session's browsing contexts and their openers, the primary one first.
+func sessionContexts(s *stack, sessionID string) (ctxs, openers []string, err error) {
+	rows, err := s.db.Query(context.Background(), `SELECT context_id, coalesce(opener_context_id, '') FROM browsing_context
+		WHERE session_id = $1 ORDER BY opener_context_id NULLS FIRST`, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var c, o string
+		if err := rows.Scan(&c, &o); err != nil {
+			return nil, nil, err
+		}
+		ctxs, openers = append(ctxs, c), append(openers, o)
+	}
+	return ctxs, openers, rows.Err()
 }
