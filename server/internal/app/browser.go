@@ -158,8 +158,8 @@ type sessionPlan struct {
 
 // prepareSession is phase 1 of a command on an open session: the session (locked), checked
 // usable, and the command's timeout.
-func prepareSession(sessionID string, timeout time.Duration) func(context.Context, *commandCtx) (any, error) {
-	return func(ctx context.Context, c *commandCtx) (any, error) {
+func prepareSession(sessionID string, timeout time.Duration) func(context.Context, *commandCtx) (*sessionPlan, error) {
+	return func(ctx context.Context, c *commandCtx) (*sessionPlan, error) {
 		c.cmd.note.session = sessionID
 		rec, err := c.prepareOnSession(ctx, sessionID)
 		if err != nil {
@@ -171,12 +171,12 @@ func prepareSession(sessionID string, timeout time.Duration) func(context.Contex
 
 // onLiveSession is phase 2 of a command on a session: fn runs on this node's live session,
 // bounded by the plan's timeout plus margin.
-func (s *Service) onLiveSession(margin time.Duration, fn func(ctx context.Context, sess BrowserSession, p *sessionPlan) (any, error)) func(context.Context, any) (any, error) {
-	return func(ctx context.Context, plan any) (any, error) {
-		p := plan.(*sessionPlan)
+func onLiveSession[O any](s *Service, margin time.Duration, fn func(ctx context.Context, sess BrowserSession, p *sessionPlan) (O, error)) func(context.Context, *sessionPlan) (O, error) {
+	return func(ctx context.Context, p *sessionPlan) (O, error) {
 		sess, err := s.liveSession(ctx, p.rec)
 		if err != nil {
-			return nil, err
+			var zero O
+			return zero, err
 		}
 		ctx, cancel := context.WithTimeout(ctx, p.timeout+margin)
 		defer cancel()
@@ -296,8 +296,8 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 	}
 	adm := &sessionAdmission{} // held until the session's row is committed (limits.go)
 	defer adm.done()
-	resp, err := s.runTwoPhase(ctx, call, taskID, r, twoPhase{
-		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+	resp, err := runTwoPhase(ctx, s, call, taskID, r, twoPhase[*openPlan, *opened]{
+		prepare: func(ctx context.Context, c *commandCtx) (*openPlan, error) {
 			if resume {
 				if _, err := task.Next(c.t.State, task.Resume); err != nil {
 					return nil, Errorf(CodeInvalidTransition, "task is %s; only a checkpointed task can be resumed", c.t.State)
@@ -324,9 +324,8 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			}
 			return &openPlan{id: ids.New(ids.BrowserSession), pol: pol, tenant: c.t.Tenant, taskID: c.t.ID, state: state}, nil
 		},
-		dispatch: func(ctx context.Context, plan any) (any, error) {
+		dispatch: func(ctx context.Context, p *openPlan) (*opened, error) {
 			defer adm.dispatched() // the browser counts the session (if it opened) from now on
-			p := plan.(*openPlan)
 			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 			defer cancel()
 			sess, err := s.openBrowserSession(ctx, b, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
@@ -343,8 +342,7 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			}
 			return &opened{sess: sess, restored: res}, nil
 		},
-		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
-			p := plan.(*openPlan)
+		finish: func(ctx context.Context, c *commandCtx, p *openPlan, o *opened, dispatchErr error) (any, task.Outcome, error) {
 			if dispatchErr != nil {
 				if e, outcome := browserProblem(dispatchErr, false); e != nil {
 					return nil, outcome, e
@@ -354,7 +352,6 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 				}
 				return nil, "", dispatchErr
 			}
-			o := out.(*opened)
 			rec := &SessionRecord{ID: p.id, Tenant: c.t.Tenant, TaskID: c.t.ID, NodeID: s.cfg.NodeID, State: SessionOpen,
 				ContextID: o.sess.DefaultContext(), CreatedAt: c.now}
 			if cp != nil {
@@ -453,8 +450,8 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 	if err != nil {
 		return Response{}, err
 	}
-	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
-		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*SessionRecord, struct{}]{
+		prepare: func(ctx context.Context, c *commandCtx) (*SessionRecord, error) {
 			rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, sessionID)
 			if err != nil {
 				return nil, err
@@ -464,9 +461,9 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 			}
 			return rec, nil // a closed one (by its client, or because its task ended) stays closed
 		},
-		dispatch: func(ctx context.Context, plan any) (any, error) {
-			if s.cfg.Browser == nil || plan.(*SessionRecord).State != SessionOpen {
-				return nil, nil
+		dispatch: func(ctx context.Context, plan *SessionRecord) (struct{}, error) {
+			if s.cfg.Browser == nil || plan.State != SessionOpen {
+				return struct{}{}, nil
 			}
 			if sess, ok := s.cfg.Browser.Session(sessionID); ok {
 				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -475,10 +472,10 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 					s.cfg.Logger.Warn("closing browser session", "session_id", sessionID, "err", err)
 				}
 			}
-			return nil, nil
+			return struct{}{}, nil
 		},
-		finish: func(ctx context.Context, c *commandCtx, plan, _ any, _ error) (any, task.Outcome, error) {
-			rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, plan.(*SessionRecord).ID)
+		finish: func(ctx context.Context, c *commandCtx, plan *SessionRecord, _ struct{}, _ error) (any, task.Outcome, error) {
+			rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, plan.ID)
 			if err != nil {
 				return nil, "", err
 			}
@@ -517,20 +514,19 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 	if err != nil {
 		return Response{}, err
 	}
-	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *page.NavigateResult]{
 		sideEffecting: false, // a GET navigation is safe (CONTRACT "Mutating requests")
 		prepare:       notingOrigin(req.URL, prepareSession(sessionID, timeoutOf(timeoutMs))),
-		dispatch: s.onLiveSession(0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (any, error) {
+		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (*page.NavigateResult, error) {
 			req.Timeout = p.timeout
 			return sess.Navigate(ctx, req)
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.NavigateResult, dispatchErr error) (any, task.Outcome, error) {
 			if dispatchErr != nil {
-				return s.finishFailed(ctx, c, plan.(*sessionPlan).rec, dispatchErr, false)
+				return s.finishFailed(ctx, c, plan.rec, dispatchErr, false)
 			}
-			res := out.(*page.NavigateResult)
-			s.noteUse(c.t.ID, plan.(*sessionPlan).rec.ID, res.ContextID)
-			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, plan.(*sessionPlan).rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
+			s.noteUse(c.t.ID, plan.rec.ID, res.ContextID)
+			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, plan.rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
 				return nil, "", err
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
@@ -644,34 +640,34 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 				fmt.Sprintf("approval rule %d holds this %s (%s)", rule, req.Action, effect), spec, r)
 		}
 	}
-	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, actOut]{
 		sideEffecting: true,
 		prepare:       prepareSession(sessionID, timeoutOf(timeoutMs)),
 		// The action's own timeout bounds the actionability wait; the extra margin lets the
 		// browser report what blocked before our deadline cuts it off.
-		dispatch: s.onLiveSession(5*time.Second, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (any, error) {
+		dispatch: onLiveSession(s, 5*time.Second, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (actOut, error) {
 			req.Timeout = p.timeout
 			res, err := sess.Act(ctx, req)
 			if err == nil && res.Held != nil {
-				return holdScreenshot(ctx, sess, res), nil
+				return actOut{held: holdScreenshot(ctx, sess, res)}, nil
 			}
 			if err != nil {
-				return nil, s.explainHandle(ctx, call.Actor.Tenant, sessionID, err, req.NodeID, actWithin(req))
+				return actOut{}, s.explainHandle(ctx, call.Actor.Tenant, sessionID, err, req.NodeID, actWithin(req))
 			}
-			return res, nil
+			return actOut{res: res}, nil
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
-			rec := plan.(*sessionPlan).rec
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, out actOut, dispatchErr error) (any, task.Outcome, error) {
+			rec := plan.rec
 			if dispatchErr != nil {
 				if so := (*page.SecretOriginError)(nil); errors.As(dispatchErr, &so) {
 					s.recordSecretUse(ctx, call.Actor, req, "refuse", so.Origin, c.t.ID, c.cmd.ID, "origin")
 				}
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)
 			}
-			if h, ok := out.(*heldAct); ok {
-				return s.holdRequest(ctx, c, call, rec, req, timeoutMs, h)
+			if out.held != nil {
+				return s.holdRequest(ctx, c, call, rec, req, timeoutMs, out.held)
 			}
-			res := out.(*page.ActResult)
+			res := out.res
 			c.cmd.note.origin = res.Origin
 			stored, err := s.recordAction(ctx, c, rec, req, res, "act", nil)
 			if err != nil {
@@ -684,6 +680,13 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			return &ActResult{ActResult: *res, Receipt: rc, DownloadArtifacts: stored}, "", nil
 		},
 	})
+}
+
+// actOut is what an act's effect hands phase 3: the action's result, or the request it sent that
+// the browser held for approval.
+type actOut struct {
+	res  *page.ActResult
+	held *heldAct
 }
 
 // recordAction records an action that ran (directly, or released by its approval): where the

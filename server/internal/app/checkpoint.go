@@ -91,17 +91,16 @@ func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessi
 	if err != nil {
 		return Response{}, err
 	}
-	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *page.StorageState]{
 		prepare: prepareSession(sessionID, defaultCommandTimeout),
-		dispatch: s.onLiveSession(0, func(ctx context.Context, sess BrowserSession, _ *sessionPlan) (any, error) {
+		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, _ *sessionPlan) (*page.StorageState, error) {
 			return sess.ExportState(ctx)
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
-			rec := plan.(*sessionPlan).rec
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, st *page.StorageState, dispatchErr error) (any, task.Outcome, error) {
+			rec := plan.rec
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, rec, dispatchErr, false)
 			}
-			st := out.(*page.StorageState)
 			doc, err := json.Marshal(checkpointDoc{Format: checkpointFormat, State: st})
 			if err != nil {
 				return nil, "", fmt.Errorf("encoding the checkpoint: %w", err)

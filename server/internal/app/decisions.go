@@ -28,8 +28,8 @@ type decisionNote struct {
 }
 
 // notingOrigin wraps a phase-1 prepare so that the command's decision names rawURL's origin.
-func notingOrigin(rawURL string, prepare func(context.Context, *commandCtx) (any, error)) func(context.Context, *commandCtx) (any, error) {
-	return func(ctx context.Context, c *commandCtx) (any, error) {
+func notingOrigin[P any](rawURL string, prepare func(context.Context, *commandCtx) (P, error)) func(context.Context, *commandCtx) (P, error) {
+	return func(ctx context.Context, c *commandCtx) (P, error) {
 		c.cmd.note.origin = originOf(rawURL)
 		return prepare(ctx, c)
 	}

@@ -101,18 +101,17 @@ func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID stri
 	if err != nil {
 		return Response{}, err
 	}
-	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *evidenceOut]{
 		sideEffecting: false, // reading the page changes nothing
 		prepare:       prepareSession(sessionID, defaultCommandTimeout),
-		dispatch: s.onLiveSession(0, func(ctx context.Context, sess BrowserSession, _ *sessionPlan) (any, error) {
+		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, _ *sessionPlan) (*evidenceOut, error) {
 			return captureEvidence(ctx, sess, req)
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
-			rec := plan.(*sessionPlan).rec
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, ev *evidenceOut, dispatchErr error) (any, task.Outcome, error) {
+			rec := plan.rec
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, rec, dispatchErr, false)
 			}
-			ev := out.(*evidenceOut)
 			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, ev.contextID, ev.epochID, ev.url); err != nil {
 				return nil, "", err
 			}

@@ -11,21 +11,21 @@ import (
 func (s *Service) RunTwoPhaseForTest(ctx context.Context, call Call, taskID string, r Responder, sideEffecting bool,
 	dispatch func(ctx context.Context) (any, error), finishFails bool,
 ) (Response, error) {
-	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[struct{}, any]{
 		sideEffecting: sideEffecting,
-		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+		prepare: func(ctx context.Context, c *commandCtx) (struct{}, error) {
 			if c.t.State == task.Admitted {
 				if err := c.transition(ctx, c.t, task.Start, call.Operation); err != nil {
-					return nil, err
+					return struct{}{}, err
 				}
 			}
 			if c.t.State != task.Running {
-				return nil, Errorf(CodeInvalidTransition, "task is %s", c.t.State)
+				return struct{}{}, Errorf(CodeInvalidTransition, "task is %s", c.t.State)
 			}
-			return nil, nil
+			return struct{}{}, nil
 		},
-		dispatch: func(ctx context.Context, _ any) (any, error) { return dispatch(ctx) },
-		finish: func(ctx context.Context, c *commandCtx, _, out any, err error) (any, task.Outcome, error) {
+		dispatch: func(ctx context.Context, _ struct{}) (any, error) { return dispatch(ctx) },
+		finish: func(ctx context.Context, c *commandCtx, _ struct{}, out any, err error) (any, task.Outcome, error) {
 			if finishFails {
 				return nil, "", context.DeadlineExceeded // not an *Error: phase 3 rolls back, as in a crash
 			}

@@ -171,9 +171,9 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 		return Response{}, ErrNotFound
 	}
 	var approval *Approval
-	return s.runTwoPhase(ctx, call, h.taskID, r, twoPhase{
+	return runTwoPhase(ctx, s, call, h.taskID, r, twoPhase[*sessionPlan, *page.ActResult]{
 		sideEffecting: true,
-		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+		prepare: func(ctx context.Context, c *commandCtx) (*sessionPlan, error) {
 			a, err := c.decide(ctx, call, approvalID, "approve", reason)
 			if err != nil {
 				return nil, err
@@ -185,9 +185,8 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			}
 			return &sessionPlan{rec: rec, timeout: timeoutOf(h.timeoutMs)}, nil
 		},
-		dispatch: func(ctx context.Context, plan any) (any, error) {
+		dispatch: func(ctx context.Context, p *sessionPlan) (*page.ActResult, error) {
 			s.held.Delete(approvalID)
-			p := plan.(*sessionPlan)
 			if p.rec.State != SessionOpen {
 				return nil, page.ErrSessionLost
 			}
@@ -205,15 +204,14 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			req.Approved = true // a person approved this act: the requests it sends are not held again
 			return sess.Act(ctx, req)
 		},
-		finish: func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.ActResult, dispatchErr error) (any, task.Outcome, error) {
 			// Dispatch forgets the held action; a cancel_task that stopped this command before its
 			// dispatch leaves that to here, so the action never lingers in memory.
 			s.forgetHeld(approvalID)
-			rec := plan.(*sessionPlan).rec
+			rec := plan.rec
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)
 			}
-			res := out.(*page.ActResult)
 			if _, err := s.recordAction(ctx, c, rec, h.req, res, "resolve_approval", map[string]any{"approval_id": approvalID}); err != nil {
 				return nil, "", err
 			}

@@ -181,19 +181,19 @@ func (s *Service) ListTaskEvents(ctx context.Context, actor Actor, taskID string
 func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason string, r Responder) (Response, error) {
 	release := func() {}
 	defer func() { release() }()
-	return s.runTwoPhase(ctx, call, taskID, r, twoPhase{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[struct{}, struct{}]{
 		unregistered: true,
-		prepare: func(ctx context.Context, c *commandCtx) (any, error) {
+		prepare: func(ctx context.Context, c *commandCtx) (struct{}, error) {
 			if _, err := task.Next(c.t.State, task.Cancel); err != nil {
-				return nil, Errorf(CodeInvalidTransition, "task is %s; cancel is not possible from that state", c.t.State)
+				return struct{}{}, Errorf(CodeInvalidTransition, "task is %s; cancel is not possible from that state", c.t.State)
 			}
-			return nil, nil
+			return struct{}{}, nil
 		},
-		dispatch: func(ctx context.Context, _ any) (any, error) {
+		dispatch: func(ctx context.Context, _ struct{}) (struct{}, error) {
 			release = s.stopInFlight(ctx, call.Actor.Tenant, taskID)
-			return nil, nil
+			return struct{}{}, nil
 		},
-		finish: func(ctx context.Context, c *commandCtx, _, _ any, _ error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, _ struct{}, _ struct{}, _ error) (any, task.Outcome, error) {
 			cause := "cancel_task"
 			if reason != "" {
 				cause = "cancel_task: " + reason

@@ -18,27 +18,29 @@ import (
 // it (unknown_outcome for a safe command, reconciliation_required for a side-effecting one) and
 // the command is never run again.
 
-// twoPhase describes one two-phase command.
-type twoPhase struct {
+// twoPhase describes one two-phase command: P is what phase 1 hands the effect (the plan), O what
+// the effect hands phase 3. Both are typed, so no assertion recovers them.
+type twoPhase[P, O any] struct {
 	// sideEffecting commands go to reconciliation when interrupted; safe ones become unknown_outcome.
 	sideEffecting bool
 	// prepare runs in phase 1's transaction after the command is recorded: check the task, load
 	// what dispatch needs. An *Error from prepare is recorded as a rejection.
-	prepare func(ctx context.Context, c *commandCtx) (plan any, err error)
+	prepare func(ctx context.Context, c *commandCtx) (plan P, err error)
 	// dispatch performs the effect, with no transaction open.
-	dispatch func(ctx context.Context, plan any) (out any, err error)
+	dispatch func(ctx context.Context, plan P) (out O, err error)
 	// finish runs in phase 3's transaction: record what happened (events, rows) and return the
 	// result to render, or an *Error to record as a rejection (with outcome from rejectOutcome).
-	finish func(ctx context.Context, c *commandCtx, plan, out any, dispatchErr error) (result any, outcome task.Outcome, err error)
+	finish func(ctx context.Context, c *commandCtx, plan P, out O, dispatchErr error) (result any, outcome task.Outcome, err error)
 	// unregistered commands are not in the registry cancel_task stops and waits for (cancel_task
 	// itself).
 	unregistered bool
 }
 
-// runTwoPhase executes a two-phase command for call.
-func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r Responder, op twoPhase) (resp Response, err error) {
+// runTwoPhase executes a two-phase command for call. (A function, not a method: Go methods take
+// no type parameters.)
+func runTwoPhase[P, O any](ctx context.Context, s *Service, call Call, taskID string, r Responder, op twoPhase[P, O]) (resp Response, err error) {
 	ctx, sp := s.startCommand(ctx, call, taskID) // phase 1, the effect and phase 3 are its children
-	var plan any
+	var plan P
 	var cmd *Command
 	var fl *flight // registered for cancel_task from phase 1 until phase 3 committed (cancel.go)
 	var taskDeadline *time.Time
@@ -51,7 +53,8 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 	}()
 	dispatched := false
 	err = s.store.InTx(ctx, func(tx Tx) error {
-		resp, plan, cmd, dispatched = Response{}, nil, nil, false
+		var zero P
+		resp, plan, cmd, dispatched = Response{}, zero, nil, false
 		s.flights.end(fl) // a retried transaction registers again
 		fl = nil
 		if cmd != nil {
@@ -116,7 +119,7 @@ func (s *Service) runTwoPhase(ctx context.Context, call Call, taskID string, r R
 		dctx, cancel = context.WithDeadline(dctx, *taskDeadline)
 		defer cancel()
 	}
-	var out any
+	var out O
 	var dispatchErr error
 	if errors.Is(context.Cause(dctx), errTaskCancelled) {
 		dispatchErr = &cancelledError{} // stopped before dispatch
