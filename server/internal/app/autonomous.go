@@ -509,14 +509,10 @@ func (a *autoRun) recordProposal(index int, p *proposal, reply *ModelReply, acce
 func (a *autoRun) appendStep(index int, st PlanStep, p *proposal, reply *ModelReply) error {
 	stored := PlanStep{Op: st.Op, Args: maskArgs(st.Op, st.Args), MaxAttempts: 1}
 	if err := a.tx(func(c *commandCtx, _ PlanTx) error {
-		atx, ok := c.tx.(AutonomousTx)
-		if !ok {
-			return fmt.Errorf("app: the store's transactions do not implement AutonomousTx (%T)", c.tx)
-		}
 		if c.t.State.Terminal() {
 			return errTaskEnded
 		}
-		return atx.AppendPlanStep(a.ctx, c.t.Tenant, c.t.ID, index, stored)
+		return c.tx.AppendPlanStep(a.ctx, c.t.Tenant, c.t.ID, index, stored)
 	}); err != nil {
 		return err
 	}

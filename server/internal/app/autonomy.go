@@ -155,11 +155,10 @@ func modelError(role string, err error) *Error {
 
 // keyRecorded tells whether the call's Idempotency-Key already holds a command.
 func (s *Service) keyRecorded(ctx context.Context, call Call) bool {
-	ps, ok := s.store.(PlanStore)
-	if !ok || call.IdempotencyKey == "" {
+	if call.IdempotencyKey == "" {
 		return false
 	}
-	_, err := ps.KeyState(ctx, call.Actor.Tenant, call.IdempotencyKey)
+	_, err := s.store.KeyState(ctx, call.Actor.Tenant, call.IdempotencyKey)
 	return err == nil
 }
 

@@ -56,10 +56,7 @@ func (s *Service) NodeID() string { return s.cfg.NodeID }
 // for actor, or ok=false when this node handles it: it holds the object, nobody does, the owner is
 // dead, or the object is unknown (the local handler answers 404).
 func (s *Service) RemoteOwner(ctx context.Context, actor Actor, kind OwnedKind, id string) (NodeRef, bool, error) {
-	o, ok := s.store.(Owners)
-	if !ok {
-		return NodeRef{}, false, nil
-	}
+
 	stale := s.cfg.Now().Add(-s.cfg.NodeStaleAfter)
 	var ref NodeRef
 	var err error
@@ -70,14 +67,14 @@ func (s *Service) RemoteOwner(ctx context.Context, actor Actor, kind OwnedKind, 
 				return NodeRef{}, false, nil
 			}
 		}
-		ref, err = o.SessionOwner(ctx, actor.Tenant, id, stale)
+		ref, err = s.store.SessionOwner(ctx, actor.Tenant, id, stale)
 	case OwnedApproval:
 		if _, held := s.heldAction(id); held {
 			return NodeRef{}, false, nil
 		}
-		ref, err = o.ApprovalOwner(ctx, actor.Tenant, id, stale)
+		ref, err = s.store.ApprovalOwner(ctx, actor.Tenant, id, stale)
 	case OwnedTask:
-		ref, err = o.TaskOwner(ctx, actor.Tenant, id, stale)
+		ref, err = s.store.TaskOwner(ctx, actor.Tenant, id, stale)
 	default:
 		return NodeRef{}, false, errors.New("app: unknown owned kind")
 	}
@@ -122,11 +119,7 @@ func (s *Service) heldByOtherLiveNode(ctx context.Context, rec *SessionRecord) (
 			return false, nil
 		}
 	}
-	o, ok := s.store.(Owners)
-	if !ok {
-		return false, nil
-	}
-	return o.NodeLive(ctx, rec.NodeID, s.cfg.Now().Add(-s.cfg.NodeStaleAfter))
+	return s.store.NodeLive(ctx, rec.NodeID, s.cfg.Now().Add(-s.cfg.NodeStaleAfter))
 }
 
 // checkApprovalHere refuses to resolve, on this node, an approval whose held action lives on

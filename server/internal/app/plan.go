@@ -331,11 +331,7 @@ func stepKey(taskID string, epoch int64, i, attempt, try int) string {
 // checkLease fails with errLeaseLost unless the worker still holds the task's lease at the fence's
 // epoch; it locks the lease row (after the task row, as the worker's own transactions do).
 func checkLease(ctx context.Context, tx Tx, taskID string, f *LeaseFence) error {
-	ptx, err := asPlanTx(tx)
-	if err != nil {
-		return err
-	}
-	if err := ptx.LockLease(ctx, taskID, f.NodeID, f.Epoch); err != nil {
+	if err := tx.LockLease(ctx, taskID, f.NodeID, f.Epoch); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return errLeaseLost
 		}
@@ -349,12 +345,3 @@ var errLeaseLost = fmt.Errorf("the task's lease was lost")
 
 // errTaskEnded reports that the task ended (closed, cancelled, expired) under the worker.
 var errTaskEnded = fmt.Errorf("the task ended")
-
-// asPlanTx finds the PlanTx of a store transaction.
-func asPlanTx(tx Tx) (PlanTx, error) {
-	ptx, ok := tx.(PlanTx)
-	if !ok {
-		return nil, fmt.Errorf("app: the store's transactions do not implement PlanTx (%T)", tx)
-	}
-	return ptx, nil
-}

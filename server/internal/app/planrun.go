@@ -338,10 +338,7 @@ func (r *planRun) sleep(d time.Duration) error {
 // are the worker's (actor worker:<node>, no command).
 func (r *planRun) tx(fn func(c *commandCtx, ptx PlanTx) error) error {
 	return r.s.store.InTx(r.ctx, func(tx Tx) error {
-		ptx, err := asPlanTx(tx)
-		if err != nil {
-			return err
-		}
+		ptx := PlanTx(tx)
 		t, err := tx.LockTask(r.ctx, r.claim.Tenant, r.claim.TaskID)
 		if err != nil {
 			return err

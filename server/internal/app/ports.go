@@ -11,8 +11,14 @@ import (
 // Store is the durable state of the runtime. Implementations must make every Tx atomic and must
 // answer ErrNotFound for objects of another tenant exactly as for unknown ones. Safe for concurrent
 // use.
+//
+// Every capability a use-case needs is part of it, so a store whose method drifts fails to
+// compile where it is handed to NewService instead of switching a feature off at run time.
 type Store interface {
 	RecordStore // protocol records and task results (records.go)
+	Owners      // which node holds a session, task or held action (ownership.go)
+	PlanStore   // delegated plans and their leases (plan.go)
+	SecretStore // stored secrets (secrets.go)
 	// InTx runs fn in one READ COMMITTED transaction, committing when fn returns nil and rolling
 	// back otherwise (including when ctx ends). fn may be retried by the store on a serialisation
 	// failure, so it must not have effects outside tx.
@@ -94,7 +100,10 @@ type IdempotencyClaim struct {
 // Tx is one open command transaction. Writes may be buffered and sent at commit; reads see earlier
 // writes of the same Tx.
 type Tx interface {
-	ResultTx // task results (records.go)
+	ResultTx     // task results (records.go)
+	PlanTx       // the workers' leases and step progress (plan.go)
+	AutonomousTx // the autonomous loop's plan steps (autonomy.go)
+	SecretTx     // secret writes with their key's answer (secrets.go)
 	// ClaimIdempotency records c as in flight. When the key is already recorded it returns that
 	// record and claimed=false, waiting first for any transaction that holds the key.
 	ClaimIdempotency(ctx context.Context, c IdempotencyClaim) (existing *IdempotencyClaim, claimed bool, err error)

@@ -116,14 +116,6 @@ type SecretInput struct {
 	Value   []byte
 }
 
-func (s *Service) secretStore() (SecretStore, error) {
-	ss, ok := s.store.(SecretStore)
-	if !ok {
-		return nil, &Error{Code: CodeNotImplemented, Detail: "this store keeps no secrets"}
-	}
-	return ss, nil
-}
-
 // secretAAD binds a sealed value to one secret and version: it never opens as another's.
 func secretAAD(tenant, id string, version int) []byte {
 	return fmt.Appendf(nil, "bap-secret/v1\x00%s\x00%s\x00%d", tenant, id, version)
@@ -132,15 +124,11 @@ func secretAAD(tenant, id string, version int) []byte {
 // PutSecret stores a new secret of the actor's tenant. The value is sealed at once; the result
 // is its metadata.
 func (s *Service) PutSecret(ctx context.Context, actor Actor, in SecretInput) (*SecretInfo, error) {
-	ss, err := s.secretStore()
-	if err != nil {
-		return nil, err
-	}
 	info, sealed, err := s.newSecret(actor, in)
 	if err != nil {
 		return nil, err
 	}
-	if err := ss.InsertSecret(ctx, info, sealed, actor.Subject); err != nil {
+	if err := s.store.InsertSecret(ctx, info, sealed, actor.Subject); err != nil {
 		return nil, secretConflict(err, actor.Tenant, in.Name)
 	}
 	return info, nil
@@ -184,11 +172,7 @@ type SecretResult struct {
 // nothing again. It is not a task command (no receipt).
 func (s *Service) secretCommand(ctx context.Context, call Call, r Responder, write func(ctx context.Context, tx SecretTx) (*SecretInfo, error)) (Response, error) {
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, _ *Command) (any, error) {
-		stx, ok := tx.(SecretTx)
-		if !ok {
-			return nil, &Error{Code: CodeNotImplemented, Detail: "this store keeps no secrets"}
-		}
-		info, err := write(ctx, stx)
+		info, err := write(ctx, tx)
 		if err != nil {
 			return nil, err
 		}
@@ -260,15 +244,11 @@ func (s *Service) TaskSecrets(ctx context.Context, actor Actor, taskID string) (
 }
 
 func (s *Service) secretsForTask(ctx context.Context, t *Task) ([]SecretInfo, error) {
-	ss, err := s.secretStore()
-	if err != nil {
-		return nil, err
-	}
 	pol, err := taskPolicy(t)
 	if err != nil {
 		return nil, err
 	}
-	all, err := ss.ListSecrets(ctx, t.Tenant)
+	all, err := s.store.ListSecrets(ctx, t.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -283,45 +263,33 @@ func (s *Service) secretsForTask(ctx context.Context, t *Task) ([]SecretInfo, er
 
 // RotateSecret replaces a secret's value (a new version; references stay valid).
 func (s *Service) RotateSecret(ctx context.Context, actor Actor, id string, value []byte) (*SecretInfo, error) {
-	ss, err := s.secretStore()
-	if err != nil {
-		return nil, err
-	}
 	if err := checkSecretValue(value); err != nil {
 		return nil, err
 	}
-	info, err := s.liveSecret(ctx, ss, actor.Tenant, id)
+	info, err := s.liveSecret(ctx, actor.Tenant, id)
 	if err != nil {
 		return nil, err
 	}
 	v := info.Version + 1
-	if err := ss.ReplaceSecretValue(ctx, actor.Tenant, id, v, s.keys.secrets.Seal(value, secretAAD(actor.Tenant, id, v)), actor.Subject); err != nil {
+	if err := s.store.ReplaceSecretValue(ctx, actor.Tenant, id, v, s.keys.secrets.Seal(value, secretAAD(actor.Tenant, id, v)), actor.Subject); err != nil {
 		return nil, err
 	}
-	info, _, err = ss.GetSecret(ctx, actor.Tenant, id)
+	info, _, err = s.store.GetSecret(ctx, actor.Tenant, id)
 	return info, err
 }
 
 // DeleteSecret deletes a secret's value; every later reference to it is refused.
 func (s *Service) DeleteSecret(ctx context.Context, actor Actor, id string) error {
-	ss, err := s.secretStore()
-	if err != nil {
+	if _, err := s.liveSecret(ctx, actor.Tenant, id); err != nil {
 		return err
 	}
-	if _, err := s.liveSecret(ctx, ss, actor.Tenant, id); err != nil {
-		return err
-	}
-	return ss.DeleteSecret(ctx, actor.Tenant, id, actor.Subject)
+	return s.store.DeleteSecret(ctx, actor.Tenant, id, actor.Subject)
 }
 
 // ListSecrets lists the metadata of the actor's tenant's live secrets; with origins, only those
 // usable on at least one of them.
 func (s *Service) ListSecrets(ctx context.Context, actor Actor, origins []string) ([]SecretInfo, error) {
-	ss, err := s.secretStore()
-	if err != nil {
-		return nil, err
-	}
-	all, err := ss.ListSecrets(ctx, actor.Tenant)
+	all, err := s.store.ListSecrets(ctx, actor.Tenant)
 	if err != nil || len(origins) == 0 {
 		return all, err
 	}
@@ -334,8 +302,8 @@ func (s *Service) ListSecrets(ctx context.Context, actor Actor, origins []string
 	return out, nil
 }
 
-func (s *Service) liveSecret(ctx context.Context, ss SecretStore, tenant, id string) (*SecretInfo, error) {
-	info, _, err := ss.GetSecret(ctx, tenant, id)
+func (s *Service) liveSecret(ctx context.Context, tenant, id string) (*SecretInfo, error) {
+	info, _, err := s.store.GetSecret(ctx, tenant, id)
 	if errors.Is(err, ErrNotFound) {
 		return nil, &Error{Code: CodeNotFound, Detail: "no such secret"}
 	}
@@ -362,11 +330,7 @@ func (s *Service) resolveSecretFill(ctx context.Context, actor Actor, req *page.
 	if req.Value != "" {
 		return Errorf(CodeInvalidRequest, "give value or secret_ref, not both")
 	}
-	ss, err := s.secretStore()
-	if err != nil {
-		return err
-	}
-	info, sealed, err := ss.GetSecret(ctx, actor.Tenant, req.SecretRef)
+	info, sealed, err := s.store.GetSecret(ctx, actor.Tenant, req.SecretRef)
 	if errors.Is(err, ErrNotFound) {
 		return &Error{Code: CodeSecretNotFound, Detail: "secret_ref names no secret of this tenant"}
 	}
@@ -374,7 +338,7 @@ func (s *Service) resolveSecretFill(ctx context.Context, actor Actor, req *page.
 		return err
 	}
 	if info.Deleted || sealed == nil {
-		_ = ss.RecordSecretUse(ctx, SecretUse{Tenant: actor.Tenant, SecretID: info.ID, Action: "refuse", Actor: actor.Subject, Reason: "deleted"})
+		_ = s.store.RecordSecretUse(ctx, SecretUse{Tenant: actor.Tenant, SecretID: info.ID, Action: "refuse", Actor: actor.Subject, Reason: "deleted"})
 		return &Error{Code: CodeSecretNotFound, Detail: "the secret secret_ref names was deleted; an operator stores a new one"}
 	}
 	value, err := s.keys.secrets.Open(sealed, secretAAD(info.Tenant, info.ID, info.Version))
@@ -388,11 +352,10 @@ func (s *Service) resolveSecretFill(ctx context.Context, actor Actor, req *page.
 
 // recordSecretUse appends the audit line of a secret fill that ran (or was refused).
 func (s *Service) recordSecretUse(ctx context.Context, actor Actor, req page.ActRequest, action, origin, taskID, commandID, reason string) {
-	ss, err := s.secretStore()
-	if err != nil || req.SecretRef == "" {
+	if req.SecretRef == "" {
 		return
 	}
-	if err := ss.RecordSecretUse(ctx, SecretUse{Tenant: actor.Tenant, SecretID: req.SecretRef, Action: action, Actor: actor.Subject,
+	if err := s.store.RecordSecretUse(ctx, SecretUse{Tenant: actor.Tenant, SecretID: req.SecretRef, Action: action, Actor: actor.Subject,
 		Origin: origin, TaskID: taskID, CommandID: commandID, Reason: reason}); err != nil {
 		s.cfg.Logger.Warn("recording a secret's use", "secret_id", req.SecretRef, "err", err)
 	}

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,12 +86,8 @@ type WorkerStats struct {
 
 // NewWorkers builds the workers of s; the store must implement PlanStore and PlanTx.
 func NewWorkers(s *Service, cfg WorkerConfig) (*Workers, error) {
-	ps, ok := s.store.(PlanStore)
-	if !ok {
-		return nil, fmt.Errorf("app: the store does not implement PlanStore (%T)", s.store)
-	}
 	cfg.setDefaults()
-	return &Workers{s: s, ps: ps, cfg: cfg}, nil
+	return &Workers{s: s, ps: s.store, cfg: cfg}, nil
 }
 
 // LeaseTTL is the length of the leases these workers take.
