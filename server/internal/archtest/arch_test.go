@@ -121,6 +121,10 @@ var rules = []rule{
 		why: "bapbench measures the server from outside, over HTTP, like any client",
 	},
 	{
+		name: "browser", packages: internal("browser"), forbid: concat(useCases, internal("store", "events", "auth")),
+		why: "the CDP adapter speaks page's vocabulary and knows nothing of the use-cases: the composition root adapts it to app.Browser (daemon/browserport.go), so the use-cases never learn which engine runs and the adapter's types never cross the port",
+	},
+	{
 		name: "auth", packages: internal("auth"), forbid: concat(internal("store", "browser", "events"), chromedp),
 		why: "auth owns its OAuth tables (with pgx) and speaks to app only through app's types; it never reaches task state through the store, nor the browser",
 	},

@@ -36,7 +36,7 @@ func startBrowser(ctx context.Context, cfg Config, log *slog.Logger) (app.Browse
 		}
 		return nil, func() {}
 	}
-	return browser.Port{Browser: b}, func() {
+	return BrowserPort{Browser: b}, func() {
 		if err := b.Close(); err != nil {
 			log.Warn("closing the browser", "err", err)
 		}

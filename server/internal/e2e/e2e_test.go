@@ -24,6 +24,7 @@ import (
 	"github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/browser"
+	"github.com/originweave/bap/server/internal/daemon"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
 )
@@ -173,7 +174,7 @@ func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
 	if err := store.New(db).RegisterNode(ctx, app.NodeInfo{ID: "node_e2e", SoftwareVersion: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := app.Config{NodeID: "node_e2e", Browser: browser.Port{Browser: shared},
+	cfg := app.Config{NodeID: "node_e2e", Browser: daemon.BrowserPort{Browser: shared},
 		InterruptedResponse: api.InterruptedResponse, SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0"}
 	for _, o := range opts {
 		o(&cfg)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
-	"github.com/originweave/bap/server/internal/browser"
+	"github.com/originweave/bap/server/internal/daemon"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
 	"github.com/originweave/bap/server/internal/tracing"
@@ -81,7 +81,7 @@ func newTracedStack(t *testing.T, tr app.Tracer) *stack {
 		t.Fatal(err)
 	}
 	svc, err := app.NewService(store.New(db, store.Options{Tracer: tr}), app.Config{NodeID: "node_e2e",
-		Browser: browser.Port{Browser: shared}, InterruptedResponse: api.InterruptedResponse,
+		Browser: daemon.BrowserPort{Browser: shared}, InterruptedResponse: api.InterruptedResponse,
 		SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0", Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
