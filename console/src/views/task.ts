@@ -3,6 +3,7 @@
 
 import { call, type BapEvent, type Task } from "../api";
 import { announce, append, facts, h, when } from "../dom";
+import { liveView } from "./live";
 import type { View } from "./view";
 
 function summary(e: BapEvent): Node {
@@ -35,7 +36,8 @@ function cause(e: BapEvent): string {
 export function taskPage(main: HTMLElement, taskID: string): View {
   const head = h("div", {});
   const rows = h("tbody", {});
-  main.replaceChildren(h("h1", {}, "Task ", h("code", {}, taskID)), head,
+  const live = liveView();
+  main.replaceChildren(h("h1", {}, "Task ", h("code", {}, taskID)), head, live.node,
     h("h2", {}, "Timeline"),
     h("table", { class: "timeline", "aria-label": "Timeline" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Seq"), h("th", { scope: "col" }, "Time"), h("th", { scope: "col" }, "Event"),
@@ -58,6 +60,7 @@ export function taskPage(main: HTMLElement, taskID: string): View {
   function add(e: BapEvent): void {
     if (e.seq <= last) return;
     last = e.seq;
+    live.onEvent(e);
     append(rows, h("tr", { "data-seq": String(e.seq) }, h("td", {}, String(e.seq)), h("td", {}, when(e.time)), h("td", {}, h("code", {}, e.type)),
       h("td", {}, e.actor ? `${e.actor.kind} ${e.actor.id}` : ""), h("td", {}, cause(e)), h("td", {}, summary(e))));
   }
@@ -90,6 +93,8 @@ export function taskPage(main: HTMLElement, taskID: string): View {
       void catchUp().catch(() => {});
       if (e.type.startsWith("task.") || e.type.startsWith("approval.")) void loadTask().catch(() => {});
     },
-    close() {},
+    close() {
+      live.close();
+    },
   };
 }

@@ -46,6 +46,11 @@ type BrowserSession interface {
 	// RestoreState writes a state into this fresh session and navigates its primary context to
 	// the state's URL (a new epoch).
 	RestoreState(ctx context.Context, st *page.StorageState) (*page.RestoreResult, error)
+	// Watch calls onFrame with the session's live view (JPEG frames of the viewport the agent
+	// works in, at most one per page.LiveFrameInterval, shared by every watcher, nothing captured
+	// while nobody watches) until ctx ends, onFrame fails, or the session closes or is lost
+	// (page.ErrSessionClosed, page.ErrSessionLost). Frames are not stored.
+	Watch(ctx context.Context, onFrame func(page.LiveFrame) error) error
 	Close(ctx context.Context) error
 }
 

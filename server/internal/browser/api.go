@@ -136,6 +136,8 @@ type (
 	Event = page.Event
 	// ScreenshotRequest is the input of Session.Screenshot.
 	ScreenshotRequest = page.ScreenshotRequest
+	// LiveFrame is one frame of Session.Watch.
+	LiveFrame = page.LiveFrame
 )
 
 // Wait conditions of NavigateRequest.WaitUntil.

@@ -72,6 +72,8 @@ type Session struct {
 	// browser layer to report the hop itself (netpolicy.go deferRedirect).
 	redirects map[string]*time.Timer
 
+	live liveHub // the live view's watchers and capture loop (live.go)
+
 	// life ends when the session is lost or closed.
 	life    context.Context
 	endLife context.CancelFunc

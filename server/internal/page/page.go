@@ -557,3 +557,15 @@ type ScreenshotRequest struct {
 	FullPage  bool
 	NodeID    string
 }
+
+// LiveFrameInterval is the live view's cap: at most one frame per 500 ms (2 fps) per session,
+// however many watch; the adapter enforces it.
+const LiveFrameInterval = 500 * time.Millisecond
+
+// LiveFrame is one frame of a session's live view: a JPEG of the viewport of the browsing
+// context the agent last worked in. Frames are shown, never stored.
+type LiveFrame struct {
+	ContextID string
+	JPEG      []byte
+	At        time.Time
+}

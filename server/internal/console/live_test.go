@@ -1,0 +1,68 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/originweave/bap/server/internal/api"
+	"github.com/originweave/bap/server/internal/app"
+)
+
+// The live view's upgrade is refused, before any WebSocket exists, to another site (Origin or
+// Sec-Fetch-Site), to a cookie without its CSRF token, to a caller without bap:browser.observe
+// and to a foreign subprotocol; the console's own origin with the session's token gets through
+// the checks (to the missing Service here: 503 browser_unavailable, proving no check refused it).
+func TestLiveViewUpgradeRefusesOtherSites(t *testing.T) {
+	s := NewSessions(nil)
+	tok, _ := s.NewLink(app.Actor{Tenant: "local", Subject: api.LocalOperator})
+	cookie, sess, _ := s.Redeem(tok)
+	srv := httptest.NewServer(New(Options{Profile: ProfileLocal, Auth: Wrap(s, operatorOnSocket{})}))
+	defer srv.Close()
+	self := srv.URL
+	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/console/api/sessions/bs_x/live"
+	csrf := liveCSRFPrefix + sess.CSRF
+	for _, tt := range []struct {
+		name      string
+		origin    string
+		fetchSite string
+		cookie    string
+		protocols []string
+		status    int
+	}{
+		{"the console itself", self, "same-origin", cookie, []string{LiveProtocol, csrf}, http.StatusServiceUnavailable},
+		{"another site's page", "http://evil.example", "cross-site", cookie, []string{LiveProtocol, csrf}, http.StatusUnauthorized},
+		{"another origin, no fetch metadata", "http://evil.example", "", cookie, []string{LiveProtocol, csrf}, http.StatusUnauthorized},
+		{"a sibling port of the same host", "http://127.0.0.1:1", "same-site", cookie, []string{LiveProtocol, csrf}, http.StatusUnauthorized},
+		{"the cookie without its CSRF token", self, "same-origin", cookie, []string{LiveProtocol}, http.StatusUnauthorized},
+		{"a wrong CSRF token", self, "same-origin", cookie, []string{LiveProtocol, csrf + "x"}, http.StatusUnauthorized},
+		{"no cookie: the agent, without bap:browser.observe here", self, "same-origin", "", []string{LiveProtocol}, http.StatusForbidden},
+		{"a foreign subprotocol", self, "same-origin", cookie, []string{LiveProtocol, csrf, "chat"}, http.StatusBadRequest},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			h.Set("Origin", tt.origin)
+			if tt.fetchSite != "" {
+				h.Set("Sec-Fetch-Site", tt.fetchSite)
+			}
+			if tt.cookie != "" {
+				h.Set("Cookie", CookieName+"="+tt.cookie)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, resp, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: h, Subprotocols: tt.protocols})
+			if err == nil {
+				_ = c.CloseNow()
+				t.Fatal("the upgrade was accepted")
+			}
+			if resp == nil || resp.StatusCode != tt.status {
+				t.Fatalf("got %v (%v), want HTTP %d", resp, err, tt.status)
+			}
+		})
+	}
+}
