@@ -1363,6 +1363,9 @@ type Approval struct {
 	// Decision The approver's decision, once resolved.
 	Decision *ApprovalDecision `json:"decision,omitempty"`
 
+	// Decisions Set once decided: the decision record and each correction of it, oldest first. The last is the current record (`resolved_by`, `resolved_via` and `resolution_reason` are its); the earlier ones are the records it superseded.
+	Decisions *[]ApprovalDecisionRecord `json:"decisions,omitempty"`
+
 	// Effect Effect of the rule that held an action (absent for request_approval).
 	Effect *ApprovalEffect `json:"effect,omitempty"`
 
@@ -1412,6 +1415,32 @@ type ApprovalChannel string
 
 // ApprovalDecision Decision of an approver.
 type ApprovalDecision string
+
+// ApprovalDecisionRecord One record of an approval's decision: the approver's, or an operator's correction of the one it supersedes. Records are never changed, and a correction keeps the decision (what it caused stands: an approved action ran, a denied one never will) and corrects who answers for it and why.
+//
+// Examples: {"decided_at":"2026-11-20T09:16:00Z","decided_by":"operator:local","decided_via":"socket","decision":"approve","decision_id":7,"reason":"order checked"}
+type ApprovalDecisionRecord struct {
+	// DecidedAt When it was recorded (RFC 3339, UTC).
+	DecidedAt time.Time `json:"decided_at"`
+
+	// DecidedBy Authenticated principal that recorded it (never a name from a request body): the approver, or the operator who corrected the record.
+	DecidedBy string `json:"decided_by"`
+
+	// DecidedVia How this record reached the server.
+	DecidedVia *DecisionChannel `json:"decided_via,omitempty"`
+
+	// Decision The decision, the same on every record of one approval.
+	Decision ApprovalDecision `json:"decision"`
+
+	// DecisionId Identifier of this record (unique on the server, increasing).
+	DecisionId int `json:"decision_id"`
+
+	// Reason The approver's reason, or the operator's reason for the correction.
+	Reason *string `json:"reason,omitempty"`
+
+	// Supersedes The `decision_id` of the record this one corrects; absent on the approver's own decision.
+	Supersedes *int `json:"supersedes,omitempty"`
+}
 
 // ApprovalEffect Kind of action an approval rule holds for approval.
 type ApprovalEffect string
@@ -1521,6 +1550,9 @@ type ApprovalResolvedData struct {
 
 	// State The state the approval left `pending` for.
 	State ApprovalState `json:"state"`
+
+	// Supersedes On a correction of the decision's record (cause `decision_corrected`): the `decision_id` of the record it supersedes (see the approval's `decisions`).
+	Supersedes *int `json:"supersedes,omitempty"`
 }
 
 // ApprovalResolvedEvent An Event of type `approval.resolved`.
@@ -4006,6 +4038,9 @@ type ReconciliationResolvedData struct {
 	//
 	// Examples: rec_7mN9pQ1rS3tU
 	ReconciliationId string `json:"reconciliation_id"`
+
+	// Supersedes On a correction of a resolution (`bap reconcile correct`): the identifier of the resolution it supersedes. The earlier resolution is kept; the command is never run again.
+	Supersedes *int `json:"supersedes,omitempty"`
 }
 
 // ReconciliationResolvedEvent An Event of type `reconciliation.resolved`.
@@ -4413,6 +4448,9 @@ type Task struct {
 	// Examples: {"allowed_providers":["acme-ai"],"allowed_regions":["eu"],"data_classification":"internal","max_retention_days":0}
 	ModelPolicy *ModelPolicy `json:"model_policy,omitempty"`
 
+	// Outcomes Set once the task ended: how it ended and each correction of that record, oldest first. The last is the current record (its `state` and `verification` are the task's); the earlier ones are the records it superseded, kept with who recorded them, when and why.
+	Outcomes *[]TaskOutcomeRecord `json:"outcomes,omitempty"`
+
 	// Policy What the task may do.
 	//
 	// Examples: {"allowed_origins":["https://shop.example.com","http://127.0.0.1:*"],"approval_rules":[{"effect":"form_submission"}]}
@@ -4520,6 +4558,32 @@ type TaskCreatedEvent struct {
 // TaskMode How a task is driven: `interactive` (the default: a client sends each command, or the server runs the client's `plan`) or `autonomous` (a goal-driven task: the server's workers ask the orchestrator's planner model for one typed step at a time, check it against the task's policy and run it, until the planner declares the goal done or a budget ends).
 type TaskMode string
 
+// TaskOutcomeRecord One record of how an ended task ended: the first, written when the task reached its terminal state, or an operator's correction of the one it supersedes. Records are never changed: a correction is a new record, and the task's `state` and `verification` are those of its current (last) record.
+//
+// Examples: {"outcome_id":42,"reason":"close_task","recorded_at":"2026-11-20T09:20:00Z","recorded_by":"agent:local","state":"succeeded","verification":"unverified"}
+type TaskOutcomeRecord struct {
+	// OutcomeId Identifier of this record (unique on the server, increasing).
+	OutcomeId int `json:"outcome_id"`
+
+	// Reason Why: the cause of the ending for the first record, the operator's reason for a correction.
+	Reason *string `json:"reason,omitempty"`
+
+	// RecordedAt When it was recorded (RFC 3339, UTC).
+	RecordedAt time.Time `json:"recorded_at"`
+
+	// RecordedBy Authenticated principal that recorded it (never a name from a request body): the actor of the ending, or the operator who corrected it.
+	RecordedBy string `json:"recorded_by"`
+
+	// State The terminal state this record says the task ended in (`succeeded`, `failed`, `cancelled` or `expired`).
+	State TaskState `json:"state"`
+
+	// Supersedes The `outcome_id` of the record this one corrects; absent on the first record.
+	Supersedes *int `json:"supersedes,omitempty"`
+
+	// Verification How the outcome was verified, as this record says: only the first record, written by the runtime's own postcondition check, is ever `verified`.
+	Verification *Verification `json:"verification,omitempty"`
+}
+
 // TaskResult A finished task's verifiable result, recorded by close_task and never changed. The task's `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was checked. Cancelled and expired tasks have none.
 type TaskResult struct {
 	// Evidence The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the close's own come last.
@@ -4565,6 +4629,9 @@ type TaskStateChangedData struct {
 
 	// From The state the task left.
 	From TaskState `json:"from"`
+
+	// Reason On a correction of how the task ended (cause `outcome_corrected`): the operator's reason (see the task's `outcomes`).
+	Reason *string `json:"reason,omitempty"`
 
 	// To The state the task entered.
 	To TaskState `json:"to"`

@@ -27,6 +27,7 @@ __all__ = [
     "Approval",
     "ApprovalChannel",
     "ApprovalDecision",
+    "ApprovalDecisionRecord",
     "ApprovalEffect",
     "ApprovalRequestedData",
     "ApprovalRequestedEvent",
@@ -177,6 +178,7 @@ __all__ = [
     "TaskCreatedEvent",
     "TaskEvent",
     "TaskMode",
+    "TaskOutcomeRecord",
     "TaskResult",
     "TaskSecret",
     "TaskState",
@@ -386,6 +388,10 @@ class Approval(TypedDict):
     command_id: NotRequired[str]
     #: The approver's decision, once resolved.
     decision: NotRequired["ApprovalDecision"]
+    #: Set once decided: the decision record and each correction of it, oldest first. The last is
+    #: the current record (`resolved_by`, `resolved_via` and `resolution_reason` are its); the
+    #: earlier ones are the records it superseded.
+    decisions: NotRequired[list["ApprovalDecisionRecord"]]
     #: Effect of the rule that held an action (absent for request_approval).
     effect: NotRequired["ApprovalEffect"]
     #: When a still pending approval expires (RFC 3339, UTC): `requested_at` plus the rule's `ttl`
@@ -435,6 +441,30 @@ answers them itself approves its own actions.
 
 ApprovalDecision = Literal["approve", "deny"]
 """Decision of an approver."""
+
+
+class ApprovalDecisionRecord(TypedDict):
+    """One record of an approval's decision: the approver's, or an operator's correction of the one it
+    supersedes. Records are never changed, and a correction keeps the decision (what it caused
+    stands: an approved action ran, a denied one never will) and corrects who answers for it and
+    why.
+    """
+
+    #: When it was recorded (RFC 3339, UTC).
+    decided_at: str
+    #: Authenticated principal that recorded it (never a name from a request body): the approver, or
+    #: the operator who corrected the record.
+    decided_by: str
+    #: How this record reached the server.
+    decided_via: NotRequired["DecisionChannel"]
+    #: The decision, the same on every record of one approval.
+    decision: "ApprovalDecision"
+    #: Identifier of this record (unique on the server, increasing).
+    decision_id: int
+    #: The approver's reason, or the operator's reason for the correction.
+    reason: NotRequired[str]
+    #: The `decision_id` of the record this one corrects; absent on the approver's own decision.
+    supersedes: NotRequired[int]
 
 
 ApprovalEffect = Literal["form_submission", "file_upload", "any_action"]
@@ -504,6 +534,9 @@ class ApprovalResolvedData(TypedDict):
     resolved_via: NotRequired["DecisionChannel"]
     #: The state the approval left `pending` for.
     state: "ApprovalState"
+    #: On a correction of the decision's record (cause `decision_corrected`): the `decision_id` of
+    #: the record it supersedes (see the approval's `decisions`).
+    supersedes: NotRequired[int]
 
 
 class ApprovalResolvedEvent(TypedDict):
@@ -2362,6 +2395,9 @@ class ReconciliationResolvedData(TypedDict):
     outcome: "ReconciliationOutcome"
     #: Reconciliation identifier.
     reconciliation_id: str
+    #: On a correction of a resolution (`bap reconcile correct`): the identifier of the resolution
+    #: it supersedes. The earlier resolution is kept; the command is never run again.
+    supersedes: NotRequired[int]
 
 
 class ReconciliationResolvedEvent(TypedDict):
@@ -2676,6 +2712,10 @@ class Task(TypedDict):
     mode: NotRequired["TaskMode"]
     #: An autonomous task's model policy, defaults applied.
     model_policy: NotRequired["ModelPolicy"]
+    #: Set once the task ended: how it ended and each correction of that record, oldest first. The
+    #: last is the current record (its `state` and `verification` are the task's); the earlier ones
+    #: are the records it superseded, kept with who recorded them, when and why.
+    outcomes: NotRequired[list["TaskOutcomeRecord"]]
     #: What the task may do.
     policy: NotRequired["Policy"]
     #: The condition close_task checks before the task may succeed.
@@ -2753,6 +2793,32 @@ run it, until the planner declares the goal done or a budget ends).
 """
 
 
+class TaskOutcomeRecord(TypedDict):
+    """One record of how an ended task ended: the first, written when the task reached its terminal
+    state, or an operator's correction of the one it supersedes. Records are never changed: a
+    correction is a new record, and the task's `state` and `verification` are those of its current
+    (last) record.
+    """
+
+    #: Identifier of this record (unique on the server, increasing).
+    outcome_id: int
+    #: Why: the cause of the ending for the first record, the operator's reason for a correction.
+    reason: NotRequired[str]
+    #: When it was recorded (RFC 3339, UTC).
+    recorded_at: str
+    #: Authenticated principal that recorded it (never a name from a request body): the actor of the
+    #: ending, or the operator who corrected it.
+    recorded_by: str
+    #: The terminal state this record says the task ended in (`succeeded`, `failed`, `cancelled` or
+    #: `expired`).
+    state: "TaskState"
+    #: The `outcome_id` of the record this one corrects; absent on the first record.
+    supersedes: NotRequired[int]
+    #: How the outcome was verified, as this record says: only the first record, written by the
+    #: runtime's own postcondition check, is ever `verified`.
+    verification: NotRequired["Verification"]
+
+
 class TaskResult(TypedDict):
     """A finished task's verifiable result, recorded by close_task and never changed. The task's
     `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was
@@ -2805,6 +2871,9 @@ TaskStateChangedData = TypedDict(
         "cause": NotRequired[str],
         # The state the task left.
         "from": "TaskState",
+        # On a correction of how the task ended (cause `outcome_corrected`): the operator's reason
+        # (see the task's `outcomes`).
+        "reason": NotRequired[str],
         # The state the task entered.
         "to": "TaskState",
         # Whether the result was verified, on a move to a terminal state.

@@ -467,6 +467,11 @@ pub struct Approval {
     /// The approver's decision, once resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<ApprovalDecision>,
+    /// Set once decided: the decision record and each correction of it, oldest first. The last is
+    /// the current record (`resolved_by`, `resolved_via` and `resolution_reason` are its); the
+    /// earlier ones are the records it superseded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decisions: Option<Vec<ApprovalDecisionRecord>>,
     /// Effect of the rule that held an action (absent for request_approval).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<ApprovalEffect>,
@@ -519,6 +524,7 @@ impl Approval {
             channel: None,
             command_id: None,
             decision: None,
+            decisions: None,
             effect: None,
             expires_at,
             held_request: None,
@@ -664,6 +670,47 @@ impl<'de> Deserialize<'de> for ApprovalDecision {
     }
 }
 
+/// One record of an approval's decision: the approver's, or an operator's correction of the one it
+/// supersedes. Records are never changed, and a correction keeps the decision (what it caused
+/// stands: an approved action ran, a denied one never will) and corrects who answers for it and
+/// why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalDecisionRecord {
+    /// When it was recorded (RFC 3339, UTC).
+    pub decided_at: String,
+    /// Authenticated principal that recorded it (never a name from a request body): the approver,
+    /// or the operator who corrected the record.
+    pub decided_by: String,
+    /// How this record reached the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_via: Option<DecisionChannel>,
+    /// The decision, the same on every record of one approval.
+    pub decision: ApprovalDecision,
+    /// Identifier of this record (unique on the server, increasing).
+    pub decision_id: i64,
+    /// The approver's reason, or the operator's reason for the correction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The `decision_id` of the record this one corrects; absent on the approver's own decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<i64>,
+}
+
+impl ApprovalDecisionRecord {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(decided_at: String, decided_by: String, decision: ApprovalDecision, decision_id: i64) -> Self {
+        ApprovalDecisionRecord {
+            decided_at,
+            decided_by,
+            decided_via: None,
+            decision,
+            decision_id,
+            reason: None,
+            supersedes: None,
+        }
+    }
+}
+
 /// Kind of action an approval rule holds for approval.
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ApprovalEffect::Unknown`.
@@ -803,6 +850,10 @@ pub struct ApprovalResolvedData {
     pub resolved_via: Option<DecisionChannel>,
     /// The state the approval left `pending` for.
     pub state: ApprovalState,
+    /// On a correction of the decision's record (cause `decision_corrected`): the `decision_id` of
+    /// the record it supersedes (see the approval's `decisions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<i64>,
 }
 
 impl ApprovalResolvedData {
@@ -815,6 +866,7 @@ impl ApprovalResolvedData {
             resolved_by: None,
             resolved_via: None,
             state,
+            supersedes: None,
         }
     }
 }
@@ -4509,6 +4561,10 @@ pub struct ReconciliationResolvedData {
     pub outcome: ReconciliationOutcome,
     /// Reconciliation identifier.
     pub reconciliation_id: String,
+    /// On a correction of a resolution (`bap reconcile correct`): the identifier of the resolution
+    /// it supersedes. The earlier resolution is kept; the command is never run again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<i64>,
 }
 
 impl ReconciliationResolvedData {
@@ -4519,6 +4575,7 @@ impl ReconciliationResolvedData {
             note: None,
             outcome,
             reconciliation_id,
+            supersedes: None,
         }
     }
 }
@@ -4983,6 +5040,11 @@ pub struct Task {
     /// An autonomous task's model policy, defaults applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_policy: Option<ModelPolicy>,
+    /// Set once the task ended: how it ended and each correction of that record, oldest first. The
+    /// last is the current record (its `state` and `verification` are the task's); the earlier ones
+    /// are the records it superseded, kept with who recorded them, when and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcomes: Option<Vec<TaskOutcomeRecord>>,
     /// What the task may do.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
@@ -5015,6 +5077,7 @@ impl Task {
             goal,
             mode: None,
             model_policy: None,
+            outcomes: None,
             policy: None,
             postcondition: None,
             result: None,
@@ -5149,6 +5212,49 @@ impl Serialize for TaskMode {
 impl<'de> Deserialize<'de> for TaskMode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         String::deserialize(deserializer).map(TaskMode::from)
+    }
+}
+
+/// One record of how an ended task ended: the first, written when the task reached its terminal
+/// state, or an operator's correction of the one it supersedes. Records are never changed: a
+/// correction is a new record, and the task's `state` and `verification` are those of its current
+/// (last) record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskOutcomeRecord {
+    /// Identifier of this record (unique on the server, increasing).
+    pub outcome_id: i64,
+    /// Why: the cause of the ending for the first record, the operator's reason for a correction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it was recorded (RFC 3339, UTC).
+    pub recorded_at: String,
+    /// Authenticated principal that recorded it (never a name from a request body): the actor of
+    /// the ending, or the operator who corrected it.
+    pub recorded_by: String,
+    /// The terminal state this record says the task ended in (`succeeded`, `failed`, `cancelled` or
+    /// `expired`).
+    pub state: TaskState,
+    /// The `outcome_id` of the record this one corrects; absent on the first record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersedes: Option<i64>,
+    /// How the outcome was verified, as this record says: only the first record, written by the
+    /// runtime's own postcondition check, is ever `verified`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Verification>,
+}
+
+impl TaskOutcomeRecord {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(outcome_id: i64, recorded_at: String, recorded_by: String, state: TaskState) -> Self {
+        TaskOutcomeRecord {
+            outcome_id,
+            reason: None,
+            recorded_at,
+            recorded_by,
+            state,
+            supersedes: None,
+            verification: None,
+        }
     }
 }
 
@@ -5293,6 +5399,10 @@ pub struct TaskStateChangedData {
     pub cause: Option<String>,
     /// The state the task left.
     pub from: TaskState,
+    /// On a correction of how the task ended (cause `outcome_corrected`): the operator's reason
+    /// (see the task's `outcomes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The state the task entered.
     pub to: TaskState,
     /// Whether the result was verified, on a move to a terminal state.
@@ -5306,6 +5416,7 @@ impl TaskStateChangedData {
         TaskStateChangedData {
             cause: None,
             from,
+            reason: None,
             to,
             verification: None,
         }

@@ -61,6 +61,12 @@ export type Approval = S["Approval"];
 export type ApprovalChannel = S["ApprovalChannel"];
 /** Decision of an approver. */
 export type ApprovalDecision = S["ApprovalDecision"];
+/**
+ * One record of an approval's decision: the approver's, or an operator's correction of the one it
+ * supersedes. Records are never changed, and a correction keeps the decision (what it caused
+ * stands: an approved action ran, a denied one never will) and corrects who answers for it and why.
+ */
+export type ApprovalDecisionRecord = S["ApprovalDecisionRecord"];
 /** Kind of action an approval rule holds for approval. */
 export type ApprovalEffect = S["ApprovalEffect"];
 /** `data` of a `approval.requested` event: an approval was requested. */
@@ -499,6 +505,13 @@ export type TaskCreatedEvent = S["TaskCreatedEvent"];
  * run it, until the planner declares the goal done or a budget ends).
  */
 export type TaskMode = S["TaskMode"];
+/**
+ * One record of how an ended task ended: the first, written when the task reached its terminal
+ * state, or an operator's correction of the one it supersedes. Records are never changed: a
+ * correction is a new record, and the task's `state` and `verification` are those of its current
+ * (last) record.
+ */
+export type TaskOutcomeRecord = S["TaskOutcomeRecord"];
 /**
  * A finished task's verifiable result, recorded by close_task and never changed. The task's `state`
  * says it finished (`succeeded` or `failed`); `verification.state` says whether it was checked.

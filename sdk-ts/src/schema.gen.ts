@@ -898,6 +898,8 @@ export interface components {
             command_id?: string;
             /** @description The approver's decision, once resolved. */
             decision?: components["schemas"]["ApprovalDecision"];
+            /** @description Set once decided: the decision record and each correction of it, oldest first. The last is the current record (`resolved_by`, `resolved_via` and `resolution_reason` are its); the earlier ones are the records it superseded. */
+            decisions?: components["schemas"]["ApprovalDecisionRecord"][];
             /** @description Effect of the rule that held an action (absent for request_approval). */
             effect?: components["schemas"]["ApprovalEffect"];
             /**
@@ -952,6 +954,37 @@ export interface components {
          * @enum {string}
          */
         ApprovalDecision: "approve" | "deny";
+        /**
+         * ApprovalDecisionRecord
+         * @description One record of an approval's decision: the approver's, or an operator's correction of the one it supersedes. Records are never changed, and a correction keeps the decision (what it caused stands: an approved action ran, a denied one never will) and corrects who answers for it and why.
+         * @example {
+         *       "decided_at": "2026-11-20T09:16:00Z",
+         *       "decided_by": "operator:local",
+         *       "decided_via": "socket",
+         *       "decision": "approve",
+         *       "decision_id": 7,
+         *       "reason": "order checked"
+         *     }
+         */
+        ApprovalDecisionRecord: {
+            /**
+             * Format: date-time
+             * @description When it was recorded (RFC 3339, UTC).
+             */
+            decided_at: string;
+            /** @description Authenticated principal that recorded it (never a name from a request body): the approver, or the operator who corrected the record. */
+            decided_by: string;
+            /** @description How this record reached the server. */
+            decided_via?: components["schemas"]["DecisionChannel"];
+            /** @description The decision, the same on every record of one approval. */
+            decision: components["schemas"]["ApprovalDecision"];
+            /** @description Identifier of this record (unique on the server, increasing). */
+            decision_id: number;
+            /** @description The approver's reason, or the operator's reason for the correction. */
+            reason?: string;
+            /** @description The `decision_id` of the record this one corrects; absent on the approver's own decision. */
+            supersedes?: number;
+        };
         /**
          * ApprovalEffect
          * @description Kind of action an approval rule holds for approval.
@@ -1072,6 +1105,8 @@ export interface components {
             resolved_via?: components["schemas"]["DecisionChannel"];
             /** @description The state the approval left `pending` for. */
             state: components["schemas"]["ApprovalState"];
+            /** @description On a correction of the decision's record (cause `decision_corrected`): the `decision_id` of the record it supersedes (see the approval's `decisions`). */
+            supersedes?: number;
         };
         /**
          * ApprovalResolvedEvent
@@ -4090,6 +4125,8 @@ export interface components {
              * @example rec_7mN9pQ1rS3tU
              */
             reconciliation_id: string;
+            /** @description On a correction of a resolution (`bap reconcile correct`): the identifier of the resolution it supersedes. The earlier resolution is kept; the command is never run again. */
+            supersedes?: number;
         };
         /**
          * ReconciliationResolvedEvent
@@ -4618,6 +4655,8 @@ export interface components {
             mode?: components["schemas"]["TaskMode"];
             /** @description An autonomous task's model policy, defaults applied. */
             model_policy?: components["schemas"]["ModelPolicy"];
+            /** @description Set once the task ended: how it ended and each correction of that record, oldest first. The last is the current record (its `state` and `verification` are the task's); the earlier ones are the records it superseded, kept with who recorded them, when and why. */
+            outcomes?: components["schemas"]["TaskOutcomeRecord"][];
             /** @description What the task may do. */
             policy?: components["schemas"]["Policy"];
             /** @description The condition close_task checks before the task may succeed. */
@@ -4733,6 +4772,37 @@ export interface components {
          */
         TaskMode: "interactive" | "autonomous";
         /**
+         * TaskOutcomeRecord
+         * @description One record of how an ended task ended: the first, written when the task reached its terminal state, or an operator's correction of the one it supersedes. Records are never changed: a correction is a new record, and the task's `state` and `verification` are those of its current (last) record.
+         * @example {
+         *       "outcome_id": 42,
+         *       "reason": "close_task",
+         *       "recorded_at": "2026-11-20T09:20:00Z",
+         *       "recorded_by": "agent:local",
+         *       "state": "succeeded",
+         *       "verification": "unverified"
+         *     }
+         */
+        TaskOutcomeRecord: {
+            /** @description Identifier of this record (unique on the server, increasing). */
+            outcome_id: number;
+            /** @description Why: the cause of the ending for the first record, the operator's reason for a correction. */
+            reason?: string;
+            /**
+             * Format: date-time
+             * @description When it was recorded (RFC 3339, UTC).
+             */
+            recorded_at: string;
+            /** @description Authenticated principal that recorded it (never a name from a request body): the actor of the ending, or the operator who corrected it. */
+            recorded_by: string;
+            /** @description The terminal state this record says the task ended in (`succeeded`, `failed`, `cancelled` or `expired`). */
+            state: components["schemas"]["TaskState"];
+            /** @description The `outcome_id` of the record this one corrects; absent on the first record. */
+            supersedes?: number;
+            /** @description How the outcome was verified, as this record says: only the first record, written by the runtime's own postcondition check, is ever `verified`. */
+            verification?: components["schemas"]["Verification"];
+        };
+        /**
          * TaskResult
          * @description A finished task's verifiable result, recorded by close_task and never changed. The task's `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was checked. Cancelled and expired tasks have none.
          */
@@ -4790,6 +4860,8 @@ export interface components {
             cause?: string;
             /** @description The state the task left. */
             from: components["schemas"]["TaskState"];
+            /** @description On a correction of how the task ended (cause `outcome_corrected`): the operator's reason (see the task's `outcomes`). */
+            reason?: string;
             /** @description The state the task entered. */
             to: components["schemas"]["TaskState"];
             /** @description Whether the result was verified, on a move to a terminal state. */

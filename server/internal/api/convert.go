@@ -39,6 +39,9 @@ func toTask(t *app.Task) (apigen.Task, error) {
 	if r := t.Result; r != nil {
 		out.Result = ptr(toTaskResult(r))
 	}
+	if len(t.Outcomes) > 0 {
+		out.Outcomes = ptr(toOutcomes(t.Outcomes))
+	}
 	pol := apigen.Policy{AllowedOrigins: t.Policy.AllowedOrigins}
 	if pol.AllowedOrigins == nil {
 		pol.AllowedOrigins = []string{}
@@ -153,6 +156,47 @@ func toApproval(a *app.Approval) apigen.Approval {
 		if d.Reason != "" {
 			out.ResolutionReason = ptr(d.Reason)
 		}
+	}
+	if len(a.Decisions) > 0 {
+		out.Decisions = ptr(toDecisions(a.Decisions))
+	}
+	return out
+}
+
+// toOutcomes renders an ended task's outcome chain, oldest first (the last is current).
+func toOutcomes(in []app.OutcomeRecord) []apigen.TaskOutcomeRecord {
+	out := make([]apigen.TaskOutcomeRecord, 0, len(in))
+	for _, o := range in {
+		r := apigen.TaskOutcomeRecord{OutcomeId: int(o.ID), State: apigen.TaskState(o.State), RecordedBy: o.RecordedBy, RecordedAt: o.RecordedAt}
+		if o.Verification != "" {
+			r.Verification = ptr(apigen.Verification(o.Verification))
+		}
+		if o.Reason != "" {
+			r.Reason = ptr(o.Reason)
+		}
+		if o.Supersedes != 0 {
+			r.Supersedes = ptr(int(o.Supersedes))
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// toDecisions renders an approval's decision chain, oldest first (the last is current).
+func toDecisions(in []app.Decision) []apigen.ApprovalDecisionRecord {
+	out := make([]apigen.ApprovalDecisionRecord, 0, len(in))
+	for _, d := range in {
+		r := apigen.ApprovalDecisionRecord{DecisionId: int(d.ID), Decision: apigen.ApprovalDecision(d.Decision), DecidedBy: d.DecidedBy, DecidedAt: d.DecidedAt}
+		if d.Via != "" {
+			r.DecidedVia = ptr(apigen.DecisionChannel(d.Via))
+		}
+		if d.Reason != "" {
+			r.Reason = ptr(d.Reason)
+		}
+		if d.Supersedes != 0 {
+			r.Supersedes = ptr(int(d.Supersedes))
+		}
+		out = append(out, r)
 	}
 	return out
 }

@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/task"
+)
+
+// Reads show the current record and its chain (issue #23 item 2): after an operator corrects how
+// a task ended and an approval's decision record, get_task and list_approvals answer the new
+// current record and, in `outcomes` and `decisions`, the superseded one with who, when and why —
+// every answer and event validated strictly against the spec.
+func TestReadsShowTheCurrentRecordAndItsChain(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	op := s.operator()
+	ctx := context.Background()
+	operator := app.Actor{Tenant: "local", Subject: "operator:local"}
+	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "chain-task", map[string]any{
+		"goal": "a chain of records", "policy": map[string]any{"allowed_origins": []string{"https://shop.example.com"}},
+	}).str("task", "task_id")
+
+	// The approval: decided by the operator, then its record corrected.
+	apr := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/approvals", "chain-approval", map[string]any{"reason": "check"}).str("approval", "approval_id")
+	op.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "chain-resolve", map[string]any{"decision": "approve", "reason": "looks right"})
+	if _, err := s.svc.CorrectApprovalDecision(ctx, operator, apr, "checked against the invoice"); err != nil {
+		t.Fatal(err)
+	}
+	list := op.must(t, 200, "GET", "/bap/v1/approvals?state=approved", "", nil)
+	approvals, _ := list.body["approvals"].([]any)
+	if len(approvals) != 1 {
+		t.Fatalf("approved approvals: %s", list.raw)
+	}
+	a := approvals[0].(map[string]any)
+	decisions, _ := a["decisions"].([]any)
+	if len(decisions) != 2 {
+		t.Fatalf("decision chain of %s: %s, want the decision and its correction", apr, list.raw)
+	}
+	first, cur := decisions[0].(map[string]any), decisions[1].(map[string]any)
+	switch {
+	case first["supersedes"] != nil || first["reason"] != "looks right" || first["decided_by"] != "operator:local" || first["decided_via"] != "socket":
+		t.Fatalf("the superseded decision record: %v", first)
+	case cur["supersedes"] != first["decision_id"] || cur["reason"] != "checked against the invoice" || cur["decision"] != "approve" || cur["decided_at"] == nil:
+		t.Fatalf("the current decision record: %v (supersedes %v)", cur, first["decision_id"])
+	case a["resolution_reason"] != "checked against the invoice" || a["decision"] != "approve":
+		t.Fatalf("the approval shows %v/%v, not its current record", a["decision"], a["resolution_reason"])
+	}
+
+	// The task: it ends succeeded (the root outcome), then an operator corrects it to failed.
+	s.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/close", "chain-close", map[string]any{})
+	ended := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil)
+	if o, _ := ended.body["task"].(map[string]any)["outcomes"].([]any); len(o) != 1 || o[0].(map[string]any)["state"] != "succeeded" {
+		t.Fatalf("the outcome of the ended task: %s", ended.raw)
+	}
+	if _, err := s.svc.CorrectTaskOutcome(ctx, operator, taskID, app.OutcomeCorrection{State: task.Failed, Verification: "unmet", Reason: "the order never arrived"}); err != nil {
+		t.Fatal(err)
+	}
+	got := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil)
+	tk := got.body["task"].(map[string]any)
+	outcomes, _ := tk["outcomes"].([]any)
+	if len(outcomes) != 2 {
+		t.Fatalf("outcome chain: %s, want the ending and its correction", got.raw)
+	}
+	root, now := outcomes[0].(map[string]any), outcomes[1].(map[string]any)
+	switch {
+	case tk["state"] != "failed" || tk["verification"] != "unmet":
+		t.Fatalf("the task shows %v/%v, not its current outcome", tk["state"], tk["verification"])
+	case root["state"] != "succeeded" || root["supersedes"] != nil || root["recorded_by"] != "agent:local":
+		t.Fatalf("the superseded outcome: %v", root)
+	case now["state"] != "failed" || now["verification"] != "unmet" || now["supersedes"] != root["outcome_id"] ||
+		now["recorded_by"] != "operator:local" || now["reason"] != "the order never arrived" || now["recorded_at"] == nil:
+		t.Fatalf("the current outcome: %v (supersedes %v)", now, root["outcome_id"])
+	}
+	// The corrections' events (approval.resolved with supersedes, task.state_changed with its
+	// reason) match their schemas too.
+	s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events", "", nil)
+}
