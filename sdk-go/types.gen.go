@@ -4448,7 +4448,7 @@ type Task struct {
 	// Examples: {"allowed_providers":["acme-ai"],"allowed_regions":["eu"],"data_classification":"internal","max_retention_days":0}
 	ModelPolicy *ModelPolicy `json:"model_policy,omitempty"`
 
-	// Outcomes Set once the task ended: how it ended and each correction of that record, oldest first. The last is the current record (its `state` and `verification` are the task's); the earlier ones are the records it superseded, kept with who recorded them, when and why.
+	// Outcomes On a read of one ended task (`get_task`): how it ended and each correction of that record, oldest first. The last is the current record (its `state` and `verification` are the task's); the earlier ones are the records it superseded, kept with who recorded them, when and why.
 	Outcomes *[]TaskOutcomeRecord `json:"outcomes,omitempty"`
 
 	// Policy What the task may do.

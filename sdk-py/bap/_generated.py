@@ -2712,9 +2712,9 @@ class Task(TypedDict):
     mode: NotRequired["TaskMode"]
     #: An autonomous task's model policy, defaults applied.
     model_policy: NotRequired["ModelPolicy"]
-    #: Set once the task ended: how it ended and each correction of that record, oldest first. The
-    #: last is the current record (its `state` and `verification` are the task's); the earlier ones
-    #: are the records it superseded, kept with who recorded them, when and why.
+    #: On a read of one ended task (`get_task`): how it ended and each correction of that record,
+    #: oldest first. The last is the current record (its `state` and `verification` are the task's);
+    #: the earlier ones are the records it superseded, kept with who recorded them, when and why.
     outcomes: NotRequired[list["TaskOutcomeRecord"]]
     #: What the task may do.
     policy: NotRequired["Policy"]

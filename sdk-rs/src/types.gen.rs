@@ -5040,9 +5040,10 @@ pub struct Task {
     /// An autonomous task's model policy, defaults applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_policy: Option<ModelPolicy>,
-    /// Set once the task ended: how it ended and each correction of that record, oldest first. The
-    /// last is the current record (its `state` and `verification` are the task's); the earlier ones
-    /// are the records it superseded, kept with who recorded them, when and why.
+    /// On a read of one ended task (`get_task`): how it ended and each correction of that record,
+    /// oldest first. The last is the current record (its `state` and `verification` are the
+    /// task's); the earlier ones are the records it superseded, kept with who recorded them, when
+    /// and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcomes: Option<Vec<TaskOutcomeRecord>>,
     /// What the task may do.

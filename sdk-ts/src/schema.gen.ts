@@ -4655,7 +4655,7 @@ export interface components {
             mode?: components["schemas"]["TaskMode"];
             /** @description An autonomous task's model policy, defaults applied. */
             model_policy?: components["schemas"]["ModelPolicy"];
-            /** @description Set once the task ended: how it ended and each correction of that record, oldest first. The last is the current record (its `state` and `verification` are the task's); the earlier ones are the records it superseded, kept with who recorded them, when and why. */
+            /** @description On a read of one ended task (`get_task`): how it ended and each correction of that record, oldest first. The last is the current record (its `state` and `verification` are the task's); the earlier ones are the records it superseded, kept with who recorded them, when and why. */
             outcomes?: components["schemas"]["TaskOutcomeRecord"][];
             /** @description What the task may do. */
             policy?: components["schemas"]["Policy"];
