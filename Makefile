@@ -62,15 +62,13 @@ test-go: component-fixtures console-tools
 # Race builds are about 2-10x slower: -race runs on the packages where that stays within CI's
 # budget (measured in docs/test-strategy.md); the browser, e2e and cmd packages, whose cost is
 # Chromium and child processes rather than Go, run without it in test-go.
-# auth is left out until TestSignInSprayAcrossNamesIs429 stops depending on speed: under -race its
-# 30 sign-ins take 20-35 s and outlast the spray window (it passes in 6 s without -race).
 RACE_PKGS ?= ./server/internal/task/ ./server/internal/policy/ ./server/internal/ids/ \
   ./server/internal/idempotency/ ./server/internal/redact/ ./server/internal/problem/ \
   ./server/internal/admission/ ./server/internal/ratelimit/ ./server/internal/events/ \
   ./server/internal/page/ ./server/internal/mcpcatalog/ ./server/internal/tracing/ \
   ./server/internal/serverkey/ ./server/internal/egress/ \
   ./server/internal/store/ ./server/internal/orchestrator/ ./server/internal/api/ \
-  ./server/internal/app/ ./server/internal/mcpserver/
+  ./server/internal/app/ ./server/internal/mcpserver/ ./server/internal/auth/
 ## test-race: go test -race on the pure and mid-size Go packages (RACE_PKGS)
 .PHONY: test-race
 test-race:

@@ -184,13 +184,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, pool: cfg.Pool, log: cfg.Logger,
-		keys:          &keyStore{pool: cfg.Pool, seal: cfg.ServerKey.Sealer(serverkey.PurposeSigningKeys), rotation: cfg.KeyRotation, maxTTL: MaxAccessTokenTTL, now: cfg.Now},
-		store:         &storage{pool: cfg.Pool, resource: cfg.Resource, now: cfg.Now},
-		audit:         NewAudit(cfg.Pool, cfg.Logger),
-		active:        newActiveCache(cfg.RevocationCacheTTL, cfg.Now),
-		tokenLimit:    ratelimit.New(cfg.TokenRate, cfg.TokenBurst),
-		failureLimit:  ratelimit.New(cfg.FailureRate, cfg.FailureBurst),
-		signInIPLimit: ratelimit.New(cfg.SignInIPRate, cfg.SignInIPBurst),
+		keys:   &keyStore{pool: cfg.Pool, seal: cfg.ServerKey.Sealer(serverkey.PurposeSigningKeys), rotation: cfg.KeyRotation, maxTTL: MaxAccessTokenTTL, now: cfg.Now},
+		store:  &storage{pool: cfg.Pool, resource: cfg.Resource, now: cfg.Now},
+		audit:  NewAudit(cfg.Pool, cfg.Logger),
+		active: newActiveCache(cfg.RevocationCacheTTL, cfg.Now),
+		// The limits run on the server's clock: a test's frozen clock makes them independent of
+		// how fast the machine hashes passwords (under -race a burst of sign-ins used to outlast
+		// the window).
+		tokenLimit:    ratelimit.New(cfg.TokenRate, cfg.TokenBurst).WithClock(cfg.Now),
+		failureLimit:  ratelimit.New(cfg.FailureRate, cfg.FailureBurst).WithClock(cfg.Now),
+		signInIPLimit: ratelimit.New(cfg.SignInIPRate, cfg.SignInIPBurst).WithClock(cfg.Now),
 		stop:          make(chan struct{}),
 	}
 	s.store.revoked = s.active.clear
