@@ -52,7 +52,7 @@ func TestFloodOfSessionRequestsAnswersOnly201429503(t *testing.T) {
 		tasks[tn] = field(m, "task", "task_id")
 	}
 	const n = 300
-	client := &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	client := &http.Client{Timeout: 90 * time.Second, Transport: specTransport(&http.Transport{MaxIdleConnsPerHost: n})}
 	send := func(tn, key string) floodAnswer {
 		req, _ := http.NewRequestWithContext(context.Background(), "POST", base+"/bap/v1/tasks/"+tasks[tn]+"/browser-sessions", strings.NewReader(`{}`))
 		req.Header.Set("Content-Type", "application/json")

@@ -159,10 +159,10 @@ func (r *running) stop(t *testing.T, sig syscall.Signal) error {
 }
 
 func unixClient(socket string) *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+	return &http.Client{Transport: specTransport(&http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
-	}}}
+	}})}
 }
 
 func createTask(t *testing.T, c *http.Client, base, key string) (int, map[string]any) {

@@ -148,6 +148,10 @@ var rules = []rule{
 		why: "ratelimit (token buckets), redact (the log redaction layer) and osuser (the unprivileged account of child processes) are standard-library helpers every layer may use",
 	},
 	{
+		name: "spectest", packages: internal("spectest"), forbid: []string{module},
+		why: "the tests' response check reads the OpenAPI bundle it is handed and a JSON Schema validator; it knows no server package, so any suite can use it",
+	},
+	{
 		name: "end-to-end tests", packages: internal("e2e"), forbid: []string{nonStd},
 		why: "e2e holds tests only (its test files wire the whole stack); its non-test code is a doc comment",
 	},
@@ -181,6 +185,10 @@ var reverseRules = []reverseRule{
 	{
 		name: "OpenTelemetry", imported: []string{"go.opentelemetry.io"}, by: internal("tracing"),
 		why: "one package speaks OpenTelemetry: off, no component pays for it; on, every attribute passes its list",
+	},
+	{
+		name: "the response check", imported: internal("spectest"),
+		why: "spectest validates answers in tests; only _test.go files import it",
 	},
 	{
 		name: "the end-to-end tests", imported: internal("e2e"),
