@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
-
 	"github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
 )
@@ -230,53 +228,4 @@ func FuzzAuthenticate(f *testing.F) {
 			t.Fatalf("the operator without the session's credential: cookie %q csrf %q site %q", ck, csrf, site)
 		}
 	})
-}
-
-// The live view's WebSocket opens only from the console's own origin with the session's CSRF
-// token (cross-site WebSocket hijacking: a hostile page's socket carries the cookie but not its
-// origin nor the token), and only for a caller that may observe browsers. Every refusal is an
-// HTTP problem before the upgrade, so no socket ever opens.
-func TestLiveViewRefusesCrossOriginUpgrades(t *testing.T) {
-	s := NewSessions(nil)
-	tok, _ := s.NewLink(app.Actor{Tenant: "local", Subject: api.LocalOperator})
-	cookie, sess, _ := s.Redeem(tok)
-	srv := httptest.NewServer(New(Options{Profile: ProfileLocal, Auth: Wrap(s, operatorOnSocket{})}))
-	defer srv.Close()
-	wsURL := "ws" + strings.TrimPrefix(srv.URL, "http") + "/console/api/sessions/bs_x/live"
-	for _, tt := range []struct {
-		name   string
-		hdr    map[string]string
-		protos []string
-		status int
-	}{
-		{"another site's page, with the cookie and even the token", map[string]string{"Cookie": CookieName + "=" + cookie, "Origin": "http://evil.example"},
-			[]string{LiveProtocol, liveCSRFPrefix + sess.CSRF}, http.StatusUnauthorized},
-		{"a sibling port's page", map[string]string{"Cookie": CookieName + "=" + cookie, "Origin": "http://127.0.0.1:1"},
-			[]string{LiveProtocol, liveCSRFPrefix + sess.CSRF}, http.StatusUnauthorized},
-		{"a cross-site fetch", map[string]string{"Cookie": CookieName + "=" + cookie, "Sec-Fetch-Site": "cross-site"},
-			[]string{LiveProtocol, liveCSRFPrefix + sess.CSRF}, http.StatusUnauthorized},
-		{"the cookie without the token", map[string]string{"Cookie": CookieName + "=" + cookie, "Origin": srv.URL},
-			[]string{LiveProtocol}, http.StatusUnauthorized},
-		{"a wrong token", map[string]string{"Cookie": CookieName + "=" + cookie, "Origin": srv.URL},
-			[]string{LiveProtocol, liveCSRFPrefix + sess.CSRF + "x"}, http.StatusUnauthorized},
-		{"the agent, who may not observe", map[string]string{"Origin": srv.URL},
-			[]string{LiveProtocol}, http.StatusForbidden},
-		{"another subprotocol", map[string]string{"Cookie": CookieName + "=" + cookie, "Origin": srv.URL},
-			[]string{"chat", liveCSRFPrefix + sess.CSRF}, http.StatusBadRequest},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			hd := http.Header{}
-			for k, v := range tt.hdr {
-				hd.Set(k, v)
-			}
-			c, rsp, err := websocket.Dial(t.Context(), wsURL, &websocket.DialOptions{HTTPHeader: hd, Subprotocols: tt.protos})
-			if err == nil {
-				_ = c.CloseNow()
-				t.Fatal("the live view's socket opened")
-			}
-			if rsp == nil || rsp.StatusCode != tt.status || rsp.Header.Get("Content-Type") != "application/problem+json" {
-				t.Fatalf("want a %d problem before the upgrade, got %v (%v)", tt.status, rsp, err)
-			}
-		})
-	}
 }

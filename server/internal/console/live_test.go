@@ -60,7 +60,7 @@ func TestLiveViewUpgradeRefusesOtherSites(t *testing.T) {
 				_ = c.CloseNow()
 				t.Fatal("the upgrade was accepted")
 			}
-			if resp == nil || resp.StatusCode != tt.status {
+			if resp == nil || resp.StatusCode != tt.status || resp.Header.Get("Content-Type") != "application/problem+json" {
 				t.Fatalf("got %v (%v), want HTTP %d", resp, err, tt.status)
 			}
 		})
