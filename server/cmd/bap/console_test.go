@@ -322,10 +322,10 @@ func TestConsoleLocalProfile(t *testing.T) {
 		t.Fatalf("the timeline shows %v events, list_task_events %d", n, len(evs))
 	}
 	// The live view: a frame of the agent's page, and a new one after the agent navigates.
-	b.do(map[string]any{"op": "wait", "loc": css(`#live-view[data-stream="open"] img.live-frame:not([data-frames="0"])`), "timeout": 5000})
+	b.do(map[string]any{"op": "wait", "loc": css(`#live-view[data-stream="open"] img.live-frame:not([data-frames="0"])`), "timeout": 20000})
 	frames, _ := b.do(map[string]any{"op": "attr", "loc": css("img.live-frame"), "name": "data-frames"})["value"].(string)
 	mustAPI(t, 200, r.listen, "POST", sp+"/navigate", "con-live", `{"url":"`+site.srv.URL+`/form"}`)
-	b.do(map[string]any{"op": "wait", "loc": css(`img.live-frame:not([data-frames="` + frames + `"])`), "timeout": 5000})
+	b.do(map[string]any{"op": "wait", "loc": css(`img.live-frame:not([data-frames="` + frames + `"])`), "timeout": 20000})
 	evs = mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any)
 	b.do(map[string]any{"op": "wait", "loc": css(fmt.Sprintf(`tr[data-seq="%v"]`, evs[len(evs)-1].(map[string]any)["seq"])), "timeout": 5000})
 	b.page("task")
@@ -395,7 +395,7 @@ func TestConsoleLocalProfile(t *testing.T) {
 
 	// The live view's stream ends, with its reason, when the agent closes the session.
 	b.do(map[string]any{"op": "goto", "url": base + "/console/#/tasks/" + taskID})
-	b.do(map[string]any{"op": "wait", "loc": css(`#live-view[data-stream="open"] img.live-frame:not([data-frames="0"])`), "timeout": 5000})
+	b.do(map[string]any{"op": "wait", "loc": css(`#live-view[data-stream="open"] img.live-frame:not([data-frames="0"])`), "timeout": 20000})
 	mustAPI(t, 200, r.listen, "POST", sp+"/close", "con-close", `{}`)
 	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": `#live-view[data-stream="ended"] #live-status`, "hasText": "the browser session closed"}, "timeout": 5000})
 
