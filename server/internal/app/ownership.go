@@ -56,7 +56,6 @@ func (s *Service) NodeID() string { return s.cfg.NodeID }
 // for actor, or ok=false when this node handles it: it holds the object, nobody does, the owner is
 // dead, or the object is unknown (the local handler answers 404).
 func (s *Service) RemoteOwner(ctx context.Context, actor Actor, kind OwnedKind, id string) (NodeRef, bool, error) {
-
 	stale := s.cfg.Now().Add(-s.cfg.NodeStaleAfter)
 	var ref NodeRef
 	var err error
