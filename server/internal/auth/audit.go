@@ -13,7 +13,8 @@ import (
 	"github.com/originweave/bap/server/internal/app"
 )
 
-// Audit writes authorization decisions to auth_decision in the background: recording never
+// Audit writes authorization decisions to auth_decision in the background, in both profiles
+// (ADR 0021): recording never
 // blocks a request (the queue is bounded; when it is full the decision is dropped and counted), and
 // a flood of refused requests costs one batched insert per flush, not one round trip each.
 // RecordAuthDecision is safe for concurrent use; Start and Stop follow the Start/Stop contract of
@@ -63,6 +64,8 @@ func (a *Audit) Start(ctx context.Context) error {
 		ctx := context.WithoutCancel(ctx)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
+		purge := time.NewTicker(time.Hour)
+		defer purge.Stop()
 		var batch []app.AuthDecision
 		for {
 			select {
@@ -73,6 +76,8 @@ func (a *Audit) Start(ctx context.Context) error {
 				}
 			case <-tick.C:
 				batch = a.flush(ctx, batch)
+			case <-purge.C:
+				a.purge(ctx)
 			case done := <-a.flushes:
 				batch = a.drain(ctx, batch)
 				close(done)
@@ -140,6 +145,19 @@ func (a *Audit) flush(ctx context.Context, batch []app.AuthDecision) []app.AuthD
 		a.log.Warn("writing the audit trail failed", "decisions", len(batch), "err", err)
 	}
 	return batch[:0]
+}
+
+// Retention is how long the audit trail keeps a decision.
+const Retention = 90 * 24 * time.Hour
+
+// purge deletes the decisions older than Retention (every node's writer does it; the DELETE is
+// idempotent).
+func (a *Audit) purge(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := a.pool.Exec(ctx, `DELETE FROM auth_decision WHERE occurred_at < $1`, time.Now().Add(-Retention)); err != nil {
+		a.log.Warn("purging old audit entries failed", "err", err)
+	}
 }
 
 func nullIfEmpty(s string) any {

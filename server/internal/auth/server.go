@@ -327,9 +327,6 @@ func (s *Server) upkeep(ctx context.Context) {
 		if _, err := s.pool.Exec(ctx, `DELETE FROM oauth_token_session WHERE expires_at < now() - interval '1 hour'`); err != nil {
 			s.log.Warn("purging expired token sessions failed", "err", err)
 		}
-		if _, err := s.pool.Exec(ctx, `DELETE FROM auth_decision WHERE occurred_at < now() - interval '90 days'`); err != nil {
-			s.log.Warn("purging old audit entries failed", "err", err)
-		}
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/auth"
 	"github.com/originweave/bap/server/internal/pgcluster"
 	"github.com/originweave/bap/server/internal/store"
 	"github.com/originweave/bap/server/internal/version"
@@ -233,6 +234,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer rm.auth.Stop()
 		log.Info("authorization server", "issuer", rm.auth.Issuer(), "resource", rm.auth.Resource(), "tls", cfg.TLSCert != "")
+	} else {
+		// The local profile's callers (the operator on the socket, the agent on TCP, the console's
+		// sessions) have their requests' authorization recorded too, by the same batched writer
+		// (ADR 0021): off the command's transaction, one INSERT batch per flush.
+		audit := auth.NewAudit(db.Pool, log)
+		if err := audit.Start(ctx); err != nil {
+			return err
+		}
+		defer audit.Stop()
+		opts.Audit = audit
 	}
 	setMCPAPI, err := mountMCP(cfg, &opts, log, keys.mcp)
 	if err != nil {

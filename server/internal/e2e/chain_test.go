@@ -77,3 +77,57 @@ func TestReadsShowTheCurrentRecordAndItsChain(t *testing.T) {
 	// reason) match their schemas too.
 	s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events", "", nil)
 }
+
+// Request-level authorization is recorded in the local profile too (issue #23 item 6, ADR 0021):
+// the agent on TCP that tries to resolve an approval leaves a refused decision bound to its actor,
+// channel, tenant and operation — none taken from the body, which claims to be someone else — and
+// the operator's resolution on the socket an allowed one.
+func TestLocalRequestDecisionsAreRecorded(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	ctx := context.Background()
+	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "local-dec-task", map[string]any{
+		"goal": "decisions of the local profile", "policy": map[string]any{"allowed_origins": []string{"https://shop.example.com"}},
+	}).str("task", "task_id")
+	apr := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/approvals", "local-dec-approval", map[string]any{"reason": "check"}).str("approval", "approval_id")
+	forged := map[string]any{"decision": "approve", "actor": "operator:local", "tenant": "other", "client_id": "forged", "via": "socket"}
+	if r := s.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "local-dec-agent", forged); r.status != 403 || r.str("code") != "insufficient_scope" {
+		t.Fatalf("the agent resolving an approval: %d %s, want 403 insufficient_scope", r.status, r.raw)
+	}
+	s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "local-dec-operator", map[string]any{"decision": "approve"})
+	s.audit.Flush(ctx)
+
+	all, err := s.svc.ListDecisions(ctx, app.DecisionFilter{Tenant: "local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ operation, outcome, actor, via string }
+	got := map[key]app.DecisionBinding{}
+	for _, d := range all {
+		if d.Point == app.PointRequest {
+			got[key{d.Operation, d.Outcome, d.Actor, d.Via}] = d
+		}
+	}
+	for _, c := range []struct {
+		want   key
+		reason string
+		task   string
+	}{
+		{key{"create_task", app.AuthAllowed, "agent:local", app.ViaAPI}, "", ""},
+		{key{"request_approval", app.AuthAllowed, "agent:local", app.ViaAPI}, "", taskID},
+		{key{"resolve_approval", app.AuthRefused, "agent:local", app.ViaAPI}, "insufficient_scope", ""},
+		{key{"resolve_approval", app.AuthAllowed, "operator:local", app.ViaSocket}, "", ""},
+	} {
+		d, ok := got[c.want]
+		switch {
+		case !ok:
+			t.Errorf("no request decision %+v among %+v", c.want, all)
+		case d.Tenant != "local" || d.Workload != "" || d.Reason != c.reason || d.TaskID != c.task || d.ApprovalState != "none":
+			t.Errorf("request decision %+v: tenant %q workload %q reason %q task %q approval state %q; want local, none, %q, %q, none",
+				c.want, d.Tenant, d.Workload, d.Reason, d.TaskID, d.ApprovalState, c.reason, c.task)
+		}
+	}
+	if _, forgedOne := got[key{"resolve_approval", app.AuthAllowed, "agent:local", app.ViaSocket}]; forgedOne {
+		t.Fatal("a decision took its channel from the request body")
+	}
+}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/auth"
 	"github.com/originweave/bap/server/internal/browser"
 	"github.com/originweave/bap/server/internal/daemon"
 	"github.com/originweave/bap/server/internal/pgtest"
@@ -159,6 +160,8 @@ type stack struct {
 	srv *httptest.Server
 	db  *pgxpool.Pool
 	svc *app.Service
+	// audit records the requests' authorization (the local profile's, as the daemon wires it).
+	audit *auth.Audit
 	// opClient dials the stack's Unix socket (the operator); client and base, when set, are
 	// where this stack's calls go instead of srv (see operator_test.go).
 	opClient *http.Client
@@ -185,13 +188,18 @@ func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
 	}
 	go svc.RunBrowserEvents(ctx)
 	go svc.RunSessionCloser(ctx)
-	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry()})
+	audit := auth.NewAudit(db, nil) // as the daemon's local profile records requests' authorization
+	if err := audit.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(audit.Stop)
+	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry(), Audit: audit})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &stack{srv: srv, db: db, svc: svc, opClient: serveSocket(t, h)}
+	return &stack{srv: srv, db: db, svc: svc, opClient: serveSocket(t, h), audit: audit}
 }
 
 type reply struct {
