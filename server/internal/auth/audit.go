@@ -64,6 +64,8 @@ func (a *Audit) Start(ctx context.Context) error {
 		ctx := context.WithoutCancel(ctx)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
+		// Purge at start too: a node restarted more often than hourly would otherwise never purge.
+		a.purge(ctx)
 		purge := time.NewTicker(time.Hour)
 		defer purge.Stop()
 		var batch []app.AuthDecision
