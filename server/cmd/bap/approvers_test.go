@@ -55,7 +55,16 @@ func approvalLines(t *testing.T, out string) []map[string]any {
 // mcpPost sends one JSON-RPC request to an /mcp endpoint at revision 2026-07-28.
 func mcpPost(t *testing.T, endpoint, token, method string, params map[string]any) (*http.Response, map[string]any) {
 	t.Helper()
-	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": map[string]any{}}
+	return mcpPostCaps(t, endpoint, token, method, params, map[string]any{})
+}
+
+// mcpTasksCaps declares the Tasks extension in a request's client capabilities.
+var mcpTasksCaps = map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
+
+// mcpPostCaps is mcpPost with the request's client capabilities.
+func mcpPostCaps(t *testing.T, endpoint, token, method string, params, caps map[string]any) (*http.Response, map[string]any) {
+	t.Helper()
+	params["_meta"] = map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": caps}
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 	req, _ := http.NewRequestWithContext(context.Background(), "POST", endpoint, strings.NewReader(string(body)))
 	req.Header.Set("Content-Type", "application/json")
@@ -64,6 +73,9 @@ func mcpPost(t *testing.T, endpoint, token, method string, params map[string]any
 	req.Header.Set("Mcp-Method", method)
 	if name, ok := params["name"].(string); ok {
 		req.Header.Set("Mcp-Name", name)
+	}
+	if id, ok := params["taskId"].(string); ok {
+		req.Header.Set("Mcp-Name", id)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -31,7 +31,8 @@ import (
 // driven through node B (forwarded with a node credential; the client's token stays on B), with
 // the same results as on A; an approval resolved through B runs the held action on A; cancel_task
 // through B stops a navigation in flight on A; forged and replayed node credentials are refused;
-// once A stopped, its session is reported lost on B.
+// an MCP task started on A answers tasks/get on B (also once A stopped); once A stopped, its
+// session is reported lost on B.
 
 // node is one `bap serve` of the cluster.
 type node struct {
@@ -304,33 +305,60 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 		t.Fatalf("node credential for another node: %d %s", st, raw)
 	}
 
-	// cancel_task through B stops a navigation in flight on A within the cancel deadline.
+	// cancel_task through B stops a navigation in flight on A within the cancel deadline. The
+	// navigation is an MCP task (Tasks extension) started on A: B answers its tasks/get from the
+	// database (protocol_session_binding), while it runs and once it ended; another tenant's
+	// caller gets the answer of an unknown task.
 	task2 := mustCall(t, 201, token, "POST", front.URL+"/bap/v1/tasks", "mn-cancel-task",
 		`{"goal":"cancel across nodes","policy":{"allowed_origins":["`+site.srv.URL+`"]}}`)
 	task2ID := field(task2, "task", "task_id")
 	s2 := field(mustCall(t, 201, token, "POST", a.base+"/bap/v1/tasks/"+task2ID+"/browser-sessions", "mn-session-2", `{}`), "session", "session_id")
-	navDone := make(chan map[string]any, 1)
-	go func() {
-		_, m, _ := nodeCall(t, token, "POST", a.base+"/bap/v1/browser-sessions/"+s2+"/navigate", "mn-slow", `{"url":"`+site.srv.URL+`/slow"}`)
-		navDone <- m
-	}()
+	_, started := mcpPostCaps(t, a.base+"/mcp", token, "tools/call", map[string]any{"name": "navigate",
+		"arguments": map[string]any{"session_id": s2, "url": site.srv.URL + "/slow", "idempotency_key": "mn-slow"}}, mcpTasksCaps)
+	mcpTask, _ := started["result"].(map[string]any)
+	mtID, _ := mcpTask["taskId"].(string)
+	if mcpTask["resultType"] != "task" || mtID == "" || mcpTask["status"] != "working" {
+		t.Fatalf("navigate to a slow page over MCP on node A: %v", started)
+	}
 	select {
 	case <-site.slow:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the slow page was not requested")
+	}
+	tasksGet := func(n *node, tok string) map[string]any {
+		t.Helper()
+		_, m := mcpPostCaps(t, n.base+"/mcp", tok, "tasks/get", map[string]any{"taskId": mtID}, mcpTasksCaps)
+		return m
+	}
+	if got, _ := tasksGet(b, token)["result"].(map[string]any); got["taskId"] != mtID || got["status"] != "working" {
+		t.Fatalf("tasks/get on node B of a task running on node A: %v", got)
+	}
+	other := accessToken(t, front.URL, admin(t, bin, dirB, "", "client", "create", "--tenant", "globex", "--name", "other",
+		"--scopes", "bap:tasks.read bap:browser.act bap:browser.observe"))
+	for _, n := range []*node{a, b} {
+		if e, _ := tasksGet(n, other)["error"].(map[string]any); e["code"] != float64(-32602) {
+			t.Fatalf("tasks/get by another tenant on node %s: %v", n.id, e)
+		}
 	}
 	began := time.Now()
 	cancelled := mustCall(t, 200, token, "POST", b.base+"/bap/v1/tasks/"+task2ID+"/cancel", "mn-cancel", `{}`)
 	if field(cancelled, "task", "state") != "cancelled" {
 		t.Fatalf("cancel_task through node B: %v", cancelled)
 	}
-	select {
-	case m := <-navDone:
-		if m["code"] != "invalid_transition" || time.Since(began) > 10*time.Second {
-			t.Fatalf("the navigation in flight on A after cancel_task through B: %v after %s", m, time.Since(began))
+	var ended map[string]any
+	for ended == nil {
+		got := tasksGet(b, token)
+		if r, _ := got["result"].(map[string]any); r["status"] == "completed" {
+			ended = got
+		} else if r["status"] != "working" || time.Since(began) > 15*time.Second {
+			t.Fatalf("the MCP task of the navigation in flight on node A, read on node B after cancel_task: %v", got)
+		} else {
+			<-time.After(100 * time.Millisecond) // the client's poll interval
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the navigation in flight on node A was not stopped by cancel_task through node B")
+	}
+	res2 := ended["result"].(map[string]any)["result"].(map[string]any)
+	if sc, _ := res2["structuredContent"].(map[string]any); res2["isError"] != true || sc["code"] != "invalid_transition" || time.Since(began) > 10*time.Second {
+		t.Fatalf("the navigation in flight on A after cancel_task through B: %v after %s", res2, time.Since(began))
 	}
 
 	// Node A stops: B no longer forwards to it, and A's session is reported lost.
@@ -338,6 +366,10 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 	_ = a.stop(t, syscall.SIGTERM)
 	if st, m, raw := nodeCall(t, token, "POST", b.base+sp+"/observe", "", `{}`); st != 409 || m["code"] != "browser_session_lost" {
 		t.Fatalf("observe of a stopped node's session through node B: %d %s", st, raw)
+	}
+	// The MCP task A ran still answers on B, the same as before.
+	if got := tasksGet(b, token); !reflect.DeepEqual(got["result"], ended["result"]) {
+		t.Fatalf("tasks/get on node B once node A stopped: %v, before %v", got, ended)
 	}
 }
 

@@ -107,3 +107,21 @@ const (
 	VerificationVerified   = "verified"
 	VerificationUnverified = "unverified"
 )
+
+// MCPTaskRecord is the durable binding of one MCP Tasks-extension task (protocol_session_binding,
+// migrations/0016): which BAP task and session its tool call drives, whose it is, and the state
+// the adapter presented, so that any node answers tasks/get (ADR 0019).
+type MCPTaskRecord struct {
+	Tenant, Subject string
+	// ID is the MCP task id (external_ref).
+	ID string
+	// BAPTaskID is the BAP task the call drives, given directly (close_task) or through its
+	// session (navigate, act); SessionID is that session, when there is one.
+	BAPTaskID, SessionID string
+	// Status is the extension's: working, input_required, completed, failed or cancelled.
+	Status, Message string
+	// Outcome is the terminal answer, {"result": …} or {"error": …}; nil before the end.
+	Outcome          []byte
+	Created, Updated time.Time
+	Expires          time.Time
+}

@@ -245,7 +245,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer audit.Stop()
 		opts.Audit = audit
 	}
-	setMCPAPI, err := mountMCP(cfg, &opts, log, keys.mcp)
+	setMCPAPI, err := mountMCP(cfg, &opts, log, keys.mcp, store.New(db.Pool))
 	if err != nil {
 		return err
 	}

@@ -56,7 +56,8 @@ func New(o Options) (http.Handler, error) {
 		return nil, err
 	}
 	b := &bapServer{o: o, routes: routes, disp: dispatcher{api: o.API}}
-	b.tasks = &taskEngine{store: newTaskStore(o.Now, o.TaskTTL, o.TaskPollInterval), tools: map[string]*taskTool{}}
+	b.tasks = &taskEngine{store: newTaskStore(o.Now, o.TaskTTL, o.TaskPollInterval), tools: map[string]*taskTool{},
+		records: o.Tasks, log: o.Logger}
 
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}}
 	caps.AddExtension(tasksExtension, nil)
@@ -75,7 +76,7 @@ func New(o Options) (http.Handler, error) {
 		digest.Write([]byte(t.Name))
 		digest.Write(t.InputSchema)
 		if taskEligible[t.Name] {
-			b.tasks.tools[t.Name] = &taskTool{syncWindow: o.TaskSyncWindow, plan: b.planTask(rt)}
+			b.tasks.tools[t.Name] = &taskTool{syncWindow: o.TaskSyncWindow, plan: b.planTask(rt), names: namedTask}
 		}
 	}
 	lst.build = hex.EncodeToString(digest.Sum(nil))
@@ -153,6 +154,19 @@ func (b *bapServer) planTask(rt *route) func(ctx context.Context, req *mcp.CallT
 			return res, nil
 		}, nil
 	}
+}
+
+// namedTask is the BAP task or session a task-eligible call names (close_task's task_id,
+// navigate's and act's session_id): what its MCP task is bound to.
+func namedTask(req *mcp.CallToolRequest) (taskID, sessionID string) {
+	var args struct {
+		TaskID    string `json:"task_id"`
+		SessionID string `json:"session_id"`
+	}
+	if req.Params == nil || json.Unmarshal(req.Params.Arguments, &args) != nil {
+		return "", ""
+	}
+	return args.TaskID, args.SessionID
 }
 
 // held is an action BAP holds for approval (act → 202 with a pending approval).

@@ -45,6 +45,9 @@ type Options struct {
 	ApprovalPoll time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Tasks, when set, keeps the MCP tasks that outlive TaskSyncWindow in the database, so that
+	// every node of a cluster answers their tasks/get (nil: this node's memory only).
+	Tasks TaskRecords
 }
 
 func (o *Options) setDefaults() error {

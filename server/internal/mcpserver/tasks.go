@@ -7,11 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/originweave/bap/server/internal/app"
 )
 
 // The Tasks extension (io.modelcontextprotocol/tasks, SEP-2663). When a tools/call declares the
@@ -22,9 +25,10 @@ import (
 // An MCP task here is a transport-level projection of one tool call. For BAP tools that call is
 // one BAP command: its durable record (task_command, receipt, the stored response under the
 // idempotency key) is the authority, and the MCP task only remembers how to present it. The
-// registry is therefore in memory: if this node restarts, tasks/get answers -32602 and the client
-// re-sends the tools/call with the same idempotency_key, which replays the command's stored
-// result without running it again.
+// node that runs a task keeps it in memory (input requests, cancellation); once a task outlives
+// the immediate-result window, the adapter also binds it to its BAP task in the database
+// (TaskRecords: protocol_session_binding) and records its end there, so that tasks/get on any
+// node of the cluster answers it, also after the node that ran it is gone (ADR 0019).
 
 const (
 	tasksExtension    = "io.modelcontextprotocol/tasks"
@@ -65,6 +69,9 @@ type taskTool struct {
 	// synchronously through the tool's handler (e.g. an MRTR round, or arguments the handler
 	// refuses).
 	plan func(ctx context.Context, req *mcp.CallToolRequest) (taskFunc, error)
+	// names, when set, returns the BAP task and session a call names (its durable binding);
+	// nil: the tool's tasks stay in this node's memory.
+	names func(req *mcp.CallToolRequest) (taskID, sessionID string)
 }
 
 // task is one MCP task.
@@ -84,6 +91,23 @@ type task struct {
 	cancel           context.CancelFunc
 	cancelRequested  bool
 	onCancel         func() // optional: withdraws the underlying work (e.g. denies a held approval)
+	// bapTask and session are the BAP task and session the call names (for its binding);
+	// bound is closed once the binding is written (nil: the task is not bound).
+	bapTask, session string
+	bound            chan struct{}
+}
+
+// TaskRecords keeps the MCP tasks that outlive the immediate-result window in the database,
+// bound to the BAP task their call drives, so that every node answers tasks/get (the store
+// implements it). Reads are by the caller's tenant and subject: another caller's task id is
+// unknown.
+type TaskRecords interface {
+	// BindMCPTask records a task; an error when the call names no task or session of the tenant.
+	BindMCPTask(ctx context.Context, r app.MCPTaskRecord) error
+	// FinishMCPTask records a bound task's end (a task already ended keeps its first end).
+	FinishMCPTask(ctx context.Context, r app.MCPTaskRecord) error
+	// MCPTask reads a task of tenant's subject; app.ErrNotFound when unknown, expired or not theirs.
+	MCPTask(ctx context.Context, tenant, subject, id string) (*app.MCPTaskRecord, error)
 }
 
 // taskStore holds the tasks of this node.
@@ -419,6 +443,9 @@ func (s *taskStore) wireLocked(t *task) taskWire {
 type taskEngine struct {
 	store *taskStore
 	tools map[string]*taskTool
+	// records, when set, makes the tasks that outlive the window durable (TaskRecords).
+	records TaskRecords
+	log     *slog.Logger
 }
 
 // declaresTasks reports whether the request's capabilities declare the extension.
@@ -486,17 +513,20 @@ func (e *taskEngine) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			return next(ctx, method, req)
 		}
 		caller, _ := CallerFrom(ctx)
-		return e.start(ctx, caller, run, tt.syncWindow)
+		t, err := e.store.create(caller.owner())
+		if err != nil {
+			return nil, err
+		}
+		if tt.names != nil && e.records != nil {
+			t.bapTask, t.session = tt.names(call)
+		}
+		return e.start(ctx, caller, t, run, tt.syncWindow)
 	}
 }
 
 // start runs fn as a task. The task exists (tasks/get resolves it) before its CreateTaskResult
 // is returned. If fn ends within window, the call is answered with its plain result instead.
-func (e *taskEngine) start(ctx context.Context, caller Caller, fn taskFunc, window time.Duration) (mcp.Result, error) {
-	t, err := e.store.create(caller.owner())
-	if err != nil {
-		return nil, err
-	}
+func (e *taskEngine) start(ctx context.Context, caller Caller, t *task, fn taskFunc, window time.Duration) (mcp.Result, error) {
 	// The run outlives the HTTP request that started it; tasks/cancel (or the TTL) ends it.
 	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.ttl)
 	e.store.mu.Lock()
@@ -509,6 +539,7 @@ func (e *taskEngine) start(ctx context.Context, caller Caller, fn taskFunc, wind
 		defer cancel()
 		res, err := fn(runCtx, &taskRun{s: e.store, t: t})
 		e.store.finish(t, res, err)
+		e.recordEnd(ctx, caller, t)
 	}()
 	if window > 0 {
 		timer := time.NewTimer(window)
@@ -531,8 +562,78 @@ func (e *taskEngine) start(ctx context.Context, caller Caller, fn taskFunc, wind
 		}
 	}
 	e.store.mu.Lock()
-	defer e.store.mu.Unlock()
-	return &createTaskResult{ResultType: "task", taskWire: e.store.wireLocked(t)}, nil
+	out := &createTaskResult{ResultType: "task", taskWire: e.store.wireLocked(t)}
+	rec, bind := e.bindLocked(caller, t)
+	e.store.mu.Unlock()
+	if bind {
+		// Written before the client learns the task id, so that any node it asks knows it.
+		if err := e.records.BindMCPTask(context.WithoutCancel(ctx), rec); err != nil {
+			e.log.Warn("mcp: the task stays known to this node only", "err", err)
+		}
+		close(t.bound)
+	}
+	return out, nil
+}
+
+// bindLocked decides whether t becomes durable and snapshots its record (s.mu held): t.bound is
+// set under the lock, so the run's end either sees it (and records the end after the binding) or
+// happened before (and the snapshot carries it).
+func (e *taskEngine) bindLocked(caller Caller, t *task) (app.MCPTaskRecord, bool) {
+	if e.records == nil || (t.bapTask == "" && t.session == "") {
+		return app.MCPTaskRecord{}, false
+	}
+	t.bound = make(chan struct{})
+	return recordOf(caller, t), true
+}
+
+// recordOf is t's durable record (s.mu held).
+func recordOf(caller Caller, t *task) app.MCPTaskRecord {
+	r := app.MCPTaskRecord{Tenant: caller.Actor.Tenant, Subject: caller.Actor.Subject, ID: t.id,
+		BAPTaskID: t.bapTask, SessionID: t.session, Status: t.status, Message: t.message,
+		Created: t.created, Updated: t.updated, Expires: t.created.Add(t.ttl)}
+	r.Outcome = outcomeOf(t)
+	return r
+}
+
+// outcomeOf is the terminal answer tasks/get carries ({"result"} or {"error"}), nil for cancelled.
+func outcomeOf(t *task) []byte {
+	var v any
+	switch t.status {
+	case statusCompleted:
+		v = struct {
+			Result *mcp.CallToolResult `json:"result"`
+		}{t.result}
+	case statusFailed:
+		v = struct {
+			Error *jsonrpc.Error `json:"error"`
+		}{t.rpcErr}
+	default:
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// recordEnd records the end of a bound task once its binding is written.
+func (e *taskEngine) recordEnd(ctx context.Context, caller Caller, t *task) {
+	e.store.mu.Lock()
+	bound := t.bound
+	e.store.mu.Unlock()
+	if bound == nil {
+		return
+	}
+	<-bound
+	e.store.mu.Lock()
+	rec := recordOf(caller, t)
+	e.store.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := e.records.FinishMCPTask(ctx, rec); err != nil {
+		e.log.Warn("mcp: the end of a task is known to this node only", "task", t.id, "err", err)
+	}
 }
 
 // register adds tasks/get, tasks/update and tasks/cancel to srv.
@@ -569,6 +670,9 @@ func (e *taskEngine) resolve(ctx context.Context, meta map[string]any, id *strin
 func (e *taskEngine) get(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (*getTaskResult, error) {
 	t, err := e.resolve(ctx, p.GetMeta(), p.TaskID)
 	if err != nil {
+		if rec, ok := e.recorded(ctx, err, p.TaskID); ok {
+			return e.fromRecord(rec)
+		}
 		return nil, err
 	}
 	e.store.mu.Lock()
@@ -591,6 +695,9 @@ func (e *taskEngine) get(ctx context.Context, _ *mcp.ServerSession, p *taskIDPar
 func (e *taskEngine) update(ctx context.Context, _ *mcp.ServerSession, p *taskUpdateParams) (*ackResult, error) {
 	t, err := e.resolve(ctx, p.GetMeta(), p.TaskID)
 	if err != nil {
+		if _, ok := e.recorded(ctx, err, p.TaskID); ok {
+			return nil, elsewhere()
+		}
 		return nil, err
 	}
 	if p.InputResponses == nil {
@@ -603,8 +710,68 @@ func (e *taskEngine) update(ctx context.Context, _ *mcp.ServerSession, p *taskUp
 func (e *taskEngine) cancel(ctx context.Context, _ *mcp.ServerSession, p *taskIDParams) (*ackResult, error) {
 	t, err := e.resolve(ctx, p.GetMeta(), p.TaskID)
 	if err != nil {
+		if rec, ok := e.recorded(ctx, err, p.TaskID); ok {
+			if terminal(rec.Status) {
+				return &ackResult{ResultType: "complete"}, nil // cooperative: it already ended
+			}
+			return nil, elsewhere()
+		}
 		return nil, err
 	}
 	e.store.requestCancel(t)
 	return &ackResult{ResultType: "complete"}, nil
+}
+
+// recorded looks a task this node does not hold up in the database, for the caller only. It
+// answers only when resolve refused for an unknown task id; a failing read is logged and the
+// task stays unknown (fail closed: never another caller's).
+func (e *taskEngine) recorded(ctx context.Context, resolveErr error, id *string) (*app.MCPTaskRecord, bool) {
+	var rpcErr *jsonrpc.Error
+	if e.records == nil || id == nil || *id == "" || !errors.As(resolveErr, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams {
+		return nil, false
+	}
+	caller, ok := CallerFrom(ctx)
+	if !ok || caller.Actor.Tenant == "" {
+		return nil, false
+	}
+	rec, err := e.records.MCPTask(ctx, caller.Actor.Tenant, caller.Actor.Subject, *id)
+	if err != nil {
+		if !errors.Is(err, app.ErrNotFound) {
+			e.log.Warn("mcp: reading a recorded task", "err", err)
+		}
+		return nil, false
+	}
+	return rec, true
+}
+
+// fromRecord is tasks/get's answer from a recorded task (one another node runs or ran).
+func (e *taskEngine) fromRecord(r *app.MCPTaskRecord) (*getTaskResult, error) {
+	ttl := r.Expires.Sub(r.Created).Milliseconds()
+	res := &getTaskResult{ResultType: "complete", taskWire: taskWire{
+		TaskID: r.ID, Status: r.Status, StatusMessage: r.Message,
+		CreatedAt: r.Created.UTC().Format(timeFormat), LastUpdatedAt: r.Updated.UTC().Format(timeFormat),
+		TTLMs: &ttl, PollIntervalMs: e.store.poll.Milliseconds(),
+	}}
+	if r.Status == statusInputRequired {
+		// The input requests are the running node's; this one can only say that it waits.
+		res.Status = statusWorking
+	}
+	if len(r.Outcome) > 0 {
+		var out struct {
+			Result *mcp.CallToolResult `json:"result"`
+			Error  *jsonrpc.Error      `json:"error"`
+		}
+		if err := json.Unmarshal(r.Outcome, &out); err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the task's recorded outcome is unreadable"}
+		}
+		res.Result, res.Error = out.Result, out.Error
+	}
+	return res, nil
+}
+
+// elsewhere refuses tasks/update and tasks/cancel of a task another node runs: its input
+// requests and cancellation live with its run.
+func elsewhere() error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+		Message: "this task runs on another node of the cluster: tasks/update and tasks/cancel reach it only there (cancel_task stops its BAP task from any node)"}
 }
