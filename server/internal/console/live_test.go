@@ -66,3 +66,35 @@ func TestLiveViewUpgradeRefusesOtherSites(t *testing.T) {
 		})
 	}
 }
+
+// FuzzLiveRequest: whatever a page puts in Sec-WebSocket-Protocol, liveRequest accepts only
+// bap.live.v1 beside one credential subprotocol, and the credential headers it sets come only
+// from those prefixed entries; it never panics.
+func FuzzLiveRequest(f *testing.F) {
+	for _, seed := range []string{"bap.live.v1", "bap.live.v1, bap.csrf.abc", "bap.live.v1,bap.bearer.eyJ.x.y", "chat", "", ",,", "bap.csrf.", " bap.live.v1 ,\tbap.csrf.x"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, protos string) {
+		r := httptest.NewRequest("GET", "http://127.0.0.1:7777/console/api/sessions/bs_x/live", nil)
+		r.Header.Set("Sec-WebSocket-Protocol", protos)
+		r2, ok := liveRequest(r)
+		if r2 == nil {
+			if ok {
+				t.Fatal("ok without a request")
+			}
+			return
+		}
+		if r.Header.Get(CSRFHeader) != "" || r.Header.Get("Authorization") != "" {
+			t.Fatal("liveRequest changed the caller's request")
+		}
+		if ok != strings.Contains(protos, LiveProtocol) {
+			t.Fatalf("ok %v for %q", ok, protos)
+		}
+		if v := r2.Header.Get(CSRFHeader); v != "" && !strings.Contains(protos, liveCSRFPrefix+v) {
+			t.Fatalf("a CSRF token %q not from a bap.csrf. entry of %q", v, protos)
+		}
+		if v := r2.Header.Get("Authorization"); v != "" && !strings.Contains(protos, liveBearerPrefix+strings.TrimPrefix(v, "Bearer ")) {
+			t.Fatalf("a bearer %q not from a bap.bearer. entry of %q", v, protos)
+		}
+	})
+}
