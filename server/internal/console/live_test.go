@@ -67,33 +67,49 @@ func TestLiveViewUpgradeRefusesOtherSites(t *testing.T) {
 	}
 }
 
-// FuzzLiveRequest: whatever a page puts in Sec-WebSocket-Protocol, liveRequest accepts only
-// bap.live.v1 beside one credential subprotocol, and the credential headers it sets come only
-// from those prefixed entries; it never panics.
+// FuzzLiveRequest: whatever a page puts in Sec-WebSocket-Protocol, liveRequest refuses any entry
+// other than bap.live.v1 and the credential subprotocols, accepts only when bap.live.v1 itself is
+// an entry (not a substring of another), sets the credential headers only from their prefixed
+// entries, leaves the caller's request unchanged, and never panics.
 func FuzzLiveRequest(f *testing.F) {
-	for _, seed := range []string{"bap.live.v1", "bap.live.v1, bap.csrf.abc", "bap.live.v1,bap.bearer.eyJ.x.y", "chat", "", ",,", "bap.csrf.", " bap.live.v1 ,\tbap.csrf.x"} {
+	for _, seed := range []string{"bap.live.v1", "bap.live.v1, bap.csrf.abc", "bap.live.v1,bap.bearer.eyJ.x.y", "chat", "", ",,",
+		"bap.csrf.", " bap.live.v1 ,\tbap.csrf.x", "bap.csrf.bap.live.v1", "bap.live.v1x", "bap.live.v1, chat",
+		"bap.live.v1, bap.csrf.a, bap.csrf.b"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, protos string) {
 		r := httptest.NewRequest("GET", "http://127.0.0.1:7777/console/api/sessions/bs_x/live", nil)
 		r.Header.Set("Sec-WebSocket-Protocol", protos)
-		r2, ok := liveRequest(r)
-		if r2 == nil {
-			if ok {
-				t.Fatal("ok without a request")
+		// The oracle: the entries as the WebSocket handshake lists them.
+		entries := map[string]bool{}
+		wantLive, other := false, false
+		for p := range strings.SplitSeq(protos, ",") {
+			p = strings.TrimSpace(p)
+			entries[p] = true
+			switch {
+			case p == LiveProtocol:
+				wantLive = true
+			case !strings.HasPrefix(p, liveCSRFPrefix) && !strings.HasPrefix(p, liveBearerPrefix):
+				other = true
 			}
-			return
 		}
+		r2, ok := liveRequest(r)
 		if r.Header.Get(CSRFHeader) != "" || r.Header.Get("Authorization") != "" {
 			t.Fatal("liveRequest changed the caller's request")
 		}
-		if ok != strings.Contains(protos, LiveProtocol) {
-			t.Fatalf("ok %v for %q", ok, protos)
+		if other {
+			if r2 != nil || ok {
+				t.Fatalf("%q has a foreign subprotocol, yet liveRequest answered ok=%v", protos, ok)
+			}
+			return
 		}
-		if v := r2.Header.Get(CSRFHeader); v != "" && !strings.Contains(protos, liveCSRFPrefix+v) {
+		if r2 == nil || ok != wantLive {
+			t.Fatalf("for %q: request %v, ok %v; want a request and ok %v", protos, r2 != nil, ok, wantLive)
+		}
+		if v := r2.Header.Get(CSRFHeader); v != "" && !entries[liveCSRFPrefix+v] {
 			t.Fatalf("a CSRF token %q not from a bap.csrf. entry of %q", v, protos)
 		}
-		if v := r2.Header.Get("Authorization"); v != "" && !strings.Contains(protos, liveBearerPrefix+strings.TrimPrefix(v, "Bearer ")) {
+		if v := r2.Header.Get("Authorization"); v != "" && !entries[liveBearerPrefix+strings.TrimPrefix(v, "Bearer ")] {
 			t.Fatalf("a bearer %q not from a bap.bearer. entry of %q", v, protos)
 		}
 	})
