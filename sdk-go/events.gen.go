@@ -24,6 +24,8 @@ var EventTypes = []EventType{
 	"dialog.handled",
 	"download.completed",
 	"evidence.captured",
+	"handoff.returned",
+	"handoff.started",
 	"model.called",
 	"model.fallback",
 	"navigation.committed",
@@ -71,6 +73,10 @@ var EventDataTypes = map[EventType]func() any{
 	"download.completed": func() any { return new(DownloadCompletedData) },
 	// `data` of a `evidence.captured` event: evidence artifacts were stored.
 	"evidence.captured": func() any { return new(EvidenceCapturedData) },
+	// `data` of a `handoff.returned` event: the person handed the task back (a checkpoint, a new document epoch).
+	"handoff.returned": func() any { return new(HandoffReturnedData) },
+	// `data` of a `handoff.started` event: a person took the task over.
+	"handoff.started": func() any { return new(HandoffStartedData) },
 	// `data` of a `model.called` event: a model answered for an autonomous task, with its provenance (never the prompt text or a protected value).
 	"model.called": func() any { return new(ModelCalledData) },
 	// `data` of a `model.fallback` event: a model failed (outage, timeout, invalid answer) and the next approved model of the same role was tried; `to_model` is absent when none was left.

@@ -279,12 +279,14 @@ const (
 	CommandOperationCreateBrowserSession     CommandOperation = "create_browser_session"
 	CommandOperationCreateTask               CommandOperation = "create_task"
 	CommandOperationExtract                  CommandOperation = "extract"
+	CommandOperationHandBackTask             CommandOperation = "hand_back_task"
 	CommandOperationNavigate                 CommandOperation = "navigate"
 	CommandOperationObserve                  CommandOperation = "observe"
 	CommandOperationQueryNodes               CommandOperation = "query_nodes"
 	CommandOperationRequestApproval          CommandOperation = "request_approval"
 	CommandOperationResolveApproval          CommandOperation = "resolve_approval"
 	CommandOperationResumeTask               CommandOperation = "resume_task"
+	CommandOperationTakeOverTask             CommandOperation = "take_over_task"
 )
 
 // Valid indicates whether the value is a known member of the CommandOperation enum.
@@ -308,6 +310,8 @@ func (e CommandOperation) Valid() bool {
 		return true
 	case CommandOperationExtract:
 		return true
+	case CommandOperationHandBackTask:
+		return true
 	case CommandOperationNavigate:
 		return true
 	case CommandOperationObserve:
@@ -319,6 +323,8 @@ func (e CommandOperation) Valid() bool {
 	case CommandOperationResolveApproval:
 		return true
 	case CommandOperationResumeTask:
+		return true
+	case CommandOperationTakeOverTask:
 		return true
 	default:
 		return false
@@ -428,6 +434,8 @@ const (
 	EventTypeDialogHandled          EventType = "dialog.handled"
 	EventTypeDownloadCompleted      EventType = "download.completed"
 	EventTypeEvidenceCaptured       EventType = "evidence.captured"
+	EventTypeHandoffReturned        EventType = "handoff.returned"
+	EventTypeHandoffStarted         EventType = "handoff.started"
 	EventTypeModelCalled            EventType = "model.called"
 	EventTypeModelFallback          EventType = "model.fallback"
 	EventTypeNavigationCommitted    EventType = "navigation.committed"
@@ -475,6 +483,10 @@ func (e EventType) Valid() bool {
 	case EventTypeDownloadCompleted:
 		return true
 	case EventTypeEvidenceCaptured:
+		return true
+	case EventTypeHandoffReturned:
+		return true
+	case EventTypeHandoffStarted:
 		return true
 	case EventTypeModelCalled:
 		return true
@@ -553,6 +565,66 @@ func (e ExtractKind) Valid() bool {
 	case ExtractKindTable:
 		return true
 	case ExtractKindText:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HandoffVia.
+const (
+	HandoffViaApi     HandoffVia = "api"
+	HandoffViaConsole HandoffVia = "console"
+	HandoffViaSocket  HandoffVia = "socket"
+)
+
+// Valid indicates whether the value is a known member of the HandoffVia enum.
+func (e HandoffVia) Valid() bool {
+	switch e {
+	case HandoffViaApi:
+		return true
+	case HandoffViaConsole:
+		return true
+	case HandoffViaSocket:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HandoffStartedDataVia.
+const (
+	HandoffStartedDataViaApi     HandoffStartedDataVia = "api"
+	HandoffStartedDataViaConsole HandoffStartedDataVia = "console"
+	HandoffStartedDataViaSocket  HandoffStartedDataVia = "socket"
+)
+
+// Valid indicates whether the value is a known member of the HandoffStartedDataVia enum.
+func (e HandoffStartedDataVia) Valid() bool {
+	switch e {
+	case HandoffStartedDataViaApi:
+		return true
+	case HandoffStartedDataViaConsole:
+		return true
+	case HandoffStartedDataViaSocket:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HandoffState.
+const (
+	HandoffStateOpen     HandoffState = "open"
+	HandoffStateReturned HandoffState = "returned"
+)
+
+// Valid indicates whether the value is a known member of the HandoffState enum.
+func (e HandoffState) Valid() bool {
+	switch e {
+	case HandoffStateOpen:
+		return true
+	case HandoffStateReturned:
 		return true
 	default:
 		return false
@@ -748,6 +820,7 @@ const (
 	ProblemCodeSecretNotFound          ProblemCode = "secret_not_found"
 	ProblemCodeSecretOriginMismatch    ProblemCode = "secret_origin_mismatch"
 	ProblemCodeStaleNodeHandle         ProblemCode = "stale_node_handle"
+	ProblemCodeTaskHandedOff           ProblemCode = "task_handed_off"
 	ProblemCodeUnauthenticated         ProblemCode = "unauthenticated"
 	ProblemCodeUnsupportedMediaType    ProblemCode = "unsupported_media_type"
 )
@@ -810,6 +883,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeSecretOriginMismatch:
 		return true
 	case ProblemCodeStaleNodeHandle:
+		return true
+	case ProblemCodeTaskHandedOff:
 		return true
 	case ProblemCodeUnauthenticated:
 		return true
@@ -2863,6 +2938,231 @@ type GetTaskResponse struct {
 	Task Task `json:"task"`
 }
 
+// HandBackTaskRequest Body of hand_back_task (empty).
+//
+// Examples: {}
+type HandBackTaskRequest = map[string]interface{}
+
+// HandBackTaskResponse Answer of hand_back_task.
+//
+// Examples: {"epoch_id":"ep_2kM4nP6qR8sT","handoff":{"checkpoint_id":"chk_6yZ8aB0cD2eF","ended_at":"2026-11-20T09:20:00Z","ended_by":"operator:local","handoff_id":"ho_3cV5bN7mK9lJ","holder":"operator:local","lease_expires_at":"2026-11-20T09:30:00Z","session_id":"bs_4fT8nQ2rL6vY","started_at":"2026-11-20T09:15:00Z","state":"returned","task_id":"tsk_7Hq2ZkP9xW3m","via":"socket"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:00Z","operation":"hand_back_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"created_at":"2026-11-20T09:14:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:20:00Z"}}
+type HandBackTaskResponse struct {
+	// EpochId The new document epoch hand-back started: every node handle of an earlier one answers `409 stale_node_handle`; observe again.
+	//
+	// Examples: ep_2kM4nP6qR8sT
+	EpochId *string `json:"epoch_id,omitempty"`
+
+	// Handoff The returned handoff.
+	//
+	// Examples: {"handoff_id":"ho_3cV5bN7mK9lJ","holder":"operator:local","lease_expires_at":"2026-11-20T09:30:00Z","session_id":"bs_4fT8nQ2rL6vY","started_at":"2026-11-20T09:15:00Z","state":"open","task_id":"tsk_7Hq2ZkP9xW3m","via":"socket"}
+	Handoff Handoff `json:"handoff"`
+
+	// Receipt The command's durable receipt.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
+	Receipt Receipt `json:"receipt"`
+
+	// Task The task, `running` again.
+	//
+	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
+	Task Task `json:"task"`
+}
+
+// Handoff A person's takeover of a task (ADR 0023): who, since when, until when the lease runs, and how it ended. While it is open the task is `waiting_for_external_input` and only the holder's browser commands run on it; anyone else's answer `409 task_handed_off`.
+//
+// Examples: {"handoff_id":"ho_3cV5bN7mK9lJ","holder":"operator:local","lease_expires_at":"2026-11-20T09:30:00Z","session_id":"bs_4fT8nQ2rL6vY","started_at":"2026-11-20T09:15:00Z","state":"open","task_id":"tsk_7Hq2ZkP9xW3m","via":"socket"}
+type Handoff struct {
+	// CheckpointId The checkpoint hand-back took.
+	//
+	// Examples: chk_6yZ8aB0cD2eF
+	CheckpointId *string `json:"checkpoint_id,omitempty"`
+
+	// EndedAt When it was handed back.
+	EndedAt *time.Time `json:"ended_at,omitempty"`
+
+	// EndedBy Who handed it back.
+	//
+	// Examples: operator:local
+	EndedBy *string `json:"ended_by,omitempty"`
+
+	// HandoffId Handoff identifier.
+	//
+	// Examples: ho_3cV5bN7mK9lJ
+	HandoffId string `json:"handoff_id"`
+
+	// Holder The person's subject.
+	//
+	// Examples: operator:local
+	Holder string `json:"holder"`
+
+	// LeaseExpiresAt When the lease lapses: the holder's commands then answer `409 task_handed_off` until someone hands back.
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+
+	// SessionId The browser session the person took over.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+
+	// StartedAt When the person took over.
+	StartedAt time.Time `json:"started_at"`
+
+	// State Open or returned.
+	State HandoffState `json:"state"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Via How the takeover reached the server (`socket`: the local operator or the console; `api`: a remote approver).
+	Via HandoffVia `json:"via"`
+}
+
+// HandoffVia How the takeover reached the server (`socket`: the local operator or the console; `api`: a remote approver).
+type HandoffVia string
+
+// HandoffReturnedData `data` of a `handoff.returned` event: the person handed the task back (a checkpoint, a new document epoch).
+//
+// Examples: {"checkpoint_id":"chk_6yZ8aB0cD2eF","epoch_id":"ep_2kM4nP6qR8sT","handoff_id":"ho_3cV5bN7mK9lJ","returned_by":"operator:local","session_id":"bs_4fT8nQ2rL6vY"}
+type HandoffReturnedData struct {
+	// CheckpointId Checkpoint identifier.
+	//
+	// Examples: chk_6yZ8aB0cD2eF
+	CheckpointId *string `json:"checkpoint_id,omitempty"`
+
+	// EpochId Document epoch identifier.
+	//
+	// Examples: ep_2kM4nP6qR8sT
+	EpochId *string `json:"epoch_id,omitempty"`
+
+	// HandoffId Handoff identifier.
+	//
+	// Examples: ho_3cV5bN7mK9lJ
+	HandoffId string `json:"handoff_id"`
+
+	// ReturnedBy Who handed it back.
+	//
+	// Examples: operator:local
+	ReturnedBy string `json:"returned_by"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+}
+
+// HandoffReturnedEvent An Event of type `handoff.returned`.
+type HandoffReturnedEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `handoff.returned` event records.
+	//
+	// Examples: {"checkpoint_id":"chk_6yZ8aB0cD2eF","epoch_id":"ep_2kM4nP6qR8sT","handoff_id":"ho_3cV5bN7mK9lJ","returned_by":"operator:local","session_id":"bs_4fT8nQ2rL6vY"}
+	Data HandoffReturnedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `handoff.returned`.
+	Type interface{} `json:"type"`
+}
+
+// HandoffStartedData `data` of a `handoff.started` event: a person took the task over.
+//
+// Examples: {"handoff_id":"ho_3cV5bN7mK9lJ","holder":"operator:local","lease_expires_at":"2026-11-20T09:30:00Z","session_id":"bs_4fT8nQ2rL6vY","via":"socket"}
+type HandoffStartedData struct {
+	// HandoffId Handoff identifier.
+	//
+	// Examples: ho_3cV5bN7mK9lJ
+	HandoffId string `json:"handoff_id"`
+
+	// Holder The person's subject.
+	//
+	// Examples: operator:local
+	Holder string `json:"holder"`
+
+	// LeaseExpiresAt When the lease lapses.
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+
+	// Via How the takeover reached the server.
+	Via HandoffStartedDataVia `json:"via"`
+}
+
+// HandoffStartedDataVia How the takeover reached the server.
+type HandoffStartedDataVia string
+
+// HandoffStartedEvent An Event of type `handoff.started`.
+type HandoffStartedEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `handoff.started` event records.
+	//
+	// Examples: {"handoff_id":"ho_3cV5bN7mK9lJ","holder":"operator:local","lease_expires_at":"2026-11-20T09:30:00Z","session_id":"bs_4fT8nQ2rL6vY","via":"socket"}
+	Data HandoffStartedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `handoff.started`.
+	Type interface{} `json:"type"`
+}
+
+// HandoffState State of a handoff: `open` while the person holds the task, `returned` once handed back.
+type HandoffState string
+
 // HealthState Health probe status.
 type HealthState string
 
@@ -3707,7 +4007,7 @@ type PostconditionResult struct {
 	Unmet []Clause `json:"unmet"`
 }
 
-// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch), task_handed_off (a person took the task over: until they hand it back, only their browser commands run on it); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
 type ProblemCode string
 
 // ProblemViolation One validation failure.
@@ -4416,6 +4716,39 @@ type ServiceInfo struct {
 // ServiceInfoProtocol Always `bap`.
 type ServiceInfoProtocol string
 
+// TakeOverTaskRequest Body of take_over_task.
+//
+// Examples: {"lease_seconds":900,"session_id":"bs_4fT8nQ2rL6vY"}
+type TakeOverTaskRequest struct {
+	// LeaseSeconds How long the person's commands run (default 900).
+	LeaseSeconds *int `json:"lease_seconds,omitempty"`
+
+	// SessionId The task's open browser session the person takes over.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+}
+
+// TakeOverTaskResponse Answer of take_over_task.
+//
+// Examples: {"handoff":{"handoff_id":"ho_3cV5bN7mK9lJ","holder":"operator:local","lease_expires_at":"2026-11-20T09:30:00Z","session_id":"bs_4fT8nQ2rL6vY","started_at":"2026-11-20T09:15:00Z","state":"open","task_id":"tsk_7Hq2ZkP9xW3m","via":"socket"},"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:00Z","operation":"take_over_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"created_at":"2026-11-20T09:14:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"]},"state":"waiting_for_external_input","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:00Z"}}
+type TakeOverTaskResponse struct {
+	// Handoff The open handoff.
+	//
+	// Examples: {"handoff_id":"ho_3cV5bN7mK9lJ","holder":"operator:local","lease_expires_at":"2026-11-20T09:30:00Z","session_id":"bs_4fT8nQ2rL6vY","started_at":"2026-11-20T09:15:00Z","state":"open","task_id":"tsk_7Hq2ZkP9xW3m","via":"socket"}
+	Handoff Handoff `json:"handoff"`
+
+	// Receipt The command's durable receipt.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
+	Receipt Receipt `json:"receipt"`
+
+	// Task The task, now `waiting_for_external_input`.
+	//
+	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
+	Task Task `json:"task"`
+}
+
 // Task A unit of browser work with a lifecycle, policy and history.
 //
 // Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
@@ -5036,8 +5369,20 @@ type StreamTaskEventsParams struct {
 	LastEventID *LastEventIdSeq `json:"Last-Event-ID,omitempty"`
 }
 
+// HandBackTaskParams defines parameters for HandBackTask.
+type HandBackTaskParams struct {
+	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
 // ResumeTaskParams defines parameters for ResumeTask.
 type ResumeTaskParams struct {
+	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// TakeOverTaskParams defines parameters for TakeOverTask.
+type TakeOverTaskParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
@@ -5096,8 +5441,14 @@ type CancelTaskJSONRequestBody = CancelTaskRequest
 // CloseTaskJSONRequestBody defines body for CloseTask for application/json ContentType.
 type CloseTaskJSONRequestBody = CloseTaskRequest
 
+// HandBackTaskJSONRequestBody defines body for HandBackTask for application/json ContentType.
+type HandBackTaskJSONRequestBody = HandBackTaskRequest
+
 // ResumeTaskJSONRequestBody defines body for ResumeTask for application/json ContentType.
 type ResumeTaskJSONRequestBody = ResumeTaskRequest
+
+// TakeOverTaskJSONRequestBody defines body for TakeOverTask for application/json ContentType.
+type TakeOverTaskJSONRequestBody = TakeOverTaskRequest
 
 // AsUrlMatchesClause returns the union data inside the Clause as a UrlMatchesClause
 func (t Clause) AsUrlMatchesClause() (UrlMatchesClause, error) {

@@ -67,6 +67,9 @@ var extraOps = map[string]struct {
 	"create_secret": {"post", "/bap/v1/secrets", "secrets.write", false, true},
 	"rotate_secret": {"post", "/bap/v1/secrets/{secret_id}/rotate", "secrets.write", false, true},
 	"delete_secret": {"post", "/bap/v1/secrets/{secret_id}/delete", "secrets.write", false, true},
+	// Human handoff (issue #18 item 5, ADR 0023): a person's, never an agent's; not MCP tools.
+	"take_over_task": {"post", "/bap/v1/tasks/{task_id}/take_over", "approvals.resolve", false, true},
+	"hand_back_task": {"post", "/bap/v1/tasks/{task_id}/hand_back", "approvals.resolve", false, true},
 }
 
 var contractScopes = []string{

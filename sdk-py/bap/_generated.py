@@ -98,6 +98,14 @@ __all__ = [
     "ExtractedTable",
     "GetArtifactResponse",
     "GetTaskResponse",
+    "HandBackTaskRequest",
+    "HandBackTaskResponse",
+    "Handoff",
+    "HandoffReturnedData",
+    "HandoffReturnedEvent",
+    "HandoffStartedData",
+    "HandoffStartedEvent",
+    "HandoffState",
     "HealthState",
     "HealthStatus",
     "HeldRequest",
@@ -172,6 +180,8 @@ __all__ = [
     "SafetyJudgedEvent",
     "Secret",
     "ServiceInfo",
+    "TakeOverTaskRequest",
+    "TakeOverTaskResponse",
     "Task",
     "TaskBudget",
     "TaskCreatedData",
@@ -1035,6 +1045,8 @@ CommandOperation = Literal[
     "capture_evidence",
     "request_approval",
     "resolve_approval",
+    "take_over_task",
+    "hand_back_task",
 ]
 """The operation a command executes (its operationId)."""
 
@@ -1336,6 +1348,8 @@ EventType = Literal[
     "verifier.judged",
     "safety.judged",
     "budget.exhausted",
+    "handoff.started",
+    "handoff.returned",
 ]
 """Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data`
 schema.
@@ -1462,6 +1476,140 @@ class GetTaskResponse(TypedDict):
 
     #: The task.
     task: "Task"
+
+
+HandBackTaskRequest = dict[str, Any]
+"""Body of hand_back_task (empty)."""
+
+
+class HandBackTaskResponse(TypedDict):
+    """Answer of hand_back_task."""
+
+    #: The new document epoch hand-back started: every node handle of an earlier one answers `409
+    #: stale_node_handle`; observe again.
+    epoch_id: NotRequired[str]
+    #: The returned handoff.
+    handoff: "Handoff"
+    #: The command's durable receipt.
+    receipt: "Receipt"
+    #: The task, `running` again.
+    task: "Task"
+
+
+class Handoff(TypedDict):
+    """A person's takeover of a task (ADR 0023): who, since when, until when the lease runs, and how it
+    ended. While it is open the task is `waiting_for_external_input` and only the holder's browser
+    commands run on it; anyone else's answer `409 task_handed_off`.
+    """
+
+    #: The checkpoint hand-back took.
+    checkpoint_id: NotRequired[str]
+    #: When it was handed back.
+    ended_at: NotRequired[str]
+    #: Who handed it back.
+    ended_by: NotRequired[str]
+    #: Handoff identifier.
+    handoff_id: str
+    #: The person's subject.
+    holder: str
+    #: When the lease lapses: the holder's commands then answer `409 task_handed_off` until someone
+    #: hands back.
+    lease_expires_at: str
+    #: The browser session the person took over.
+    session_id: str
+    #: When the person took over.
+    started_at: str
+    #: Open or returned.
+    state: "HandoffState"
+    #: Task identifier.
+    task_id: str
+    #: How the takeover reached the server (`socket`: the local operator or the console; `api`: a
+    #: remote approver).
+    via: Literal["api", "socket", "console"]
+
+
+class HandoffReturnedData(TypedDict):
+    """`data` of a `handoff.returned` event: the person handed the task back (a checkpoint, a new
+    document epoch).
+    """
+
+    #: Checkpoint identifier.
+    checkpoint_id: NotRequired[str]
+    #: Document epoch identifier.
+    epoch_id: NotRequired[str]
+    #: Handoff identifier.
+    handoff_id: str
+    #: Who handed it back.
+    returned_by: str
+    #: Browser session identifier.
+    session_id: str
+
+
+class HandoffReturnedEvent(TypedDict):
+    """An Event of type `handoff.returned`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `handoff.returned` event records.
+    data: "HandoffReturnedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `handoff.returned`.
+    type: Literal["handoff.returned"]
+
+
+class HandoffStartedData(TypedDict):
+    """`data` of a `handoff.started` event: a person took the task over."""
+
+    #: Handoff identifier.
+    handoff_id: str
+    #: The person's subject.
+    holder: str
+    #: When the lease lapses.
+    lease_expires_at: str
+    #: Browser session identifier.
+    session_id: str
+    #: How the takeover reached the server.
+    via: Literal["api", "socket", "console"]
+
+
+class HandoffStartedEvent(TypedDict):
+    """An Event of type `handoff.started`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `handoff.started` event records.
+    data: "HandoffStartedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `handoff.started`.
+    type: Literal["handoff.started"]
+
+
+HandoffState = Literal["open", "returned"]
+"""State of a handoff: `open` while the person holds the task, `returned` once handed back."""
 
 
 HealthState = Literal["ok", "ready", "not_ready"]
@@ -2150,6 +2298,7 @@ ProblemCode = Literal[
     "secret_origin_mismatch",
     "secret_not_found",
     "observation_stale",
+    "task_handed_off",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
@@ -2160,7 +2309,8 @@ live secret of the tenant: unknown, another tenant's, or deleted); 408: action_t
 invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
 checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost,
 observation_stale (an observe `since` or `cursor` naming an observation of an earlier document
-epoch); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as
+epoch), task_handed_off (a person took the task over: until they hand it back, only their browser
+commands run on it); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as
 application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
 satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
 browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
@@ -2693,6 +2843,26 @@ class ServiceInfo(TypedDict):
     version: str
 
 
+class TakeOverTaskRequest(TypedDict):
+    """Body of take_over_task."""
+
+    #: How long the person's commands run (default 900).
+    lease_seconds: NotRequired[int]
+    #: The task's open browser session the person takes over.
+    session_id: str
+
+
+class TakeOverTaskResponse(TypedDict):
+    """Answer of take_over_task."""
+
+    #: The open handoff.
+    handoff: "Handoff"
+    #: The command's durable receipt.
+    receipt: "Receipt"
+    #: The task, now `waiting_for_external_input`.
+    task: "Task"
+
+
 class Task(TypedDict):
     """A unit of browser work with a lifecycle, policy and history."""
 
@@ -3026,6 +3196,8 @@ TaskEvent = Union[
     "DialogHandledEvent",
     "DownloadCompletedEvent",
     "EvidenceCapturedEvent",
+    "HandoffReturnedEvent",
+    "HandoffStartedEvent",
     "ModelCalledEvent",
     "ModelFallbackEvent",
     "NavigationCommittedEvent",
@@ -3059,6 +3231,8 @@ EVENT_TYPES: tuple[str, ...] = (
     "dialog.handled",
     "download.completed",
     "evidence.captured",
+    "handoff.returned",
+    "handoff.started",
     "model.called",
     "model.fallback",
     "navigation.committed",
@@ -3092,6 +3266,8 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "dialog.handled": DialogHandledData,
     "download.completed": DownloadCompletedData,
     "evidence.captured": EvidenceCapturedData,
+    "handoff.returned": HandoffReturnedData,
+    "handoff.started": HandoffStartedData,
     "model.called": ModelCalledData,
     "model.fallback": ModelFallbackData,
     "navigation.committed": NavigationCommittedData,

@@ -1732,13 +1732,17 @@ pub enum CommandOperation {
     RequestApproval,
     /// `resolve_approval`
     ResolveApproval,
+    /// `take_over_task`
+    TakeOverTask,
+    /// `hand_back_task`
+    HandBackTask,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl CommandOperation {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [CommandOperation] = &[CommandOperation::CreateTask, CommandOperation::CancelTask, CommandOperation::ResumeTask, CommandOperation::CloseTask, CommandOperation::CreateBrowserSession, CommandOperation::CheckpointBrowserSession, CommandOperation::CloseBrowserSession, CommandOperation::Navigate, CommandOperation::Observe, CommandOperation::QueryNodes, CommandOperation::Act, CommandOperation::Extract, CommandOperation::CaptureEvidence, CommandOperation::RequestApproval, CommandOperation::ResolveApproval];
+    pub const ALL: &'static [CommandOperation] = &[CommandOperation::CreateTask, CommandOperation::CancelTask, CommandOperation::ResumeTask, CommandOperation::CloseTask, CommandOperation::CreateBrowserSession, CommandOperation::CheckpointBrowserSession, CommandOperation::CloseBrowserSession, CommandOperation::Navigate, CommandOperation::Observe, CommandOperation::QueryNodes, CommandOperation::Act, CommandOperation::Extract, CommandOperation::CaptureEvidence, CommandOperation::RequestApproval, CommandOperation::ResolveApproval, CommandOperation::TakeOverTask, CommandOperation::HandBackTask];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -1758,6 +1762,8 @@ impl CommandOperation {
             CommandOperation::CaptureEvidence => "capture_evidence",
             CommandOperation::RequestApproval => "request_approval",
             CommandOperation::ResolveApproval => "resolve_approval",
+            CommandOperation::TakeOverTask => "take_over_task",
+            CommandOperation::HandBackTask => "hand_back_task",
             CommandOperation::Unknown(s) => s,
         }
     }
@@ -1781,6 +1787,8 @@ impl From<&str> for CommandOperation {
             "capture_evidence" => CommandOperation::CaptureEvidence,
             "request_approval" => CommandOperation::RequestApproval,
             "resolve_approval" => CommandOperation::ResolveApproval,
+            "take_over_task" => CommandOperation::TakeOverTask,
+            "hand_back_task" => CommandOperation::HandBackTask,
             other => CommandOperation::Unknown(other.to_string()),
         }
     }
@@ -2366,13 +2374,17 @@ pub enum EventType {
     SafetyJudged,
     /// `budget.exhausted`
     BudgetExhausted,
+    /// `handoff.started`
+    HandoffStarted,
+    /// `handoff.returned`
+    HandoffReturned,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl EventType {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted];
+    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -2406,6 +2418,8 @@ impl EventType {
             EventType::VerifierJudged => "verifier.judged",
             EventType::SafetyJudged => "safety.judged",
             EventType::BudgetExhausted => "budget.exhausted",
+            EventType::HandoffStarted => "handoff.started",
+            EventType::HandoffReturned => "handoff.returned",
             EventType::Unknown(s) => s,
         }
     }
@@ -2443,6 +2457,8 @@ impl From<&str> for EventType {
             "verifier.judged" => EventType::VerifierJudged,
             "safety.judged" => EventType::SafetyJudged,
             "budget.exhausted" => EventType::BudgetExhausted,
+            "handoff.started" => EventType::HandoffStarted,
+            "handoff.returned" => EventType::HandoffReturned,
             other => EventType::Unknown(other.to_string()),
         }
     }
@@ -2759,6 +2775,238 @@ impl GetTaskResponse {
         GetTaskResponse {
             task,
         }
+    }
+}
+
+/// Body of hand_back_task (empty).
+pub type HandBackTaskRequest = serde_json::Map<String, serde_json::Value>;
+
+/// Answer of hand_back_task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandBackTaskResponse {
+    /// The new document epoch hand-back started: every node handle of an earlier one answers `409
+    /// stale_node_handle`; observe again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_id: Option<String>,
+    /// The returned handoff.
+    pub handoff: Handoff,
+    /// The command's durable receipt.
+    pub receipt: Receipt,
+    /// The task, `running` again.
+    pub task: Task,
+}
+
+impl HandBackTaskResponse {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(handoff: Handoff, receipt: Receipt, task: Task) -> Self {
+        HandBackTaskResponse {
+            epoch_id: None,
+            handoff,
+            receipt,
+            task,
+        }
+    }
+}
+
+/// A person's takeover of a task (ADR 0023): who, since when, until when the lease runs, and how it
+/// ended. While it is open the task is `waiting_for_external_input` and only the holder's browser
+/// commands run on it; anyone else's answer `409 task_handed_off`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// The checkpoint hand-back took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+    /// When it was handed back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+    /// Who handed it back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_by: Option<String>,
+    /// Handoff identifier.
+    pub handoff_id: String,
+    /// The person's subject.
+    pub holder: String,
+    /// When the lease lapses: the holder's commands then answer `409 task_handed_off` until someone
+    /// hands back.
+    pub lease_expires_at: String,
+    /// The browser session the person took over.
+    pub session_id: String,
+    /// When the person took over.
+    pub started_at: String,
+    /// Open or returned.
+    pub state: HandoffState,
+    /// Task identifier.
+    pub task_id: String,
+    /// How the takeover reached the server (`socket`: the local operator or the console; `api`: a
+    /// remote approver).
+    pub via: String,
+}
+
+impl Handoff {
+    /// A value with the required fields; the optional ones are `None`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(handoff_id: String, holder: String, lease_expires_at: String, session_id: String, started_at: String, state: HandoffState, task_id: String, via: String) -> Self {
+        Handoff {
+            checkpoint_id: None,
+            ended_at: None,
+            ended_by: None,
+            handoff_id,
+            holder,
+            lease_expires_at,
+            session_id,
+            started_at,
+            state,
+            task_id,
+            via,
+        }
+    }
+}
+
+/// `data` of a `handoff.returned` event: the person handed the task back (a checkpoint, a new
+/// document epoch).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HandoffReturnedData {
+    /// Checkpoint identifier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+    /// Document epoch identifier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_id: Option<String>,
+    /// Handoff identifier.
+    pub handoff_id: String,
+    /// Who handed it back.
+    pub returned_by: String,
+    /// Browser session identifier.
+    pub session_id: String,
+}
+
+/// An Event of type `handoff.returned`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HandoffReturnedEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `handoff.returned` event records.
+    pub data: HandoffReturnedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `handoff.returned`.
+    pub r#type: String,
+}
+
+/// `data` of a `handoff.started` event: a person took the task over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HandoffStartedData {
+    /// Handoff identifier.
+    pub handoff_id: String,
+    /// The person's subject.
+    pub holder: String,
+    /// When the lease lapses.
+    pub lease_expires_at: String,
+    /// Browser session identifier.
+    pub session_id: String,
+    /// How the takeover reached the server.
+    pub via: String,
+}
+
+/// An Event of type `handoff.started`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct HandoffStartedEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `handoff.started` event records.
+    pub data: HandoffStartedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `handoff.started`.
+    pub r#type: String,
+}
+
+/// State of a handoff: `open` while the person holds the task, `returned` once handed back.
+///
+/// Serialized as its string; a value this SDK does not know is kept in `HandoffState::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HandoffState {
+    /// `open`
+    Open,
+    /// `returned`
+    Returned,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl HandoffState {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [HandoffState] = &[HandoffState::Open, HandoffState::Returned];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            HandoffState::Open => "open",
+            HandoffState::Returned => "returned",
+            HandoffState::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for HandoffState {
+    fn from(s: &str) -> Self {
+        match s {
+            "open" => HandoffState::Open,
+            "returned" => HandoffState::Returned,
+            other => HandoffState::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for HandoffState {
+    fn from(s: String) -> Self {
+        HandoffState::from(s.as_str())
+    }
+}
+
+impl fmt::Display for HandoffState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for HandoffState {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for HandoffState {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(HandoffState::from)
     }
 }
 
@@ -3962,13 +4210,15 @@ pub struct PostconditionResult {
 /// action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle,
 /// approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale,
 /// browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of
-/// an earlier document epoch); 413: payload_too_large; 415: unsupported_media_type (a request body
-/// not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no
-/// approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
-/// browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
-/// configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
-/// browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP
-/// status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+/// an earlier document epoch), task_handed_off (a person took the task over: until they hand it
+/// back, only their browser commands run on it); 413: payload_too_large; 415:
+/// unsupported_media_type (a request body not sent as application/json); 422:
+/// idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous
+/// task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable,
+/// orchestrator_unavailable (an autonomous task with no model orchestrator configured or
+/// reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could
+/// not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title
+/// every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ProblemCode::Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -4033,13 +4283,15 @@ pub enum ProblemCode {
     SecretNotFound,
     /// `observation_stale`
     ObservationStale,
+    /// `task_handed_off`
+    TaskHandedOff,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale, ProblemCode::TaskHandedOff];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -4074,6 +4326,7 @@ impl ProblemCode {
             ProblemCode::SecretOriginMismatch => "secret_origin_mismatch",
             ProblemCode::SecretNotFound => "secret_not_found",
             ProblemCode::ObservationStale => "observation_stale",
+            ProblemCode::TaskHandedOff => "task_handed_off",
             ProblemCode::Unknown(s) => s,
         }
     }
@@ -4112,6 +4365,7 @@ impl From<&str> for ProblemCode {
             "secret_origin_mismatch" => ProblemCode::SecretOriginMismatch,
             "secret_not_found" => ProblemCode::SecretNotFound,
             "observation_stale" => ProblemCode::ObservationStale,
+            "task_handed_off" => ProblemCode::TaskHandedOff,
             other => ProblemCode::Unknown(other.to_string()),
         }
     }
@@ -5015,6 +5269,38 @@ pub struct ServiceInfo {
     pub version: String,
 }
 
+/// Body of take_over_task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TakeOverTaskRequest {
+    /// How long the person's commands run (default 900).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_seconds: Option<i64>,
+    /// The task's open browser session the person takes over.
+    pub session_id: String,
+}
+
+/// Answer of take_over_task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TakeOverTaskResponse {
+    /// The open handoff.
+    pub handoff: Handoff,
+    /// The command's durable receipt.
+    pub receipt: Receipt,
+    /// The task, now `waiting_for_external_input`.
+    pub task: Task,
+}
+
+impl TakeOverTaskResponse {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(handoff: Handoff, receipt: Receipt, task: Task) -> Self {
+        TakeOverTaskResponse {
+            handoff,
+            receipt,
+            task,
+        }
+    }
+}
+
 /// A unit of browser work with a lifecycle, policy and history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Task {
@@ -5876,6 +6162,8 @@ pub const EVENT_TYPES: &[&str] = &[
     "dialog.handled",
     "download.completed",
     "evidence.captured",
+    "handoff.returned",
+    "handoff.started",
     "model.called",
     "model.fallback",
     "navigation.committed",
@@ -5935,6 +6223,11 @@ pub enum EventData {
     DownloadCompleted(DownloadCompletedData),
     /// `evidence.captured`: `data` of a `evidence.captured` event: evidence artifacts were stored.
     EvidenceCaptured(EvidenceCapturedData),
+    /// `handoff.returned`: `data` of a `handoff.returned` event: the person handed the task back (a
+    /// checkpoint, a new document epoch).
+    HandoffReturned(HandoffReturnedData),
+    /// `handoff.started`: `data` of a `handoff.started` event: a person took the task over.
+    HandoffStarted(HandoffStartedData),
     /// `model.called`: `data` of a `model.called` event: a model answered for an autonomous task,
     /// with its provenance (never the prompt text or a protected value).
     ModelCalled(ModelCalledData),
@@ -6009,6 +6302,8 @@ impl Event {
             "dialog.handled" => serde_json::from_value(data).map(EventData::DialogHandled),
             "download.completed" => serde_json::from_value(data).map(EventData::DownloadCompleted),
             "evidence.captured" => serde_json::from_value(data).map(EventData::EvidenceCaptured),
+            "handoff.returned" => serde_json::from_value(data).map(EventData::HandoffReturned),
+            "handoff.started" => serde_json::from_value(data).map(EventData::HandoffStarted),
             "model.called" => serde_json::from_value(data).map(EventData::ModelCalled),
             "model.fallback" => serde_json::from_value(data).map(EventData::ModelFallback),
             "navigation.committed" => serde_json::from_value(data).map(EventData::NavigationCommitted),

@@ -244,6 +244,29 @@ export type ExtractedTable = S["ExtractedTable"];
 export type GetArtifactResponse = S["GetArtifactResponse"];
 /** Answer of get_task. */
 export type GetTaskResponse = S["GetTaskResponse"];
+/** Body of hand_back_task (empty). */
+export type HandBackTaskRequest = S["HandBackTaskRequest"];
+/** Answer of hand_back_task. */
+export type HandBackTaskResponse = S["HandBackTaskResponse"];
+/**
+ * A person's takeover of a task (ADR 0023): who, since when, until when the lease runs, and how it
+ * ended. While it is open the task is `waiting_for_external_input` and only the holder's browser
+ * commands run on it; anyone else's answer `409 task_handed_off`.
+ */
+export type Handoff = S["Handoff"];
+/**
+ * `data` of a `handoff.returned` event: the person handed the task back (a checkpoint, a new
+ * document epoch).
+ */
+export type HandoffReturnedData = S["HandoffReturnedData"];
+/** An Event of type `handoff.returned`. */
+export type HandoffReturnedEvent = S["HandoffReturnedEvent"];
+/** `data` of a `handoff.started` event: a person took the task over. */
+export type HandoffStartedData = S["HandoffStartedData"];
+/** An Event of type `handoff.started`. */
+export type HandoffStartedEvent = S["HandoffStartedEvent"];
+/** State of a handoff: `open` while the person holds the task, `returned` once handed back. */
+export type HandoffState = S["HandoffState"];
 /** Health probe status. */
 export type HealthState = S["HealthState"];
 /** Answer of `/healthz` and `/readyz`. */
@@ -378,8 +401,9 @@ export type Problem = S["Problem"];
  * invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
  * checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost,
  * observation_stale (an observe `since` or `cursor` naming an observation of an earlier document
- * epoch); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as
- * application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
+ * epoch), task_handed_off (a person took the task over: until they hand it back, only their browser
+ * commands run on it); 413: payload_too_large; 415: unsupported_media_type (a request body not sent
+ * as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
  * satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
  * browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
  * configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
@@ -486,6 +510,10 @@ export type SafetyJudgedEvent = S["SafetyJudgedEvent"];
 export type Secret = S["Secret"];
 /** What `GET /bap/v1` answers. */
 export type ServiceInfo = S["ServiceInfo"];
+/** Body of take_over_task. */
+export type TakeOverTaskRequest = S["TakeOverTaskRequest"];
+/** Answer of take_over_task. */
+export type TakeOverTaskResponse = S["TakeOverTaskResponse"];
 /** A unit of browser work with a lifecycle, policy and history. */
 export type Task = S["Task"];
 /**

@@ -21,6 +21,8 @@ export type TaskEvent =
   | S["DialogHandledEvent"]
   | S["DownloadCompletedEvent"]
   | S["EvidenceCapturedEvent"]
+  | S["HandoffReturnedEvent"]
+  | S["HandoffStartedEvent"]
   | S["ModelCalledEvent"]
   | S["ModelFallbackEvent"]
   | S["NavigationCommittedEvent"]
@@ -53,6 +55,8 @@ export const EVENT_TYPES = [
   "dialog.handled",
   "download.completed",
   "evidence.captured",
+  "handoff.returned",
+  "handoff.started",
   "model.called",
   "model.fallback",
   "navigation.committed",
@@ -118,6 +122,13 @@ export interface EventDataMap {
   "download.completed": S["DownloadCompletedData"];
   /** `data` of a `evidence.captured` event: evidence artifacts were stored. */
   "evidence.captured": S["EvidenceCapturedData"];
+  /**
+   * `data` of a `handoff.returned` event: the person handed the task back (a checkpoint, a new
+   * document epoch).
+   */
+  "handoff.returned": S["HandoffReturnedData"];
+  /** `data` of a `handoff.started` event: a person took the task over. */
+  "handoff.started": S["HandoffStartedData"];
   /**
    * `data` of a `model.called` event: a model answered for an autonomous task, with its provenance
    * (never the prompt text or a protected value).

@@ -512,6 +512,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/bap/v1/tasks/{task_id}/hand_back": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Hand a task back (a person)
+         * @description Closes the task's open handoff: checkpoints its session (`checkpoint.created`), loads its page again — a new document epoch, so every node handle handed out before answers `409 stale_node_handle` — and moves the task back to `running` (`handoff.returned`). Any operator or approver may hand back (the holder, or another after the lease lapsed); the task's own agent never does (`403 approver_not_permitted`). No open handoff → `409 invalid_transition`. Not an MCP tool.
+         */
+        post: operations["hand_back_task"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/bap/v1/tasks/{task_id}/resume": {
         parameters: {
             query?: never;
@@ -546,6 +566,26 @@ export interface paths {
         get: operations["list_task_secrets"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/bap/v1/tasks/{task_id}/take_over": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take a task over (a person)
+         * @description A person takes a running task over on one of its open browser sessions (issue #18, ADR 0023): the task moves to `waiting_for_external_input` with an open handoff (holder, since, lease; one per task). While it is open the holder's browser commands (observe, act, navigate...) run through the same governed path as an agent's (origin policy, approval rules, receipts), recorded with the person as the actor; anyone else's answer `409 task_handed_off`. Needs `bap:approvals.resolve`, and the task's own agent never takes it over (its creator, its OAuth client or its worker → `403 approver_not_permitted`), as with approvals' separation of duties. In the local profile only the operator (socket, console) may. A task not running → `409 invalid_transition`. Not an MCP tool: an operator's action, never an agent's.
+         */
+        post: operations["take_over_task"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1956,7 +1996,7 @@ export interface components {
          * @description The operation a command executes (its operationId).
          * @enum {string}
          */
-        CommandOperation: "create_task" | "cancel_task" | "resume_task" | "close_task" | "create_browser_session" | "checkpoint_browser_session" | "close_browser_session" | "navigate" | "observe" | "query_nodes" | "act" | "extract" | "capture_evidence" | "request_approval" | "resolve_approval";
+        CommandOperation: "create_task" | "cancel_task" | "resume_task" | "close_task" | "create_browser_session" | "checkpoint_browser_session" | "close_browser_session" | "navigate" | "observe" | "query_nodes" | "act" | "extract" | "capture_evidence" | "request_approval" | "resolve_approval" | "take_over_task" | "hand_back_task";
         /**
          * CommandRecordedData
          * @description `data` of a `command.recorded` event: a command was recorded before dispatch.
@@ -2477,7 +2517,7 @@ export interface components {
          * @description Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
          * @enum {string}
          */
-        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted";
+        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
         /**
          * EvidenceCapturedData
          * @description `data` of a `evidence.captured` event: evidence artifacts were stored.
@@ -2718,6 +2758,283 @@ export interface components {
             /** @description The task. */
             task: components["schemas"]["Task"];
         };
+        /**
+         * HandBackTaskRequest
+         * @description Body of hand_back_task (empty).
+         * @example {}
+         */
+        HandBackTaskRequest: Record<string, unknown>;
+        /**
+         * HandBackTaskResponse
+         * @description Answer of hand_back_task.
+         * @example {
+         *       "epoch_id": "ep_2kM4nP6qR8sT",
+         *       "handoff": {
+         *         "checkpoint_id": "chk_6yZ8aB0cD2eF",
+         *         "ended_at": "2026-11-20T09:20:00Z",
+         *         "ended_by": "operator:local",
+         *         "handoff_id": "ho_3cV5bN7mK9lJ",
+         *         "holder": "operator:local",
+         *         "lease_expires_at": "2026-11-20T09:30:00Z",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "started_at": "2026-11-20T09:15:00Z",
+         *         "state": "returned",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m",
+         *         "via": "socket"
+         *       },
+         *       "receipt": {
+         *         "command_id": "cmd_1hJ3kL5mN7pQ",
+         *         "issued_at": "2026-11-20T09:15:00Z",
+         *         "operation": "hand_back_task",
+         *         "outcome": "applied",
+         *         "receipt_id": "rcp_9rS1tU3vW5xY",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m"
+         *       },
+         *       "task": {
+         *         "created_at": "2026-11-20T09:14:00Z",
+         *         "goal": "Order the items in the cart",
+         *         "policy": {
+         *           "allowed_origins": [
+         *             "https://shop.example.com"
+         *           ]
+         *         },
+         *         "state": "running",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m",
+         *         "updated_at": "2026-11-20T09:20:00Z"
+         *       }
+         *     }
+         */
+        HandBackTaskResponse: {
+            /**
+             * @description The new document epoch hand-back started: every node handle of an earlier one answers `409 stale_node_handle`; observe again.
+             * @example ep_2kM4nP6qR8sT
+             */
+            epoch_id?: string;
+            /** @description The returned handoff. */
+            handoff: components["schemas"]["Handoff"];
+            /** @description The command's durable receipt. */
+            receipt: components["schemas"]["Receipt"];
+            /** @description The task, `running` again. */
+            task: components["schemas"]["Task"];
+        };
+        /**
+         * Handoff
+         * @description A person's takeover of a task (ADR 0023): who, since when, until when the lease runs, and how it ended. While it is open the task is `waiting_for_external_input` and only the holder's browser commands run on it; anyone else's answer `409 task_handed_off`.
+         * @example {
+         *       "handoff_id": "ho_3cV5bN7mK9lJ",
+         *       "holder": "operator:local",
+         *       "lease_expires_at": "2026-11-20T09:30:00Z",
+         *       "session_id": "bs_4fT8nQ2rL6vY",
+         *       "started_at": "2026-11-20T09:15:00Z",
+         *       "state": "open",
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "via": "socket"
+         *     }
+         */
+        Handoff: {
+            /**
+             * @description The checkpoint hand-back took.
+             * @example chk_6yZ8aB0cD2eF
+             */
+            checkpoint_id?: string;
+            /**
+             * Format: date-time
+             * @description When it was handed back.
+             */
+            ended_at?: string;
+            /**
+             * @description Who handed it back.
+             * @example operator:local
+             */
+            ended_by?: string;
+            /**
+             * @description Handoff identifier.
+             * @example ho_3cV5bN7mK9lJ
+             */
+            handoff_id: string;
+            /**
+             * @description The person's subject.
+             * @example operator:local
+             */
+            holder: string;
+            /**
+             * Format: date-time
+             * @description When the lease lapses: the holder's commands then answer `409 task_handed_off` until someone hands back.
+             */
+            lease_expires_at: string;
+            /**
+             * @description The browser session the person took over.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+            /**
+             * Format: date-time
+             * @description When the person took over.
+             */
+            started_at: string;
+            /** @description Open or returned. */
+            state: components["schemas"]["HandoffState"];
+            /**
+             * @description Task identifier.
+             * @example tsk_7Hq2ZkP9xW3m
+             */
+            task_id: string;
+            /**
+             * @description How the takeover reached the server (`socket`: the local operator or the console; `api`: a remote approver).
+             * @enum {string}
+             */
+            via: "api" | "socket" | "console";
+        };
+        /**
+         * HandoffReturnedData
+         * @description `data` of a `handoff.returned` event: the person handed the task back (a checkpoint, a new document epoch).
+         * @example {
+         *       "checkpoint_id": "chk_6yZ8aB0cD2eF",
+         *       "epoch_id": "ep_2kM4nP6qR8sT",
+         *       "handoff_id": "ho_3cV5bN7mK9lJ",
+         *       "returned_by": "operator:local",
+         *       "session_id": "bs_4fT8nQ2rL6vY"
+         *     }
+         */
+        HandoffReturnedData: {
+            /**
+             * @description Checkpoint identifier.
+             * @example chk_6yZ8aB0cD2eF
+             */
+            checkpoint_id?: string;
+            /**
+             * @description Document epoch identifier.
+             * @example ep_2kM4nP6qR8sT
+             */
+            epoch_id?: string;
+            /**
+             * @description Handoff identifier.
+             * @example ho_3cV5bN7mK9lJ
+             */
+            handoff_id: string;
+            /**
+             * @description Who handed it back.
+             * @example operator:local
+             */
+            returned_by: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+        };
+        /**
+         * HandoffReturnedEvent
+         * @description An Event of type `handoff.returned`.
+         * @example {
+         *       "actor": {
+         *         "id": "operator:local",
+         *         "kind": "client"
+         *       },
+         *       "cause": {
+         *         "command_id": "cmd_1hJ3kL5mN7pQ"
+         *       },
+         *       "data": {
+         *         "checkpoint_id": "chk_6yZ8aB0cD2eF",
+         *         "epoch_id": "ep_2kM4nP6qR8sT",
+         *         "handoff_id": "ho_3cV5bN7mK9lJ",
+         *         "returned_by": "operator:local",
+         *         "session_id": "bs_4fT8nQ2rL6vY"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:00Z",
+         *       "type": "handoff.returned"
+         *     }
+         */
+        HandoffReturnedEvent: components["schemas"]["Event"] & {
+            /** @description What the `handoff.returned` event records. */
+            data: components["schemas"]["HandoffReturnedData"];
+            /**
+             * @description Always `handoff.returned`.
+             * @constant
+             */
+            type: "handoff.returned";
+        };
+        /**
+         * HandoffStartedData
+         * @description `data` of a `handoff.started` event: a person took the task over.
+         * @example {
+         *       "handoff_id": "ho_3cV5bN7mK9lJ",
+         *       "holder": "operator:local",
+         *       "lease_expires_at": "2026-11-20T09:30:00Z",
+         *       "session_id": "bs_4fT8nQ2rL6vY",
+         *       "via": "socket"
+         *     }
+         */
+        HandoffStartedData: {
+            /**
+             * @description Handoff identifier.
+             * @example ho_3cV5bN7mK9lJ
+             */
+            handoff_id: string;
+            /**
+             * @description The person's subject.
+             * @example operator:local
+             */
+            holder: string;
+            /**
+             * Format: date-time
+             * @description When the lease lapses.
+             */
+            lease_expires_at: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+            /**
+             * @description How the takeover reached the server.
+             * @enum {string}
+             */
+            via: "api" | "socket" | "console";
+        };
+        /**
+         * HandoffStartedEvent
+         * @description An Event of type `handoff.started`.
+         * @example {
+         *       "actor": {
+         *         "id": "operator:local",
+         *         "kind": "client"
+         *       },
+         *       "cause": {
+         *         "command_id": "cmd_1hJ3kL5mN7pQ"
+         *       },
+         *       "data": {
+         *         "handoff_id": "ho_3cV5bN7mK9lJ",
+         *         "holder": "operator:local",
+         *         "lease_expires_at": "2026-11-20T09:30:00Z",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "via": "socket"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:00Z",
+         *       "type": "handoff.started"
+         *     }
+         */
+        HandoffStartedEvent: components["schemas"]["Event"] & {
+            /** @description What the `handoff.started` event records. */
+            data: components["schemas"]["HandoffStartedData"];
+            /**
+             * @description Always `handoff.started`.
+             * @constant
+             */
+            type: "handoff.started";
+        };
+        /**
+         * HandoffState
+         * @description State of a handoff: `open` while the person holds the task, `returned` once handed back.
+         * @enum {string}
+         */
+        HandoffState: "open" | "returned";
         /**
          * HealthState
          * @description Health probe status.
@@ -3747,10 +4064,10 @@ export interface components {
         };
         /**
          * ProblemCode
-         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch), task_handed_off (a person took the task over: until they hand it back, only their browser commands run on it); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale" | "task_handed_off";
         /**
          * ProblemViolation
          * @description One validation failure.
@@ -4607,6 +4924,67 @@ export interface components {
             protocol: "bap";
             /** @description BAP protocol version this server speaks. */
             version: string;
+        };
+        /**
+         * TakeOverTaskRequest
+         * @description Body of take_over_task.
+         * @example {
+         *       "lease_seconds": 900,
+         *       "session_id": "bs_4fT8nQ2rL6vY"
+         *     }
+         */
+        TakeOverTaskRequest: {
+            /** @description How long the person's commands run (default 900). */
+            lease_seconds?: number;
+            /**
+             * @description The task's open browser session the person takes over.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+        };
+        /**
+         * TakeOverTaskResponse
+         * @description Answer of take_over_task.
+         * @example {
+         *       "handoff": {
+         *         "handoff_id": "ho_3cV5bN7mK9lJ",
+         *         "holder": "operator:local",
+         *         "lease_expires_at": "2026-11-20T09:30:00Z",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "started_at": "2026-11-20T09:15:00Z",
+         *         "state": "open",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m",
+         *         "via": "socket"
+         *       },
+         *       "receipt": {
+         *         "command_id": "cmd_1hJ3kL5mN7pQ",
+         *         "issued_at": "2026-11-20T09:15:00Z",
+         *         "operation": "take_over_task",
+         *         "outcome": "applied",
+         *         "receipt_id": "rcp_9rS1tU3vW5xY",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m"
+         *       },
+         *       "task": {
+         *         "created_at": "2026-11-20T09:14:00Z",
+         *         "goal": "Order the items in the cart",
+         *         "policy": {
+         *           "allowed_origins": [
+         *             "https://shop.example.com"
+         *           ]
+         *         },
+         *         "state": "waiting_for_external_input",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m",
+         *         "updated_at": "2026-11-20T09:15:00Z"
+         *       }
+         *     }
+         */
+        TakeOverTaskResponse: {
+            /** @description The open handoff. */
+            handoff: components["schemas"]["Handoff"];
+            /** @description The command's durable receipt. */
+            receipt: components["schemas"]["Receipt"];
+            /** @description The task, now `waiting_for_external_input`. */
+            task: components["schemas"]["Task"];
         };
         /**
          * Task
@@ -6408,6 +6786,53 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    hand_back_task: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+                 * @example 7c9e6679-7425-40de-944b-e07fc1f90ae7
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description Task identifier.
+                 * @example tsk_7Hq2ZkP9xW3m
+                 */
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["HandBackTaskRequest"];
+            };
+        };
+        responses: {
+            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HandBackTaskResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     resume_task: {
         parameters: {
             query?: never;
@@ -6483,6 +6908,53 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    take_over_task: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+                 * @example 7c9e6679-7425-40de-944b-e07fc1f90ae7
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description Task identifier.
+                 * @example tsk_7Hq2ZkP9xW3m
+                 */
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TakeOverTaskRequest"];
+            };
+        };
+        responses: {
+            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TakeOverTaskResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -205,8 +205,8 @@ func (c *commandCtx) prepareOnSession(ctx context.Context, sessionID string) (*S
 	if err := c.startIfAdmitted(ctx); err != nil {
 		return nil, err
 	}
-	if c.t.State != task.Running {
-		return nil, Errorf(CodeInvalidTransition, "task is %s; browser commands need a running task", c.t.State)
+	if err := c.requireRunning(ctx, "browser commands"); err != nil {
+		return nil, err
 	}
 	return rec, nil
 }
@@ -311,8 +311,8 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 				if err := c.startIfAdmitted(ctx); err != nil {
 					return nil, err
 				}
-				if c.t.State != task.Running {
-					return nil, Errorf(CodeInvalidTransition, "task is %s; browser sessions need a running task", c.t.State)
+				if err := c.requireRunning(ctx, "browser sessions"); err != nil {
+					return nil, err
 				}
 			}
 			if cp != nil {
@@ -797,6 +797,9 @@ func read[T any](ctx context.Context, s *Service, actor Actor, sessionID string,
 	var zero T
 	rec, sess, err := s.sessionFor(ctx, actor, sessionID)
 	if err != nil {
+		return zero, err
+	}
+	if err := s.readHandedOff(ctx, actor, rec.TaskID); err != nil {
 		return zero, err
 	}
 	// A read notes the session's first context only if the task has used none yet: navigations

@@ -101,41 +101,8 @@ func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessi
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, rec, dispatchErr, false)
 			}
-			doc, err := json.Marshal(checkpointDoc{Format: checkpointFormat, State: st})
+			cp, err := c.storeCheckpoint(ctx, rec, st)
 			if err != nil {
-				return nil, "", fmt.Errorf("encoding the checkpoint: %w", err)
-			}
-			// The state holds credentials (cookies, storage): the database keeps it sealed under
-			// the server key for this artifact alone (ADR 0017).
-			artID := ids.New(ids.Artifact)
-			content := s.keys.checkpoint.Seal(doc, checkpointAAD(c.t.Tenant, artID))
-			digest, err := policyDigest(c.t)
-			if err != nil {
-				return nil, "", err
-			}
-			var primary page.ContextState
-			for _, cs := range st.Contexts {
-				if cs.Primary {
-					primary = cs
-				}
-			}
-			art := &Artifact{
-				ID: artID, Tenant: c.t.Tenant, SHA256: sha256Hex(content), Size: int64(len(content)),
-				MediaType: checkpointMediaType, Kind: ArtifactKindCheckpoint, TaskID: c.t.ID, SessionID: rec.ID,
-				ContextID: primary.ContextID, EpochID: primary.EpochID, CommandID: c.cmd.ID, SourceURL: primary.URL, CreatedAt: c.now,
-			}
-			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, primary.ContextID, primary.EpochID, primary.URL); err != nil {
-				return nil, "", err
-			}
-			if err := c.tx.InsertArtifact(ctx, art, content); err != nil {
-				return nil, "", err
-			}
-			cp := &Checkpoint{
-				ID: ids.New(ids.Checkpoint), Tenant: c.t.Tenant, TaskID: c.t.ID, SessionID: rec.ID, ArtifactID: art.ID,
-				SoftwareVersion: s.cfg.SoftwareVersion, ProtocolVersion: s.cfg.ProtocolVersion, PolicyDigest: digest,
-				Format: checkpointFormat, URL: primary.URL, EpochID: primary.EpochID, CreatedAt: c.now,
-			}
-			if err := c.tx.InsertCheckpoint(ctx, cp); err != nil {
 				return nil, "", err
 			}
 			// The event names the checkpoint, never its content.
@@ -151,6 +118,50 @@ func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessi
 			return &CheckpointResult{Checkpoint: cp, Receipt: rc}, "", nil
 		},
 	})
+}
+
+// storeCheckpoint records the exported state st of session rec as a checkpoint of c's task: the
+// sealed state artifact, its epoch and the checkpoint row.
+func (c *commandCtx) storeCheckpoint(ctx context.Context, rec *SessionRecord, st *page.StorageState) (*Checkpoint, error) {
+	s := c.s
+	doc, err := json.Marshal(checkpointDoc{Format: checkpointFormat, State: st})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the checkpoint: %w", err)
+	}
+	// The state holds credentials (cookies, storage): the database keeps it sealed under
+	// the server key for this artifact alone (ADR 0017).
+	artID := ids.New(ids.Artifact)
+	content := s.keys.checkpoint.Seal(doc, checkpointAAD(c.t.Tenant, artID))
+	digest, err := policyDigest(c.t)
+	if err != nil {
+		return nil, err
+	}
+	var primary page.ContextState
+	for _, cs := range st.Contexts {
+		if cs.Primary {
+			primary = cs
+		}
+	}
+	art := &Artifact{
+		ID: artID, Tenant: c.t.Tenant, SHA256: sha256Hex(content), Size: int64(len(content)),
+		MediaType: checkpointMediaType, Kind: ArtifactKindCheckpoint, TaskID: c.t.ID, SessionID: rec.ID,
+		ContextID: primary.ContextID, EpochID: primary.EpochID, CommandID: c.cmd.ID, SourceURL: primary.URL, CreatedAt: c.now,
+	}
+	if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, primary.ContextID, primary.EpochID, primary.URL); err != nil {
+		return nil, err
+	}
+	if err := c.tx.InsertArtifact(ctx, art, content); err != nil {
+		return nil, err
+	}
+	cp := &Checkpoint{
+		ID: ids.New(ids.Checkpoint), Tenant: c.t.Tenant, TaskID: c.t.ID, SessionID: rec.ID, ArtifactID: art.ID,
+		SoftwareVersion: s.cfg.SoftwareVersion, ProtocolVersion: s.cfg.ProtocolVersion, PolicyDigest: digest,
+		Format: checkpointFormat, URL: primary.URL, EpochID: primary.EpochID, CreatedAt: c.now,
+	}
+	if err := c.tx.InsertCheckpoint(ctx, cp); err != nil {
+		return nil, err
+	}
+	return cp, nil
 }
 
 // ResumeTask restores a checkpointed task from a compatible checkpoint into a new browser session

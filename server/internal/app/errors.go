@@ -22,13 +22,15 @@ const (
 	CodeOriginNotAllowed       = problem.OriginNotAllowed
 	// CodeApproverNotPermitted refuses a resolve_approval by whoever requested or caused the
 	// approval (separation of duties), or through a channel the approval's rule does not allow.
-	CodeApproverNotPermitted   = problem.ApproverNotPermitted
-	CodeNotFound               = problem.NotFound
-	CodeActionTimeout          = problem.ActionTimeout
-	CodeInvalidTransition      = problem.InvalidTransition
-	CodeIdempotencyInFlight    = problem.IdempotencyInFlight
-	CodeStaleNodeHandle        = problem.StaleNodeHandle
-	CodeApprovalNotPending     = problem.ApprovalNotPending
+	CodeApproverNotPermitted = problem.ApproverNotPermitted
+	CodeNotFound             = problem.NotFound
+	CodeActionTimeout        = problem.ActionTimeout
+	CodeInvalidTransition    = problem.InvalidTransition
+	CodeIdempotencyInFlight  = problem.IdempotencyInFlight
+	CodeStaleNodeHandle      = problem.StaleNodeHandle
+	CodeApprovalNotPending   = problem.ApprovalNotPending
+	// CodeTaskHandedOff refuses a command on a task a person took over (handoff.go).
+	CodeTaskHandedOff          = problem.TaskHandedOff
 	CodeCheckpointForeign      = problem.CheckpointForeign
 	CodeCheckpointIncompatible = problem.CheckpointIncompatible
 	CodeCheckpointStale        = problem.CheckpointStale

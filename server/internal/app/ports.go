@@ -67,6 +67,8 @@ type Store interface {
 	// StopNodesAt marks stopped every running node other than except registered at advertiseURL
 	// (none when it is empty) and returns their ids.
 	StopNodesAt(ctx context.Context, advertiseURL, except string) ([]string, error)
+	// OpenHandoff returns the task's open handoff (ErrNotFound when none is open), for reads.
+	OpenHandoff(ctx context.Context, tenant, taskID string) (*Handoff, error)
 }
 
 // TaskRef names a task and its tenant.
@@ -164,6 +166,12 @@ type Tx interface {
 	InsertCheckpoint(ctx context.Context, c *Checkpoint) error
 	// TaskHasCheckpoint tells whether a task has any checkpoint.
 	TaskHasCheckpoint(ctx context.Context, tenant, taskID string) (bool, error)
+	// InsertHandoff records a handoff just opened (at most one is open per task).
+	InsertHandoff(ctx context.Context, h *Handoff) error
+	// OpenHandoff returns the task's open handoff (ErrNotFound when none is open).
+	OpenHandoff(ctx context.Context, tenant, taskID string) (*Handoff, error)
+	// CloseHandoff writes the end of an open handoff (its state, end, ender, command, checkpoint).
+	CloseHandoff(ctx context.Context, h *Handoff) error
 	// CountTaskOpenSessions counts a task's open browser sessions.
 	CountTaskOpenSessions(ctx context.Context, tenant, taskID string) (int, error)
 

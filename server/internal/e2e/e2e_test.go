@@ -57,6 +57,8 @@ type shop struct {
 	orders   atomic.Int64
 	hits     atomic.Int64
 	uploaded atomic.Pointer[[]byte]
+	// buyer is the name field of the last order.
+	buyer atomic.Pointer[string]
 }
 
 const invoiceText = "INVOICE 42: 2 items, 16.50 EUR\n"
@@ -85,6 +87,8 @@ func newShop(t *testing.T) *shop {
 	})
 	mux.HandleFunc("POST /order", func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
+		name := r.FormValue("name")
+		s.buyer.Store(&name)
 		n := s.orders.Add(1)
 		http.Redirect(w, r, fmt.Sprintf("/thanks?order=%d", n), http.StatusSeeOther)
 	})

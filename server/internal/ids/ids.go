@@ -39,6 +39,8 @@ const (
 	Event Prefix = "evt_"
 	// Reconciliation prefixes reconciliation ids.
 	Reconciliation Prefix = "rec_"
+	// Handoff prefixes the ids of human handoffs of tasks.
+	Handoff Prefix = "ho_"
 	// Secret prefixes the ids of tenants' secrets (secret references).
 	Secret Prefix = "sec_"
 )

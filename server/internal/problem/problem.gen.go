@@ -64,6 +64,8 @@ const (
 	SecretNotFound Code = "secret_not_found"
 	// ObservationStale is answered with 409 Observation of an earlier epoch.
 	ObservationStale Code = "observation_stale"
+	// TaskHandedOff is answered with 409 Task handed off.
+	TaskHandedOff Code = "task_handed_off"
 )
 
 var table = map[Code]entry{
@@ -97,6 +99,7 @@ var table = map[Code]entry{
 	SecretOriginMismatch:    {403, "Secret origin mismatch"},
 	SecretNotFound:          {404, "Secret not found"},
 	ObservationStale:        {409, "Observation of an earlier epoch"},
+	TaskHandedOff:           {409, "Task handed off"},
 }
 
 // All lists every code of the spec, in its order.
@@ -131,4 +134,5 @@ var All = []Code{
 	SecretOriginMismatch,
 	SecretNotFound,
 	ObservationStale,
+	TaskHandedOff,
 }

@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+// Human handoff (issue #18 item 5, ADR 0023) on the real browser: a person takes a running task
+// over, the agent's commands answer 409 task_handed_off, the person's acts run through the
+// governed path with the person as the actor, and hand-back starts a new epoch.
+func TestHandoffTakeOverTypeHandBack(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t)
+	op := s.operator()
+	r := s.must(t, 201, "POST", "/bap/v1/tasks", "ho-task", map[string]any{
+		"goal": "order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+	})
+	taskID := r.str("task", "task_id")
+	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "ho-session", map[string]any{}).str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/navigate", "ho-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+	oldName := s.query(t, sess, map[string]any{"label": "Full name"})
+
+	// The agent never takes its own task over nor hands it back (no approver capability).
+	for _, path := range []string{"take_over", "hand_back"} {
+		body := map[string]any{"session_id": sess}
+		if path == "hand_back" {
+			body = map[string]any{}
+		}
+		if a := s.call(t, "POST", "/bap/v1/tasks/"+taskID+"/"+path, "ho-agent-"+path, body); a.status != 403 || a.str("code") != "insufficient_scope" {
+			t.Fatalf("the agent's %s: %d %s", path, a.status, a.raw)
+		}
+	}
+	// Nothing to hand back yet.
+	if a := op.call(t, "POST", "/bap/v1/tasks/"+taskID+"/hand_back", "ho-early-back", map[string]any{}); a.status != 409 || a.str("code") != "invalid_transition" {
+		t.Fatalf("hand back with no handoff: %d %s", a.status, a.raw)
+	}
+
+	// The operator takes over.
+	to := op.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/take_over", "ho-take", map[string]any{"session_id": sess, "lease_seconds": 600})
+	handoff := to.str("handoff", "handoff_id")
+	if to.str("task", "state") != "waiting_for_external_input" || to.str("handoff", "holder") != "operator:local" || to.str("handoff", "state") != "open" || handoff == "" {
+		t.Fatalf("take over: %s", to.raw)
+	}
+	// A second takeover while one is open is refused.
+	if a := op.call(t, "POST", "/bap/v1/tasks/"+taskID+"/take_over", "ho-take-2", map[string]any{"session_id": sess}); a.status != 409 || a.str("code") != "invalid_transition" {
+		t.Fatalf("second take over: %d %s", a.status, a.raw)
+	}
+
+	// The agent's commands and reads answer 409 task_handed_off, naming the handoff.
+	for _, c := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/bap/v1/browser-sessions/" + sess + "/observe", map[string]any{}},
+		{"/bap/v1/browser-sessions/" + sess + "/act", map[string]any{"action": "fill", "node_id": oldName, "value": "Agent"}},
+		{"/bap/v1/browser-sessions/" + sess + "/navigate", map[string]any{"url": sh.srv.URL + "/checkout"}},
+	} {
+		a := s.call(t, "POST", c.path, "ho-agent"+c.path, c.body)
+		// A read is not a command (no receipt); act and navigate are recorded as rejected.
+		recorded := !strings.HasSuffix(c.path, "/observe")
+		if a.status != 409 || a.str("code") != "task_handed_off" || !strings.Contains(a.str("detail"), handoff) || recorded != (a.str("receipt", "outcome") == "rejected") {
+			t.Fatalf("the agent's %s during the handoff: %d %s", c.path, a.status, a.raw)
+		}
+	}
+
+	// The person types and submits through the governed act path.
+	op.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "ho-p-name", map[string]any{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Person Typed"})
+	op.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "ho-p-mail", map[string]any{"action": "fill", "query": map[string]any{"label": "Email"}, "value": "p@example.com"})
+	op.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "ho-p-terms", map[string]any{"action": "check", "query": map[string]any{"role": "checkbox"}})
+	op.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "ho-p-order", placeOrder)
+	if b := sh.buyer.Load(); sh.orders.Load() != 1 || b == nil || *b != "Person Typed" {
+		t.Fatalf("the shop recorded %d orders, buyer %v", sh.orders.Load(), b)
+	}
+	// The person is the actor of their commands, in the database.
+	var personActs int
+	if err := s.db.QueryRow(context.Background(), `SELECT count(*) FROM task_command WHERE task_id = $1 AND operation = 'act' AND actor = 'operator:local'`, taskID).Scan(&personActs); err != nil || personActs != 4 {
+		t.Fatalf("acts recorded with the person as actor: %d (%v), want 4", personActs, err)
+	}
+
+	// Hand back: a checkpoint, a new epoch, running again.
+	hb := op.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/hand_back", "ho-back", map[string]any{})
+	if hb.str("task", "state") != "running" || hb.str("handoff", "state") != "returned" || hb.str("handoff", "checkpoint_id") == "" || hb.str("epoch_id") == "" {
+		t.Fatalf("hand back: %s", hb.raw)
+	}
+	// The agent's old handle is stale; a fresh observe works on the new epoch.
+	if a := s.call(t, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "ho-agent-stale", map[string]any{"action": "click", "node_id": oldName}); a.status != 409 || a.str("code") != "stale_node_handle" {
+		t.Fatalf("the agent's old handle after hand back: %d %s", a.status, a.raw)
+	}
+	obs := s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/observe", "ho-agent-obs", map[string]any{})
+	if obs.str("epoch_id") != hb.str("epoch_id") {
+		t.Fatalf("the agent's observe after hand back is not on the new epoch %s: %.300s", hb.str("epoch_id"), obs.raw)
+	}
+
+	// Every step is in the history, and the handoff row is closed, once.
+	var types []string
+	for _, e := range s.events(t, taskID) {
+		if typ, _ := e["type"].(string); typ == "handoff.started" || typ == "handoff.returned" {
+			types = append(types, typ)
+		}
+	}
+	if len(types) != 2 || types[0] != "handoff.started" || types[1] != "handoff.returned" {
+		t.Fatalf("handoff events: %v", types)
+	}
+	if _, err := s.db.Exec(context.Background(), `UPDATE task_handoff SET holder = 'someone' WHERE handoff_id = $1`, handoff); err == nil {
+		t.Fatal("a closed handoff was changed")
+	}
+	if _, err := s.db.Exec(context.Background(), `DELETE FROM task_handoff WHERE handoff_id = $1`, handoff); err == nil {
+		t.Fatal("a handoff was deleted")
+	}
+}
+
+// A task the operator created is the operator's own: it never takes it over (403
+// approver_not_permitted, recorded), like an approval it caused.
+func TestHandoffRefusesTheTaskCreator(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t)
+	op := s.operator()
+	taskID := op.must(t, 201, "POST", "/bap/v1/tasks", "hoc-task", map[string]any{
+		"goal": "order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+	}).str("task", "task_id")
+	sess := op.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "hoc-session", map[string]any{}).str("session", "session_id")
+	a := op.call(t, "POST", "/bap/v1/tasks/"+taskID+"/take_over", "hoc-take", map[string]any{"session_id": sess})
+	if a.status != 403 || a.str("code") != "approver_not_permitted" || a.str("receipt", "outcome") != "rejected" {
+		t.Fatalf("the creator's take over: %d %s", a.status, a.raw)
+	}
+	if st := op.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st != "running" {
+		t.Fatalf("task %s after a refused take over", st)
+	}
+}
