@@ -337,7 +337,7 @@ func (b *Browser) newContextSession(ctx context.Context, ps *procState) (*Sessio
 	// it (netpolicy.go). Its policy is the session's once OpenSession assigns one; until then it
 	// refuses everything.
 	gate := &sessionGate{}
-	px, err := egress.Listen(egress.Config{Policy: gate.policy, OnBlocked: gate.blocked, Logger: b.log, Forbidden: b.cfg.ServerAddrs})
+	px, err := egress.Listen(egress.Config{Policy: gate.policy, DocumentCSP: gate.documentCSP, OnBlocked: gate.blocked, Logger: b.log, Forbidden: b.cfg.ServerAddrs})
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting the context's egress proxy: %w", ErrUnavailable, err)
 	}

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
 )
 
 // listener is a site on an origin no test policy allows, counting every TCP connection it
@@ -87,31 +90,47 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 		// before any request exists, and the browser names only the URL before it: the event
 		// naming the target is the proxy's, which saw the redirect.
 		blocked int
+		// layer is the layer every event must name, "" for any, "-csp" for any but the CSP (the
+		// case runs in a session without it).
+		layer string
 	}{
-		{"websocket", page("websocket"), 1},
-		{"eventsource", page("eventsource"), 1},
-		{"beacon", page("beacon"), 1},
-		{"fetch", page("fetch"), 1},
-		{"image", page("image"), 1},
-		{"redirect of a fetch", page("redirect-fetch"), 1},
-		{"redirect of an image", page("redirect-image"), 1},
-		{"redirect of a navigation", page("redirect-navigation"), 1},
-		{"preconnect", page("preconnect"), 0},
-		// Its script carries no CSP: its WebSocket meets the proxy, its fetch and EventSource
-		// interception.
-		{"dedicated worker served as text/plain", page("worker"), 3},
-		{"service worker", page("serviceworker"), 2},
-		{"document served as unknown/unknown", sniffed(url.Values{"ct": {"unknown/unknown"}}), 2},
-		{"document served as application/unknown", sniffed(url.Values{"ct": {"application/unknown"}}), 2},
-		{"Content-Disposition attachment=1", sniffed(url.Values{"cd": {"attachment=1"}}), 2},
-		// Its body outlasts the wait for it, so it renders without the CSP.
-		{"document whose body outlasts the CSP", sniffed(url.Values{"slow": {"3000"}}), 2},
+		{"websocket", page("websocket"), 1, "csp"},
+		{"eventsource", page("eventsource"), 1, "csp"},
+		{"beacon", page("beacon"), 1, "csp"},
+		{"fetch", page("fetch"), 1, "csp"},
+		{"image", page("image"), 1, "interception"},
+		{"redirect of a fetch", page("redirect-fetch"), 1, "proxy"},
+		// Interception, or the proxy when the hop came later than its report's wait (a loaded
+		// machine): one event either way.
+		{"redirect of an image", page("redirect-image"), 1, ""},
+		{"redirect of a navigation", page("redirect-navigation"), 1, ""},
+		{"preconnect", page("preconnect"), 0, ""},
+		// Over plain HTTP the egress proxy adds the connect-src policy by what the browser asked
+		// for (Sec-Fetch-Dest), not by the response's type, disposition or speed: the browser's
+		// own re-serve skips these (a text/plain worker script, a sniffed document, an attachment
+		// rendered inline, a body slower than its wait), and the proxy's policy still refuses
+		// their tries in the renderer, before any request exists.
+		{"dedicated worker served as text/plain", page("worker"), 3, "csp"},
+		{"service worker", page("serviceworker"), 2, "csp"},
+		{"document served as unknown/unknown", sniffed(url.Values{"ct": {"unknown/unknown"}}), 2, "csp"},
+		{"document served as application/unknown", sniffed(url.Values{"ct": {"application/unknown"}}), 2, "csp"},
+		{"Content-Disposition attachment=1", sniffed(url.Values{"cd": {"attachment=1"}}), 2, "csp"},
+		{"document whose body outlasts the CSP", sniffed(url.Values{"slow": {"3000"}}), 2, "csp"},
+		// Without any CSP (as over TLS, where the proxy cannot add one, for the documents above),
+		// the proxy and interception still let nothing out.
+		{"no CSP: document served as unknown/unknown", sniffed(url.Values{"ct": {"unknown/unknown"}}), 2, "-csp"},
+		{"no CSP: dedicated worker served as text/plain", page("worker"), 3, "-csp"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			l := newListener(t)
 			b := setup(t)
+			if c.layer == "-csp" {
+				b.s.mu.Lock()
+				b.s.csp = "" // neither the browser nor the proxy adds it
+				b.s.mu.Unlock()
+			}
 			_, err := b.s.Navigate(tctx(t), NavigateRequest{URL: c.page(l.URL), WaitUntil: WaitLoad})
 			if err != nil {
 				t.Fatalf("navigate: %v", err)
@@ -138,6 +157,9 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 				b.waitText("tried")
 			}
 			for _, e := range blocked() {
+				if l, _ := e.Data["layer"].(string); c.layer == "-csp" && l == "csp" || c.layer != "" && c.layer != "-csp" && l != c.layer {
+					t.Errorf("refused by layer %q, want %q: %+v", l, c.layer, e)
+				}
 				if strings.Contains(e.URL, "?") {
 					t.Errorf("the event shows the query: %s", e.URL)
 				}
@@ -195,5 +217,61 @@ func TestBlockedEventsAreBounded(t *testing.T) {
 	s.evMu.Unlock()
 	if last.Data["suppressed"] != 2*blockedBurst {
 		t.Fatalf("the next event after the window: %+v, want suppressed %d", last, 2*blockedBurst)
+	}
+}
+
+// Over plain HTTP the egress proxy adds the connect-src policy and the browser re-serves nothing
+// (no body read, no fulfil: the round trips navigate no longer pays); the policy is in force all
+// the same. A response without it (over TLS, where the proxy sees only a tunnel) is re-served by
+// the browser as before.
+func TestPlainHTTPDocumentsCarryTheProxysCSP(t *testing.T) {
+	t.Parallel()
+	const csp = "connect-src blob: data: http://127.0.0.1:1 ws://127.0.0.1:1"
+	hdr := func(kv ...string) []*fetch.HeaderEntry {
+		var hs []*fetch.HeaderEntry
+		for i := 0; i+1 < len(kv); i += 2 {
+			hs = append(hs, &fetch.HeaderEntry{Name: kv[i], Value: kv[i+1]})
+		}
+		return hs
+	}
+	page, worker := &targetConn{typ: "page"}, &targetConn{typ: "worker"}
+	for _, tt := range []struct {
+		name string
+		tc   *targetConn
+		hs   []*fetch.HeaderEntry
+		want bool
+	}{
+		{"plain-HTTP document with the proxy's policy", page, hdr("Content-Type", "text/html", "content-security-policy", csp), false},
+		{"plain-HTTP document with the site's policy and the proxy's", page, hdr("Content-Type", "text/html", "Content-Security-Policy", "script-src 'self'", "Content-Security-Policy", csp), false},
+		{"plain-HTTP worker script with the proxy's policy", worker, hdr("Content-Type", "text/javascript", "Content-Security-Policy", csp), false},
+		{"TLS document", page, hdr("Content-Type", "text/html"), true},
+		{"TLS document with a policy of the site's own only", page, hdr("Content-Type", "text/html", "Content-Security-Policy", "script-src 'self'"), true},
+		{"TLS document whose policy only resembles ours", page, hdr("Content-Type", "text/html", "Content-Security-Policy", csp+" http://evil.test"), true},
+		{"TLS worker script", worker, hdr("Content-Type", "application/javascript"), true},
+		{"TLS image in a worker", worker, hdr("Content-Type", "image/png"), false},
+	} {
+		ev := &fetch.EventRequestPaused{ResourceType: network.ResourceTypeDocument, ResponseStatusCode: 200, ResponseHeaders: tt.hs}
+		if tt.tc.typ == "worker" {
+			ev.ResourceType = network.ResourceTypeScript
+		}
+		if got := browserAddsCSP(tt.tc, ev, csp); got != tt.want {
+			t.Errorf("%s: the browser re-serves it: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+
+	l := newListener(t)
+	b := setup(t)
+	if _, err := b.s.Navigate(tctx(t), NavigateRequest{URL: hostilePage("channels.html", l.URL, nil) + "#websocket", WaitUntil: WaitLoad}); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Listener.Addr().String())
+	b.ev.wait(t, func(e Event) bool {
+		return e.Type == EventRequestBlocked && e.Data["layer"] == "csp" && strings.Contains(e.URL, "127.0.0.1:"+port)
+	})
+	if n := b.s.reserved.Load(); n != 0 {
+		t.Errorf("the browser re-served %d plain-HTTP responses with the CSP, want 0 (the proxy adds it)", n)
+	}
+	if n := l.conns.Load(); n != 0 {
+		t.Errorf("the disallowed origin accepted %d connections", n)
 	}
 }

@@ -28,12 +28,17 @@ import (
 // non-safe requests an act causes under a form_submission rule (hold.go).
 //
 // CSP. A Content-Security-Policy connect-src directive listing the allowed origins (and their
-// ws/wss forms) is added to HTML, XML and SVG documents and to workers' script responses
-// (onResponsePaused), so that the renderer refuses WebSockets, fetch, EventSource and beacons to
-// other origins before a request exists; those refusals are reported from Audits issues
-// (onIssue). CSP can only narrow a page's own policies. It is best-effort: sniffed documents,
-// attachments rendered inline, bodies slower than Config.cspBodyTimeout and scripts served as
-// text/plain go without it.
+// ws/wss forms) is added to documents and workers' script responses, so that the renderer refuses
+// WebSockets, fetch, EventSource and beacons to other origins before a request exists; those
+// refusals are reported from Audits issues (onIssue). CSP can only narrow a page's own policies.
+// Over plain HTTP the egress proxy adds it (egress.Config.DocumentCSP) to every response that can
+// become a document or a worker's global scope, judged by the request's Sec-Fetch-Dest, not by the
+// response: sniffed documents, attachments rendered inline, slow bodies and scripts served as
+// text/plain get it too, and the browser passes the response on untouched (no body read, no
+// fulfil: two round trips fewer on every navigation). Over TLS the proxy sees only a tunnel, so
+// the browser re-serves HTML, XML and SVG documents and worker scripts with it
+// (onResponsePaused); there it is best-effort: sniffed documents, attachments rendered inline,
+// bodies slower than Config.cspBodyTimeout and scripts served as text/plain go without it.
 //
 // Proxy. Every browser context sends all its traffic through an egress proxy of its own
 // (package egress, started in newContextSession with proxyBypassList "<-loopback>"): each HTTP
@@ -150,7 +155,7 @@ func (s *Session) onResponsePaused(tc *targetConn, ev *fetch.EventRequestPaused)
 		if f := t.frames[ev.FrameID]; f != nil {
 			f.status = int(ev.ResponseStatusCode)
 		}
-		if hasHeader(ev.ResponseHeaders, "content-security-policy") {
+		if ownCSP(ev.ResponseHeaders, csp) {
 			tc.ownCSP = true
 		}
 		if isAttachment(ev.ResponseHeaders) {
@@ -160,10 +165,11 @@ func (s *Session) onResponsePaused(tc *targetConn, ev *fetch.EventRequestPaused)
 		}
 	}
 	s.mu.Unlock()
-	if csp == "" || !needsCSP(tc, ev) {
+	if !browserAddsCSP(tc, ev, csp) {
 		fireCmd(tc.sess, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: ev.RequestID})
 		return
 	}
+	s.reserved.Add(1)
 	headers := make([]*fetch.HeaderEntry, 0, len(ev.ResponseHeaders)+1)
 	headers = append(headers, ev.ResponseHeaders...)
 	headers = append(headers, &fetch.HeaderEntry{Name: "Content-Security-Policy", Value: csp})
@@ -189,9 +195,35 @@ func (s *Session) onResponsePaused(tc *targetConn, ev *fetch.EventRequestPaused)
 	}()
 }
 
-func hasHeader(hs []*fetch.HeaderEntry, name string) bool {
+// browserAddsCSP tells whether the paused response is re-served with the connect-src policy csp
+// by the browser: a document or worker script (needsCSP) that does not carry csp already. Over
+// plain HTTP the egress proxy has added it (Config.DocumentCSP) to any document, whatever its
+// type, size or speed, so the response goes on untouched: no body read, no fulfil. A response
+// over TLS (the proxy sees only a tunnel), or one that lacks it for any other reason, is
+// re-served as before.
+func browserAddsCSP(tc *targetConn, ev *fetch.EventRequestPaused, csp string) bool {
+	return csp != "" && !hasCSP(ev.ResponseHeaders, csp) && needsCSP(tc, ev)
+}
+
+// hasCSP tells whether the response carries the policy csp (as the egress proxy adds it to
+// plain-HTTP documents).
+func hasCSP(hs []*fetch.HeaderEntry, csp string) bool {
+	if csp == "" {
+		return false
+	}
 	for _, h := range hs {
-		if strings.EqualFold(h.Name, name) {
+		if strings.EqualFold(h.Name, "content-security-policy") && h.Value == csp {
+			return true
+		}
+	}
+	return false
+}
+
+// ownCSP tells whether the response carries a Content-Security-Policy of the site's own, other
+// than the session's policy csp.
+func ownCSP(hs []*fetch.HeaderEntry, csp string) bool {
+	for _, h := range hs {
+		if strings.EqualFold(h.Name, "content-security-policy") && h.Value != csp {
 			return true
 		}
 	}
@@ -434,6 +466,18 @@ func (g *sessionGate) session() *Session {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.s
+}
+
+// documentCSP is the connect-src policy the proxy adds to plain-HTTP documents and worker
+// scripts, "" before the session has one.
+func (g *sessionGate) documentCSP() string {
+	s := g.session()
+	if s == nil {
+		return ""
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.csp
 }
 
 // policy is the session's policy, nil (refuse everything) before it has one.

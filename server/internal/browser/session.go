@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/cdproto/audits"
@@ -34,6 +35,9 @@ type Session struct {
 	bctx cdp.BrowserContextID
 
 	proxy *egress.Proxy // the context's egress proxy: all its traffic goes through it (netpolicy.go)
+	// reserved counts the responses the browser re-served with the connect-src CSP (body read and
+	// fulfilled; netpolicy.go browserAddsCSP): those over TLS, not the proxy's plain-HTTP ones.
+	reserved atomic.Int64
 
 	dlDir string // downloads (allowAndName: files named by guid)
 	upDir string // files staged for upload_file

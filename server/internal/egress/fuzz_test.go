@@ -46,7 +46,7 @@ func FuzzProxyRequest(f *testing.F) {
 			return
 		}
 		var refusals int
-		p, err := newProxy(Config{Policy: func() *policy.Policy { return pol }, OnBlocked: func(Blocked) { refusals++ }, Resolver: res, DialTimeout: time.Second})
+		p, err := newProxy(Config{Policy: func() *policy.Policy { return pol }, DocumentCSP: func() string { return "connect-src blob: data:" }, OnBlocked: func(Blocked) { refusals++ }, Resolver: res, DialTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

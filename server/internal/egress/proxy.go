@@ -74,6 +74,12 @@ type Config struct {
 	Forbidden []netip.AddrPort
 	// Logger receives operational logs (never URLs' queries); nil discards them.
 	Logger *slog.Logger
+	// DocumentCSP, when set, returns a Content-Security-Policy that the proxy adds, once, to every
+	// plain-HTTP response that can become a document or a worker's global scope (by the request's
+	// Sec-Fetch-Dest; when the browser sends none, as it does to origins that are not potentially
+	// trustworthy, to every response). "" adds nothing. Responses inside a CONNECT tunnel (TLS)
+	// are bytes the proxy cannot see: the browser adds the policy to those itself.
+	DocumentCSP func() string
 }
 
 // Proxy is an HTTP forward proxy on a loopback port of its own, for one browser context. It is
@@ -155,9 +161,48 @@ func newProxy(cfg Config) (*Proxy, error) {
 		FlushInterval:  -1, // stream every write: event streams and long polls must not wait
 		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelDebug),
 		ErrorHandler:   p.upstreamError,
-		ModifyResponse: p.checkRedirect,
+		ModifyResponse: p.modifyResponse,
 	}
 	return p, nil
+}
+
+// modifyResponse is what the proxy does to a response it relays: it reports a redirect it must
+// not follow and adds the document CSP.
+func (p *Proxy) modifyResponse(resp *http.Response) error {
+	p.addDocumentCSP(resp)
+	return p.checkRedirect(resp)
+}
+
+// addDocumentCSP adds Config.DocumentCSP to a response whose request may make a document or a
+// worker's global scope. The header is added beside any the site sent (policies intersect: a
+// page's own CSP can only narrow further), at every status: a 304 carries it into the cached
+// response it revalidates, which then holds the current policy.
+func (p *Proxy) addDocumentCSP(resp *http.Response) {
+	if p.cfg.DocumentCSP == nil || resp.Request == nil {
+		return
+	}
+	csp := p.cfg.DocumentCSP()
+	if csp == "" || !mayRunCode(resp.Request) {
+		return
+	}
+	resp.Header.Add("Content-Security-Policy", csp)
+}
+
+// mayRunCode tells whether a request's response may become a document or a worker's global scope,
+// by its Sec-Fetch-Dest. A request without one (the browser sends none to origins that are not
+// potentially trustworthy) or with one this proxy does not know counts as one: failing closed
+// costs a header the browser ignores on anything else.
+func mayRunCode(r *http.Request) bool {
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return false
+	}
+	switch dest(r) {
+	case "audio", "audioworklet", "font", "image", "manifest", "paintworklet", "report", "style",
+		"track", "video", "xslt", "empty":
+		// Subresources and fetches: a CSP on them is ignored. Worklets take their document's.
+		return false
+	}
+	return true
 }
 
 // checkRedirect reports a redirect to a URL the policy does not allow (ReasonRedirectNotAllowed),

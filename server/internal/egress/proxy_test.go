@@ -369,3 +369,115 @@ func TestProxyReportsRedirectsItMustNotFollow(t *testing.T) {
 		t.Errorf("the redirect's target accepted %d connections", n)
 	}
 }
+
+// The document CSP (Config.DocumentCSP) is added exactly once to a plain-HTTP response that can
+// become a document or a worker's global scope, beside the site's own policy and at every status
+// (a 304 carries it into the cached response); never to subresources, fetches or WebSocket
+// upgrades; and a CONNECT tunnel (TLS) carries the site's bytes untouched.
+func TestProxyAddsTheDocumentCSP(t *testing.T) {
+	t.Parallel()
+	const csp = "connect-src blob: data: http://127.0.0.1:1"
+	siteSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if own := r.URL.Query().Get("own"); own != "" {
+			w.Header().Set("Content-Security-Policy", own)
+		}
+		w.Header().Set("Content-Type", r.URL.Query().Get("ct"))
+		if r.URL.Query().Get("status") == "304" {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		_, _ = io.WriteString(w, "<p>page")
+	}))
+	t.Cleanup(siteSrv.Close)
+	pol, err := policy.ParsePolicy([]string{siteSrv.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current atomic.Value
+	current.Store(csp)
+	p, err := Listen(Config{Policy: func() *policy.Policy { return pol }, DocumentCSP: func() string { return current.Load().(string) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c := client(p)
+	for _, tt := range []struct {
+		name, dest, query string
+		upgrade           bool
+		want              []string // the response's Content-Security-Policy headers, in order
+	}{
+		{"document", "document", "ct=text/html", false, []string{csp}},
+		{"sniffed document", "document", "ct=unknown/unknown", false, []string{csp}},
+		{"iframe", "iframe", "ct=text/html", false, []string{csp}},
+		{"object", "object", "ct=text/html", false, []string{csp}},
+		{"dedicated worker served as text/plain", "worker", "ct=text/plain", false, []string{csp}},
+		{"shared worker", "sharedworker", "ct=text/javascript", false, []string{csp}},
+		{"service worker", "serviceworker", "ct=text/javascript", false, []string{csp}},
+		{"a worker's imported script", "script", "ct=text/javascript", false, []string{csp}},
+		{"no Sec-Fetch-Dest (an origin that is not potentially trustworthy)", "", "ct=text/html", false, []string{csp}},
+		{"a destination this proxy does not know", "fencedframe", "ct=text/html", false, []string{csp}},
+		{"the site's own policy stays first", "document", "ct=text/html&own=" + url.QueryEscape("script-src 'self'"), false, []string{"script-src 'self'", csp}},
+		{"a 304 revalidating a cached document", "document", "status=304", false, []string{csp}},
+		{"image", "image", "ct=image/png", false, nil},
+		{"style sheet", "style", "ct=text/css", false, nil},
+		{"fetch", "empty", "ct=text/html", false, nil},
+		{"WebSocket upgrade", "websocket", "ct=text/html", true, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, siteSrv.URL+"/p?"+tt.query, nil)
+			if tt.dest != "" {
+				req.Header.Set("Sec-Fetch-Dest", tt.dest)
+			}
+			if tt.upgrade {
+				req.Header.Set("Connection", "Upgrade")
+				req.Header.Set("Upgrade", "websocket")
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			got := resp.Header.Values("Content-Security-Policy")
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("Content-Security-Policy %q, want %q", got, tt.want)
+			}
+		})
+	}
+	t.Run("none while the session has none", func(t *testing.T) {
+		current.Store("")
+		defer current.Store(csp)
+		req, _ := http.NewRequest(http.MethodGet, siteSrv.URL+"/p?ct=text/html", nil)
+		req.Header.Set("Sec-Fetch-Dest", "document")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if got := resp.Header.Values("Content-Security-Policy"); len(got) != 0 {
+			t.Errorf("Content-Security-Policy %q, want none", got)
+		}
+	})
+	t.Run("a tunnel carries the site's bytes untouched", func(t *testing.T) {
+		conn, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		host := strings.TrimPrefix(siteSrv.URL, "http://")
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", host, host)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		fmt.Fprintf(conn, "GET /p?ct=text/html HTTP/1.1\r\nHost: %s\r\nSec-Fetch-Dest: document\r\nConnection: close\r\n\r\n", host)
+		inner, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = inner.Body.Close()
+		if got := inner.Header.Values("Content-Security-Policy"); len(got) != 0 {
+			t.Errorf("the tunnelled response carries %q: the proxy changed bytes inside a tunnel", got)
+		}
+	})
+}
