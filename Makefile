@@ -14,11 +14,11 @@ run: deps build
 build:
 	$(GO) build -o $(BIN) ./server/cmd/bap
 
-## deps: install missing Debian packages (postgresql, chromium, …)
+## deps: install missing Debian packages (postgresql, chromium, firefox-esr, …)
 deps:
 	scripts/install-deps.sh
 
-## generate: rebuild every generated file from spec/ (code, and docs/api.html with the pinned Redocly CLI), docs/erd.md from migrations/ and the console's build from console/
+## generate: rebuild every generated file from spec/ (code, and docs/api.html with the pinned Redocly CLI), the WebDriver BiDi client from codegen/bidigen/webdriver-bidi/*.cddl, docs/erd.md from migrations/ and the console's build from console/
 generate:
 	$(GO) run ./codegen/cmd/bapgen
 	$(GO) tool oapi-codegen -config codegen/oapi-server.yaml server/internal/apigen/openapi.gen.json

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 snapshot() {
-  find server/internal/apigen sdk-go sdk-ts/src sdk-py/bap sdk-rs/src server/internal/mcpcatalog -type f \
+  find server/internal/apigen server/internal/bidi sdk-go sdk-ts/src sdk-py/bap sdk-rs/src server/internal/mcpcatalog -type f \
     \( -name '*.gen.*' -o -name '_generated.py' -o -name '*.gen.json' \) 2>/dev/null | sort | xargs -r sha256sum
   sha256sum docs/api.html 2>/dev/null || echo "docs/api.html missing"
   sha256sum docs/erd.md 2>/dev/null || echo "docs/erd.md missing"

@@ -6,7 +6,8 @@
 // sdk-ts/src/client.gen.ts, events.gen.ts and schema.gen.ts (openapi-typescript, pinned in
 // tools/package.json, run on the Node of tools/node_modules), sdk-rs/src/types.gen.rs and
 // client.gen.rs, the MCP tool catalog server/internal/mcpcatalog/tools.gen.json, the problem
-// table server/internal/problem/problem.gen.go (codegen/problems), and docs/erd.md, the Mermaid ERD of the schema migrations/*.sql build (codegen/erd).
+// table server/internal/problem/problem.gen.go (codegen/problems), the typed WebDriver BiDi
+// protocol server/internal/bidi/protocol.gen.go (codegen/bidigen, from the spec's CDDL), and docs/erd.md, the Mermaid ERD of the schema migrations/*.sql build (codegen/erd).
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 
 	"github.com/originweave/bap/codegen/apimodel"
+	"github.com/originweave/bap/codegen/bidigen"
 	"github.com/originweave/bap/codegen/bundle"
 	"github.com/originweave/bap/codegen/erd"
 	"github.com/originweave/bap/codegen/mcpcatalog"
@@ -92,6 +94,9 @@ func run(skipNode bool) error {
 	if err := writeIfChanged("server/internal/problem/problem.gen.go", pgo); err != nil {
 		return err
 	}
+	if err := bidiProtocol(); err != nil {
+		return err
+	}
 	schema, err := erd.FromFS(os.DirFS("."), "migrations")
 	if err != nil {
 		return fmt.Errorf("docs/erd.md: %w", err)
@@ -109,6 +114,25 @@ func run(skipNode bool) error {
 		}
 	}
 	return nil
+}
+
+// bidiOut is the typed WebDriver BiDi protocol codegen/bidigen writes from the spec's CDDL.
+const bidiOut = "server/internal/bidi/protocol.gen.go"
+
+func bidiProtocol() error {
+	remote, err := os.ReadFile("codegen/bidigen/webdriver-bidi/remote.cddl")
+	if err != nil {
+		return err
+	}
+	local, err := os.ReadFile("codegen/bidigen/webdriver-bidi/local.cddl")
+	if err != nil {
+		return err
+	}
+	out, err := bidigen.Generate(string(remote), string(local), "bidi", bidigen.Modules)
+	if err != nil {
+		return fmt.Errorf("%s: %w", bidiOut, err)
+	}
+	return writeIfChanged(bidiOut, out)
 }
 
 // writeIfChanged writes data to path unless the file already holds exactly data, so that
