@@ -125,6 +125,14 @@ var rules = []rule{
 		why: "the CDP adapter speaks page's vocabulary and knows nothing of the use-cases: the composition root adapts it to app.Browser (daemon/browserport.go), so the use-cases never learn which engine runs and the adapter's types never cross the port",
 	},
 	{
+		name: "bidi", packages: internal("bidi"), forbid: concat([]string{module, pgx}, chromedp), tests: true,
+		why: "bidi is a WebDriver BiDi protocol client (a transport plus types generated from the spec's CDDL, ADR 0022): it speaks the protocol and nothing of BAP, so it imports no package of this module",
+	},
+	{
+		name: "firefox", packages: internal("firefox"), forbid: concat(useCases, internal("store", "events", "auth", "browser"), transports, generated, roots, chromedp),
+		why: "firefox starts Firefox ESR and drives it over bidi for the second browser adapter (issue 19); like the CDP adapter it knows nothing of the use-cases, the store or the transports, and it does not lean on the CDP adapter",
+	},
+	{
 		name: "auth", packages: internal("auth"), forbid: concat(internal("store", "browser", "events"), chromedp),
 		why: "auth owns its OAuth tables (with pgx) and speaks to app only through app's types; it never reaches task state through the store, nor the browser",
 	},
@@ -205,6 +213,10 @@ var reverseRules = []reverseRule{
 	{
 		name: "chromedp", imported: chromedp, by: internal("browser"),
 		why: "browser is the only package that speaks CDP; only opaque ids leave it",
+	},
+	{
+		name: "bidi", imported: internal("bidi"), by: internal("firefox"),
+		why: "only the Firefox adapter speaks WebDriver BiDi; raw BiDi ids stay inside it",
 	},
 	{
 		name: "egress", imported: internal("egress"), by: internal("browser"),

@@ -1,0 +1,239 @@
+// Package firefox starts and stops Firefox ESR (Debian's firefox-esr) for the WebDriver BiDi
+// adapter: headless, with a fresh profile in a temporary directory whose prefs turn off updates,
+// telemetry, studies and first-run pages, its Remote Agent on a port the system picks. Nothing
+// is downloaded: the binary is the one the Debian package installed.
+package firefox
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/originweave/bap/server/internal/bidi"
+)
+
+// DefaultBinary is Debian's Firefox ESR.
+const DefaultBinary = "firefox-esr"
+
+// Options configure Launch.
+type Options struct {
+	Binary string       // the executable; DefaultBinary when empty
+	Log    *slog.Logger // nil: discard
+	// Prefs are added to (and override) the profile's prefs.
+	Prefs map[string]any
+}
+
+// Browser is one running Firefox with its own profile.
+type Browser struct {
+	// URL is the Remote Agent's WebSocket endpoint (ws://127.0.0.1:PORT).
+	URL string
+
+	cmd     *exec.Cmd
+	profile string
+	log     *slog.Logger
+	exited  chan struct{}
+	waitErr error
+	once    sync.Once
+}
+
+// prefs are written to the fresh profile's user.js: no update checks, no telemetry or studies,
+// no first-run or what's-new pages, no safe-browsing or remote-settings fetches, so the browser
+// stays off the network unless a page asks for it.
+var prefs = map[string]any{
+	"app.update.auto":                                             false,
+	"app.update.enabled":                                          false,
+	"app.update.disabledForTesting":                               true,
+	"app.normandy.enabled":                                        false,
+	"app.shield.optoutstudies.enabled":                            false,
+	"browser.aboutwelcome.enabled":                                false,
+	"browser.shell.checkDefaultBrowser":                           false,
+	"browser.startup.homepage_override.mstone":                    "ignore",
+	"browser.startup.page":                                        0,
+	"browser.newtabpage.enabled":                                  false,
+	"browser.safebrowsing.malware.enabled":                        false,
+	"browser.safebrowsing.phishing.enabled":                       false,
+	"browser.safebrowsing.downloads.enabled":                      false,
+	"browser.safebrowsing.blockedURIs.enabled":                    false,
+	"browser.search.update":                                       false,
+	"datareporting.healthreport.uploadEnabled":                    false,
+	"datareporting.policy.dataSubmissionEnabled":                  false,
+	"extensions.update.enabled":                                   false,
+	"extensions.getAddons.cache.enabled":                          false,
+	"messaging-system.rsexperimentloader.enabled":                 false,
+	"network.captive-portal-service.enabled":                      false,
+	"network.connectivity-service.enabled":                        false,
+	"services.settings.server":                                    "data:,",
+	"toolkit.telemetry.enabled":                                   false,
+	"toolkit.telemetry.unified":                                   false,
+	"toolkit.telemetry.archive.enabled":                           false,
+	"toolkit.telemetry.server":                                    "data:,",
+	"trailhead.firstrun.didSeeAboutWelcome":                       true,
+	"datareporting.policy.dataSubmissionPolicyBypassNotification": true,
+}
+
+// listening is the line the Remote Agent prints on stderr once its WebSocket server is up.
+var listening = regexp.MustCompile(`WebDriver BiDi listening on (ws://[0-9.:\[\]a-z]+)`)
+
+// Launch starts Firefox and waits (within ctx) until its Remote Agent listens. The browser
+// outlives ctx: stop it with Close.
+func Launch(ctx context.Context, opts Options) (*Browser, error) {
+	bin := opts.Binary
+	if bin == "" {
+		bin = DefaultBinary
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("firefox: %w (Debian's firefox-esr package; `make deps` installs it)", err)
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	profile, err := os.MkdirTemp("", "bap-firefox-")
+	if err != nil {
+		return nil, fmt.Errorf("firefox: profile: %w", err)
+	}
+	all := map[string]any{}
+	for k, v := range prefs {
+		all[k] = v
+	}
+	for k, v := range opts.Prefs {
+		all[k] = v
+	}
+	if err := os.WriteFile(filepath.Join(profile, "user.js"), userJS(all), 0o600); err != nil {
+		_ = os.RemoveAll(profile)
+		return nil, fmt.Errorf("firefox: profile: %w", err)
+	}
+
+	cmd := exec.Command(path, "--headless", "--no-remote", "--remote-debugging-port=0", "--profile", profile)
+	cmd.Env = append(os.Environ(), "MOZ_CRASHREPORTER_DISABLE=1", "MOZ_CRASHREPORTER=", "MOZ_HEADLESS=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Close stops the content processes too
+	// A pipe of our own rather than StderrPipe: the content processes inherit stderr, and the
+	// reader must be free to read until the last of them closes it, after Wait has returned.
+	stderr, w, err := os.Pipe()
+	if err != nil {
+		_ = os.RemoveAll(profile)
+		return nil, fmt.Errorf("firefox: %w", err)
+	}
+	cmd.Stderr = w
+	cmd.Stdout = nil // the null device
+	err = cmd.Start()
+	_ = w.Close()
+	if err != nil {
+		_ = stderr.Close()
+		_ = os.RemoveAll(profile)
+		return nil, fmt.Errorf("firefox: start: %w", err)
+	}
+	b := &Browser{cmd: cmd, profile: profile, log: log, exited: make(chan struct{})}
+	urls := make(chan string, 1)
+	go b.scan(stderr, urls)
+	go func() {
+		b.waitErr = cmd.Wait()
+		close(b.exited)
+	}()
+
+	select {
+	case u := <-urls:
+		b.URL = u
+		log.Info("firefox started", "pid", cmd.Process.Pid)
+		return b, nil
+	case <-b.exited:
+		exit := b.waitErr
+		if exit == nil {
+			exit = errors.New("exit status 0")
+		}
+		return nil, errors.Join(fmt.Errorf("firefox: exited before its Remote Agent listened: %w", exit), b.cleanup())
+	case <-ctx.Done():
+		_ = b.Close()
+		return nil, fmt.Errorf("firefox: waiting for the Remote Agent: %w", ctx.Err())
+	}
+}
+
+// scan reads the browser's stderr: the first listening line gives the endpoint; the rest is
+// drained (it can name pages the browser loaded, so it is not logged).
+func (b *Browser) scan(r io.ReadCloser, urls chan<- string) {
+	defer func() { _ = r.Close() }()
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	found := false
+	for s.Scan() {
+		if found {
+			continue
+		}
+		if m := listening.FindStringSubmatch(s.Text()); m != nil {
+			found = true
+			urls <- m[1]
+		}
+	}
+	_, _ = io.Copy(io.Discard, r)
+}
+
+func userJS(p map[string]any) []byte {
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		var v string
+		switch x := p[k].(type) {
+		case bool:
+			v = strconv.FormatBool(x)
+		case int:
+			v = strconv.Itoa(x)
+		default:
+			v = strconv.Quote(fmt.Sprint(x))
+		}
+		fmt.Fprintf(&b, "user_pref(%s, %s);\n", strconv.Quote(k), v)
+	}
+	return []byte(b.String())
+}
+
+// Dial opens a new BiDi connection to the browser's session endpoint (then send session.new).
+func (b *Browser) Dial(ctx context.Context) (*bidi.Conn, error) {
+	return bidi.Dial(ctx, b.URL+"/session", b.log)
+}
+
+// Exited is closed when the browser process has exited.
+func (b *Browser) Exited() <-chan struct{} { return b.exited }
+
+// Close stops the browser (SIGTERM to its process group, SIGKILL after five seconds) and
+// removes its profile. It is safe to call more than once.
+func (b *Browser) Close() error {
+	var err error
+	b.once.Do(func() {
+		pgid := b.cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-b.exited:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-b.exited
+		}
+		// Content processes that outlived the parent share its group.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		err = b.cleanup()
+	})
+	return err
+}
+
+func (b *Browser) cleanup() error {
+	if err := os.RemoveAll(b.profile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("firefox: removing the profile: %w", err)
+	}
+	return nil
+}
