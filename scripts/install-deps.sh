@@ -14,7 +14,8 @@
 # Packages:
 #   postgresql          the server binaries (initdb, pg_ctl, postgres) for the embedded cluster
 #   postgresql-contrib  contrib extensions and pgbench (make bench)
-#   chromium            the browser BAP drives
+#   chromium            the browser BAP drives (over CDP)
+#   firefox-esr         the second engine, Firefox ESR, driven over WebDriver BiDi (issue #19)
 #   ca-certificates     TLS roots for the HTTPS clients
 #   make, git, curl     the build
 #   python3             Debian's Python 3 (standard library only): the tests run the pinned
@@ -32,7 +33,7 @@
 # `systemctl disable --now postgresql` stops it if it is not wanted.
 set -eu
 
-PACKAGES="postgresql postgresql-contrib chromium ca-certificates make git curl python3 cargo rustc librust-serde-dev librust-serde-derive-dev librust-serde-json-dev librust-ureq-dev"
+PACKAGES="postgresql postgresql-contrib chromium firefox-esr ca-certificates make git curl python3 cargo rustc librust-serde-dev librust-serde-derive-dev librust-serde-json-dev librust-ureq-dev"
 
 check_only=false
 case "${1:-}" in
