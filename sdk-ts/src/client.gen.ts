@@ -401,14 +401,15 @@ export type Problem = S["Problem"];
  * invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending,
  * checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost,
  * observation_stale (an observe `since` or `cursor` naming an observation of an earlier document
- * epoch), task_handed_off (a person took the task over: until they hand it back, only their browser
- * commands run on it); 413: payload_too_large; 415: unsupported_media_type (a request body not sent
- * as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model
- * satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded,
- * browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator
- * configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the
- * browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP
- * status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+ * epoch), task_handed_off (a person took the task over: until they hand it back, only their
+ * commands run on it, and their own only within the handoff's lease); 413: payload_too_large; 415:
+ * unsupported_media_type (a request body not sent as application/json); 422:
+ * idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous
+ * task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable,
+ * orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable);
+ * 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the
+ * page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP
+ * answer (HTTP, MCP, a worker's stored reply) carries with it.
  */
 export type ProblemCode = S["ProblemCode"];
 /** One validation failure. */

@@ -64,6 +64,9 @@ func (s *Service) RequestApproval(ctx context.Context, call Call, taskID, reason
 		if err != nil {
 			return nil, err
 		}
+		if err := c.rejectHandedOff(ctx); err != nil {
+			return nil, err
+		}
 		switch c.t.State {
 		case task.Admitted:
 			// request_approval is the task's first command: it starts running, then waits.
@@ -73,10 +76,10 @@ func (s *Service) RequestApproval(ctx context.Context, call Call, taskID, reason
 			if err := c.transition(ctx, c.t, task.AwaitApproval, "request_approval"); err != nil {
 				return nil, err
 			}
-		case task.WaitingForApproval:
-			// Already waiting: one more approval joins the pending set.
 		default:
-			if err := c.transition(ctx, c.t, task.AwaitApproval, "request_approval"); err != nil {
+			// Already waiting (for approval, or for the person who took the task over): one more
+			// approval joins the pending set; a running task waits for it.
+			if err := c.hold(ctx, "request_approval"); err != nil {
 				return nil, c.reject(ctx, AsError(err))
 			}
 		}

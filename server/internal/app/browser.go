@@ -457,6 +457,9 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 	}
 	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*SessionRecord, struct{}]{
 		prepare: func(ctx context.Context, c *commandCtx) (*SessionRecord, error) {
+			if err := c.refuseHandedOff(ctx); err != nil {
+				return nil, err
+			}
 			rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, sessionID)
 			if err != nil {
 				return nil, err

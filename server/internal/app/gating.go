@@ -116,7 +116,7 @@ func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord,
 			}
 			return nil, err
 		}
-		if err := c.transition(ctx, c.t, task.AwaitApproval, "approval_rule"); err != nil {
+		if err := c.hold(ctx, "approval_rule"); err != nil {
 			return nil, err
 		}
 		a := c.newApproval(call, reason, effect, rule)

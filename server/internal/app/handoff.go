@@ -244,6 +244,11 @@ func (s *Service) HandBackTask(ctx context.Context, call Call, taskID string, r 
 			if err := c.emit(ctx, c.t, "handoff.returned", "hand_back_task", data); err != nil {
 				return nil, "", err
 			}
+			// An approval still pending holds a person's act on the page the reload just replaced:
+			// it is cancelled (approval.resolved, state cancelled), and what it held never runs.
+			if err := c.cancelPendingApprovals(ctx, c.t, task.ApprovalCancelled); err != nil {
+				return nil, "", err
+			}
 			if c.t.State == task.WaitingForExternalInput {
 				if err := c.transition(ctx, c.t, task.ExternalInputResolved, "hand_back_task"); err != nil {
 					return nil, "", err
@@ -309,6 +314,43 @@ func handoffRefusal(h *Handoff, actor string, now time.Time) *Error {
 			h.ID, h.LeaseExpiresAt.UTC().Format(time.RFC3339))}
 	}
 	return nil
+}
+
+// refuseHandedOff refuses a command on the task by anyone but the holder of its open handoff
+// within the lease: 409 task_handed_off, whatever the command (close_task, request_approval,
+// cancel_task, close_browser_session as much as a browser command). Nil when no handoff is open.
+func (c *commandCtx) refuseHandedOff(ctx context.Context) error {
+	_, err := c.handedOff(ctx)
+	return err
+}
+
+// rejectHandedOff is refuseHandedOff for a command outside runTwoPhase: the refusal is recorded
+// as the command's rejected receipt.
+func (c *commandCtx) rejectHandedOff(ctx context.Context) error {
+	err := c.refuseHandedOff(ctx)
+	var e *Error
+	if errors.As(err, &e) {
+		return c.reject(ctx, e)
+	}
+	return err
+}
+
+// hold records what an approval's hold of an act does to c's task (task.Hold): a running task
+// waits for approval; a task handed off to the acting person stays waiting for them, with the
+// approval pending beside the handoff.
+func (c *commandCtx) hold(ctx context.Context, cause string) error {
+	handedOff, err := c.handedOff(ctx)
+	if err != nil {
+		return err
+	}
+	_, transition, err := task.Hold(c.t.State, handedOff)
+	if err != nil {
+		return Errorf(CodeInvalidTransition, "task is %s; an approval cannot hold its act", c.t.State)
+	}
+	if !transition {
+		return nil
+	}
+	return c.transition(ctx, c.t, task.AwaitApproval, cause)
 }
 
 // requireRunning refuses a browser command on a task that does not run for its actor: a task

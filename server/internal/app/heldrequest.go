@@ -61,7 +61,7 @@ func (s *Service) holdRequest(ctx context.Context, c *commandCtx, call Call, rec
 	if hr.Rule >= 0 && hr.Rule < len(c.t.Policy.ApprovalRules) {
 		spec = &c.t.Policy.ApprovalRules[hr.Rule]
 	}
-	if err := c.transition(ctx, c.t, task.AwaitApproval, "approval_rule"); err != nil {
+	if err := c.hold(ctx, "approval_rule"); err != nil {
 		return nil, "", err
 	}
 	reason := fmt.Sprintf("approval rule %d holds the %s request to %s that this %s sent", hr.Rule, hr.Method, hr.URL, req.Action)

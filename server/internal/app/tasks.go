@@ -184,6 +184,9 @@ func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason stri
 	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[struct{}, struct{}]{
 		unregistered: true,
 		prepare: func(ctx context.Context, c *commandCtx) (struct{}, error) {
+			if err := c.refuseHandedOff(ctx); err != nil {
+				return struct{}{}, err
+			}
 			if _, err := task.Next(c.t.State, task.Cancel); err != nil {
 				return struct{}{}, Errorf(CodeInvalidTransition, "task is %s; cancel is not possible from that state", c.t.State)
 			}
@@ -226,7 +229,8 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 	var holds []bool
 	var evaluatedOn string
 	var evidence *closeEvidence
-	if t, err := s.store.GetTask(ctx, call.Actor.Tenant, taskID); err == nil && !t.State.Terminal() {
+	// A task waiting for a person (a handoff, a reconciliation) cannot close: its page is not read.
+	if t, err := s.store.GetTask(ctx, call.Actor.Tenant, taskID); err == nil && !t.State.Terminal() && t.State != task.WaitingForExternalInput {
 		if len(t.Postcondition) > 0 {
 			if clauses, err := postconditionClauses(t.Postcondition); err == nil {
 				holds, evaluatedOn = s.evaluatePostcondition(ctx, taskID, clauses)
@@ -240,6 +244,9 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
 		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
 		if err != nil {
+			return nil, err
+		}
+		if err := c.rejectHandedOff(ctx); err != nil {
 			return nil, err
 		}
 		res := PostconditionResult{Satisfied: true, Unmet: []json.RawMessage{}}

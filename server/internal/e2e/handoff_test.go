@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Human handoff (issue #18 item 5, ADR 0023) on the real browser: a person takes a running task
@@ -128,5 +129,115 @@ func TestHandoffRefusesTheTaskCreator(t *testing.T) {
 	}
 	if st := op.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st != "running" {
 		t.Fatalf("task %s after a refused take over", st)
+	}
+}
+
+// takeOver opens the task's handoff on sess for the operator op and returns the handoff's id.
+func takeOver(t *testing.T, op *stack, taskID, sess, key string, leaseSeconds int) string {
+	t.Helper()
+	to := op.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/take_over", key, map[string]any{"session_id": sess, "lease_seconds": leaseSeconds})
+	if to.str("task", "state") != "waiting_for_external_input" || to.str("handoff", "state") != "open" {
+		t.Fatalf("take over: %s", to.raw)
+	}
+	return to.str("handoff", "handoff_id")
+}
+
+// During a handoff the person's act an approval rule holds is held like the agent's (202, a
+// pending approval the person may not resolve themselves) without moving the task out of the
+// handoff; every command of the agent's on the task, browser or not, answers 409
+// task_handed_off; hand-back cancels the approval, whose click never reaches the shop.
+func TestHandoffHoldsThePersonsActAndRefusesTheAgent(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t)
+	op := s.operator()
+	taskID, sess := heldShopTask(t, s, sh, "hoh", map[string]any{})
+	handoff := takeOver(t, op, taskID, sess, "hoh-take", 600)
+
+	fillCheckout(t, op, sess, "hoh-fill")
+	held := op.must(t, 202, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "hoh-order", placeOrder)
+	apr := held.str("approval", "approval_id")
+	if held.str("receipt", "outcome") != "pending_approval" || held.str("approval", "requested_by") != "operator:local" || apr == "" {
+		t.Fatalf("the person's held act: %s", held.raw)
+	}
+	if st := op.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st != "waiting_for_external_input" {
+		t.Fatalf("task %s with the person's act held, want it still handed off", st)
+	}
+	// Separation of duties: the person who acted does not approve their own act.
+	if a := op.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "hoh-self-approve", map[string]any{"decision": "approve"}); a.status != 403 || a.str("code") != "approver_not_permitted" {
+		t.Fatalf("the person approving their own act: %d %s", a.status, a.raw)
+	}
+
+	// The agent's commands that are not browser commands answer the stable code too, recorded.
+	for _, c := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/bap/v1/tasks/" + taskID + "/close", map[string]any{}},
+		{"/bap/v1/tasks/" + taskID + "/approvals", map[string]any{"reason": "let me"}},
+		{"/bap/v1/tasks/" + taskID + "/cancel", map[string]any{}},
+		{"/bap/v1/browser-sessions/" + sess + "/close", map[string]any{}},
+		{"/bap/v1/browser-sessions/" + sess + "/checkpoint", map[string]any{}},
+		{"/bap/v1/browser-sessions/" + sess + "/evidence", map[string]any{"kinds": []string{"screenshot"}}},
+		{"/bap/v1/tasks/" + taskID + "/browser-sessions", map[string]any{}},
+	} {
+		a := s.call(t, "POST", c.path, "hoh-agent"+c.path, c.body)
+		if a.status != 409 || a.str("code") != "task_handed_off" || !strings.Contains(a.str("detail"), handoff) || a.str("receipt", "outcome") != "rejected" {
+			t.Fatalf("the agent's %s during the handoff: %d %s", c.path, a.status, a.raw)
+		}
+	}
+
+	hb := op.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/hand_back", "hoh-back", map[string]any{})
+	if hb.str("task", "state") != "running" {
+		t.Fatalf("hand back: %s", hb.raw)
+	}
+	var state string
+	if err := s.db.QueryRow(context.Background(), `SELECT state FROM approval_request WHERE approval_id = $1`, apr).Scan(&state); err != nil || state != "cancelled" {
+		t.Fatalf("approval row %q (%v)", state, err)
+	}
+	if n := sh.orders.Load(); n != 0 {
+		t.Fatalf("the held click reached the shop: %d orders", n)
+	}
+}
+
+// A lapsed lease stops the person's commands (409 task_handed_off, "lease"), the agent still
+// waits (its commands answer the same), and an operator's hand-back returns the task to running
+// on a new epoch: nothing hands back by itself.
+func TestHandoffLapsedLease(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	clk := &clock{}
+	s := newStack(t, clk.config())
+	op := s.operator()
+	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "hol-task", map[string]any{
+		"goal": "order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+	}).str("task", "task_id")
+	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "hol-session", map[string]any{}).str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/navigate", "hol-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+	handoff := takeOver(t, op, taskID, sess, "hol-take", 30)
+	op.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "hol-p-name", map[string]any{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Within"})
+
+	clk.advance(31 * time.Second)
+	fill := map[string]any{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Too late"}
+	if a := op.call(t, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "hol-p-late", fill); a.status != 409 || a.str("code") != "task_handed_off" || !strings.Contains(a.str("detail"), "lease") {
+		t.Fatalf("the person's act after the lease: %d %s", a.status, a.raw)
+	}
+	if a := s.call(t, "POST", "/bap/v1/browser-sessions/"+sess+"/act", "hol-agent", fill); a.status != 409 || a.str("code") != "task_handed_off" {
+		t.Fatalf("the agent's act after the lease: %d %s", a.status, a.raw)
+	}
+	var state string
+	if err := s.db.QueryRow(context.Background(), `SELECT state FROM task_handoff WHERE handoff_id = $1`, handoff).Scan(&state); err != nil || state != "open" {
+		t.Fatalf("the handoff after its lease: %q (%v), want still open", state, err)
+	}
+	if st := op.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st != "waiting_for_external_input" {
+		t.Fatalf("task %s after the lease lapsed", st)
+	}
+
+	hb := op.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/hand_back", "hol-back", map[string]any{})
+	if hb.str("task", "state") != "running" || hb.str("handoff", "state") != "returned" || hb.str("epoch_id") == "" {
+		t.Fatalf("hand back after the lease: %s", hb.raw)
+	}
+	if obs := s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/observe", "hol-obs", map[string]any{}); obs.str("epoch_id") != hb.str("epoch_id") {
+		t.Fatalf("the agent's observe is not on the new epoch: %.200s", obs.raw)
 	}
 }
