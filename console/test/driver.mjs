@@ -49,6 +49,9 @@ async function run(cmd) {
     case "fill":
       await locate(cmd.loc).first().fill(cmd.value, { timeout });
       return {};
+    case "select":
+      await locate(cmd.loc).first().selectOption({ label: cmd.label }, { timeout });
+      return {};
     case "text":
       return { text: (await locate(cmd.loc).first().textContent({ timeout })) ?? "" };
     case "count":

@@ -3,6 +3,7 @@
 
 import { call, type BapEvent, type Task } from "../api";
 import { announce, append, facts, h, when } from "../dom";
+import { handoffView } from "./handoff";
 import { liveView } from "./live";
 import type { View } from "./view";
 
@@ -37,7 +38,8 @@ export function taskPage(main: HTMLElement, taskID: string): View {
   const head = h("div", {});
   const rows = h("tbody", {});
   const live = liveView();
-  main.replaceChildren(h("h1", {}, "Task ", h("code", {}, taskID)), head, live.node,
+  const handoff = handoffView(taskID);
+  main.replaceChildren(h("h1", {}, "Task ", h("code", {}, taskID)), head, live.node, handoff.node,
     h("h2", {}, "Timeline"),
     h("table", { class: "timeline", "aria-label": "Timeline" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Seq"), h("th", { scope: "col" }, "Time"), h("th", { scope: "col" }, "Event"),
@@ -56,11 +58,13 @@ export function taskPage(main: HTMLElement, taskID: string): View {
       ["Postcondition", task.postcondition ? h("code", {}, JSON.stringify(task.postcondition)) : "none declared"],
       ["Created", when(task.created_at)], ["Updated", when(task.updated_at)],
     ])));
+    handoff.onState(task.state);
   }
   function add(e: BapEvent): void {
     if (e.seq <= last) return;
     last = e.seq;
     live.onEvent(e);
+    handoff.onEvent(e);
     append(rows, h("tr", { "data-seq": String(e.seq) }, h("td", {}, String(e.seq)), h("td", {}, when(e.time)), h("td", {}, h("code", {}, e.type)),
       h("td", {}, e.actor ? `${e.actor.kind} ${e.actor.id}` : ""), h("td", {}, cause(e)), h("td", {}, summary(e))));
   }

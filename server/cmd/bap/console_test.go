@@ -329,6 +329,7 @@ func TestConsoleLocalProfile(t *testing.T) {
 	evs = mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any)
 	b.do(map[string]any{"op": "wait", "loc": css(fmt.Sprintf(`tr[data-seq="%v"]`, evs[len(evs)-1].(map[string]any)["seq"])), "timeout": 5000})
 	b.page("task")
+	handoffInTheConsole(t, b, r, dir, site, taskID, sp)
 
 	// The DOM and AX snapshots: linked from the timeline, shown with the SHA-256 of their bytes.
 	captured := mustAPI(t, 200, r.listen, "POST", sp+"/evidence", "con-evidence", `{"kinds":["dom_snapshot","ax_snapshot"]}`)
@@ -529,5 +530,78 @@ func TestConsoleReconciliationQueue(t *testing.T) {
 	}
 	if st := field(mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID, "", ""), "task", "state"); st != "running" {
 		t.Fatalf("the task after its reconciliation: %s", st)
+	}
+}
+
+// handoffInTheConsole drives a human handoff from the task page (issue #18 items 5 and 7): **Take
+// over**, type into the agent's page through the governed act path, a click the task's approval
+// rule holds (the person's act is governed like the agent's), **Hand back**; then the agent's next
+// command sees the new epoch — its handle from before answers 409 stale_node_handle. It asserts
+// on what the database and the site recorded. The page is the task page, open on the agent's
+// session at the site's /form.
+func handoffInTheConsole(t *testing.T, b *browserDriver, r *running, dir string, site *multiSite, taskID, sp string) {
+	t.Helper()
+	q := mustAPI(t, 200, r.listen, "POST", sp+"/query-nodes", "", `{"query":{"role":"textbox","name":"Name"}}`)
+	nodes, _ := q["nodes"].([]any)
+	if len(nodes) == 0 {
+		t.Fatalf("the agent's query for the Name field: %v", q)
+	}
+	oldHandle, _ := nodes[0].(map[string]any)["node_id"].(string)
+	orders := site.orders.Load()
+
+	b.do(map[string]any{"op": "click", "loc": role("button", "Take over")})
+	b.do(map[string]any{"op": "wait", "loc": css(`#handoff[data-handoff="open"] #handoff-field[data-ready="true"]`)})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#task-state", "hasText": "waiting_for_external_input"}})
+	// The agent waits: its commands answer the stable code.
+	if st, m, raw := api(r.listen, "POST", sp+"/act", "con-ho-agent", `{"action":"fill","node_id":"`+oldHandle+`","value":"agent"}`); st != 409 || m["code"] != "task_handed_off" {
+		t.Fatalf("the agent's act during the handoff: %d %s", st, raw)
+	}
+	b.do(map[string]any{"op": "select", "loc": role("combobox", "Field"), "label": `textbox “Name”`})
+	b.do(map[string]any{"op": "fill", "loc": role("textbox", "Text"), "value": "Typed by a person"})
+	b.do(map[string]any{"op": "click", "loc": role("button", "Type")})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#handoff-result.ok", "hasText": "Typed: applied"}})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#handoff-field option", "hasText": "= Typed by a person"}, "state": "attached"})
+	b.page("task-handoff")
+	// Send is a form submission the task's rule holds: the person's click is held too.
+	b.do(map[string]any{"op": "select", "loc": role("combobox", "Field"), "label": `button “Send”`})
+	b.do(map[string]any{"op": "click", "loc": role("button", "Click")})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#handoff-result.ok", "hasText": "Clicked: pending_approval"}})
+
+	b.do(map[string]any{"op": "click", "loc": role("button", "Hand back")})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#handoff-result.ok", "hasText": "Handed back"}})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#task-state", "hasText": "running"}})
+
+	// The agent's next command sees the new epoch: its old handle is stale.
+	if st, m, raw := api(r.listen, "POST", sp+"/act", "con-ho-stale", `{"action":"fill","node_id":"`+oldHandle+`","value":"agent"}`); st != 409 || m["code"] != "stale_node_handle" {
+		t.Fatalf("the agent's old handle after Hand back: %d %s", st, raw)
+	}
+
+	// What the database recorded: the person's two acts as theirs, the handoff returned with its
+	// checkpoint, the held click's approval (the person's) cancelled by the hand-back; the site
+	// never received the held submission.
+	dsn, err := pgcluster.ConnStringFor(dir, "bap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var acts int
+	var hstate, holder, checkpoint, astate string
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM task_command WHERE task_id = $1 AND operation = 'act' AND actor = 'operator:local'`, taskID).Scan(&acts); err != nil || acts != 2 {
+		t.Fatalf("the person's acts in task_command: %d (%v), want 2", acts, err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT state, holder, coalesce(checkpoint_id, '') FROM task_handoff WHERE task_id = $1`, taskID).Scan(&hstate, &holder, &checkpoint); err != nil ||
+		hstate != "returned" || holder != "operator:local" || checkpoint == "" {
+		t.Fatalf("the handoff row: %q %q %q (%v)", hstate, holder, checkpoint, err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT state FROM approval_request WHERE task_id = $1 AND requested_by = 'operator:local'`, taskID).Scan(&astate); err != nil || astate != "cancelled" {
+		t.Fatalf("the person's held click: approval %q (%v), want cancelled", astate, err)
+	}
+	if n := site.orders.Load(); n != orders {
+		t.Fatalf("the held submission reached the site: %d orders, %d before", n, orders)
 	}
 }
