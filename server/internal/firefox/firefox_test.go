@@ -66,6 +66,17 @@ func session(t *testing.T, ctx context.Context) (*bidi.Conn, *bidi.SessionNewRes
 	return c, res
 }
 
+// servePage serves html at every path until the test ends.
+func servePage(t *testing.T, html string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(html))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 const page = `<!doctype html><title>bidi</title><h1 id="x">hello</h1><script>window.pageVar = 1</script>`
 
 // TestSessionFlow drives the commands the adapter is built on against the real browser: a
@@ -74,11 +85,7 @@ const page = `<!doctype html><title>bidi</title><h1 id="x">hello</h1><script>win
 func TestSessionFlow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = w.Write([]byte(page))
-	}))
-	defer srv.Close()
+	srv := servePage(t, page)
 
 	c, sess := session(t, ctx)
 	if sess.SessionID == "" || sess.Capabilities.BrowserName != "firefox" || sess.Capabilities.BrowserVersion == "" {

@@ -1,0 +1,211 @@
+package firefox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/originweave/bap/server/internal/bidi"
+)
+
+// agentSandbox names the sandboxed realm the page agent runs in: it shares the page's DOM but
+// none of its JavaScript globals, so page scripts can neither see nor change the agent.
+const agentSandbox = "__bap_agent"
+
+// agentMissing is what an agent call yields in a sandbox the agent is not installed in yet.
+const agentMissing = "\u0000bap:agent-missing"
+
+// maxExceptionText bounds the text of a script exception kept in an error (it can quote the page).
+const maxExceptionText = 200
+
+// ErrClosed is returned by a session's methods after Close.
+var ErrClosed = errors.New("firefox: session closed")
+
+// Engine is one BiDi session with a Firefox: each BAP browser session is a user context in it
+// (its own cookies, storage and cache), so sessions are isolated as Chromium's browser contexts
+// isolate them. Raw BiDi ids stay inside the engine and its sessions.
+type Engine struct {
+	c       *bidi.Conn
+	agent   string
+	version string
+}
+
+// Open connects to b and starts the BiDi session. agentJS is the page agent (the script the CDP
+// adapter installs in its isolated worlds); it must define globalThis.__bap.
+func Open(ctx context.Context, b *Browser, agentJS string) (*Engine, error) {
+	c, err := b.Dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.SessionNew(ctx, bidi.SessionNewParameters{})
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("firefox: session.new: %w", err)
+	}
+	return &Engine{c: c, agent: agentJS, version: res.Capabilities.BrowserName + " " + res.Capabilities.BrowserVersion}, nil
+}
+
+// Version is the engine's name and version as the browser reports it ("firefox 153.8.0esr").
+func (e *Engine) Version() string { return e.version }
+
+// Close ends the BiDi session and closes the connection; the browser keeps running.
+func (e *Engine) Close(ctx context.Context) error {
+	err := e.c.SessionEnd(ctx)
+	if cerr := e.c.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && !errors.Is(err, bidi.ErrClosed) {
+		return fmt.Errorf("firefox: ending the session: %w", err)
+	}
+	return nil
+}
+
+// Session is one BAP browser session: a user context with its top-level tab.
+type Session struct {
+	e   *Engine
+	uc  bidi.BrowserUserContext
+	top bidi.BrowsingContextBrowsingContext
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// NewSession creates a user context and a tab in it.
+func (e *Engine) NewSession(ctx context.Context) (*Session, error) {
+	uc, err := e.c.BrowserCreateUserContext(ctx, bidi.BrowserCreateUserContextParameters{})
+	if err != nil {
+		return nil, fmt.Errorf("firefox: creating a user context: %w", err)
+	}
+	tab, err := e.c.BrowsingContextCreate(ctx, bidi.BrowsingContextCreateParameters{Type: bidi.BrowsingContextCreateTypeTab, UserContext: uc.UserContext})
+	if err != nil {
+		_ = e.c.BrowserRemoveUserContext(context.WithoutCancel(ctx), bidi.BrowserRemoveUserContextParameters{UserContext: uc.UserContext})
+		return nil, fmt.Errorf("firefox: creating the session's tab: %w", err)
+	}
+	return &Session{e: e, uc: uc.UserContext, top: tab.Context}, nil
+}
+
+func (s *Session) check() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Navigate loads url in the session's tab and waits for the load; it returns the URL reached.
+func (s *Session) Navigate(ctx context.Context, url string) (string, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	res, err := s.e.c.BrowsingContextNavigate(ctx, bidi.BrowsingContextNavigateParameters{Context: s.top, URL: url, Wait: bidi.BrowsingContextReadinessStateComplete})
+	if err != nil {
+		return "", fmt.Errorf("firefox: navigate: %w", err)
+	}
+	return res.URL, nil
+}
+
+// Agent runs globalThis.__bap.fn(args…) in the agent's sandbox of the session's tab and decodes
+// its JSON value into out (nil: ignored), installing the agent first in a document that lacks it.
+// Arguments are passed as JSON literals, never as code.
+func (s *Session) Agent(ctx context.Context, out any, fn string, args ...any) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	call, err := agentCall(fn, args...)
+	if err != nil {
+		return err
+	}
+	expr := "globalThis.__bap === undefined ? " + jsonString(agentMissing) + " : JSON.stringify(" + call + ")"
+	for attempt := 0; ; attempt++ {
+		v, err := s.evaluate(ctx, expr)
+		if err != nil {
+			return err
+		}
+		if v != agentMissing {
+			if out == nil || v == "" {
+				return nil
+			}
+			return json.Unmarshal([]byte(v), out)
+		}
+		if attempt > 0 {
+			return errors.New("firefox: the page agent could not be installed")
+		}
+		if _, err := s.evaluate(ctx, s.e.agent+"\n;\"\""); err != nil {
+			return fmt.Errorf("installing the page agent: %w", err)
+		}
+	}
+}
+
+// evaluate runs expr in the sandbox and returns its value, which must be a string (or
+// undefined, returned as "").
+func (s *Session) evaluate(ctx context.Context, expr string) (string, error) {
+	res, err := s.e.c.ScriptEvaluate(ctx, bidi.ScriptEvaluateParameters{
+		Expression:      expr,
+		Target:          bidi.ScriptTarget{Context: s.top, Sandbox: agentSandbox},
+		AwaitPromise:    false,
+		ResultOwnership: bidi.ScriptResultOwnershipNone,
+	})
+	if err != nil {
+		return "", fmt.Errorf("firefox: page agent: %w", err)
+	}
+	if res.Type == "exception" {
+		text := ""
+		if res.ExceptionDetails != nil {
+			text = res.ExceptionDetails.Text
+		}
+		if len(text) > maxExceptionText {
+			text = strings.ToValidUTF8(text[:maxExceptionText], "")
+		}
+		return "", fmt.Errorf("firefox: page agent: %s", text)
+	}
+	if res.Result == nil || res.Result.Type == "undefined" {
+		return "", nil
+	}
+	var v string
+	if res.Result.Type != "string" || json.Unmarshal(res.Result.Value, &v) != nil {
+		return "", fmt.Errorf("firefox: page agent: a %s where a string was expected", res.Result.Type)
+	}
+	return v, nil
+}
+
+// Close removes the session's user context, which closes its tabs and drops its cookies and
+// storage. It is safe to call more than once.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	if err := s.e.c.BrowserRemoveUserContext(ctx, bidi.BrowserRemoveUserContextParameters{UserContext: s.uc}); err != nil {
+		return fmt.Errorf("firefox: removing the user context: %w", err)
+	}
+	return nil
+}
+
+// agentCall formats globalThis.__bap.fn(args…) with JSON arguments; fn must be an identifier.
+func agentCall(fn string, args ...any) (string, error) {
+	if fn == "" || strings.IndexFunc(fn, func(r rune) bool {
+		return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '_'
+	}) >= 0 {
+		return "", fmt.Errorf("firefox: %q is not an agent function name", fn)
+	}
+	if args == nil {
+		args = []any{}
+	}
+	list, err := json.Marshal(args) // "[a,b]": the arguments, as JSON literals
+	if err != nil {
+		return "", fmt.Errorf("firefox: agent argument: %w", err)
+	}
+	return "globalThis.__bap." + fn + "(" + string(list[1:len(list)-1]) + ")", nil
+}
+
+func jsonString(s string) string {
+	j, _ := json.Marshal(s)
+	return string(j)
+}
