@@ -262,8 +262,12 @@ func (c *Client) RequestApproval(ctx context.Context, taskID string, body Reques
 
 // CreateBrowserSession calls create_browser_session (POST /bap/v1/tasks/{task_id}/browser-sessions): Open a browser session.
 //
-// Opens an isolated browser session for the task (own cookies and storage), optionally restored
-// from a checkpoint of the same task.
+// Opens an isolated browser session for the task (own cookies and storage) on a browser engine
+// (`engine`, default the node's first of `--engines`), optionally restored from a checkpoint of the
+// same task (into the checkpoint's engine). Refusals besides the usual: `503 browser_unavailable`
+// naming an engine the node does not run, `409 checkpoint_incompatible` restoring into another
+// engine than the checkpoint's, `501 engine_capability_unsupported` when the task's policy needs
+// what the engine cannot do (a `form_submission` rule needs `request_holds`).
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:browser.act. The server may also answer 200 with

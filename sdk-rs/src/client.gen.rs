@@ -322,8 +322,13 @@ impl Client {
 
     /// Open a browser session.
     ///
-    /// Opens an isolated browser session for the task (own cookies and storage), optionally
-    /// restored from a checkpoint of the same task.
+    /// Opens an isolated browser session for the task (own cookies and storage) on a browser engine
+    /// (`engine`, default the node's first of `--engines`), optionally restored from a checkpoint
+    /// of the same task (into the checkpoint's engine). Refusals besides the usual: `503
+    /// browser_unavailable` naming an engine the node does not run, `409 checkpoint_incompatible`
+    /// restoring into another engine than the checkpoint's, `501 engine_capability_unsupported`
+    /// when the task's policy needs what the engine cannot do (a `form_submission` rule needs
+    /// `request_holds`).
     ///
     /// `POST /bap/v1/tasks/{task_id}/browser-sessions` (mutating: it sends an `Idempotency-Key`,
     /// the one of `CallOptions` or a new UUID v7, that the client's own retries reuse); scope

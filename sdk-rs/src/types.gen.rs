@@ -1119,6 +1119,70 @@ impl<'de> Deserialize<'de> for ArtifactKind {
     }
 }
 
+/// A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools
+/// Protocol) or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its
+/// `--engines` (GET /bap/v1 lists them); asking for one it does not run answers `503
+/// browser_unavailable` naming it.
+///
+/// Serialized as its string; a value this SDK does not know is kept in `BrowserEngine::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum BrowserEngine {
+    /// `chromium`
+    Chromium,
+    /// `firefox`
+    Firefox,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl BrowserEngine {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [BrowserEngine] = &[BrowserEngine::Chromium, BrowserEngine::Firefox];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            BrowserEngine::Chromium => "chromium",
+            BrowserEngine::Firefox => "firefox",
+            BrowserEngine::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for BrowserEngine {
+    fn from(s: &str) -> Self {
+        match s {
+            "chromium" => BrowserEngine::Chromium,
+            "firefox" => BrowserEngine::Firefox,
+            other => BrowserEngine::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for BrowserEngine {
+    fn from(s: String) -> Self {
+        BrowserEngine::from(s.as_str())
+    }
+}
+
+impl fmt::Display for BrowserEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for BrowserEngine {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for BrowserEngine {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(BrowserEngine::from)
+    }
+}
+
 /// An isolated browser context (own cookies and storage) owned by a task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrowserSession {
@@ -1132,6 +1196,12 @@ pub struct BrowserSession {
     pub contexts: Option<Vec<BrowsingContext>>,
     /// Creation time (RFC 3339, UTC).
     pub created_at: String,
+    /// The engine the session runs on.
+    pub engine: BrowserEngine,
+    /// The version of the engine's browser when the session opened (for example `131.0.6778.85`);
+    /// absent for a session recorded before engines were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_version: Option<String>,
     /// Checkpoint it was restored from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_checkpoint: Option<String>,
@@ -1145,12 +1215,14 @@ pub struct BrowserSession {
 
 impl BrowserSession {
     /// A value with the required fields; the optional ones are `None`.
-    pub fn new(context_id: String, created_at: String, session_id: String, state: BrowserSessionState, task_id: String) -> Self {
+    pub fn new(context_id: String, created_at: String, engine: BrowserEngine, session_id: String, state: BrowserSessionState, task_id: String) -> Self {
         BrowserSession {
             closed_at: None,
             context_id,
             contexts: None,
             created_at,
+            engine,
+            engine_version: None,
             from_checkpoint: None,
             session_id,
             state,
@@ -1231,10 +1303,15 @@ pub struct BrowserSessionLostEvent {
 }
 
 /// `data` of a `browser_session.opened` event: a browser session was opened.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrowserSessionOpenedData {
     /// Browsing context identifier (a tab or frame tree root).
     pub context_id: String,
+    /// The engine the session runs on.
+    pub engine: BrowserEngine,
+    /// The version of the engine's browser (for example `131.0.6778.85`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_version: Option<String>,
     /// Checkpoint identifier.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_checkpoint: Option<String>,
@@ -1242,8 +1319,21 @@ pub struct BrowserSessionOpenedData {
     pub session_id: String,
 }
 
+impl BrowserSessionOpenedData {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(context_id: String, engine: BrowserEngine, session_id: String) -> Self {
+        BrowserSessionOpenedData {
+            context_id,
+            engine,
+            engine_version: None,
+            from_checkpoint: None,
+            session_id,
+        }
+    }
+}
+
 /// An Event of type `browser_session.opened`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrowserSessionOpenedEvent {
     /// Who caused the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1267,6 +1357,23 @@ pub struct BrowserSessionOpenedEvent {
     pub time: String,
     /// Always `browser_session.opened`.
     pub r#type: String,
+}
+
+impl BrowserSessionOpenedEvent {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(data: BrowserSessionOpenedData, event_id: String, seq: i64, task_id: String, time: String, r#type: String) -> Self {
+        BrowserSessionOpenedEvent {
+            actor: None,
+            cause: None,
+            cursor: None,
+            data,
+            event_id,
+            seq,
+            task_id,
+            time,
+            r#type,
+        }
+    }
 }
 
 /// State of a browser session. `lost` means its browser went away (crash, node death).
@@ -1545,6 +1652,10 @@ pub struct Checkpoint {
     pub checkpoint_id: String,
     /// Creation time (RFC 3339, UTC).
     pub created_at: String,
+    /// The engine of the session it was taken of: it restores only into a session of the same
+    /// engine (else `409 checkpoint_incompatible`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<BrowserEngine>,
     /// Document epoch: changes whenever the browsing context's document changes; node handles of
     /// older epochs are stale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1901,6 +2012,12 @@ impl CommandRecordedEvent {
 /// Body of create_browser_session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CreateBrowserSessionRequest {
+    /// The engine to open the session on; default: the checkpoint's engine when `from_checkpoint`
+    /// is given, else the node's default engine (the first of its `--engines`). An engine the node
+    /// does not run answers `503 browser_unavailable` naming it; restoring a checkpoint into
+    /// another engine than the one it was taken on answers `409 checkpoint_incompatible`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<BrowserEngine>,
     /// Open a restored session from this checkpoint of a running task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_checkpoint: Option<String>,
@@ -2244,6 +2361,122 @@ pub struct DownloadCompletedEvent {
     pub time: String,
     /// Always `download.completed`.
     pub r#type: String,
+}
+
+/// A browser engine this node is configured to run (`--engines`), with the adapter that drives it,
+/// the browser's version and what it can do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Engine {
+    /// The protocol adapter that drives it (an `adapter_id` of `adapters`): `cdp` for Chromium.
+    pub adapter_id: String,
+    /// Whether its browser runs on this node now; when not, sessions on it answer `503
+    /// browser_unavailable`.
+    pub available: bool,
+    /// What the engine's adapter can do; an operation needing another answers `501
+    /// engine_capability_unsupported`.
+    pub capabilities: Vec<EngineCapability>,
+    /// Whether create_browser_session without `engine` opens sessions on it (the first of
+    /// `--engines`).
+    pub default: bool,
+    /// The engine's name, as create_browser_session `engine` takes it.
+    pub engine: BrowserEngine,
+    /// The browser's version as it reported it when it (last) started (for example
+    /// `131.0.6778.85`); absent while its browser does not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+impl Engine {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(adapter_id: String, available: bool, capabilities: Vec<EngineCapability>, default: bool, engine: BrowserEngine) -> Self {
+        Engine {
+            adapter_id,
+            available,
+            capabilities,
+            default,
+            engine,
+            version: None,
+        }
+    }
+}
+
+/// Something an engine adapter may or may not do (docs/engines.md): `mhtml_evidence`
+/// (capture_evidence `dom_snapshot`, an MHTML archive), `live_view` (the console's live view of a
+/// session), `file_upload` (act `upload_file`), `request_holds` (holding a non-safe request inside
+/// the browser until an approval is resolved: a task whose policy has a `form_submission` rule
+/// needs it to open a session), `downloads` (a download an act causes is kept as an artifact). An
+/// operation that needs a capability the session's engine lacks answers `501
+/// engine_capability_unsupported`.
+///
+/// Serialized as its string; a value this SDK does not know is kept in `EngineCapability::Unknown`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EngineCapability {
+    /// `mhtml_evidence`
+    MhtmlEvidence,
+    /// `live_view`
+    LiveView,
+    /// `file_upload`
+    FileUpload,
+    /// `request_holds`
+    RequestHolds,
+    /// `downloads`
+    Downloads,
+    /// A value this SDK does not know (sent unchanged; the server validates).
+    Unknown(String),
+}
+
+impl EngineCapability {
+    /// Every known value, in the order of the schema.
+    pub const ALL: &'static [EngineCapability] = &[EngineCapability::MhtmlEvidence, EngineCapability::LiveView, EngineCapability::FileUpload, EngineCapability::RequestHolds, EngineCapability::Downloads];
+
+    /// The wire value.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EngineCapability::MhtmlEvidence => "mhtml_evidence",
+            EngineCapability::LiveView => "live_view",
+            EngineCapability::FileUpload => "file_upload",
+            EngineCapability::RequestHolds => "request_holds",
+            EngineCapability::Downloads => "downloads",
+            EngineCapability::Unknown(s) => s,
+        }
+    }
+}
+
+impl From<&str> for EngineCapability {
+    fn from(s: &str) -> Self {
+        match s {
+            "mhtml_evidence" => EngineCapability::MhtmlEvidence,
+            "live_view" => EngineCapability::LiveView,
+            "file_upload" => EngineCapability::FileUpload,
+            "request_holds" => EngineCapability::RequestHolds,
+            "downloads" => EngineCapability::Downloads,
+            other => EngineCapability::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for EngineCapability {
+    fn from(s: String) -> Self {
+        EngineCapability::from(s.as_str())
+    }
+}
+
+impl fmt::Display for EngineCapability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for EngineCapability {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for EngineCapability {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(EngineCapability::from)
+    }
 }
 
 /// One entry of a task's append-only history.
@@ -4216,9 +4449,11 @@ pub struct PostconditionResult {
 /// 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous
 /// task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable,
 /// orchestrator_unavailable (an autonomous task with no model orchestrator configured or
-/// reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could
-/// not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title
-/// every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+/// reachable); 500: internal_error; 501: not_implemented, engine_capability_unsupported (the
+/// session's browser engine cannot do what the operation needs: GET /bap/v1 lists each engine's
+/// capabilities); 502: navigation_failed (the browser could not load the page: DNS, connection,
+/// TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a
+/// worker's stored reply) carries with it.
 ///
 /// Serialized as its string; a value this SDK does not know is kept in `ProblemCode::Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -4285,13 +4520,15 @@ pub enum ProblemCode {
     ObservationStale,
     /// `task_handed_off`
     TaskHandedOff,
+    /// `engine_capability_unsupported`
+    EngineCapabilityUnsupported,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale, ProblemCode::TaskHandedOff];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale, ProblemCode::TaskHandedOff, ProblemCode::EngineCapabilityUnsupported];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -4327,6 +4564,7 @@ impl ProblemCode {
             ProblemCode::SecretNotFound => "secret_not_found",
             ProblemCode::ObservationStale => "observation_stale",
             ProblemCode::TaskHandedOff => "task_handed_off",
+            ProblemCode::EngineCapabilityUnsupported => "engine_capability_unsupported",
             ProblemCode::Unknown(s) => s,
         }
     }
@@ -4366,6 +4604,7 @@ impl From<&str> for ProblemCode {
             "secret_not_found" => ProblemCode::SecretNotFound,
             "observation_stale" => ProblemCode::ObservationStale,
             "task_handed_off" => ProblemCode::TaskHandedOff,
+            "engine_capability_unsupported" => ProblemCode::EngineCapabilityUnsupported,
             other => ProblemCode::Unknown(other.to_string()),
         }
     }
@@ -5263,6 +5502,9 @@ pub struct ServiceInfo {
     /// The protocol adapters this node serves, with their versions, by `adapter_id` (from
     /// `protocol_adapter`, written by the node at start).
     pub adapters: Vec<ProtocolAdapter>,
+    /// The browser engines this node is configured to run (`--engines`), its default first, each
+    /// with its adapter, version and capabilities (docs/engines.md).
+    pub engines: Vec<Engine>,
     /// Always `bap`.
     pub protocol: String,
     /// BAP protocol version this server speaks.

@@ -10,10 +10,17 @@ import (
 	"github.com/originweave/bap/server/internal/daemon"
 )
 
-// browserFlags are bap serve's flags of the browser process: the account it runs as when bap is
-// root, and the explicit opt-out of its sandbox. Both default from the environment, which is also
-// what `bap version` reports.
+// browserFlags are bap serve's flags of the browser: the engines it runs, the account the browser
+// runs as when bap is root, and the explicit opt-out of its sandbox. Each defaults from the
+// environment, which is also what `bap version` reports of the last two.
 func browserFlags(fs *flag.FlagSet, cfg *daemon.Config) {
+	engines := os.Getenv("BAP_ENGINES")
+	if engines == "" {
+		engines = daemon.DefaultEngines
+	}
+	cfg.Engines = daemon.ParseEngines(engines)
+	fs.Func("engines", "comma-separated browser engines this node runs, the first the default of create_browser_session; each needs an adapter of this build, else bap serve refuses to start (default $BAP_ENGINES, else "+daemon.DefaultEngines+")",
+		func(v string) error { cfg.Engines = daemon.ParseEngines(v); return nil })
 	fs.StringVar(&cfg.BrowserUser, "browser-user", os.Getenv("BAP_BROWSER_USER"),
 		"the unprivileged account Chromium runs as when bap runs as root (default "+browser.DefaultRunAsUser+", which scripts/install-deps.sh creates)")
 	fs.BoolVar(&cfg.BrowserNoSandbox, "browser-no-sandbox", envNoSandbox(),

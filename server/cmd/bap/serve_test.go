@@ -256,6 +256,29 @@ func TestServeRefusesNonLoopbackInLocalProfile(t *testing.T) {
 	}
 }
 
+// An engine this build has no adapter for is refused before anything starts, from the flag and
+// from its environment twin (issue #19 item 3: firefox until the BiDi adapter lands).
+func TestServeRefusesAnEngineWithoutAnAdapter(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  string
+	}{
+		{name: "flag", args: []string{"--engines", "chromium,firefox"}},
+		{name: "env", env: "firefox"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("BAP_ENGINES", tc.env)
+			var stderr strings.Builder
+			code := run(append([]string{"serve", "--data-dir", t.TempDir()}, tc.args...), io.Discard, &stderr)
+			if code != 1 || !strings.Contains(stderr.String(), "no adapter for the browser engine firefox") {
+				t.Fatalf("exit %d, stderr %s", code, stderr.String())
+			}
+		})
+	}
+}
+
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder

@@ -30,7 +30,15 @@ func (s *server) CreateBrowserSession(w http.ResponseWriter, r *http.Request, ta
 	if !s.decodeBody(w, req, &body) {
 		return
 	}
-	resp, err := s.svc.CreateBrowserSession(r.Context(), req.call, taskID, deref(body.FromCheckpoint), sessionResponder(201, true))
+	sr := app.SessionRequest{FromCheckpoint: deref(body.FromCheckpoint)}
+	if body.Engine != nil {
+		if !body.Engine.Valid() { // the schema's enum, checked again where it is read
+			writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "engine must be one of the spec's browser engines (chromium, firefox)"})
+			return
+		}
+		sr.Engine = string(*body.Engine)
+	}
+	resp, err := s.svc.CreateBrowserSession(r.Context(), req.call, taskID, sr, sessionResponder(201, true))
 	s.reply(w, r, resp, err)
 }
 

@@ -12,11 +12,15 @@ import (
 // create_browser_session {from_checkpoint} (browser.go, handlers.go) restore it.
 
 func toCheckpoint(c *app.Checkpoint) apigen.Checkpoint {
-	return apigen.Checkpoint{
+	out := apigen.Checkpoint{
 		CheckpointId: c.ID, TaskId: c.TaskID, SessionId: c.SessionID, CreatedAt: c.CreatedAt,
 		Url: nonEmpty(c.URL), EpochId: nonEmpty(c.EpochID), ServerVersion: nonEmpty(c.SoftwareVersion),
 		ProtocolVersion: nonEmpty(c.ProtocolVersion), PolicySha256: nonEmpty(c.PolicyDigest),
 	}
+	if c.Engine != "" {
+		out.Engine = ptr(apigen.BrowserEngine(c.Engine))
+	}
+	return out
 }
 
 var checkpointResponder = responder{status: 200, render: func(result any) (any, error) {

@@ -495,6 +495,7 @@ func toSession(rec *app.SessionRecord) apigen.BrowserSession {
 	return apigen.BrowserSession{
 		SessionId: rec.ID, TaskId: rec.TaskID, ContextId: rec.ContextID, State: apigen.BrowserSessionState(rec.State),
 		CreatedAt: rec.CreatedAt, ClosedAt: rec.EndedAt, FromCheckpoint: nonEmpty(rec.FromCheckpoint),
+		Engine: apigen.BrowserEngine(rec.Engine), EngineVersion: nonEmpty(rec.EngineVersion),
 	}
 }
 

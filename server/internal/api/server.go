@@ -509,7 +509,7 @@ func (s *server) GetServiceInfo(w http.ResponseWriter, r *http.Request) {
 		}
 		adapters = append(adapters, pa)
 	}
-	writeJSON(w, http.StatusOK, apigen.ServiceInfo{Protocol: "bap", Version: version.BAP, Adapters: adapters})
+	writeJSON(w, http.StatusOK, apigen.ServiceInfo{Protocol: "bap", Version: version.BAP, Adapters: adapters, Engines: toEngines(s.svc.Engines())})
 }
 
 // GetHealthz implements apigen.ServerInterface.
@@ -534,4 +534,18 @@ func (s *server) GetReadyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, ready)
+}
+
+// toEngines is the engine registry's view of this node's engines, its default first (ADR 0025).
+func toEngines(engines []app.Engine) []apigen.Engine {
+	out := make([]apigen.Engine, 0, len(engines))
+	for i, e := range engines {
+		caps := make([]apigen.EngineCapability, 0, len(e.Capabilities))
+		for _, c := range e.Capabilities {
+			caps = append(caps, apigen.EngineCapability(c))
+		}
+		out = append(out, apigen.Engine{Engine: apigen.BrowserEngine(e.Name), AdapterId: e.AdapterID, Version: nonEmpty(e.Version),
+			Default: i == 0, Available: e.Available, Capabilities: caps})
+	}
+	return out
 }

@@ -13,12 +13,16 @@ import (
 	"github.com/originweave/bap/server/internal/task"
 )
 
-// Browser is the browser adapter as the use-cases need it: isolated sessions addressed by the
-// bs_ ids the runtime chooses. Implementations are safe for concurrent use.
+// Browser is the browser port as the use-cases need it: isolated sessions on the node's browser
+// engines, addressed by the bs_ ids the runtime chooses. Nothing of an engine's protocol crosses
+// it (requests, results and errors are package page's); which engine runs is only a name and its
+// capabilities (engines.go). Implementations are safe for concurrent use.
 type Browser interface {
-	// OpenSession opens an isolated session (own cookies and storage) governed by pol; onEvent
-	// receives what happens in it (navigations, blocked requests, popups, dialogs, loss).
-	OpenSession(ctx context.Context, sessionID string, pol *policy.Policy, onEvent func(page.Event)) (BrowserSession, error)
+	// Engines lists the engines this node is configured to run, its default first.
+	Engines() []Engine
+	// OpenSession opens an isolated session (own cookies and storage) on engine, governed by pol;
+	// onEvent receives what happens in it (navigations, blocked requests, popups, dialogs, loss).
+	OpenSession(ctx context.Context, engine, sessionID string, pol *policy.Policy, onEvent func(page.Event)) (BrowserSession, error)
 	// Session finds an open session of this node.
 	Session(sessionID string) (BrowserSession, bool)
 }
@@ -71,8 +75,11 @@ type SessionRecord struct {
 	ContextID string // the session's first browsing context
 	// FromCheckpoint is the checkpoint the session was restored from ("" for a fresh one).
 	FromCheckpoint string
-	CreatedAt      time.Time
-	EndedAt        *time.Time
+	// Engine is the browser engine it runs on, EngineVersion its browser's version when it opened
+	// ("" for a session recorded before engines were).
+	Engine, EngineVersion string
+	CreatedAt             time.Time
+	EndedAt               *time.Time
 }
 
 // SessionResult is the result of create_browser_session and close_browser_session.
@@ -100,11 +107,15 @@ type ActResult struct {
 const defaultCommandTimeout = 30 * time.Second
 
 func (s *Service) browserOrUnavailable() (Browser, error) {
-	if s.cfg.Browser == nil {
-		return nil, &Error{Code: CodeBrowserUnavailable,
-			Detail: "no browser runs on this node: install the Debian package `chromium` (or set BAP_CHROMIUM) and restart"}
+	if s.cfg.Browser != nil {
+		for _, e := range s.cfg.Browser.Engines() {
+			if e.Available {
+				return s.cfg.Browser, nil
+			}
+		}
 	}
-	return s.cfg.Browser, nil
+	return nil, &Error{Code: CodeBrowserUnavailable,
+		Detail: "no browser runs on this node: install the Debian package `chromium` (or set BAP_CHROMIUM) and restart"}
 }
 
 // browserProblem maps a browser error to the problem the client gets and the receipt outcome
@@ -276,16 +287,24 @@ func timeoutOf(ms int) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// CreateBrowserSession opens an isolated browser session for a task; the task's first session
-// starts it. With fromCheckpoint the session is restored from a checkpoint of the same (running)
-// task: see checkpoint.go.
-func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID, fromCheckpoint string, r Responder) (Response, error) {
-	return s.openSession(ctx, call, taskID, fromCheckpoint, false, r)
+// SessionRequest is the input of create_browser_session.
+type SessionRequest struct {
+	// FromCheckpoint restores the session from a checkpoint of the same (running) task
+	// (checkpoint.go); "" opens a fresh one.
+	FromCheckpoint string
+	// Engine is the browser engine to open it on; "": the checkpoint's, else the node's default.
+	Engine string
 }
 
-// openSession opens a session, fresh or restored from a checkpoint; resume also moves a
-// checkpointed task back to running (resume_task).
-func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpointID string, resume bool, r Responder) (Response, error) {
+// CreateBrowserSession opens an isolated browser session for a task; the task's first session
+// starts it.
+func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID string, req SessionRequest, r Responder) (Response, error) {
+	return s.openSession(ctx, call, taskID, req.FromCheckpoint, req.Engine, false, r)
+}
+
+// openSession opens a session on engine ("" for the default), fresh or restored from a
+// checkpoint; resume also moves a checkpointed task back to running (resume_task).
+func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpointID, engine string, resume bool, r Responder) (Response, error) {
 	var cp *Checkpoint
 	var state *page.StorageState
 	if checkpointID != "" {
@@ -297,6 +316,17 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 	}
 	b, err := s.browserOrUnavailable()
 	if err != nil {
+		return Response{}, err
+	}
+	// Restoring into another engine than the checkpoint's is refused as a command (phase 1,
+	// checkCheckpoint); an engine the node does not run, before it becomes one.
+	var cpEngine string
+	if cp != nil {
+		cpEngine = cp.Engine
+	}
+	mismatch := cp != nil && engine != "" && engine != cp.Engine
+	eng, err := s.chooseEngine(engine, cpEngine)
+	if err != nil && !mismatch {
 		return Response{}, err
 	}
 	adm := &sessionAdmission{} // held until the session's row is committed (limits.go)
@@ -319,6 +349,9 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 				if err := s.checkCheckpoint(cp, c.t, c.now); err != nil {
 					return nil, err
 				}
+				if mismatch {
+					return nil, Errorf(CodeCheckpointIncompatible, "the checkpoint was taken on %s; it restores only into a %s session", cp.Engine, cp.Engine)
+				}
 			}
 			if err := s.admitSession(ctx, c, adm); err != nil {
 				return nil, err // a capacity refusal rolls phase 1 back: not recorded (limits.go)
@@ -327,13 +360,18 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			if err != nil {
 				return nil, err
 			}
+			for _, need := range policyNeeds(pol) {
+				if !eng.Has(need) {
+					return nil, Errorf(CodeEngineCapabilityUnsupported, "the task's policy needs %s, which the browser engine %s cannot do; open the session on another engine", need, eng.Name)
+				}
+			}
 			return &openPlan{id: ids.New(ids.BrowserSession), pol: pol, tenant: c.t.Tenant, taskID: c.t.ID, state: state}, nil
 		},
 		dispatch: func(ctx context.Context, p *openPlan) (*opened, error) {
 			defer adm.dispatched() // the browser counts the session (if it opened) from now on
 			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 			defer cancel()
-			sess, err := s.openBrowserSession(ctx, b, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
+			sess, err := s.openBrowserSession(ctx, b, eng.Name, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
 			if err != nil || p.state == nil {
 				return &opened{sess: sess}, err
 			}
@@ -358,7 +396,7 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 				return nil, "", dispatchErr
 			}
 			rec := &SessionRecord{ID: p.id, Tenant: c.t.Tenant, TaskID: c.t.ID, NodeID: s.cfg.NodeID, State: SessionOpen,
-				ContextID: o.sess.DefaultContext(), CreatedAt: c.now}
+				ContextID: o.sess.DefaultContext(), CreatedAt: c.now, Engine: eng.Name, EngineVersion: s.engineVersion(eng)}
 			if cp != nil {
 				rec.FromCheckpoint = cp.ID
 			}
@@ -368,7 +406,10 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			if err := c.tx.RecordContext(ctx, rec.Tenant, rec.ID, rec.ContextID, ""); err != nil {
 				return nil, "", err
 			}
-			data := map[string]any{"session_id": rec.ID, "context_id": rec.ContextID}
+			data := map[string]any{"session_id": rec.ID, "context_id": rec.ContextID, "engine": rec.Engine}
+			if rec.EngineVersion != "" {
+				data["engine_version"] = rec.EngineVersion
+			}
 			if cp != nil {
 				data["from_checkpoint"] = cp.ID
 			}
@@ -439,14 +480,23 @@ func taskPolicy(t *Task) (*policy.Policy, error) {
 
 // sessionTask finds the task of a session of the actor's tenant.
 func (s *Service) sessionTask(ctx context.Context, actor Actor, sessionID string) (string, error) {
-	rec, err := s.store.GetSession(ctx, actor.Tenant, sessionID)
+	rec, err := s.sessionOf(ctx, actor, sessionID)
 	if err != nil {
 		return "", err
 	}
-	if err := s.checkHeldHere(ctx, rec); err != nil {
-		return "", err
-	}
 	return rec.TaskID, nil
+}
+
+// sessionOf reads a session of the actor's tenant that this node holds (or held).
+func (s *Service) sessionOf(ctx context.Context, actor Actor, sessionID string) (*SessionRecord, error) {
+	rec, err := s.store.GetSession(ctx, actor.Tenant, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkHeldHere(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // CloseBrowserSession closes a session and its browsing contexts.
@@ -629,6 +679,11 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 	rec, err := s.actSession(ctx, call, sessionID, &req, artifactID)
 	if err != nil {
 		return Response{}, err
+	}
+	if req.Action == "upload_file" { // refused before it becomes a command: the engine cannot
+		if err := s.requireCapability(rec.Engine, CapFileUpload, "upload files"); err != nil {
+			return Response{}, err
+		}
 	}
 	if err := s.resolveSecretFill(ctx, call.Actor, &req); err != nil { // secrets.go
 		return Response{}, err

@@ -19,7 +19,8 @@ import (
 // epoch: node handles and epochs are never revived) after checking that the checkpoint is the
 // task's own (409 checkpoint_foreign), was taken by a compatible build under the same policy
 // (409 checkpoint_incompatible: the same software version, BAP protocol version and policy digest,
-// exactly — docs/compatibility.md) and is fresh enough (409 checkpoint_stale). The state holds
+// exactly — docs/compatibility.md), restores into the engine it was taken on (409
+// checkpoint_incompatible too, ADR 0025) and is fresh enough (409 checkpoint_stale). The state holds
 // credentials, so its artifact is never served by get_artifact and no event carries it.
 
 // Checkpoint is a task_checkpoint row.
@@ -35,7 +36,10 @@ type Checkpoint struct {
 	Format          string // of the state artifact
 	URL             string // of the primary context
 	EpochID         string // of the primary context
-	CreatedAt       time.Time
+	// Engine is the browser engine of the session it was taken of (its session's, read back
+	// through it): it restores only into a session of the same engine.
+	Engine    string
+	CreatedAt time.Time
 }
 
 // CheckpointResult is the result of checkpoint_browser_session.
@@ -156,7 +160,7 @@ func (c *commandCtx) storeCheckpoint(ctx context.Context, rec *SessionRecord, st
 	cp := &Checkpoint{
 		ID: ids.New(ids.Checkpoint), Tenant: c.t.Tenant, TaskID: c.t.ID, SessionID: rec.ID, ArtifactID: art.ID,
 		SoftwareVersion: s.cfg.SoftwareVersion, ProtocolVersion: s.cfg.ProtocolVersion, PolicyDigest: digest,
-		Format: checkpointFormat, URL: primary.URL, EpochID: primary.EpochID, CreatedAt: c.now,
+		Format: checkpointFormat, URL: primary.URL, EpochID: primary.EpochID, Engine: rec.Engine, CreatedAt: c.now,
 	}
 	if err := c.tx.InsertCheckpoint(ctx, cp); err != nil {
 		return nil, err
@@ -167,7 +171,7 @@ func (c *commandCtx) storeCheckpoint(ctx context.Context, rec *SessionRecord, st
 // ResumeTask restores a checkpointed task from a compatible checkpoint into a new browser session
 // and moves it back to running.
 func (s *Service) ResumeTask(ctx context.Context, call Call, taskID, checkpointID string, r Responder) (Response, error) {
-	return s.openSession(ctx, call, taskID, checkpointID, true, r)
+	return s.openSession(ctx, call, taskID, checkpointID, "", true, r)
 }
 
 // loadCheckpoint reads a checkpoint of the actor's tenant and decodes its state.

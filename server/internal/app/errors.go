@@ -43,8 +43,11 @@ const (
 	CodeOverloaded             = problem.Overloaded
 	CodeBrowserUnavailable     = problem.BrowserUnavailable
 	CodeNotImplemented         = problem.NotImplemented
-	CodeNavigationFailed       = problem.NavigationFailed
-	CodeInternal               = problem.InternalError
+	// CodeEngineCapabilityUnsupported refuses an operation the session's browser engine cannot do
+	// (engines.go).
+	CodeEngineCapabilityUnsupported = problem.EngineCapabilityUnsupported
+	CodeNavigationFailed            = problem.NavigationFailed
+	CodeInternal                    = problem.InternalError
 )
 
 // Error is a refusal the client can act on: a stable code and a detail written for people. Detail

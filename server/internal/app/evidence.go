@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/originweave/bap/server/internal/ids"
@@ -97,11 +98,16 @@ func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID stri
 			return Response{}, Errorf(CodeInvalidRequest, "unknown evidence kind %q", k)
 		}
 	}
-	taskID, err := s.sessionTask(ctx, call.Actor, sessionID)
+	rec, err := s.sessionOf(ctx, call.Actor, sessionID)
 	if err != nil {
 		return Response{}, err
 	}
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *evidenceOut]{
+	if slices.Contains(kinds, EvidenceDOMSnapshot) { // refused before it becomes a command
+		if err := s.requireCapability(rec.Engine, CapMHTMLEvidence, "capture dom_snapshot evidence (an MHTML archive)"); err != nil {
+			return Response{}, err
+		}
+	}
+	return runTwoPhase(ctx, s, call, rec.TaskID, r, twoPhase[*sessionPlan, *evidenceOut]{
 		sideEffecting: false, // reading the page changes nothing
 		prepare:       prepareSession(sessionID, defaultCommandTimeout),
 		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, _ *sessionPlan) (*evidenceOut, error) {

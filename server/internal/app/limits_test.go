@@ -29,7 +29,11 @@ type loadSession struct {
 func (s loadSession) DefaultContext() string      { return s.ctx }
 func (s loadSession) Close(context.Context) error { return nil }
 
-func (f *loadBrowser) OpenSession(_ context.Context, id string, _ *policy.Policy, _ func(page.Event)) (app.BrowserSession, error) {
+func (f *loadBrowser) Engines() []app.Engine {
+	return []app.Engine{{Name: "chromium", AdapterID: "cdp", Available: true}}
+}
+
+func (f *loadBrowser) OpenSession(_ context.Context, _, id string, _ *policy.Policy, _ func(page.Event)) (app.BrowserSession, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.open) >= f.limit {
@@ -78,7 +82,7 @@ func TestSessionCapsRefuseWithoutRecording(t *testing.T) {
 		call := b.call(t, "create_browser_session", []string{taskID}, map[string]any{}, key)
 		b.actor = saved
 		r := &recorder{}
-		resp, err := b.svc.CreateBrowserSession(ctx, call, taskID, "", r)
+		resp, err := b.svc.CreateBrowserSession(ctx, call, taskID, app.SessionRequest{}, r)
 		if err != nil {
 			return nil, err
 		}

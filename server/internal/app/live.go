@@ -14,8 +14,11 @@ import (
 // closed, a browser_session_lost problem when it was lost, and ctx's or onFrame's error otherwise.
 // Nothing is recorded: watching is not a command, and frames are not evidence.
 func (s *Service) WatchSession(ctx context.Context, actor Actor, sessionID string, onFrame func(page.LiveFrame) error) error {
-	_, sess, err := s.sessionFor(ctx, actor, sessionID)
+	rec, sess, err := s.sessionFor(ctx, actor, sessionID)
 	if err != nil {
+		return err
+	}
+	if err := s.requireCapability(rec.Engine, CapLiveView, "stream a live view"); err != nil {
 		return err
 	}
 	err = sess.Watch(ctx, onFrame)

@@ -281,7 +281,7 @@ func (r *planRun) openSession(first int) (int, error) {
 				body, _ = json.Marshal(map[string]string{"from_checkpoint": cp})
 			}
 			rsp, st, err = r.command("create_browser_session", key, []string{r.claim.TaskID}, body, func(call Call, rsp Responder) (Response, error) {
-				return r.s.CreateBrowserSession(r.ctx, call, r.claim.TaskID, cp, rsp)
+				return r.s.CreateBrowserSession(r.ctx, call, r.claim.TaskID, SessionRequest{FromCheckpoint: cp}, rsp)
 			})
 		}
 		if err != nil {

@@ -149,14 +149,14 @@ func (s *Service) traced(sess BrowserSession, sessionID string) BrowserSession {
 }
 
 // openBrowserSession opens a session through b, in a span of its own when spans are recorded.
-func (s *Service) openBrowserSession(ctx context.Context, b Browser, sessionID string, pol *policy.Policy, onEvent func(page.Event)) (BrowserSession, error) {
+func (s *Service) openBrowserSession(ctx context.Context, b Browser, engine, sessionID string, pol *policy.Policy, onEvent func(page.Event)) (BrowserSession, error) {
 	if !s.tracing() {
-		return b.OpenSession(ctx, sessionID, pol, onEvent)
+		return b.OpenSession(ctx, engine, sessionID, pol, onEvent)
 	}
 	ctx, sp := s.cfg.Tracer.Start(ctx, "browser open_session", SpanInternal)
 	sp.SetAttr(traceCall, "open_session")
 	sp.SetAttr(traceSessionID, sessionID)
-	sess, err := b.OpenSession(ctx, sessionID, pol, onEvent)
+	sess, err := b.OpenSession(ctx, engine, sessionID, pol, onEvent)
 	sp.End(err)
 	if err != nil {
 		return sess, err

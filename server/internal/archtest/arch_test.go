@@ -78,6 +78,10 @@ var rules = []rule{
 		why: "app declares the ports it needs and imports only the core: no pgx, no net/http, no wire types",
 	},
 	{
+		name: "engine-neutral use-cases", packages: useCases, forbid: concat(internal("browser", "daemon"), chromedp), tests: true,
+		why: "the use-cases reach a browser only through their port (app.Browser): no engine adapter, no chromedp or cdproto type, directly or through anything they import, in their tests too; the composition root picks the engine from its registry (daemon/engines.go, ADR 0025)",
+	},
+	{
 		name: "store", packages: internal("store"), forbid: []string{nonStd, "net/http"},
 		except: concat(useCases, core, []string{mod("migrations"), pgx}),
 		why:    "store is the PostgreSQL adapter: app, the core, the embedded migrations and pgx, nothing else",

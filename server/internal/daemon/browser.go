@@ -1,63 +1,32 @@
 package daemon
 
 import (
-	"context"
-	"errors"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/originweave/bap/server/internal/app"
-	"github.com/originweave/bap/server/internal/browser"
 	"github.com/originweave/bap/server/internal/version"
 )
 
-// startBrowser starts this node's Chromium. Without one the server still runs: browser operations
-// answer 503 browser_unavailable (naming the Debian package) and everything else works.
-func startBrowser(ctx context.Context, cfg Config, log *slog.Logger) (app.Browser, func()) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	b, err := browser.Start(ctx, browser.Config{Binary: cfg.Chromium, Logger: log.With("component", "browser"),
-		MaxSessions: cfg.browserMaxSessions(), RunAsUser: cfg.BrowserUser, NoSandbox: cfg.BrowserNoSandbox,
-		ServerAddrs: listenAddrs(cfg.Listen)})
-	if err != nil {
-		var sandbox *browser.SandboxError
-		switch {
-		case errors.As(err, &sandbox):
-			// Fail closed: no browser rather than one without its sandbox; the error names the fix.
-			log.Error("the browser's sandbox cannot start: browser operations will answer 503 browser_unavailable", "err", err)
-		case errors.Is(err, browser.ErrUnavailable):
-			log.Warn("no browser: browser operations will answer 503 browser_unavailable", "err", err)
-		default:
-			log.Error("starting the browser failed: browser operations will answer 503 browser_unavailable", "err", err)
-		}
-		return nil, func() {}
-	}
-	return BrowserPort{Browser: b}, func() {
-		if err := b.Close(); err != nil {
-			log.Warn("closing the browser", "err", err)
-		}
-	}
-}
-
-// versioned is a browser that says which product and DevTools protocol version it runs.
-type versioned interface {
-	Version() (product, protocol string)
-}
-
 // nodeAdapters are the protocol adapters this node serves, with their versions: BAP over HTTP,
-// MCP (every node mounts /mcp) and, when its browser runs, CDP with the browser's version.
-func nodeAdapters(br app.Browser) []app.ProtocolAdapter {
+// MCP (every node mounts /mcp) and, per engine whose browser runs, its adapter from the engine
+// registry with the browser's product and version (two engines over one protocol record it once,
+// the first's).
+func nodeAdapters(br *Engines) []app.ProtocolAdapter {
 	out := []app.ProtocolAdapter{
 		{ID: app.AdapterBAPHTTP, Name: "BAP over HTTP", ProtocolVersion: version.BAP},
 		{ID: app.AdapterMCP, Name: "Model Context Protocol", ProtocolVersion: version.MCP},
 	}
-	if v, ok := br.(versioned); ok {
-		if product, protocol := v.Version(); protocol != "" {
-			out = append(out, app.ProtocolAdapter{ID: app.AdapterCDP, Name: "Chrome DevTools Protocol",
+	seen := map[string]bool{}
+	for _, r := range br.list {
+		if r.Browser == nil || seen[r.Adapter.AdapterID] {
+			continue
+		}
+		if product, protocol := r.Browser.Version(); protocol != "" {
+			seen[r.Adapter.AdapterID] = true
+			out = append(out, app.ProtocolAdapter{ID: r.Adapter.AdapterID, Name: r.Adapter.AdapterName,
 				ProtocolVersion: protocol, Implementation: product})
 		}
 	}
@@ -69,8 +38,8 @@ func nodeAdapters(br app.Browser) []app.ProtocolAdapter {
 const BrowserNoSandboxWarning = "the browser runs without its sandbox (--browser-no-sandbox)"
 
 // browserWarnings are the node's standing warnings about its browser, for /readyz.
-func browserWarnings(cfg Config, br app.Browser) []string {
-	if br != nil && cfg.BrowserNoSandbox {
+func browserWarnings(cfg Config, br *Engines) []string {
+	if br.running() && cfg.BrowserNoSandbox {
 		return []string{BrowserNoSandboxWarning}
 	}
 	return nil

@@ -48,6 +48,13 @@ type Config struct {
 	ServerKeyFile string
 	// MCPConformanceFixtures mounts /mcp-conformance (local profile only, for tests).
 	MCPConformanceFixtures bool
+	// Engines are the browser engines this node runs (--engines, BAP_ENGINES), the first the
+	// default of create_browser_session; each needs an adapter in the engine registry (engines.go),
+	// else the node refuses to start. Empty: chromium.
+	Engines []string
+	// EngineRegistry is the engines this build can drive; nil: DefaultEngineRegistry (tests
+	// narrow an entry's capabilities).
+	EngineRegistry EngineRegistry
 	// Chromium is the browser binary (BAP_CHROMIUM); empty: looked up on PATH.
 	Chromium string
 	// BrowserUser is the OS account Chromium runs as when bap runs as root (--browser-user,
@@ -158,6 +165,9 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if len(c.Engines) == 0 {
+		c.Engines = ParseEngines(DefaultEngines)
+	}
 	if c.AdvertiseURL == "" {
 		scheme := "http"
 		if c.TLSCert != "" {
@@ -218,5 +228,13 @@ func (c *Config) Validate() error {
 	if c.Workers < 0 || c.LeaseTTL < 0 {
 		return errors.New("--workers and --lease-ttl must not be negative")
 	}
-	return nil
+	return validateEngines(c.Engines, c.engineRegistry())
+}
+
+// engineRegistry is the registry the node starts its engines from.
+func (c *Config) engineRegistry() EngineRegistry {
+	if c.EngineRegistry == nil {
+		return DefaultEngineRegistry()
+	}
+	return c.EngineRegistry
 }

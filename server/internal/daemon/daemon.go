@@ -169,9 +169,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	bp := newBackpressure(cfg) // caps per tenant and per node (backpressure.go)
-	br, closeBrowser := startBrowser(ctx, cfg, log)
-	defer closeBrowser()
+	bp := newBackpressure(cfg)                              // caps per tenant and per node (backpressure.go)
+	br := startEngines(ctx, cfg, cfg.engineRegistry(), log) // engines.go
+	defer func() {
+		if err := br.Close(); err != nil {
+			log.Warn("closing the browser", "err", err)
+		}
+	}()
 	storeOpts := ev.storeOptions()
 	storeOpts.Tracer = tracer // a span per SQL transaction
 	svc, err := app.NewService(store.New(db.Pool, storeOpts), app.Config{

@@ -415,7 +415,7 @@ func TestStalledWorkerCommandIsFencedOut(t *testing.T) {
 	}
 	call := app.Call{Actor: app.Actor{Tenant: "local", Subject: "worker:node_e2e"}, Operation: "create_browser_session",
 		IdempotencyKey: "fenced-open", Fingerprint: fp, Lease: &app.LeaseFence{NodeID: "node_e2e", Epoch: 1}}
-	if _, err := s.svc.CreateBrowserSession(ctx, call, taskID, "", plainResponder{}); err == nil || !strings.Contains(err.Error(), "lease") {
+	if _, err := s.svc.CreateBrowserSession(ctx, call, taskID, app.SessionRequest{}, plainResponder{}); err == nil || !strings.Contains(err.Error(), "lease") {
 		t.Fatalf("a fenced-out worker's command: %v, want the lease lost", err)
 	}
 	var after, keys int

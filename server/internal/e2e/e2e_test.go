@@ -181,7 +181,7 @@ func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
 	if err := store.New(db).RegisterNode(ctx, app.NodeInfo{ID: "node_e2e", SoftwareVersion: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := app.Config{NodeID: "node_e2e", Browser: daemon.BrowserPort{Browser: shared},
+	cfg := app.Config{NodeID: "node_e2e", Browser: daemon.Chromium(shared),
 		InterruptedResponse: api.InterruptedResponse, SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0"}
 	for _, o := range opts {
 		o(&cfg)

@@ -135,6 +135,7 @@ func TestEverySpecEnumValueIsAccepted(t *testing.T) {
 		"scroll_into_view": {"query": map[string]any{"role": "link", "name": "Back to cart"}},
 		"upload_file":      {"query": map[string]any{"label": "Document"}, "artifact_id": artifactID},
 	}
+	engineTask := s.must(t, 201, "POST", "/bap/v1/tasks", "enums-engine-task", task(nil)).str("task", "task_id")
 	// cases sends one value of one field; each must be accepted.
 	cases := map[string]func(t *testing.T, v string) reply{
 		"navigate.wait_until": func(t *testing.T, v string) reply {
@@ -204,6 +205,24 @@ func TestEverySpecEnumValueIsAccepted(t *testing.T) {
 		"create_task.policy.approval_rules[].effect": func(t *testing.T, v string) reply {
 			return s.call(t, "POST", "/bap/v1/tasks", "effect-"+v, task(map[string]any{"policy": map[string]any{
 				"allowed_origins": []string{sh.srv.URL}, "approval_rules": []any{map[string]any{"effect": v}}}}))
+		},
+		"create_browser_session.engine": func(t *testing.T, v string) reply {
+			// Every engine of the spec opens a session, or, on a node that does not run it, answers
+			// the documented 503 browser_unavailable naming it.
+			r := s.call(t, "POST", "/bap/v1/tasks/"+engineTask+"/browser-sessions", "engine-"+v, map[string]any{"engine": v})
+			runs := false
+			for _, e := range s.svc.Engines() {
+				runs = runs || (e.Name == v && e.Available)
+			}
+			switch {
+			case runs && (r.status != 201 || r.str("session", "engine") != v):
+				t.Errorf("engine %s, which this node runs: %d %s", v, r.status, r.raw)
+			case !runs && (r.status != 503 || r.str("code") != "browser_unavailable" || !strings.Contains(r.str("detail"), v)):
+				t.Errorf("engine %s, which this node does not run: %d %s, want 503 browser_unavailable naming it", v, r.status, r.raw)
+			case !runs:
+				r.status = 201 // the documented answer
+			}
+			return r
 		},
 		"resolve_approval.decision": func(t *testing.T, v string) reply {
 			// A held action of a task of its own, resolved by the operator on the socket.

@@ -81,7 +81,7 @@ func newTracedStack(t *testing.T, tr app.Tracer) *stack {
 		t.Fatal(err)
 	}
 	svc, err := app.NewService(store.New(db, store.Options{Tracer: tr}), app.Config{NodeID: "node_e2e",
-		Browser: daemon.BrowserPort{Browser: shared}, InterruptedResponse: api.InterruptedResponse,
+		Browser: daemon.Chromium(shared), InterruptedResponse: api.InterruptedResponse,
 		SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0", Tracer: tr})
 	if err != nil {
 		t.Fatal(err)

@@ -23,11 +23,13 @@ func (t *pgTx) InsertCheckpoint(ctx context.Context, c *app.Checkpoint) error {
 // GetCheckpoint implements app.Store.
 func (s *Store) GetCheckpoint(ctx context.Context, tenant, checkpointID string) (*app.Checkpoint, error) {
 	var c app.Checkpoint
-	err := s.pool.QueryRow(ctx, `SELECT tenant_id, checkpoint_id, task_id, session_id, artifact_id, software_version,
-		protocol_version, policy_digest, created_at, url, coalesce(epoch_id, ''), format
-		FROM task_checkpoint WHERE tenant_id = $1 AND checkpoint_id = $2`, tenant, checkpointID).Scan(
+	// The engine is its session's (migration 0018).
+	err := s.pool.QueryRow(ctx, `SELECT k.tenant_id, k.checkpoint_id, k.task_id, k.session_id, k.artifact_id, k.software_version,
+		k.protocol_version, k.policy_digest, k.created_at, k.url, coalesce(k.epoch_id, ''), k.format, s.engine
+		FROM task_checkpoint k JOIN browser_session s ON s.session_id = k.session_id
+		WHERE k.tenant_id = $1 AND k.checkpoint_id = $2`, tenant, checkpointID).Scan(
 		&c.Tenant, &c.ID, &c.TaskID, &c.SessionID, &c.ArtifactID, &c.SoftwareVersion, &c.ProtocolVersion, &c.PolicyDigest,
-		&c.CreatedAt, &c.URL, &c.EpochID, &c.Format)
+		&c.CreatedAt, &c.URL, &c.EpochID, &c.Format, &c.Engine)
 	if err != nil {
 		return nil, translate(err)
 	}

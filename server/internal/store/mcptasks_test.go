@@ -22,7 +22,7 @@ func TestMCPTaskBindingsAreTenantScoped(t *testing.T) {
 	seedTask(t, ctx, db, "tsk_m")
 	for _, q := range []string{
 		`INSERT INTO tenant_account (tenant_id) VALUES ('globex')`,
-		`INSERT INTO browser_session (tenant_id, session_id, task_id, state) VALUES ('local', 'bs_m', 'tsk_m', 'open')`,
+		`INSERT INTO browser_session (tenant_id, session_id, task_id, state, engine) VALUES ('local', 'bs_m', 'tsk_m', 'open', 'chromium')`,
 	} {
 		if _, err := db.Exec(ctx, q); err != nil {
 			t.Fatal(err)

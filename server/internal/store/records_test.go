@@ -23,8 +23,8 @@ func TestHandleRecordsGoWithTheirSession(t *testing.T) {
 	seedTask(t, ctx, db, "tsk_h")
 	for _, q := range []string{
 		`INSERT INTO tenant_account (tenant_id) VALUES ('globex')`,
-		`INSERT INTO browser_session (tenant_id, session_id, task_id, state) VALUES ('local', 'bs_one', 'tsk_h', 'open')`,
-		`INSERT INTO browser_session (tenant_id, session_id, task_id, state, ended_at) VALUES ('local', 'bs_two', 'tsk_h', 'lost', now())`,
+		`INSERT INTO browser_session (tenant_id, session_id, task_id, state, engine) VALUES ('local', 'bs_one', 'tsk_h', 'open', 'chromium')`,
+		`INSERT INTO browser_session (tenant_id, session_id, task_id, state, ended_at, engine) VALUES ('local', 'bs_two', 'tsk_h', 'lost', now(), 'chromium')`,
 	} {
 		if _, err := db.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func BenchmarkRecordHandles(b *testing.B) {
 	st := store.New(db)
 	for _, q := range []string{
 		`INSERT INTO agent_task (tenant_id, task_id, goal, state, created_by) VALUES ('local', 'tsk_b', 'g', 'created', 'x')`,
-		`INSERT INTO browser_session (tenant_id, session_id, task_id, state) VALUES ('local', 'bs_b', 'tsk_b', 'open')`,
+		`INSERT INTO browser_session (tenant_id, session_id, task_id, state, engine) VALUES ('local', 'bs_b', 'tsk_b', 'open', 'chromium')`,
 	} {
 		if _, err := db.Exec(ctx, q); err != nil {
 			b.Fatal(err)

@@ -11,13 +11,13 @@ import (
 
 // sessionColumns reads a session with its first browsing context.
 const sessionColumns = `s.tenant_id, s.session_id, s.task_id, coalesce(s.node_id, ''), s.state, s.created_at, s.ended_at,
-	coalesce(s.from_checkpoint_id, ''),
+	coalesce(s.from_checkpoint_id, ''), s.engine, s.engine_version,
 	coalesce((SELECT c.context_id FROM browsing_context c WHERE c.session_id = s.session_id AND c.opener_context_id IS NULL
 		ORDER BY c.created_at, c.context_id LIMIT 1), '')`
 
 func scanSession(row pgx.Row) (*app.SessionRecord, error) {
 	var r app.SessionRecord
-	if err := row.Scan(&r.Tenant, &r.ID, &r.TaskID, &r.NodeID, &r.State, &r.CreatedAt, &r.EndedAt, &r.FromCheckpoint, &r.ContextID); err != nil {
+	if err := row.Scan(&r.Tenant, &r.ID, &r.TaskID, &r.NodeID, &r.State, &r.CreatedAt, &r.EndedAt, &r.FromCheckpoint, &r.Engine, &r.EngineVersion, &r.ContextID); err != nil {
 		return nil, translate(err)
 	}
 	utc(&r.CreatedAt)
@@ -33,9 +33,10 @@ func (s *Store) GetSession(ctx context.Context, tenant, sessionID string) (*app.
 
 // InsertSession implements app.Tx.
 func (t *pgTx) InsertSession(ctx context.Context, r *app.SessionRecord) error {
-	t.queue(`INSERT INTO browser_session (tenant_id, session_id, task_id, node_id, state, created_at, ended_at, from_checkpoint_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, r.Tenant, r.ID, r.TaskID, nullIfEmpty(r.NodeID), r.State, r.CreatedAt, r.EndedAt,
-		nullIfEmpty(r.FromCheckpoint))
+	t.queue(`INSERT INTO browser_session (tenant_id, session_id, task_id, node_id, state, created_at, ended_at, from_checkpoint_id,
+		engine, engine_version)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, r.Tenant, r.ID, r.TaskID, nullIfEmpty(r.NodeID), r.State, r.CreatedAt, r.EndedAt,
+		nullIfEmpty(r.FromCheckpoint), r.Engine, r.EngineVersion)
 	return nil
 }
 
