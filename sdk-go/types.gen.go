@@ -223,6 +223,24 @@ func (e ArtifactKind) Valid() bool {
 	}
 }
 
+// Defines values for BrowserEngine.
+const (
+	BrowserEngineChromium BrowserEngine = "chromium"
+	BrowserEngineFirefox  BrowserEngine = "firefox"
+)
+
+// Valid indicates whether the value is a known member of the BrowserEngine enum.
+func (e BrowserEngine) Valid() bool {
+	switch e {
+	case BrowserEngineChromium:
+		return true
+	case BrowserEngineFirefox:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BrowserSessionState.
 const (
 	BrowserSessionStateClosed BrowserSessionState = "closed"
@@ -412,6 +430,33 @@ func (e DialogHandledDataDialogType) Valid() bool {
 	case DialogHandledDataDialogTypeConfirm:
 		return true
 	case DialogHandledDataDialogTypePrompt:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EngineCapability.
+const (
+	EngineCapabilityDownloads     EngineCapability = "downloads"
+	EngineCapabilityFileUpload    EngineCapability = "file_upload"
+	EngineCapabilityLiveView      EngineCapability = "live_view"
+	EngineCapabilityMhtmlEvidence EngineCapability = "mhtml_evidence"
+	EngineCapabilityRequestHolds  EngineCapability = "request_holds"
+)
+
+// Valid indicates whether the value is a known member of the EngineCapability enum.
+func (e EngineCapability) Valid() bool {
+	switch e {
+	case EngineCapabilityDownloads:
+		return true
+	case EngineCapabilityFileUpload:
+		return true
+	case EngineCapabilityLiveView:
+		return true
+	case EngineCapabilityMhtmlEvidence:
+		return true
+	case EngineCapabilityRequestHolds:
 		return true
 	default:
 		return false
@@ -792,37 +837,38 @@ func (e PlannerProposedDataOp) Valid() bool {
 
 // Defines values for ProblemCode.
 const (
-	ProblemCodeActionTimeout           ProblemCode = "action_timeout"
-	ProblemCodeApprovalNotPending      ProblemCode = "approval_not_pending"
-	ProblemCodeApproverNotPermitted    ProblemCode = "approver_not_permitted"
-	ProblemCodeBrowserSessionLost      ProblemCode = "browser_session_lost"
-	ProblemCodeBrowserUnavailable      ProblemCode = "browser_unavailable"
-	ProblemCodeCheckpointForeign       ProblemCode = "checkpoint_foreign"
-	ProblemCodeCheckpointIncompatible  ProblemCode = "checkpoint_incompatible"
-	ProblemCodeCheckpointStale         ProblemCode = "checkpoint_stale"
-	ProblemCodeIdempotencyInFlight     ProblemCode = "idempotency_in_flight"
-	ProblemCodeIdempotencyKeyRequired  ProblemCode = "idempotency_key_required"
-	ProblemCodeIdempotencyKeyReused    ProblemCode = "idempotency_key_reused"
-	ProblemCodeInsufficientScope       ProblemCode = "insufficient_scope"
-	ProblemCodeInternalError           ProblemCode = "internal_error"
-	ProblemCodeInvalidRequest          ProblemCode = "invalid_request"
-	ProblemCodeInvalidTransition       ProblemCode = "invalid_transition"
-	ProblemCodeModelPolicyUnsatisfied  ProblemCode = "model_policy_unsatisfied"
-	ProblemCodeNavigationFailed        ProblemCode = "navigation_failed"
-	ProblemCodeNotFound                ProblemCode = "not_found"
-	ProblemCodeNotImplemented          ProblemCode = "not_implemented"
-	ProblemCodeObservationStale        ProblemCode = "observation_stale"
-	ProblemCodeOrchestratorUnavailable ProblemCode = "orchestrator_unavailable"
-	ProblemCodeOriginNotAllowed        ProblemCode = "origin_not_allowed"
-	ProblemCodeOverloaded              ProblemCode = "overloaded"
-	ProblemCodePayloadTooLarge         ProblemCode = "payload_too_large"
-	ProblemCodeRateLimited             ProblemCode = "rate_limited"
-	ProblemCodeSecretNotFound          ProblemCode = "secret_not_found"
-	ProblemCodeSecretOriginMismatch    ProblemCode = "secret_origin_mismatch"
-	ProblemCodeStaleNodeHandle         ProblemCode = "stale_node_handle"
-	ProblemCodeTaskHandedOff           ProblemCode = "task_handed_off"
-	ProblemCodeUnauthenticated         ProblemCode = "unauthenticated"
-	ProblemCodeUnsupportedMediaType    ProblemCode = "unsupported_media_type"
+	ProblemCodeActionTimeout               ProblemCode = "action_timeout"
+	ProblemCodeApprovalNotPending          ProblemCode = "approval_not_pending"
+	ProblemCodeApproverNotPermitted        ProblemCode = "approver_not_permitted"
+	ProblemCodeBrowserSessionLost          ProblemCode = "browser_session_lost"
+	ProblemCodeBrowserUnavailable          ProblemCode = "browser_unavailable"
+	ProblemCodeCheckpointForeign           ProblemCode = "checkpoint_foreign"
+	ProblemCodeCheckpointIncompatible      ProblemCode = "checkpoint_incompatible"
+	ProblemCodeCheckpointStale             ProblemCode = "checkpoint_stale"
+	ProblemCodeEngineCapabilityUnsupported ProblemCode = "engine_capability_unsupported"
+	ProblemCodeIdempotencyInFlight         ProblemCode = "idempotency_in_flight"
+	ProblemCodeIdempotencyKeyRequired      ProblemCode = "idempotency_key_required"
+	ProblemCodeIdempotencyKeyReused        ProblemCode = "idempotency_key_reused"
+	ProblemCodeInsufficientScope           ProblemCode = "insufficient_scope"
+	ProblemCodeInternalError               ProblemCode = "internal_error"
+	ProblemCodeInvalidRequest              ProblemCode = "invalid_request"
+	ProblemCodeInvalidTransition           ProblemCode = "invalid_transition"
+	ProblemCodeModelPolicyUnsatisfied      ProblemCode = "model_policy_unsatisfied"
+	ProblemCodeNavigationFailed            ProblemCode = "navigation_failed"
+	ProblemCodeNotFound                    ProblemCode = "not_found"
+	ProblemCodeNotImplemented              ProblemCode = "not_implemented"
+	ProblemCodeObservationStale            ProblemCode = "observation_stale"
+	ProblemCodeOrchestratorUnavailable     ProblemCode = "orchestrator_unavailable"
+	ProblemCodeOriginNotAllowed            ProblemCode = "origin_not_allowed"
+	ProblemCodeOverloaded                  ProblemCode = "overloaded"
+	ProblemCodePayloadTooLarge             ProblemCode = "payload_too_large"
+	ProblemCodeRateLimited                 ProblemCode = "rate_limited"
+	ProblemCodeSecretNotFound              ProblemCode = "secret_not_found"
+	ProblemCodeSecretOriginMismatch        ProblemCode = "secret_origin_mismatch"
+	ProblemCodeStaleNodeHandle             ProblemCode = "stale_node_handle"
+	ProblemCodeTaskHandedOff               ProblemCode = "task_handed_off"
+	ProblemCodeUnauthenticated             ProblemCode = "unauthenticated"
+	ProblemCodeUnsupportedMediaType        ProblemCode = "unsupported_media_type"
 )
 
 // Valid indicates whether the value is a known member of the ProblemCode enum.
@@ -843,6 +889,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodeCheckpointIncompatible:
 		return true
 	case ProblemCodeCheckpointStale:
+		return true
+	case ProblemCodeEngineCapabilityUnsupported:
 		return true
 	case ProblemCodeIdempotencyInFlight:
 		return true
@@ -1725,9 +1773,12 @@ type Artifact struct {
 // ArtifactKind Kind of an artifact. `result_manifest` is a finished task's result manifest (`Task.result.integrity`).
 type ArtifactKind string
 
+// BrowserEngine A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools Protocol) or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its `--engines` (GET /bap/v1 lists them); asking for one it does not run answers `503 browser_unavailable` naming it.
+type BrowserEngine string
+
 // BrowserSession An isolated browser context (own cookies and storage) owned by a task.
 //
-// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
+// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","engine":"chromium","engine_version":"131.0.6778.85","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
 type BrowserSession struct {
 	// ClosedAt When it closed or was lost (RFC 3339, UTC).
 	ClosedAt *time.Time `json:"closed_at,omitempty"`
@@ -1742,6 +1793,12 @@ type BrowserSession struct {
 
 	// CreatedAt Creation time (RFC 3339, UTC).
 	CreatedAt time.Time `json:"created_at"`
+
+	// Engine The engine the session runs on.
+	Engine BrowserEngine `json:"engine"`
+
+	// EngineVersion The version of the engine's browser when the session opened (for example `131.0.6778.85`); absent for a session recorded before engines were.
+	EngineVersion *string `json:"engine_version,omitempty"`
 
 	// FromCheckpoint Checkpoint it was restored from.
 	//
@@ -1867,12 +1924,18 @@ type BrowserSessionLostEvent struct {
 
 // BrowserSessionOpenedData `data` of a `browser_session.opened` event: a browser session was opened.
 //
-// Examples: {"context_id":"ctx_9aB3cD5eF7gH","session_id":"bs_4fT8nQ2rL6vY"}
+// Examples: {"context_id":"ctx_9aB3cD5eF7gH","engine":"chromium","engine_version":"131.0.6778.85","session_id":"bs_4fT8nQ2rL6vY"}
 type BrowserSessionOpenedData struct {
 	// ContextId Browsing context identifier (a tab or frame tree root).
 	//
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId string `json:"context_id"`
+
+	// Engine The engine the session runs on.
+	Engine BrowserEngine `json:"engine"`
+
+	// EngineVersion The version of the engine's browser (for example `131.0.6778.85`).
+	EngineVersion *string `json:"engine_version,omitempty"`
 
 	// FromCheckpoint Checkpoint identifier.
 	//
@@ -1902,7 +1965,7 @@ type BrowserSessionOpenedEvent struct {
 
 	// Data What the `browser_session.opened` event records.
 	//
-	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","session_id":"bs_4fT8nQ2rL6vY"}
+	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","engine":"chromium","engine_version":"131.0.6778.85","session_id":"bs_4fT8nQ2rL6vY"}
 	Data BrowserSessionOpenedData `json:"data"`
 
 	// EventId Event identifier.
@@ -2201,6 +2264,9 @@ type Checkpoint struct {
 	// CreatedAt Creation time (RFC 3339, UTC).
 	CreatedAt time.Time `json:"created_at"`
 
+	// Engine The engine of the session it was taken of: it restores only into a session of the same engine (else `409 checkpoint_incompatible`).
+	Engine *BrowserEngine `json:"engine,omitempty"`
+
 	// EpochId Document epoch: changes whenever the browsing context's document changes; node handles of older epochs are stale.
 	//
 	// Examples: ep_2kM4nP6qR8sT
@@ -2318,7 +2384,7 @@ type CloseBrowserSessionRequest = map[string]interface{}
 
 // CloseBrowserSessionResponse Answer of close_browser_session.
 //
-// Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"close_browser_session","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"closed_at":"2026-11-20T09:15:02Z","context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"closed","task_id":"tsk_7Hq2ZkP9xW3m"}}
+// Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"close_browser_session","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"closed_at":"2026-11-20T09:15:02Z","context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","engine":"chromium","session_id":"bs_4fT8nQ2rL6vY","state":"closed","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type CloseBrowserSessionResponse struct {
 	// Receipt The command's durable receipt.
 	//
@@ -2327,7 +2393,7 @@ type CloseBrowserSessionResponse struct {
 
 	// Session The session after it closed.
 	//
-	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
+	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","engine":"chromium","engine_version":"131.0.6778.85","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Session BrowserSession `json:"session"`
 }
 
@@ -2431,8 +2497,11 @@ type CommandRecordedEvent struct {
 
 // CreateBrowserSessionRequest Body of create_browser_session.
 //
-// Examples: {}
+// Examples: {}, {"engine":"chromium"}
 type CreateBrowserSessionRequest struct {
+	// Engine The engine to open the session on; default: the checkpoint's engine when `from_checkpoint` is given, else the node's default engine (the first of its `--engines`). An engine the node does not run answers `503 browser_unavailable` naming it; restoring a checkpoint into another engine than the one it was taken on answers `409 checkpoint_incompatible`.
+	Engine *BrowserEngine `json:"engine,omitempty"`
+
 	// FromCheckpoint Open a restored session from this checkpoint of a running task.
 	//
 	// Examples: chk_6yZ8aB0cD2eF
@@ -2441,7 +2510,7 @@ type CreateBrowserSessionRequest struct {
 
 // CreateBrowserSessionResponse Answer of create_browser_session.
 //
-// Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"create_browser_session","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}}
+// Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"create_browser_session","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","engine":"chromium","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type CreateBrowserSessionResponse struct {
 	// Receipt The command's durable receipt.
 	//
@@ -2450,7 +2519,7 @@ type CreateBrowserSessionResponse struct {
 
 	// Session The new browser session.
 	//
-	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
+	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","engine":"chromium","engine_version":"131.0.6778.85","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Session BrowserSession `json:"session"`
 }
 
@@ -2695,6 +2764,32 @@ type DownloadCompletedEvent struct {
 	// Type Always `download.completed`.
 	Type interface{} `json:"type"`
 }
+
+// Engine A browser engine this node is configured to run (`--engines`), with the adapter that drives it, the browser's version and what it can do.
+//
+// Examples: {"adapter_id":"cdp","available":true,"capabilities":["mhtml_evidence","live_view","file_upload","request_holds","downloads"],"default":true,"engine":"chromium","version":"131.0.6778.85"}
+type Engine struct {
+	// AdapterId The protocol adapter that drives it (an `adapter_id` of `adapters`): `cdp` for Chromium.
+	AdapterId string `json:"adapter_id"`
+
+	// Available Whether its browser runs on this node now; when not, sessions on it answer `503 browser_unavailable`.
+	Available bool `json:"available"`
+
+	// Capabilities What the engine's adapter can do; an operation needing another answers `501 engine_capability_unsupported`.
+	Capabilities []EngineCapability `json:"capabilities"`
+
+	// Default Whether create_browser_session without `engine` opens sessions on it (the first of `--engines`).
+	Default bool `json:"default"`
+
+	// Engine The engine's name, as create_browser_session `engine` takes it.
+	Engine BrowserEngine `json:"engine"`
+
+	// Version The browser's version as it reported it when it (last) started (for example `131.0.6778.85`); absent while its browser does not run.
+	Version *string `json:"version,omitempty"`
+}
+
+// EngineCapability Something an engine adapter may or may not do (docs/engines.md): `mhtml_evidence` (capture_evidence `dom_snapshot`, an MHTML archive), `live_view` (the console's live view of a session), `file_upload` (act `upload_file`), `request_holds` (holding a non-safe request inside the browser until an approval is resolved: a task whose policy has a `form_submission` rule needs it to open a session), `downloads` (a download an act causes is kept as an artifact). An operation that needs a capability the session's engine lacks answers `501 engine_capability_unsupported`.
+type EngineCapability string
 
 // Event One entry of a task's append-only history.
 //
@@ -4007,7 +4102,7 @@ type PostconditionResult struct {
 	Unmet []Clause `json:"unmet"`
 }
 
-// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch), task_handed_off (a person took the task over: until they hand it back, only their commands run on it, and their own only within the handoff's lease); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+// ProblemCode Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch), task_handed_off (a person took the task over: until they hand it back, only their commands run on it, and their own only within the handoff's lease); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented, engine_capability_unsupported (the session's browser engine cannot do what the operation needs: GET /bap/v1 lists each engine's capabilities); 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
 type ProblemCode string
 
 // ProblemViolation One validation failure.
@@ -4558,7 +4653,7 @@ type ResumeTaskRequest struct {
 
 // ResumeTaskResponse Answer of resume_task.
 //
-// Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"resume_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","from_checkpoint":"chk_6yZ8aB0cD2eF","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}}
+// Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"resume_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"session":{"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","engine":"chromium","from_checkpoint":"chk_6yZ8aB0cD2eF","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}}
 type ResumeTaskResponse struct {
 	// Receipt The command's durable receipt.
 	//
@@ -4567,7 +4662,7 @@ type ResumeTaskResponse struct {
 
 	// Session The browser session restored from the checkpoint.
 	//
-	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
+	// Examples: {"context_id":"ctx_9aB3cD5eF7gH","created_at":"2026-11-20T09:15:00Z","engine":"chromium","engine_version":"131.0.6778.85","session_id":"bs_4fT8nQ2rL6vY","state":"open","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Session BrowserSession `json:"session"`
 
 	// Task The resumed task.
@@ -4701,10 +4796,13 @@ type Secret struct {
 
 // ServiceInfo What `GET /bap/v1` answers.
 //
-// Examples: {"adapters":[{"adapter_id":"bap-http","name":"BAP over HTTP","protocol_version":"1.0.0"},{"adapter_id":"cdp","implementation":"Chrome/131.0.6778.85","name":"Chrome DevTools Protocol","protocol_version":"1.3"},{"adapter_id":"mcp","name":"Model Context Protocol","protocol_version":"2026-07-28"}],"protocol":"bap","version":"1.0.0"}
+// Examples: {"adapters":[{"adapter_id":"bap-http","name":"BAP over HTTP","protocol_version":"1.0.0"},{"adapter_id":"cdp","implementation":"Chrome/131.0.6778.85","name":"Chrome DevTools Protocol","protocol_version":"1.3"},{"adapter_id":"mcp","name":"Model Context Protocol","protocol_version":"2026-07-28"}],"engines":[{"adapter_id":"cdp","available":true,"capabilities":["mhtml_evidence","live_view","file_upload","request_holds","downloads"],"default":true,"engine":"chromium","version":"131.0.6778.85"}],"protocol":"bap","version":"1.0.0"}
 type ServiceInfo struct {
 	// Adapters The protocol adapters this node serves, with their versions, by `adapter_id` (from `protocol_adapter`, written by the node at start).
 	Adapters []ProtocolAdapter `json:"adapters"`
+
+	// Engines The browser engines this node is configured to run (`--engines`), its default first, each with its adapter, version and capabilities (docs/engines.md).
+	Engines []Engine `json:"engines"`
 
 	// Protocol Always `bap`.
 	Protocol ServiceInfoProtocol `json:"protocol"`

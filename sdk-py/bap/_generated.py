@@ -37,6 +37,7 @@ __all__ = [
     "ApprovalState",
     "Artifact",
     "ArtifactKind",
+    "BrowserEngine",
     "BrowserSession",
     "BrowserSessionClosedData",
     "BrowserSessionClosedEvent",
@@ -85,6 +86,8 @@ __all__ = [
     "DownloadCompletedEvent",
     "EVENT_DATA_TYPES",
     "EVENT_TYPES",
+    "Engine",
+    "EngineCapability",
     "Event",
     "EventCause",
     "EventType",
@@ -625,6 +628,13 @@ ArtifactKind = Literal[
 """
 
 
+BrowserEngine = Literal["chromium", "firefox"]
+"""A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools Protocol)
+or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its `--engines` (GET
+/bap/v1 lists them); asking for one it does not run answers `503 browser_unavailable` naming it.
+"""
+
+
 class BrowserSession(TypedDict):
     """An isolated browser context (own cookies and storage) owned by a task."""
 
@@ -636,6 +646,11 @@ class BrowserSession(TypedDict):
     contexts: NotRequired[list["BrowsingContext"]]
     #: Creation time (RFC 3339, UTC).
     created_at: str
+    #: The engine the session runs on.
+    engine: "BrowserEngine"
+    #: The version of the engine's browser when the session opened (for example `131.0.6778.85`);
+    #: absent for a session recorded before engines were.
+    engine_version: NotRequired[str]
     #: Checkpoint it was restored from.
     from_checkpoint: NotRequired[str]
     #: Browser session identifier.
@@ -715,6 +730,10 @@ class BrowserSessionOpenedData(TypedDict):
 
     #: Browsing context identifier (a tab or frame tree root).
     context_id: str
+    #: The engine the session runs on.
+    engine: "BrowserEngine"
+    #: The version of the engine's browser (for example `131.0.6778.85`).
+    engine_version: NotRequired[str]
     #: Checkpoint identifier.
     from_checkpoint: NotRequired[str]
     #: Browser session identifier.
@@ -923,6 +942,9 @@ class Checkpoint(TypedDict):
     checkpoint_id: str
     #: Creation time (RFC 3339, UTC).
     created_at: str
+    #: The engine of the session it was taken of: it restores only into a session of the same engine
+    #: (else `409 checkpoint_incompatible`).
+    engine: NotRequired["BrowserEngine"]
     #: Document epoch: changes whenever the browsing context's document changes; node handles of
     #: older epochs are stale.
     epoch_id: NotRequired[str]
@@ -1096,6 +1118,11 @@ class CommandRecordedEvent(TypedDict):
 class CreateBrowserSessionRequest(TypedDict):
     """Body of create_browser_session."""
 
+    #: The engine to open the session on; default: the checkpoint's engine when `from_checkpoint` is
+    #: given, else the node's default engine (the first of its `--engines`). An engine the node does
+    #: not run answers `503 browser_unavailable` naming it; restoring a checkpoint into another
+    #: engine than the one it was taken on answers `409 checkpoint_incompatible`.
+    engine: NotRequired["BrowserEngine"]
     #: Open a restored session from this checkpoint of a running task.
     from_checkpoint: NotRequired[str]
 
@@ -1277,6 +1304,45 @@ class DownloadCompletedEvent(TypedDict):
     time: str
     #: Always `download.completed`.
     type: Literal["download.completed"]
+
+
+class Engine(TypedDict):
+    """A browser engine this node is configured to run (`--engines`), with the adapter that drives it,
+    the browser's version and what it can do.
+    """
+
+    #: The protocol adapter that drives it (an `adapter_id` of `adapters`): `cdp` for Chromium.
+    adapter_id: str
+    #: Whether its browser runs on this node now; when not, sessions on it answer `503
+    #: browser_unavailable`.
+    available: bool
+    #: What the engine's adapter can do; an operation needing another answers `501
+    #: engine_capability_unsupported`.
+    capabilities: list["EngineCapability"]
+    #: Whether create_browser_session without `engine` opens sessions on it (the first of
+    #: `--engines`).
+    default: bool
+    #: The engine's name, as create_browser_session `engine` takes it.
+    engine: "BrowserEngine"
+    #: The browser's version as it reported it when it (last) started (for example `131.0.6778.85`);
+    #: absent while its browser does not run.
+    version: NotRequired[str]
+
+
+EngineCapability = Literal[
+    "mhtml_evidence",
+    "live_view",
+    "file_upload",
+    "request_holds",
+    "downloads",
+]
+"""Something an engine adapter may or may not do (docs/engines.md): `mhtml_evidence` (capture_evidence
+`dom_snapshot`, an MHTML archive), `live_view` (the console's live view of a session), `file_upload`
+(act `upload_file`), `request_holds` (holding a non-safe request inside the browser until an
+approval is resolved: a task whose policy has a `form_submission` rule needs it to open a session),
+`downloads` (a download an act causes is kept as an artifact). An operation that needs a capability
+the session's engine lacks answers `501 engine_capability_unsupported`.
+"""
 
 
 class Event(TypedDict):
@@ -2299,6 +2365,7 @@ ProblemCode = Literal[
     "secret_not_found",
     "observation_stale",
     "task_handed_off",
+    "engine_capability_unsupported",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
@@ -2314,10 +2381,11 @@ run on it, and their own only within the handoff's lease); 413: payload_too_larg
 unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused,
 model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429:
 rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task
-with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502:
-navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives
-each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries
-with it.
+with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented,
+engine_capability_unsupported (the session's browser engine cannot do what the operation needs: GET
+/bap/v1 lists each engine's capabilities); 502: navigation_failed (the browser could not load the
+page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer
+(HTTP, MCP, a worker's stored reply) carries with it.
 """
 
 
@@ -2838,6 +2906,9 @@ class ServiceInfo(TypedDict):
     #: The protocol adapters this node serves, with their versions, by `adapter_id` (from
     #: `protocol_adapter`, written by the node at start).
     adapters: list["ProtocolAdapter"]
+    #: The browser engines this node is configured to run (`--engines`), its default first, each
+    #: with its adapter, version and capabilities (docs/engines.md).
+    engines: list["Engine"]
     #: Always `bap`.
     protocol: Literal["bap"]
     #: BAP protocol version this server speaks.
@@ -3707,8 +3778,13 @@ class Operations:
     ) -> Union["CreateBrowserSessionResponse", "InterruptedCommandResponse"]:
         """Open a browser session.
 
-        Opens an isolated browser session for the task (own cookies and storage), optionally
-        restored from a checkpoint of the same task.
+        Opens an isolated browser session for the task (own cookies and storage) on a browser engine
+        (`engine`, default the node's first of `--engines`), optionally restored from a checkpoint
+        of the same task (into the checkpoint's engine). Refusals besides the usual: `503
+        browser_unavailable` naming an engine the node does not run, `409 checkpoint_incompatible`
+        restoring into another engine than the checkpoint's, `501 engine_capability_unsupported`
+        when the task's policy needs what the engine cannot do (a `form_submission` rule needs
+        `request_holds`).
 
         ``POST /bap/v1/tasks/{task_id}/browser-sessions`` (mutating: sends ``idempotency_key``, or a
         new UUID that the client's own retries reuse); scope ``bap:browser.act``. May also answer

@@ -92,6 +92,13 @@ export type Artifact = S["Artifact"];
  * (`Task.result.integrity`).
  */
 export type ArtifactKind = S["ArtifactKind"];
+/**
+ * A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools
+ * Protocol) or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its
+ * `--engines` (GET /bap/v1 lists them); asking for one it does not run answers `503
+ * browser_unavailable` naming it.
+ */
+export type BrowserEngine = S["BrowserEngine"];
 /** An isolated browser context (own cookies and storage) owned by a task. */
 export type BrowserSession = S["BrowserSession"];
 /** `data` of a `browser_session.closed` event: a browser session was closed. */
@@ -213,6 +220,21 @@ export type DialogHandledEvent = S["DialogHandledEvent"];
 export type DownloadCompletedData = S["DownloadCompletedData"];
 /** An Event of type `download.completed`. */
 export type DownloadCompletedEvent = S["DownloadCompletedEvent"];
+/**
+ * A browser engine this node is configured to run (`--engines`), with the adapter that drives it,
+ * the browser's version and what it can do.
+ */
+export type Engine = S["Engine"];
+/**
+ * Something an engine adapter may or may not do (docs/engines.md): `mhtml_evidence`
+ * (capture_evidence `dom_snapshot`, an MHTML archive), `live_view` (the console's live view of a
+ * session), `file_upload` (act `upload_file`), `request_holds` (holding a non-safe request inside
+ * the browser until an approval is resolved: a task whose policy has a `form_submission` rule needs
+ * it to open a session), `downloads` (a download an act causes is kept as an artifact). An
+ * operation that needs a capability the session's engine lacks answers `501
+ * engine_capability_unsupported`.
+ */
+export type EngineCapability = S["EngineCapability"];
 /** One entry of a task's append-only history. */
 export type Event = S["Event"];
 /** Why an event happened. */
@@ -407,9 +429,11 @@ export type Problem = S["Problem"];
  * idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous
  * task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable,
  * orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable);
- * 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the
- * page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP
- * answer (HTTP, MCP, a worker's stored reply) carries with it.
+ * 500: internal_error; 501: not_implemented, engine_capability_unsupported (the session's browser
+ * engine cannot do what the operation needs: GET /bap/v1 lists each engine's capabilities); 502:
+ * navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives
+ * each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries
+ * with it.
  */
 export type ProblemCode = S["ProblemCode"];
 /** One validation failure. */
@@ -815,8 +839,13 @@ export abstract class Operations {
   /**
    * Open a browser session.
    *
-   * Opens an isolated browser session for the task (own cookies and storage), optionally restored
-   * from a checkpoint of the same task.
+   * Opens an isolated browser session for the task (own cookies and storage) on a browser engine
+   * (`engine`, default the node's first of `--engines`), optionally restored from a checkpoint of
+   * the same task (into the checkpoint's engine). Refusals besides the usual: `503
+   * browser_unavailable` naming an engine the node does not run, `409 checkpoint_incompatible`
+   * restoring into another engine than the checkpoint's, `501 engine_capability_unsupported` when
+   * the task's policy needs what the engine cannot do (a `form_submission` rule needs
+   * `request_holds`).
    *
    * `POST /bap/v1/tasks/{task_id}/browser-sessions` (`create_browser_session`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope

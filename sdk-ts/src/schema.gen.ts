@@ -17,7 +17,7 @@ export interface paths {
         };
         /**
          * Service information
-         * @description Protocol name, version and mounted adapters. Anonymous.
+         * @description Protocol name, version, the protocol adapters this node recorded at start and the browser engines it runs with their capabilities. Anonymous.
          */
         get: operations["get_service_info"];
         put?: never;
@@ -423,7 +423,7 @@ export interface paths {
         put?: never;
         /**
          * Open a browser session
-         * @description Opens an isolated browser session for the task (own cookies and storage), optionally restored from a checkpoint of the same task.
+         * @description Opens an isolated browser session for the task (own cookies and storage) on a browser engine (`engine`, default the node's first of `--engines`), optionally restored from a checkpoint of the same task (into the checkpoint's engine). Refusals besides the usual: `503 browser_unavailable` naming an engine the node does not run, `409 checkpoint_incompatible` restoring into another engine than the checkpoint's, `501 engine_capability_unsupported` when the task's policy needs what the engine cannot do (a `form_submission` rule needs `request_holds`).
          */
         post: operations["create_browser_session"];
         delete?: never;
@@ -1254,11 +1254,19 @@ export interface components {
          */
         ArtifactKind: "screenshot" | "dom_snapshot" | "ax_snapshot" | "upload" | "result_manifest" | "other";
         /**
+         * BrowserEngine
+         * @description A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools Protocol) or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its `--engines` (GET /bap/v1 lists them); asking for one it does not run answers `503 browser_unavailable` naming it.
+         * @enum {string}
+         */
+        BrowserEngine: "chromium" | "firefox";
+        /**
          * BrowserSession
          * @description An isolated browser context (own cookies and storage) owned by a task.
          * @example {
          *       "context_id": "ctx_9aB3cD5eF7gH",
          *       "created_at": "2026-11-20T09:15:00Z",
+         *       "engine": "chromium",
+         *       "engine_version": "131.0.6778.85",
          *       "session_id": "bs_4fT8nQ2rL6vY",
          *       "state": "open",
          *       "task_id": "tsk_7Hq2ZkP9xW3m"
@@ -1282,6 +1290,10 @@ export interface components {
              * @description Creation time (RFC 3339, UTC).
              */
             created_at: string;
+            /** @description The engine the session runs on. */
+            engine: components["schemas"]["BrowserEngine"];
+            /** @description The version of the engine's browser when the session opened (for example `131.0.6778.85`); absent for a session recorded before engines were. */
+            engine_version?: string;
             /**
              * @description Checkpoint it was restored from.
              * @example chk_6yZ8aB0cD2eF
@@ -1397,6 +1409,8 @@ export interface components {
          * @description `data` of a `browser_session.opened` event: a browser session was opened.
          * @example {
          *       "context_id": "ctx_9aB3cD5eF7gH",
+         *       "engine": "chromium",
+         *       "engine_version": "131.0.6778.85",
          *       "session_id": "bs_4fT8nQ2rL6vY"
          *     }
          */
@@ -1406,6 +1420,10 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id: string;
+            /** @description The engine the session runs on. */
+            engine: components["schemas"]["BrowserEngine"];
+            /** @description The version of the engine's browser (for example `131.0.6778.85`). */
+            engine_version?: string;
             /**
              * @description Checkpoint identifier.
              * @example chk_6yZ8aB0cD2eF
@@ -1430,6 +1448,8 @@ export interface components {
          *       },
          *       "data": {
          *         "context_id": "ctx_9aB3cD5eF7gH",
+         *         "engine": "chromium",
+         *         "engine_version": "131.0.6778.85",
          *         "session_id": "bs_4fT8nQ2rL6vY"
          *       },
          *       "event_id": "evt_2cD4eF6gH8jK",
@@ -1778,6 +1798,8 @@ export interface components {
              * @description Creation time (RFC 3339, UTC).
              */
             created_at: string;
+            /** @description The engine of the session it was taken of: it restores only into a session of the same engine (else `409 checkpoint_incompatible`). */
+            engine?: components["schemas"]["BrowserEngine"];
             /**
              * @description Document epoch: changes whenever the browsing context's document changes; node handles of older epochs are stale.
              * @example ep_2kM4nP6qR8sT
@@ -1917,6 +1939,7 @@ export interface components {
          *         "closed_at": "2026-11-20T09:15:02Z",
          *         "context_id": "ctx_9aB3cD5eF7gH",
          *         "created_at": "2026-11-20T09:15:00Z",
+         *         "engine": "chromium",
          *         "session_id": "bs_4fT8nQ2rL6vY",
          *         "state": "closed",
          *         "task_id": "tsk_7Hq2ZkP9xW3m"
@@ -2062,8 +2085,13 @@ export interface components {
          * CreateBrowserSessionRequest
          * @description Body of create_browser_session.
          * @example {}
+         * @example {
+         *       "engine": "chromium"
+         *     }
          */
         CreateBrowserSessionRequest: {
+            /** @description The engine to open the session on; default: the checkpoint's engine when `from_checkpoint` is given, else the node's default engine (the first of its `--engines`). An engine the node does not run answers `503 browser_unavailable` naming it; restoring a checkpoint into another engine than the one it was taken on answers `409 checkpoint_incompatible`. */
+            engine?: components["schemas"]["BrowserEngine"];
             /**
              * @description Open a restored session from this checkpoint of a running task.
              * @example chk_6yZ8aB0cD2eF
@@ -2085,6 +2113,7 @@ export interface components {
          *       "session": {
          *         "context_id": "ctx_9aB3cD5eF7gH",
          *         "created_at": "2026-11-20T09:15:00Z",
+         *         "engine": "chromium",
          *         "session_id": "bs_4fT8nQ2rL6vY",
          *         "state": "open",
          *         "task_id": "tsk_7Hq2ZkP9xW3m"
@@ -2428,6 +2457,44 @@ export interface components {
              */
             type: "download.completed";
         };
+        /**
+         * Engine
+         * @description A browser engine this node is configured to run (`--engines`), with the adapter that drives it, the browser's version and what it can do.
+         * @example {
+         *       "adapter_id": "cdp",
+         *       "available": true,
+         *       "capabilities": [
+         *         "mhtml_evidence",
+         *         "live_view",
+         *         "file_upload",
+         *         "request_holds",
+         *         "downloads"
+         *       ],
+         *       "default": true,
+         *       "engine": "chromium",
+         *       "version": "131.0.6778.85"
+         *     }
+         */
+        Engine: {
+            /** @description The protocol adapter that drives it (an `adapter_id` of `adapters`): `cdp` for Chromium. */
+            adapter_id: string;
+            /** @description Whether its browser runs on this node now; when not, sessions on it answer `503 browser_unavailable`. */
+            available: boolean;
+            /** @description What the engine's adapter can do; an operation needing another answers `501 engine_capability_unsupported`. */
+            capabilities: components["schemas"]["EngineCapability"][];
+            /** @description Whether create_browser_session without `engine` opens sessions on it (the first of `--engines`). */
+            default: boolean;
+            /** @description The engine's name, as create_browser_session `engine` takes it. */
+            engine: components["schemas"]["BrowserEngine"];
+            /** @description The browser's version as it reported it when it (last) started (for example `131.0.6778.85`); absent while its browser does not run. */
+            version?: string;
+        };
+        /**
+         * EngineCapability
+         * @description Something an engine adapter may or may not do (docs/engines.md): `mhtml_evidence` (capture_evidence `dom_snapshot`, an MHTML archive), `live_view` (the console's live view of a session), `file_upload` (act `upload_file`), `request_holds` (holding a non-safe request inside the browser until an approval is resolved: a task whose policy has a `form_submission` rule needs it to open a session), `downloads` (a download an act causes is kept as an artifact). An operation that needs a capability the session's engine lacks answers `501 engine_capability_unsupported`.
+         * @enum {string}
+         */
+        EngineCapability: "mhtml_evidence" | "live_view" | "file_upload" | "request_holds" | "downloads";
         /**
          * Event
          * @description One entry of a task's append-only history.
@@ -4064,10 +4131,10 @@ export interface components {
         };
         /**
          * ProblemCode
-         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch), task_handed_off (a person took the task over: until they hand it back, only their commands run on it, and their own only within the handoff's lease); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented; 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
+         * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch), task_handed_off (a person took the task over: until they hand it back, only their commands run on it, and their own only within the handoff's lease); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented, engine_capability_unsupported (the session's browser engine cannot do what the operation needs: GET /bap/v1 lists each engine's capabilities); 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale" | "task_handed_off";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale" | "task_handed_off" | "engine_capability_unsupported";
         /**
          * ProblemViolation
          * @description One validation failure.
@@ -4710,6 +4777,7 @@ export interface components {
          *       "session": {
          *         "context_id": "ctx_9aB3cD5eF7gH",
          *         "created_at": "2026-11-20T09:15:00Z",
+         *         "engine": "chromium",
          *         "from_checkpoint": "chk_6yZ8aB0cD2eF",
          *         "session_id": "bs_4fT8nQ2rL6vY",
          *         "state": "open",
@@ -4910,6 +4978,22 @@ export interface components {
          *           "protocol_version": "2026-07-28"
          *         }
          *       ],
+         *       "engines": [
+         *         {
+         *           "adapter_id": "cdp",
+         *           "available": true,
+         *           "capabilities": [
+         *             "mhtml_evidence",
+         *             "live_view",
+         *             "file_upload",
+         *             "request_holds",
+         *             "downloads"
+         *           ],
+         *           "default": true,
+         *           "engine": "chromium",
+         *           "version": "131.0.6778.85"
+         *         }
+         *       ],
          *       "protocol": "bap",
          *       "version": "1.0.0"
          *     }
@@ -4917,6 +5001,8 @@ export interface components {
         ServiceInfo: {
             /** @description The protocol adapters this node serves, with their versions, by `adapter_id` (from `protocol_adapter`, written by the node at start). */
             adapters: components["schemas"]["ProtocolAdapter"][];
+            /** @description The browser engines this node is configured to run (`--engines`), its default first, each with its adapter, version and capabilities (docs/engines.md). */
+            engines: components["schemas"]["Engine"][];
             /**
              * @description Always `bap`.
              * @constant
@@ -5486,7 +5572,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The server does not implement this route yet (a capability still being built). */
+        /** @description The server does not implement this route yet (a capability still being built), or the session's browser engine cannot do what the operation needs (`engine_capability_unsupported`; GET /bap/v1 lists each engine's capabilities, docs/engines.md explains them). */
         NotImplemented: {
             headers: {
                 [name: string]: unknown;
@@ -5886,6 +5972,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -6598,6 +6685,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
@@ -6877,6 +6965,7 @@ export interface operations {
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["TooManyRequests"];
+            501: components["responses"]["NotImplemented"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };
