@@ -11,6 +11,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/user"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +24,11 @@ import (
 var browser *Browser
 
 func TestMain(m *testing.M) {
+	// A canary in our environment that must not reach the browser (TestProcessIsConfined).
+	if err := os.Setenv(canaryEnv, canaryValue); err != nil {
+		fmt.Fprintln(os.Stderr, "firefox tests:", err)
+		os.Exit(1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	b, err := Launch(ctx, Options{})
 	cancel()
@@ -34,8 +42,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "firefox tests: close:", err)
 		code = 1
 	}
-	if _, err := os.Stat(b.profile); !errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintln(os.Stderr, "firefox tests: the profile outlived Close:", b.profile)
+	if _, err := os.Stat(b.dir); !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintln(os.Stderr, "firefox tests: the browser's directory outlived Close:", b.dir)
 		code = 1
 	}
 	os.Exit(code)
@@ -253,4 +261,89 @@ func TestErrors(t *testing.T) {
 			t.Fatalf("err = %v, want ErrClosed", err)
 		}
 	})
+}
+
+const (
+	canaryEnv   = "BAP_FIREFOX_TEST_CANARY"
+	canaryValue = "canary-7f3e9a1c"
+)
+
+// TestProcessIsConfined checks the running browser: as root it runs as the browser account, not
+// root, and nothing of bap's environment but the allowed variables reaches it.
+func TestProcessIsConfined(t *testing.T) {
+	pid := browser.cmd.Process.Pid
+	want := os.Geteuid()
+	if want == 0 {
+		u, err := user.Lookup(DefaultRunAsUser)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ = strconv.Atoi(u.Uid)
+	}
+	// Every process of the browser's group (the parent and its content processes).
+	procs := processGroup(t, pid)
+	if len(procs) < 2 {
+		t.Fatalf("the browser's process group has %d processes, want the parent and its content processes", len(procs))
+	}
+	for _, p := range procs {
+		if uid := procUID(t, p); uid != want || uid == 0 {
+			t.Fatalf("firefox process %d runs as uid %d, want %d (never root)", p, uid, want)
+		}
+	}
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(env, []byte(canaryValue)) || bytes.Contains(env, []byte(canaryEnv)) {
+		t.Fatal("bap's environment reached the browser")
+	}
+	if !bytes.Contains(env, []byte("HOME="+browser.dir)) {
+		t.Fatalf("the browser's HOME is not in its own tree: %q", env)
+	}
+}
+
+// processGroup lists the processes whose process group is pgid.
+func processGroup(t *testing.T, pgid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// pid (comm) state ppid pgrp …: comm may hold spaces, so split after its ')'.
+		rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
+		if f := strings.Fields(rest); len(f) >= 3 && f[2] == strconv.Itoa(pgid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// procUID is the real uid of a process.
+func procUID(t *testing.T, pid int) int {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Uid:" {
+			uid, err := strconv.Atoi(f[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return uid
+		}
+	}
+	t.Fatalf("no Uid line for process %d", pid)
+	return -1
 }

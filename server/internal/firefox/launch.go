@@ -1,7 +1,8 @@
 // Package firefox starts and stops Firefox ESR (Debian's firefox-esr) for the WebDriver BiDi
 // adapter: headless, with a fresh profile in a temporary directory whose prefs turn off updates,
-// telemetry, studies and first-run pages, its Remote Agent on a port the system picks. Nothing
-// is downloaded: the binary is the one the Debian package installed.
+// telemetry, studies and first-run pages, its Remote Agent on a port the system picks, a scrubbed
+// environment, and (when bap runs as root) an unprivileged account. Nothing is downloaded: the
+// binary is the one the Debian package installed.
 package firefox
 
 import (
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/bidi"
+	"github.com/originweave/bap/server/internal/osuser"
 )
 
 // DefaultBinary is Debian's Firefox ESR.
@@ -34,6 +36,85 @@ type Options struct {
 	Log    *slog.Logger // nil: discard
 	// Prefs are added to (and override) the profile's prefs.
 	Prefs map[string]any
+	// RunAsUser is the unprivileged account Firefox runs as when this process is root
+	// (DefaultRunAsUser when empty); when not root, Firefox runs as the current user.
+	RunAsUser string
+}
+
+// DefaultRunAsUser is the account `make deps` creates for the browsers (the CDP adapter's too).
+const DefaultRunAsUser = "bap-browser"
+
+// account resolves the account Firefox runs as: never root.
+func account(runAs string) (osuser.Account, error) {
+	if runAs == "" && os.Geteuid() == 0 {
+		runAs = DefaultRunAsUser
+	}
+	a, err := osuser.Resolve(os.Geteuid(), runAs, "browser user")
+	if err != nil {
+		return a, fmt.Errorf("firefox: %w (Firefox does not run as root; scripts/install-deps.sh creates %s)", err, DefaultRunAsUser)
+	}
+	return a, nil
+}
+
+// browserOwnedDirs are the directories of the tree the browser may write in.
+var browserOwnedDirs = []string{"profile", "home", "tmp"}
+
+// newDirs creates the browser's tree under os.TempDir():
+//
+//	bap-firefox-*/  0711 bap (0700 when bap is not root)
+//	├── profile/    0700 browser  --profile, with the user.js bap writes before the start
+//	├── home/       0700 browser  HOME, the XDG directories and the working directory
+//	└── tmp/        0700 browser  TMPDIR
+//
+// Everything is created before the browser starts, so the browser cannot have planted a link
+// where bap writes.
+func newDirs(acct osuser.Account) (string, error) {
+	dir, err := os.MkdirTemp("", "bap-firefox-")
+	if err != nil {
+		return "", err
+	}
+	err = acct.CheckSearchable(filepath.Dir(dir))
+	if err == nil && acct.Switch {
+		err = os.Chmod(dir, 0o711)
+	}
+	for _, d := range browserOwnedDirs {
+		if err == nil {
+			err = acct.EnsurePrivateDir(filepath.Join(dir, d), false)
+		}
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+// browserEnv is the browser's whole environment: its own HOME, XDG and temp directories, and
+// from ours only PATH, the locale and the time zone. Nothing else of this process (BAP_*,
+// database URLs, tokens) reaches the browser.
+func browserEnv(dir string, parent func(string) (string, bool)) []string {
+	home := filepath.Join(dir, "home")
+	env := []string{
+		"HOME=" + home,
+		"XDG_CONFIG_HOME=" + filepath.Join(home, ".config"),
+		"XDG_CACHE_HOME=" + filepath.Join(home, ".cache"),
+		"XDG_DATA_HOME=" + filepath.Join(home, ".local", "share"),
+		"XDG_STATE_HOME=" + filepath.Join(home, ".local", "state"),
+		"TMPDIR=" + filepath.Join(dir, "tmp"),
+		"MOZ_CRASHREPORTER_DISABLE=1",
+		"MOZ_HEADLESS=1",
+	}
+	if v, ok := parent("PATH"); ok && v != "" {
+		env = append(env, "PATH="+v)
+	} else {
+		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	for _, k := range []string{"LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ"} {
+		if v, ok := parent(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // Browser is one running Firefox with its own profile.
@@ -42,7 +123,7 @@ type Browser struct {
 	URL string
 
 	cmd     *exec.Cmd
-	profile string
+	dir     string // the browser's directory tree (newDirs), removed by Close
 	log     *slog.Logger
 	exited  chan struct{}
 	waitErr error
@@ -102,10 +183,15 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	profile, err := os.MkdirTemp("", "bap-firefox-")
+	acct, err := account(opts.RunAsUser)
 	if err != nil {
-		return nil, fmt.Errorf("firefox: profile: %w", err)
+		return nil, err
 	}
+	dir, err := newDirs(acct)
+	if err != nil {
+		return nil, fmt.Errorf("firefox: %w", err)
+	}
+	profile := filepath.Join(dir, "profile")
 	all := map[string]any{}
 	for k, v := range prefs {
 		all[k] = v
@@ -113,19 +199,26 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	for k, v := range opts.Prefs {
 		all[k] = v
 	}
-	if err := os.WriteFile(filepath.Join(profile, "user.js"), userJS(all), 0o600); err != nil {
-		_ = os.RemoveAll(profile)
+	userjs := filepath.Join(profile, "user.js")
+	err = os.WriteFile(userjs, userJS(all), 0o600)
+	if err == nil {
+		err = acct.Chown(userjs)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("firefox: profile: %w", err)
 	}
 
 	cmd := exec.Command(path, "--headless", "--no-remote", "--remote-debugging-port=0", "--profile", profile)
-	cmd.Env = append(os.Environ(), "MOZ_CRASHREPORTER_DISABLE=1", "MOZ_CRASHREPORTER=", "MOZ_HEADLESS=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Close stops the content processes too
+	cmd.Env = browserEnv(dir, os.LookupEnv)
+	cmd.Dir = filepath.Join(dir, "home")
+	// Its own process group, so Close stops the content processes too; as root, the account.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: acct.Credential()}
 	// A pipe of our own rather than StderrPipe: the content processes inherit stderr, and the
 	// reader must be free to read until the last of them closes it, after Wait has returned.
 	stderr, w, err := os.Pipe()
 	if err != nil {
-		_ = os.RemoveAll(profile)
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("firefox: %w", err)
 	}
 	cmd.Stderr = w
@@ -134,10 +227,10 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	_ = w.Close()
 	if err != nil {
 		_ = stderr.Close()
-		_ = os.RemoveAll(profile)
+		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("firefox: start: %w", err)
 	}
-	b := &Browser{cmd: cmd, profile: profile, log: log, exited: make(chan struct{})}
+	b := &Browser{cmd: cmd, dir: dir, log: log, exited: make(chan struct{})}
 	urls := make(chan string, 1)
 	go b.scan(stderr, urls)
 	go func() {
@@ -232,8 +325,8 @@ func (b *Browser) Close() error {
 }
 
 func (b *Browser) cleanup() error {
-	if err := os.RemoveAll(b.profile); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("firefox: removing the profile: %w", err)
+	if err := os.RemoveAll(b.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("firefox: removing the browser's directory: %w", err)
 	}
 	return nil
 }
