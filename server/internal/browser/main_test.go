@@ -69,6 +69,7 @@ type fixtures struct {
 	frameOrders atomic.Int64 // orders placed from a form inside an iframe (frame-order)
 	giftOrders  atomic.Int64 // orders from widgets.html's hostile form: its own counter, as tests run in parallel
 	heldOrders  sync.Map     // hold_test.go: the bodies each checkout (by its ?id=) sent, as *heldLog
+	stalls      sync.Map     // state_test.go: /stalled?id= answers once its *stall is released
 	mu          sync.Mutex
 	otherHits   []string
 }
@@ -116,6 +117,19 @@ func (f *fixtures) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/held-order":
 		f.heldOrder(w, r)
+		return
+	case "/stalled":
+		if v, ok := f.stalls.Load(r.URL.Query().Get("id")); ok {
+			st := v.(*stall)
+			st.arrive.Do(func() { close(st.arrived) })
+			select {
+			case <-st.release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte("<!doctype html><title>Statement</title><p>statement"))
 		return
 	case "/gift-order":
 		f.giftOrders.Add(1)

@@ -79,6 +79,9 @@ func (s *Session) ExportState(ctx context.Context) (*page.StorageState, error) {
 		return a.Domain+"\x00"+a.Path+"\x00"+a.Name < b.Domain+"\x00"+b.Path+"\x00"+b.Name
 	})
 
+	if err := s.awaitOpeningPopups(ctx); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	tabs := make([]*tab, 0, len(s.tabOrder))
 	for _, t := range s.tabOrder {
@@ -139,6 +142,46 @@ func (s *Session) ExportState(ctx context.Context) (*page.StorageState, error) {
 		st.LocalStorage = append(st.LocalStorage, page.OriginStorage{Origin: o, Items: local[o]})
 	}
 	return st, nil
+}
+
+// popupOpeningWait bounds how long ExportState waits for popups still loading their first page.
+const popupOpeningWait = 10 * time.Second
+
+// awaitOpeningPopups waits, at most popupOpeningWait, until no popup of the session is still
+// opening. An act reports a popup once its tab is attached, before the popup's first document
+// commits; a checkpoint taken right after would read the tab's URL while it is still empty or
+// about:blank, and the restore would leave the tab out (its URL is not an allowed http(s) URL).
+// A popup is opening while its main frame shows no http(s) document and has not stopped loading
+// once. When the wait runs out the export goes on with what the tabs show.
+func (s *Session) awaitOpeningPopups(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, popupOpeningWait)
+	defer cancel()
+	err := s.waitFor(wctx, func() bool {
+		for _, t := range s.tabOrder {
+			if !t.closed && t.openingLocked() {
+				return false
+			}
+		}
+		return true
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case wctx.Err() != nil:
+		return nil // still opening: exported as it is
+	default:
+		return err // the session closed or was lost
+	}
+}
+
+// openingLocked tells whether t is a popup whose first page is still loading.
+func (t *tab) openingLocked() bool {
+	if t.opener == "" || t.stops > 0 {
+		return false
+	}
+	return t.main == nil || !strings.HasPrefix(t.main.url, "http://") && !strings.HasPrefix(t.main.url, "https://")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

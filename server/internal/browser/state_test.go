@@ -2,9 +2,11 @@ package browser
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	pngpkg "image/png"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -178,5 +180,68 @@ func TestRestoreReopensEveryTab(t *testing.T) {
 	}
 	if n := fx.otherHitCount() - otherHits; n != 0 {
 		t.Errorf("the refused tab sent %d requests to its origin", n)
+	}
+}
+
+// stall holds a /stalled?id= answer: arrived closes when the request comes, release lets it go.
+type stall struct {
+	arrive           sync.Once
+	arrived, release chan struct{}
+}
+
+// A checkpoint taken right after an act opened a popup keeps the popup: the act reports the popup
+// once its tab is attached, before its first document commits, and the export waits for that
+// document instead of recording the tab's empty URL (which the restore would leave out as not an
+// allowed http(s) URL). This was TestCheckpointReopensEveryTab's flake on a loaded machine.
+func TestExportWaitsForAnOpeningPopup(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := strings.ReplaceAll(t.Name(), "/", "_")
+	st := &stall{arrived: make(chan struct{}), release: make(chan struct{})}
+	fx.stalls.Store(id, st)
+	t.Cleanup(func() { fx.stalls.Delete(id) })
+	b.navigate("/stalled-popup.html?id=" + id)
+	res := b.act(ActRequest{Action: ActionClick, Query: &Query{Role: "button", Name: "Open statement"}})
+	if len(res.NewContexts) != 1 {
+		t.Fatalf("the click opened no popup: %+v", res)
+	}
+	select {
+	case <-st.arrived:
+	case <-tctx(t).Done():
+		t.Fatal("the popup never asked for its page")
+	}
+	b.s.mu.Lock()
+	opening := b.s.tabs[res.NewContexts[0]].openingLocked()
+	b.s.mu.Unlock()
+	if !opening {
+		t.Fatal("a popup whose page has not answered yet is not opening")
+	}
+
+	// While the popup's page has not answered, an export does not go on without it: it is still
+	// waiting when its deadline ends (before the fix it returned the popup with an empty URL).
+	short, cancel := context.WithTimeout(tctx(t), 2*time.Second)
+	early, err := b.s.ExportState(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		var urls []string
+		if early != nil {
+			for _, c := range early.Contexts {
+				urls = append(urls, c.URL)
+			}
+		}
+		t.Fatalf("ExportState while the popup opens: tabs %q, err %v; want it to wait", urls, err)
+	}
+	// Once the page answers, the export records the popup's page.
+	close(st.release)
+	got, err := b.s.ExportState(tctx(t))
+	if err != nil {
+		t.Fatalf("ExportState: %v", err)
+	}
+	var urls []string
+	for _, c := range got.Contexts {
+		urls = append(urls, c.URL)
+	}
+	if len(urls) != 2 || !strings.HasSuffix(urls[1], "/stalled?id="+id) {
+		t.Fatalf("the checkpoint's tabs: %q, want the primary and the popup's page", urls)
 	}
 }
