@@ -350,7 +350,9 @@ func (c *Client) ListTaskEvents(ctx context.Context, taskID string, after int, l
 // Refusals: `409 invalid_transition` (the task is not `checkpointed`), `409 checkpoint_foreign`
 // (another task's checkpoint), `409 checkpoint_incompatible` (another runtime major.minor, BAP
 // protocol major.minor or task policy), `409 checkpoint_stale` (older than the server's
-// `--checkpoint-max-age`, 24 h by default); an unknown checkpoint answers `404`.
+// `--checkpoint-max-age`, 24 h by default); an unknown checkpoint answers `404`. The session opens
+// on the checkpoint's browser engine: `503 browser_unavailable` names it when this node does not
+// run it.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:tasks.write.

@@ -426,7 +426,8 @@ impl Client {
     /// `checkpointed`), `409 checkpoint_foreign` (another task's checkpoint), `409
     /// checkpoint_incompatible` (another runtime major.minor, BAP protocol major.minor or task
     /// policy), `409 checkpoint_stale` (older than the server's `--checkpoint-max-age`, 24 h by
-    /// default); an unknown checkpoint answers `404`.
+    /// default); an unknown checkpoint answers `404`. The session opens on the checkpoint's browser
+    /// engine: `503 browser_unavailable` names it when this node does not run it.
     ///
     /// `POST /bap/v1/tasks/{task_id}/resume` (mutating: it sends an `Idempotency-Key`, the one of
     /// `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
