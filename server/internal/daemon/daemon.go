@@ -126,6 +126,21 @@ func lockDataDir(dir string) (func(), error) {
 	return func() { _ = f.Close() }, nil
 }
 
+// announceNode registers this node, records the protocol adapters it serves (for GET /bap/v1,
+// browser.go) and, on an embedded cluster, takes over from the node that used its data dir before.
+func announceNode(ctx context.Context, cfg Config, svc *app.Service, nodeID string, br *Engines, log *slog.Logger) error {
+	if err := svc.RegisterNode(ctx, cfg.AdvertiseURL, version.Software); err != nil {
+		return err
+	}
+	if err := svc.RecordAdapters(ctx, nodeAdapters(br)); err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" {
+		return succeedDataDirNode(ctx, svc, cfg.DataDir, nodeID, log)
+	}
+	return nil
+}
+
 // Run starts the server and blocks until ctx ends, then shuts down gracefully.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.setDefaults()
@@ -169,13 +184,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	bp := newBackpressure(cfg)                              // caps per tenant and per node (backpressure.go)
-	br := startEngines(ctx, cfg, cfg.engineRegistry(), log) // engines.go
-	defer func() {
-		if err := br.Close(); err != nil {
-			log.Warn("closing the browser", "err", err)
-		}
-	}()
+	bp := newBackpressure(cfg)                                             // caps per tenant and per node (backpressure.go)
+	br, closeBrowsers := startEngines(ctx, cfg, cfg.engineRegistry(), log) // engines.go
+	defer closeBrowsers()
 	storeOpts := ev.storeOptions()
 	storeOpts.Tracer = tracer // a span per SQL transaction
 	svc, err := app.NewService(store.New(db.Pool, storeOpts), app.Config{
@@ -190,16 +201,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := svc.RegisterNode(ctx, cfg.AdvertiseURL, version.Software); err != nil {
+	if err := announceNode(ctx, cfg, svc, nodeID, br, log); err != nil {
 		return err
-	}
-	if err := svc.RecordAdapters(ctx, nodeAdapters(br)); err != nil { // for GET /bap/v1 (browser.go)
-		return err
-	}
-	if cfg.DatabaseURL == "" {
-		if err := succeedDataDirNode(ctx, svc, cfg.DataDir, nodeID, log); err != nil {
-			return err
-		}
 	}
 
 	reg := prometheus.NewRegistry()

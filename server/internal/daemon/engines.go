@@ -225,9 +225,10 @@ func (e *Engines) Close() error {
 	return errors.Join(errs...)
 }
 
-// startEngines starts the browsers of the configured engines, at once. An engine whose browser
-// cannot start leaves the node running: its sessions answer 503 browser_unavailable naming it.
-func startEngines(ctx context.Context, cfg Config, reg EngineRegistry, log *slog.Logger) *Engines {
+// startEngines starts the browsers of the configured engines, at once, and returns them with the
+// function that closes them. An engine whose browser cannot start leaves the node running: its
+// sessions answer 503 browser_unavailable naming it.
+func startEngines(ctx context.Context, cfg Config, reg EngineRegistry, log *slog.Logger) (*Engines, func()) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	list := make([]RunningEngine, len(cfg.Engines))
@@ -254,7 +255,12 @@ func startEngines(ctx context.Context, cfg Config, reg EngineRegistry, log *slog
 		})
 	}
 	wg.Wait()
-	return NewEngines(list...)
+	e := NewEngines(list...)
+	return e, func() {
+		if err := e.Close(); err != nil {
+			log.Warn("closing the browser", "err", err)
+		}
+	}
 }
 
 // SpecEngines are the browser engines of the spec (BrowserEngine.json), in its order.
@@ -266,8 +272,11 @@ func SpecEngines() ([]string, error) {
 	var schema struct {
 		Enum []string `json:"enum"`
 	}
-	if err := json.Unmarshal(raw, &schema); err != nil || len(schema.Enum) == 0 {
-		return nil, fmt.Errorf("the spec's BrowserEngine.json lists no engines: %v", err)
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		return nil, fmt.Errorf("reading the spec's browser engines: %w", err)
+	}
+	if len(schema.Enum) == 0 {
+		return nil, errors.New("the spec's BrowserEngine.json lists no engines")
 	}
 	return schema.Enum, nil
 }
