@@ -114,6 +114,10 @@ func TestInputSchemasValidate(t *testing.T) {
 		{"list_task_events", `{"task_id":"tsk_1","limit":5000}`, false},
 		{"get_task", `{"task_id":"tsk_1","idempotency_key":"k"}`, false},
 		{"create_task", `{"goal":"g","policy":{"allowed_origins":["https://example.com"]},"postcondition":{"all":[{"url_matches":"done"}]},"idempotency_key":"k"}`, true},
+		// create_browser_session takes the engine as the API does (issue #19): the spec's values only.
+		{"create_browser_session", `{"task_id":"tsk_1","engine":"chromium","idempotency_key":"k"}`, true},
+		{"create_browser_session", `{"task_id":"tsk_1","engine":"firefox","from_checkpoint":"chk_1","idempotency_key":"k"}`, true},
+		{"create_browser_session", `{"task_id":"tsk_1","engine":"webkit","idempotency_key":"k"}`, false},
 	}
 	for _, tc := range cases {
 		tool, ok, err := Lookup(tc.tool)
