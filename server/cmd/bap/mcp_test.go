@@ -115,6 +115,12 @@ func TestMCPOfficialGoClientWorkflow(t *testing.T) {
 		t.Fatalf("create_task: %v", created)
 	}
 	taskID := created["task"].(map[string]any)["task_id"].(string)
+	// The tool takes the engine as the API does (issue #19): one this node does not run is the
+	// documented problem, naming it.
+	if ff, isErr := call("create_browser_session", map[string]any{"task_id": taskID, "engine": "firefox", "idempotency_key": ""}); !isErr ||
+		ff["code"] != "browser_unavailable" || !strings.Contains(fmt.Sprint(ff["detail"]), "firefox") {
+		t.Fatalf("create_browser_session {engine: firefox} on a chromium node: %v (isError %v)", ff, isErr)
+	}
 	sess, isErr := call("create_browser_session", map[string]any{"task_id": taskID, "idempotency_key": ""})
 	if isErr {
 		if sess["code"] == "browser_unavailable" {

@@ -314,12 +314,8 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			return Response{}, err
 		}
 	}
-	b, err := s.browserOrUnavailable()
-	if err != nil {
-		return Response{}, err
-	}
-	// Restoring into another engine than the checkpoint's is refused as a command (phase 1,
-	// checkCheckpoint); an engine the node does not run, before it becomes one.
+	// Restoring into another engine than the checkpoint's is refused as a command (phase 1);
+	// an engine the node does not run (or no browser at all), before it becomes one.
 	var cpEngine string
 	if cp != nil {
 		cpEngine = cp.Engine
@@ -329,6 +325,7 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 	if err != nil && !mismatch {
 		return Response{}, err
 	}
+	b := s.cfg.Browser
 	adm := &sessionAdmission{} // held until the session's row is committed (limits.go)
 	defer adm.done()
 	resp, err := runTwoPhase(ctx, s, call, taskID, r, twoPhase[*openPlan, *opened]{

@@ -71,17 +71,22 @@ func (s *Service) chooseEngine(name, want string) (Engine, error) {
 	engines := s.Engines()
 	if name == "" {
 		if len(engines) == 0 {
-			return Engine{}, &Error{Code: CodeBrowserUnavailable, Detail: "no browser engine is configured on this node"}
+			_, err := s.browserOrUnavailable() // no browser port: says what to install
+			return Engine{}, err
 		}
 		name = engines[0].Name
 	}
 	e, ok := s.engineNamed(name)
 	if !ok {
-		names := make([]string, 0, len(engines))
-		for _, e := range engines {
-			names = append(names, e.Name)
+		runs := "none"
+		if len(engines) > 0 {
+			names := make([]string, 0, len(engines))
+			for _, e := range engines {
+				names = append(names, e.Name)
+			}
+			runs = strings.Join(names, ", ")
 		}
-		return Engine{}, Errorf(CodeBrowserUnavailable, "this node does not run the browser engine %s (it runs: %s)", name, strings.Join(names, ", "))
+		return Engine{}, Errorf(CodeBrowserUnavailable, "this node does not run the browser engine %s (it runs: %s)", name, runs)
 	}
 	if !e.Available {
 		detail := fmt.Sprintf("the browser engine %s does not run on this node now", name)
