@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // Out-of-band approvers against the real binary (issue #24 item 4): in the local profile the agent
@@ -186,7 +188,7 @@ func TestLocalApproversOverTheSocket(t *testing.T) {
 	sp2 := "/bap/v1/browser-sessions/" + field(s2, "session", "session_id")
 	held = heldOrder(t, r.listen, site.srv.URL, sp2, "ap-3")
 	apr3 := field(held, "approval", "approval_id")
-	waitUntil(t, 30*time.Second, func() bool {
+	waitfor.True(t, 30*time.Second, "the unresolved approval expires", func() bool {
 		evs := mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+ttlTask+"/events?limit=1000", "", "")
 		for _, e := range evs["events"].([]any) {
 			ev := e.(map[string]any)

@@ -92,15 +92,7 @@ func TestServeWithContextualOrchestrator(t *testing.T) {
 			  "model_policy":{"allowed_regions":["eu"]},
 			  "postcondition":{"all":[{"text_present":"Page `+page+`"}]}}`)
 		taskID := field(created, "task", "task_id")
-		deadline := time.Now().Add(170 * time.Second)
-		var final map[string]any
-		for {
-			final = mustAPI(t, 200, node.listen, "GET", "/bap/v1/tasks/"+taskID, "", "")
-			if st := field(final, "task", "state"); st == "succeeded" || st == "failed" || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+		final := taskEnd(t, node.listen, taskID, 170*time.Second)
 		_, _, hist := api(node.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")
 		if field(final, "task", "state") != "succeeded" || field(final, "task", "verification") != "verified" {
 			t.Fatalf("task %s: %v\nhistory: %s\nnode:\n%s", key, final, hist, node.logs)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // Crash recovery with real process kills (CONTRACT "Mutating requests"): `bap serve` is killed
@@ -127,23 +129,39 @@ func field(m map[string]any, path ...string) string {
 	return s
 }
 
+// taskEnd waits up to within for the task to end (succeeded or failed) and returns its last
+// get_task answer either way: the caller fails with the history and the node's logs.
+func taskEnd(t *testing.T, listen, taskID string, within time.Duration) map[string]any {
+	t.Helper()
+	var final map[string]any
+	waitfor.Holds(t, within, func() bool {
+		final = mustAPI(t, 200, listen, "GET", "/bap/v1/tasks/"+taskID, "", "")
+		st := field(final, "task", "state")
+		return st == "succeeded" || st == "failed"
+	})
+	return final
+}
+
 // replayUntilClassified sends the key of an interrupted command again until recovery classified
 // it: 409 idempotency_in_flight until the dead node is stale (10 s without heartbeat), then 200
 // with the receipt.
 func replayUntilClassified(t *testing.T, listen, path, key, body string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var answer map[string]any
+	waitfor.Until(t, 90*time.Second, "recovery classifies "+key, func() (bool, string) {
 		status, m, raw := api(listen, "POST", path, key, body)
 		switch {
 		case status == 200:
-			return m
-		case status == 409 && m["code"] == "idempotency_in_flight" && time.Now().Before(deadline):
-			time.Sleep(250 * time.Millisecond) // the server's upkeep classifies it; its Retry-After is 1 s
+			answer = m
+			return true, ""
+		case status == 409 && m["code"] == "idempotency_in_flight":
+			return false, raw // the server's upkeep classifies it; its Retry-After is 1 s
 		default:
 			t.Fatalf("replay of %s: %d %s", key, status, raw)
+			return false, ""
 		}
-	}
+	})
+	return answer
 }
 
 func TestKilledServerClassifiesInterruptedBrowserCommands(t *testing.T) {
@@ -222,22 +240,16 @@ func TestKilledServerClassifiesInterruptedBrowserCommands(t *testing.T) {
 	short := mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", "crash-deadline",
 		`{"goal":"run out of time","policy":{"allowed_origins":["`+site.srv.URL+`"]},"deadline":"`+deadline+`"}`)
 	shortID := field(short, "task", "task_id")
-	until := time.Now().Add(30 * time.Second)
-	for expired := false; !expired; {
+	waitfor.Until(t, 30*time.Second, "the upkeep expires the task after its deadline", func() (bool, string) {
 		evs := mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+shortID+"/events", "", "")
 		for _, e := range evs["events"].([]any) {
 			d, _ := e.(map[string]any)["data"].(map[string]any)
 			if e.(map[string]any)["type"] == "task.state_changed" && d["to"] == "expired" {
-				expired = true
+				return true, ""
 			}
 		}
-		if !expired && time.Now().After(until) {
-			t.Fatalf("task not expired 30 s after its deadline: %v", evs)
-		}
-		if !expired {
-			time.Sleep(200 * time.Millisecond) // the upkeep runs every second
-		}
-	}
+		return false, fmt.Sprint(evs)
+	})
 	if st := field(mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+shortID, "", ""), "task", "state"); st != "expired" {
 		t.Fatalf("get_task after the deadline: %s", st)
 	}

@@ -10,12 +10,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // Delegated tasks across a node's death (ADR 0011), with real processes on one PostgreSQL: a plan
@@ -95,15 +98,7 @@ func TestKilledWorkerNodeIsTakenOverFromItsLastCheckpoint(t *testing.T) {
 	_ = a.stop(t, syscall.SIGKILL)
 	b := serveWith(t, bin, dataDir(t), dbEnv, "--workers", "1")
 
-	deadline := time.Now().Add(150 * time.Second)
-	var final map[string]any
-	for {
-		final = mustAPI(t, 200, b.listen, "GET", "/bap/v1/tasks/"+taskID, "", "")
-		if st := field(final, "task", "state"); st == "succeeded" || st == "failed" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	final := taskEnd(t, b.listen, taskID, 150*time.Second)
 	_, _, hist := api(b.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")
 	if field(final, "task", "state") != "succeeded" || field(final, "task", "verification") != "verified" {
 		t.Fatalf("task after the takeover: %v\nhistory: %s\nnode B:\n%s", final, hist, b.logs)
@@ -180,9 +175,7 @@ func TestKilledWorkerNodeIsTakenOverFromItsLastCheckpoint(t *testing.T) {
 		got = sub.snapshot()
 		return len(got) == len(ids)
 	}
-	for deadline := time.Now().Add(30 * time.Second); !caughtUp() && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.Holds(t, 30*time.Second, caughtUp)
 	if len(got) != len(ids) {
 		t.Fatalf("the stream delivered %d events, the history holds %d", len(got), len(ids))
 	}
@@ -246,15 +239,21 @@ func (s *taskStream) follow(ctx context.Context, listen, taskID string) {
 	}
 }
 
-func waitUntil(t *testing.T, d time.Duration, ok func() bool) {
+// metric reads one unlabelled counter or gauge from a node's /metrics.
+func metric(t *testing.T, listen, name string) float64 {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
+	_, _, text := api(listen, "GET", "/metrics", "", "")
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q", name, l)
+			}
+			return f
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
+	t.Fatalf("no metric %s on %s", name, listen)
+	return 0
 }
 
 func grepLines(s, substr string) string {
@@ -329,7 +328,7 @@ func TestKilledWorkerNodeLeavesItsActToReconciliation(t *testing.T) {
 
 	// Recovery (on B or the holder) classifies the click once A is stale; the task waits.
 	var recID string
-	waitUntil(t, 90*time.Second, func() bool {
+	waitfor.True(t, 90*time.Second, "recovery classifies the click and the task waits", func() bool {
 		if field(mustAPI(t, 200, holder.listen, "GET", "/bap/v1/tasks/"+taskID, "", ""), "task", "state") != "waiting_for_external_input" {
 			return false
 		}
@@ -342,10 +341,14 @@ func TestKilledWorkerNodeLeavesItsActToReconciliation(t *testing.T) {
 		}
 		return recID != ""
 	})
-	// Nothing runs while it waits: no worker holds it, the payment is not repeated.
-	time.Sleep(3 * time.Second)
-	if payments.Load() != 1 {
-		t.Fatalf("the payment was repeated before reconciliation: %d", payments.Load())
+	// Nothing runs while it waits: B's worker looks for work twice more (its pulse, not a pause)
+	// and claims nothing; the payment is not repeated.
+	scans, claims := metric(t, b.listen, "bap_plan_claim_scans_total"), metric(t, b.listen, "bap_plan_claims_total")
+	waitfor.True(t, 60*time.Second, "node B's worker looks for work twice more", func() bool {
+		return metric(t, b.listen, "bap_plan_claim_scans_total") >= scans+2
+	})
+	if n := metric(t, b.listen, "bap_plan_claims_total"); n != claims || payments.Load() != 1 {
+		t.Fatalf("while the task waited for reconciliation node B claimed %v more and the site got %d payments", n-claims, payments.Load())
 	}
 	resolve := exec.Command(bin, "reconcile", "resolve", "--data-dir", dataDir(t), "--outcome", "applied",
 		"--note", "the bank shows one payment", recID)
@@ -354,26 +357,16 @@ func TestKilledWorkerNodeLeavesItsActToReconciliation(t *testing.T) {
 		t.Fatalf("bap reconcile resolve: %v\n%s", err, out)
 	}
 
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		st := field(mustAPI(t, 200, b.listen, "GET", "/bap/v1/tasks/"+taskID, "", ""), "task", "state")
-		if st == "succeeded" || st == "failed" {
-			_, _, hist := api(b.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")
-			if st != "succeeded" {
-				t.Fatalf("task: %s\nhistory: %s\nnode B:\n%s", st, hist, b.logs)
-			}
-			// Steps 0, 1, 2 finished once each, and the safe step 0 once more on B's fresh session
-			// (no act had completed with a checkpoint); the click is settled, never re-run.
-			if strings.Count(hist, `"type":"plan.step_finished"`) != 4 || strings.Count(hist, `"rerun":true`) != 2 ||
-				!strings.Contains(hist, `"outcome":"reconciliation_required"`) || !strings.Contains(hist, `"reconciliation.resolved"`) {
-				t.Fatalf("history: %s", hist)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task still %s 120 s after the reconciliation\nnode B:\n%s", st, b.logs)
-		}
-		time.Sleep(250 * time.Millisecond)
+	st := field(taskEnd(t, b.listen, taskID, 120*time.Second), "task", "state")
+	_, _, hist := api(b.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")
+	if st != "succeeded" {
+		t.Fatalf("task %s 120 s after the reconciliation\nhistory: %s\nnode B:\n%s", st, hist, b.logs)
+	}
+	// Steps 0, 1, 2 finished once each, and the safe step 0 once more on B's fresh session
+	// (no act had completed with a checkpoint); the click is settled, never re-run.
+	if strings.Count(hist, `"type":"plan.step_finished"`) != 4 || strings.Count(hist, `"rerun":true`) != 2 ||
+		!strings.Contains(hist, `"outcome":"reconciliation_required"`) || !strings.Contains(hist, `"reconciliation.resolved"`) {
+		t.Fatalf("history: %s", hist)
 	}
 	if n := payments.Load(); n != 1 {
 		t.Fatalf("%d payments, want 1", n)

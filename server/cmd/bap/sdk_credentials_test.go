@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	bap "github.com/originweave/bap/sdk-go"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // The SDKs' client credentials option against the real authorization server of `bap serve
@@ -30,7 +33,13 @@ func TestSDKClientCredentialsAgainstTheAuthorizationServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create_task with a client-credentials token: %v", err)
 	}
-	time.Sleep(3500 * time.Millisecond) // past the first token's lifetime: the SDK must renew it
+	// A token issued now expires no earlier than the SDK's first one: once the server refuses it,
+	// the SDK's is refused too and the SDK must renew it.
+	later := accessToken(t, base, cli)
+	waitfor.Until(t, 30*time.Second, "the first token's lifetime ends", func() (bool, string) {
+		status, body, _ := call(t, "GET", base+"/bap/v1/tasks/"+created.Task.TaskId, later, "")
+		return status == 401, fmt.Sprint(status, body)
+	})
 	if got, err := c.GetTask(ctx, created.Task.TaskId); err != nil || got.Task.TaskId != created.Task.TaskId {
 		t.Fatalf("get_task after the first token expired: %v", err)
 	}

@@ -235,12 +235,7 @@ func TestSecretByReferenceCanarySweep(t *testing.T) {
 
 	awaitEnd := func(taskID string) map[string]any {
 		t.Helper()
-		var final map[string]any
-		waitUntil(t, 120*time.Second, func() bool {
-			final = mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID, "", "")
-			st := field(final, "task", "state")
-			return st == "succeeded" || st == "failed"
-		})
+		final := taskEnd(t, r.listen, taskID, 120*time.Second)
 		if field(final, "task", "state") != "succeeded" {
 			_, _, hist := api(r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")
 			t.Fatalf("task %s: %v\n%s", taskID, final, hist)

@@ -20,6 +20,8 @@ import (
 	"github.com/coder/websocket"
 
 	bapsdk "github.com/originweave/bap/sdk-go"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // feedEvent is what the test keeps of a delivered event.
@@ -178,9 +180,7 @@ func TestStreamsLoseAndRepeatNothingAcrossKill(t *testing.T) {
 			}
 		}()
 	}
-	for created.Load() < 60 { // the burst is well under way (a condition, not a guess)
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.True(t, 2*time.Minute, "the burst is well under way", func() bool { return created.Load() >= 60 })
 	_ = r.stop(t, syscall.SIGKILL)
 	stop.Store(true)
 	writers.Wait()
@@ -239,18 +239,15 @@ func waitFor(t *testing.T, name string, s *subscriber, task string, begin func()
 	if begin != nil {
 		begin()
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	waitfor.Until(t, 60*time.Second, name+" receives the final task's events", func() (bool, string) {
 		evs, _ := s.snapshot()
 		for _, e := range evs {
 			if e.TaskID == task && e.Seq == 4 {
-				return
+				return true, ""
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	evs, _ := s.snapshot()
-	t.Fatalf("%s did not receive the final task's events within 60 s (%d events)", name, len(evs))
+		return false, fmt.Sprintf("%d events", len(evs))
+	})
 }
 
 func upTo(evs []feedEvent, task string) []feedEvent {

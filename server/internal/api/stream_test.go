@@ -21,6 +21,8 @@ import (
 	"github.com/originweave/bap/server/internal/events"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // streamBundle is an API server with event delivery wired as the daemon wires it.
@@ -286,9 +288,7 @@ func TestSlowSubscriberIsCutWithAReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.CloseNow()
-	for b.broker.Subscribers() < 2 {
-		time.Sleep(time.Millisecond) // both streams registered (a condition, not a guess)
-	}
+	waitfor.True(t, 10*time.Second, "both streams registered", func() bool { return b.broker.Subscribers() >= 2 })
 	// A burst far larger than the buffer, published faster than any connection drains it.
 	big := strings.Repeat("x", 4096)
 	burst := make([]app.FeedEvent, 0, 5000)

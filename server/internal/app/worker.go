@@ -69,13 +69,14 @@ type Workers struct {
 	cfg WorkerConfig
 
 	running                                  atomic.Int64
-	claims, takeovers, deadLetters           atomic.Int64
+	scans, claims, takeovers, deadLetters    atomic.Int64
 	stepsSucceeded, stepsFailed, plansClosed atomic.Int64
 }
 
 // WorkerStats are counters of one node's workers since it started (for /metrics).
 type WorkerStats struct {
 	Running        int64 // delegated tasks this node runs now
+	Scans          int64 // looks for a claimable lease, found or not: the workers' pulse
 	Claims         int64 // leases claimed
 	LeaseExpiries  int64 // claims that took over an expired lease
 	DeadLetters    int64 // plans this node dead-lettered
@@ -96,7 +97,7 @@ func (w *Workers) LeaseTTL() time.Duration { return w.cfg.LeaseTTL }
 // Stats reads the counters.
 func (w *Workers) Stats() WorkerStats {
 	return WorkerStats{
-		Running: w.running.Load(), Claims: w.claims.Load(), LeaseExpiries: w.takeovers.Load(),
+		Running: w.running.Load(), Scans: w.scans.Load(), Claims: w.claims.Load(), LeaseExpiries: w.takeovers.Load(),
 		DeadLetters: w.deadLetters.Load(), StepsSucceeded: w.stepsSucceeded.Load(), StepsFailed: w.stepsFailed.Load(),
 		PlansClosed: w.plansClosed.Load(),
 	}
@@ -115,6 +116,7 @@ func (w *Workers) Run(ctx context.Context) {
 		case sem <- struct{}{}:
 		}
 		claim, err := w.ps.ClaimPlanTask(ctx, w.s.cfg.NodeID, w.cfg.LeaseTTL)
+		w.scans.Add(1)
 		if err != nil {
 			<-sem
 			if !errors.Is(err, ErrNotFound) && ctx.Err() == nil {

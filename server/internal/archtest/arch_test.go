@@ -164,6 +164,10 @@ var rules = []rule{
 		why: "the tests' response check reads the OpenAPI bundle it is handed and a JSON Schema validator; it knows no server package, so any suite can use it",
 	},
 	{
+		name: "waitfor", packages: internal("waitfor"), forbid: []string{nonStd},
+		why: "the tests' wait-for-a-condition helper is standard library only, so any suite can use it",
+	},
+	{
 		name: "end-to-end tests", packages: internal("e2e"), forbid: []string{nonStd},
 		why: "e2e holds tests only (its test files wire the whole stack); its non-test code is a doc comment",
 	},
@@ -201,6 +205,10 @@ var reverseRules = []reverseRule{
 	{
 		name: "the response check", imported: internal("spectest"),
 		why: "spectest validates answers in tests; only _test.go files import it",
+	},
+	{
+		name: "the wait helper", imported: internal("waitfor"),
+		why: "waitfor waits in tests; only _test.go files import it",
 	},
 	{
 		name: "the end-to-end tests", imported: internal("e2e"),

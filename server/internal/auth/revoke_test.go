@@ -2,8 +2,11 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // A revocation made by another process (`bap client revoke` writes the database directly) reaches
@@ -13,13 +16,7 @@ func TestRevocationByAnotherProcessIsSeenAtOnce(t *testing.T) {
 	b := setup(t, 0)
 	c := b.client("acme", "bap:tasks.read")
 	tok := b.accessToken(c)
-	deadline := time.Now().Add(5 * time.Second)
-	for !b.srv.active.isListening() {
-		if time.Now().After(deadline) {
-			t.Fatal("revocation listener not connected")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, 5*time.Second, "the revocation listener connects", b.srv.active.isListening)
 	if r := b.api("GET", "/bap/v1/tasks/tsk_unknown", tok, ""); r.status != 404 {
 		t.Fatalf("before: %d", r.status)
 	}
@@ -30,16 +27,10 @@ func TestRevocationByAnotherProcessIsSeenAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	for {
+	waitfor.Until(t, 2*time.Second, "the revoked token is refused", func() (bool, string) {
 		r := b.api("GET", "/bap/v1/tasks/tsk_unknown", tok, "")
-		if r.status == 401 {
-			break
-		}
-		if time.Since(start) > 2*time.Second {
-			t.Fatalf("still %d %s two seconds after the revocation", r.status, r.raw)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return r.status == 401, fmt.Sprintf("%d %s", r.status, r.raw)
+	})
 	if d := time.Since(start); d > 200*time.Millisecond {
 		t.Errorf("revocation took %v to be seen", d)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	pngpkg "image/png"
 	"strings"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/page"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // A session's cookies (HttpOnly too), local and session storage and URL survive an export into a
@@ -163,20 +166,13 @@ func TestRestoreReopensEveryTab(t *testing.T) {
 		t.Fatalf("contexts = %+v", ctxs)
 	}
 	for ctxID, want := range map[string]string{ctxs[0].ContextID: "session=first-tab", ctxs[1].ContextID: "session=second-tab"} {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		waitfor.Until(t, 10*time.Second, "tab "+ctxID+" shows "+want, func() (bool, string) {
 			res, err := fresh.s.Extract(tctx(t), ExtractRequest{Kind: ExtractText, ContextID: ctxID})
 			if err != nil {
 				t.Fatalf("Extract %s: %v", ctxID, err)
 			}
-			if strings.Contains(res.Data.(string), want) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("tab %s shows %q, want %q", ctxID, res.Data, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return strings.Contains(res.Data.(string), want), fmt.Sprintf("it shows %q", res.Data)
+		})
 	}
 	if n := fx.otherHitCount() - otherHits; n != 0 {
 		t.Errorf("the refused tab sent %d requests to its origin", n)

@@ -28,6 +28,8 @@ func newWorkers(cfg Config, svc *app.Service, reg prometheus.Registerer, log *sl
 			Help: "Delegated tasks this node's workers are running now."}, stat(func(s app.WorkerStats) int64 { return s.Running })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bap_plan_workers",
 			Help: "Delegated tasks this node may run at once (--workers)."}, func() float64 { return float64(cfg.Workers) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_plan_claim_scans_total",
+			Help: "Times this node's workers looked for a delegated task to claim, found or not (their pulse)."}, stat(func(s app.WorkerStats) int64 { return s.Scans })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_plan_claims_total",
 			Help: "Leases this node's workers claimed."}, stat(func(s app.WorkerStats) int64 { return s.Claims })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_plan_takeovers_total",

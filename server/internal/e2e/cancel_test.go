@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // cancel_task against browser work in flight (CONTRACT "Task lifecycle"): it stops the browser
@@ -155,22 +157,15 @@ func (s *stack) events(t *testing.T, taskID string) []map[string]any {
 // waitRecorded waits until the task's history holds n commands of the operation.
 func (s *stack) waitRecorded(t *testing.T, taskID, op string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.Until(t, 30*time.Second, fmt.Sprintf("%d %s commands recorded", n, op), func() (bool, string) {
 		got := 0
 		for _, e := range s.events(t, taskID) {
 			if d, _ := e["data"].(map[string]any); e["type"] == "command.recorded" && d["operation"] == op {
 				got++
 			}
 		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d %s commands recorded after 30 s, want %d", got, op, n)
-		}
-		time.Sleep(20 * time.Millisecond) // polling history the test can see, for a request in flight
-	}
+		return got >= n, fmt.Sprintf("%d recorded", got)
+	})
 }
 
 // receiptsBeforeCancel checks that every receipt of the commands was issued before the task was
@@ -368,14 +363,8 @@ func TestTaskDeadlineBoundsACommand(t *testing.T) {
 	if nav.status != 408 || nav.str("code") != "action_timeout" {
 		t.Fatalf("navigation past the task deadline: %d %s", nav.status, nav.raw)
 	}
-	waitUntil := time.Now().Add(10 * time.Second)
-	for {
-		if st := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st == "expired" {
-			break
-		}
-		if time.Now().After(waitUntil) {
-			t.Fatal("the task did not expire")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.Until(t, 10*time.Second, "the task expires", func() (bool, string) {
+		st := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state")
+		return st == "expired", st
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // Delegated mode (ADR 0011): a task created with a plan is run by the workers in the background,
@@ -37,20 +40,16 @@ func (s *stack) startWorkers(t *testing.T) *app.Workers {
 // awaitState polls get_task until the task is in one of states (generous: a loaded machine).
 func (s *stack) awaitState(t *testing.T, taskID string, states ...string) reply {
 	t.Helper()
-	deadline := time.Now().Add(120 * time.Second)
-	for {
-		r := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil)
-		for _, st := range states {
-			if r.str("task", "state") == st {
-				return r
-			}
-		}
-		if time.Now().After(deadline) {
-			evs := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
-			t.Fatalf("task %s is %s after 120 s, want %v; history: %s", taskID, r.str("task", "state"), states, evs.raw)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var r reply
+	if waitfor.Holds(t, 120*time.Second, func() bool {
+		r = s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil)
+		return slices.Contains(states, r.str("task", "state"))
+	}) {
+		return r
 	}
+	evs := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
+	t.Fatalf("task %s is %s after 120 s, want %v; history: %s", taskID, r.str("task", "state"), states, evs.raw)
+	return r
 }
 
 // history reads a task's whole history and checks it is gap-free (seq 1, 2, 3, …, each once).

@@ -28,6 +28,8 @@ import (
 	"github.com/originweave/bap/server/internal/daemon"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // shared is the one browser of this test binary (STYLE: one browser per package, a fresh
@@ -396,17 +398,13 @@ func TestHundredSameKeyClicksPlaceOneOrder(t *testing.T) {
 	}
 	wg.Wait()
 	// Whatever was in flight, the key settles to the one response.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.Until(t, 30*time.Second, "the key settles (the first click is running)", func() (bool, string) {
 		r := s.call(t, "POST", base+"/act", "the-click", click)
-		if r.status == 200 {
-			break
-		}
-		if r.status != 409 || time.Now().After(deadline) {
+		if r.status != 200 && r.status != 409 {
 			t.Fatalf("replay: %d %s", r.status, r.raw)
 		}
-		time.Sleep(50 * time.Millisecond) // polling a key we know settles: the first click is running
-	}
+		return r.status == 200, fmt.Sprintf("%d %s", r.status, r.raw)
+	})
 	if sh.orders.Load() != 1 || outcomes[200]+outcomes[409] != 100 {
 		t.Fatalf("orders %d, outcomes %v", sh.orders.Load(), outcomes)
 	}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // How single-page apps submit — form.submit() from a plain button, fetch POST from a div — under
@@ -62,22 +64,15 @@ func TestApprovalHoldsWhatLeavesTheBrowser(t *testing.T) {
 	// The page's own POST (a beacon at load): refused, recorded, never sent.
 	before := sh.orders.Load()
 	s.must(t, 200, "POST", base+"/navigate", "ping-nav", map[string]any{"url": sh.srv.URL + "/spa-checkout?again=1#ping"})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		found := false
+	// The history is written by the event recorder, asynchronously.
+	waitfor.True(t, 15*time.Second, "a request.blocked event for the page's own POST", func() bool {
 		for _, e := range s.events(t, taskID) {
 			if d, _ := e["data"].(map[string]any); e["type"] == "request.blocked" && d["reason"] == "unapproved_side_effect" {
-				found = true
+				return true
 			}
 		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no request.blocked event for the page's own POST")
-		}
-		time.Sleep(100 * time.Millisecond) // the history is written by the event recorder, asynchronously
-	}
+		return false
+	})
 	if sh.orders.Load() != before {
 		t.Fatalf("the page's own POST reached the site")
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // Every mutating operation, 100 times with one key (the brief's acceptance 3, issue #23 item 8):
@@ -58,13 +60,11 @@ func (s *stack) hundredTimes(t *testing.T, wantStatus int, path, key string, bod
 	}
 	wg.Wait()
 	var final sameKeyAnswer
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	// Every sender has its answer; only the first command's own finish is awaited.
+	waitfor.Holds(t, 30*time.Second, func() bool {
 		final = s.sendSameKey("POST", path, key, body)
-		if final.status != 409 || !bytes.Contains(final.raw, []byte(`"idempotency_in_flight"`)) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // every sender has its answer; only the first command's own finish is awaited
-	}
+		return final.status != 409 || !bytes.Contains(final.raw, []byte(`"idempotency_in_flight"`))
+	})
 	if final.status != wantStatus || !final.replayed {
 		t.Fatalf("%s: the settled answer is %d (replayed %v) %s, want a replayed %d", path, final.status, final.replayed, final.raw, wantStatus)
 	}

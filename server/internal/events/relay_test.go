@@ -18,6 +18,8 @@ import (
 	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // node is one bap serve's event delivery over a shared database: its service (whose commands
@@ -324,16 +326,14 @@ func TestPruneDropsDeadGroupsThenReadMessages(t *testing.T) {
 	}
 	collect(t, sub, 12) // node_a's relay has handed over all three messages
 	var deleted int64
-	deadline := time.Now().Add(30 * time.Second)
-	for deleted < 3 && time.Now().Before(deadline) { // the position is taken just after the last hand-over
+	waitfor.Holds(t, 30*time.Second, func() bool { // the position is taken just after the last hand-over
 		n, err := n.relay.Prune(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if deleted += n; deleted < 3 {
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
+		deleted += n
+		return deleted >= 3
+	})
 	var groups, left int
 	_ = db.QueryRow(ctx, `SELECT count(*) FROM outbox_consumer_offset`).Scan(&groups)
 	_ = db.QueryRow(ctx, `SELECT count(*) FROM outbox_event`).Scan(&left)

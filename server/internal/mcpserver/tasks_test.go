@@ -5,12 +5,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/originweave/bap/server/internal/mcpserver"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 type taskState struct {
@@ -34,21 +37,12 @@ func (b *bundle) taskGet(t *testing.T, id string, headers ...string) taskState {
 // awaitTask polls tasks/get (as a client does) until the task leaves the statuses in skip.
 func (b *bundle) awaitTask(t *testing.T, id string, skip ...string) taskState {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		st := b.taskGet(t, id)
-		waiting := false
-		for _, s := range skip {
-			waiting = waiting || st.Status == s
-		}
-		if !waiting {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task %s still %s", id, st.Status)
-		}
-		time.Sleep(20 * time.Millisecond) // the server's own poll interval is 50 ms
-	}
+	var st taskState
+	waitfor.Until(t, 20*time.Second, "task "+id+" leaves "+strings.Join(skip, ", "), func() (bool, string) {
+		st = b.taskGet(t, id)
+		return !slices.Contains(skip, st.Status), "still " + st.Status
+	})
+	return st
 }
 
 // TestTaskProjectsOneBAPCommand: close_task of a client that declared the Tasks extension becomes an
@@ -234,11 +228,11 @@ func TestHeldActionWithoutElicitationRuleWaitsForAnApprover(t *testing.T) {
 	t.Parallel()
 	b, f := setupFake(t, "approver")
 	id := b.heldAct(t, taskElcit)
-	st := b.taskGet(t, id)
-	for deadline := time.Now().Add(20 * time.Second); st.Status == "working" && st.StatusMessage == "" && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+	var st taskState
+	waitfor.Holds(t, 20*time.Second, func() bool {
 		st = b.taskGet(t, id)
-	}
+		return st.Status != "working" || st.StatusMessage != ""
+	})
 	if st.Status != "working" || len(st.InputRequests) != 0 || !strings.Contains(st.StatusMessage, "apr_1") {
 		t.Fatalf("held act under an approver-only rule: %+v", st)
 	}
@@ -257,11 +251,11 @@ func TestHeldActionFollowsADecisionMadeElsewhere(t *testing.T) {
 	b, f := setupFake(t, "elicitation")
 	id := b.heldAct(t, taskCaps) // no elicitation: the task waits, working
 	// The act runs in the background: poll until the task reports the hold it is waiting on.
-	st := b.taskGet(t, id)
-	for deadline := time.Now().Add(20 * time.Second); st.Status == "working" && st.StatusMessage == "" && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+	var st taskState
+	waitfor.Holds(t, 20*time.Second, func() bool {
 		st = b.taskGet(t, id)
-	}
+		return st.Status != "working" || st.StatusMessage != ""
+	})
 	if st.Status != "working" || !strings.Contains(st.StatusMessage, "apr_1") {
 		t.Fatalf("held act without elicitation: %+v", st)
 	}

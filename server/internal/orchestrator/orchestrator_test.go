@@ -25,6 +25,8 @@ import (
 	"github.com/originweave/bap/server/internal/orchestrator"
 	ot "github.com/originweave/bap/server/internal/orchestrator/orchestratortest"
 	"github.com/originweave/bap/server/internal/redact"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // syncBuffer is a log sink safe for concurrent writes.
@@ -711,13 +713,7 @@ func TestScriptFile(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.True(t, 5*time.Second, what, cond)
 }
 
 func TestDiscoveryExtensionFieldForms(t *testing.T) {

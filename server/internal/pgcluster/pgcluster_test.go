@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // newDataDir returns a fresh directory the cluster user can enter. t.TempDir() is 0700, which the
@@ -169,11 +172,7 @@ func TestAdopt(t *testing.T) {
 		t.Fatal("postmaster.pid still present after the adopter stopped the server")
 	}
 	// The postmaster removes postmaster.pid just before it exits.
-	for deadline := time.Now().Add(30 * time.Second); alive(pid) && !zombie(pid); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("postmaster %d still alive 30s after Stop", pid)
-		}
-	}
+	waitfor.True(t, 30*time.Second, fmt.Sprintf("postmaster %d exits after Stop", pid), func() bool { return !alive(pid) || zombie(pid) })
 	stop(t, first) // the server is already gone: nil
 }
 
@@ -195,11 +194,7 @@ func TestStalePidFile(t *testing.T) {
 		t.Fatalf("killing process group %d: %v", pid, err)
 	}
 	// Poll a real condition: every process of the group has exited (zombies count as gone).
-	for deadline := time.Now().Add(30 * time.Second); groupAlive(t, pid); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process group %d still alive 30s after SIGKILL", pid)
-		}
-	}
+	waitfor.True(t, 30*time.Second, fmt.Sprintf("process group %d exits after SIGKILL", pid), func() bool { return !groupAlive(t, pid) })
 	if _, ok := postmasterPID(t, dir); !ok {
 		t.Fatal("postmaster.pid vanished; the test cannot simulate a stale one")
 	}
