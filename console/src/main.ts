@@ -1,10 +1,11 @@
 // The operator console: sign in, then one view per route (#/approvals, #/tasks, #/tasks/ID,
-// #/artifacts/ID), each following the tenant's live events.
+// #/reconciliation, #/dead-letters, #/artifacts/ID), each following the tenant's live events.
 
 import { call } from "./api";
 import { signIn, type Config } from "./auth";
 import { h } from "./dom";
 import { subscribe } from "./sse";
+import { deadLetters } from "./views/deadletters";
 import { evidence } from "./views/evidence";
 import { inbox } from "./views/inbox";
 import { reconciliations } from "./views/reconcile";
@@ -31,6 +32,9 @@ function route(main: HTMLElement): void {
   } else if (parts[0] === "reconciliation") {
     current = reconciliations(main);
     document.title = "Reconciliation — BAP console";
+  } else if (parts[0] === "dead-letters") {
+    current = deadLetters(main);
+    document.title = "Dead letters — BAP console";
   } else if (parts[0] === "artifacts" && parts[1]) {
     current = evidence(main, parts[1]);
     nav = "tasks";

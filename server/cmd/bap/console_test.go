@@ -605,3 +605,42 @@ func handoffInTheConsole(t *testing.T, b *browserDriver, r *running, dir string,
 		t.Fatalf("the held submission reached the site: %d orders, %d before", n, orders)
 	}
 }
+
+// The Dead letters page follows live events: a delegated task whose plan step fails for good
+// (navigating outside the task's allowed origins is never retried) appears on the open page,
+// without a reload, with what failed and why, as the task's own events recorded it.
+func TestConsoleDeadLetters(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dir := dataDir(t)
+	r := start(t, bin, dir)
+	site := newMultiSite(t)
+	b := newBrowserDriver(t)
+	b.do(map[string]any{"op": "goto", "url": consoleLogin(t, bin, dir)})
+	b.do(map[string]any{"op": "wait", "loc": role("heading", "Approvals")})
+	b.do(map[string]any{"op": "click", "loc": role("link", "Dead letters")})
+	b.do(map[string]any{"op": "wait", "loc": css("#dead-letters .empty")})
+	b.do(map[string]any{"op": "wait", "loc": css(`#live[data-stream="open"]`), "state": "attached"})
+
+	plan := `[{"op":"navigate","args":{"url":"` + site.srv.URL + `/form"}},{"op":"navigate","args":{"url":"http://elsewhere.invalid/"}}]`
+	taskID := field(mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", "dl-task",
+		`{"goal":"wander off","policy":{"allowed_origins":["`+site.srv.URL+`"]},"plan":`+plan+`}`), "task", "task_id")
+	card := `[data-dead-letter]`
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": card, "hasText": taskID}, "timeout": 60000})
+	var finished map[string]any
+	for _, e := range mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any) {
+		if ev := e.(map[string]any); ev["type"] == "plan.step_finished" && ev["data"].(map[string]any)["dead_lettered"] == true {
+			finished = ev["data"].(map[string]any)
+		}
+	}
+	txt := b.text(css(card))
+	for _, want := range []string{"Step 2 (navigate) failed", fmt.Sprint(finished["problem_code"]), "elsewhere.invalid", "not retryable"} {
+		if finished == nil || !strings.Contains(txt, want) {
+			t.Errorf("the dead letter card lacks %q: %s (event %v)", want, txt, finished)
+		}
+	}
+	if st := field(mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID, "", ""), "task", "state"); st != "failed" {
+		t.Fatalf("the dead-lettered task is %s", st)
+	}
+	b.page("dead-letters")
+}

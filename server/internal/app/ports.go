@@ -44,6 +44,8 @@ type Store interface {
 	ListDecisions(ctx context.Context, f DecisionFilter) ([]DecisionBinding, error)
 	// ListReconciliations lists reconciliations of every tenant (open ones unless all).
 	ListReconciliations(ctx context.Context, all bool) ([]Reconciliation, error)
+	// ListDeadLetters lists up to limit dead letters of tenant, newest first.
+	ListDeadLetters(ctx context.Context, tenant string, limit int) ([]DeadLetterRecord, error)
 	// GetSession reads a browser session of tenant.
 	GetSession(ctx context.Context, tenant, sessionID string) (*SessionRecord, error)
 	// GetArtifact reads an artifact reference of tenant with its stored bytes.

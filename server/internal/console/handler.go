@@ -74,6 +74,7 @@ func New(o Options) *Handler {
 	h.mux.HandleFunc("POST /console/login-links", h.loginLink)
 	h.mux.HandleFunc("GET /console/api/tasks", h.tasks)
 	h.mux.HandleFunc("GET /console/api/reconciliations", h.reconciliations)
+	h.mux.HandleFunc("GET /console/api/dead-letters", h.deadLetters)
 	h.mux.HandleFunc("GET /console/api/sessions/{id}/live", h.live)
 	h.mux.HandleFunc("POST /console/api/reconciliations/{id}/resolve", h.resolveReconciliation)
 	h.mux.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
