@@ -17,13 +17,8 @@ type deadLettersDoc struct {
 
 // deadLetters is GET /console/api/dead-letters (bap:tasks.read, the caller's tenant only).
 func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
-	p, err := h.o.Auth.Authenticate(r)
-	if err != nil {
-		api.WriteProblem(w, app.AsError(err))
-		return
-	}
-	if !p.Scopes["bap:tasks.read"] {
-		api.WriteProblem(w, &app.Error{Code: app.CodeInsufficientScope, Detail: "this operation needs the bap:tasks.read capability"})
+	p, ok := h.reader(w, r)
+	if !ok {
 		return
 	}
 	ds, err := h.o.Service.ListDeadLetters(r.Context(), p.Actor)
@@ -32,4 +27,18 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	api.WriteJSON(w, http.StatusOK, deadLettersDoc{DeadLetters: ds})
+}
+
+// reader authenticates a read of the console's lists and requires bap:tasks.read.
+func (h *Handler) reader(w http.ResponseWriter, r *http.Request) (api.Principal, bool) {
+	p, err := h.o.Auth.Authenticate(r)
+	if err != nil {
+		api.WriteProblem(w, app.AsError(err))
+		return p, false
+	}
+	if !p.Scopes["bap:tasks.read"] {
+		api.WriteProblem(w, &app.Error{Code: app.CodeInsufficientScope, Detail: "this operation needs the bap:tasks.read capability"})
+		return p, false
+	}
+	return p, true
 }

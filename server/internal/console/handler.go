@@ -256,13 +256,8 @@ type tasksDoc struct {
 
 // tasks is the operator's task list: GET /console/api/tasks?state=&origin=&created_after=&before=&limit=.
 func (h *Handler) tasks(w http.ResponseWriter, r *http.Request) {
-	p, err := h.o.Auth.Authenticate(r)
-	if err != nil {
-		api.WriteProblem(w, app.AsError(err))
-		return
-	}
-	if !p.Scopes["bap:tasks.read"] {
-		api.WriteProblem(w, &app.Error{Code: app.CodeInsufficientScope, Detail: "this operation needs the bap:tasks.read capability"})
+	p, ok := h.reader(w, r)
+	if !ok {
 		return
 	}
 	q := r.URL.Query()
