@@ -143,19 +143,7 @@ func TestAgentSnapshotInSandbox(t *testing.T) {
 func TestSessionsAreUserContexts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cookies := make(chan string, 4)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/set":
-			http.SetCookie(w, &http.Cookie{Name: "sid", Value: "a", Path: "/"})
-		case "/read":
-			cookies <- r.Header.Get("Cookie")
-		default: // the favicon
-		}
-		w.Header().Set("Content-Type", "text/html")
-		_, _ = w.Write([]byte("<!doctype html><title>c</title>"))
-	}))
-	defer srv.Close()
+	srv, cookies := cookieServer(t, &http.Cookie{Name: "sid", Value: "a", Path: "/"})
 	e := engine(t, ctx)
 	a, err := e.NewSession(ctx)
 	if err != nil {
@@ -215,4 +203,26 @@ func TestSessionsAreUserContexts(t *testing.T) {
 			t.Fatalf("user context %s outlived its session", u.UserContext)
 		}
 	}
+}
+
+// cookieServer serves /set, which sets cookies, and /read, whose Cookie header it sends on the
+// returned channel; the favicon and other paths get the same empty page.
+func cookieServer(t *testing.T, cookies ...*http.Cookie) (*httptest.Server, <-chan string) {
+	t.Helper()
+	reads := make(chan string, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/set":
+			for _, c := range cookies {
+				http.SetCookie(w, c)
+			}
+		case "/read":
+			reads <- r.Header.Get("Cookie")
+		default: // the favicon
+		}
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte("<!doctype html><title>c</title>"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, reads
 }

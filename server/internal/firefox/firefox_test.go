@@ -85,7 +85,7 @@ func servePage(t *testing.T, html string) *httptest.Server {
 	return srv
 }
 
-const page = `<!doctype html><title>bidi</title><h1 id="x">hello</h1><script>window.pageVar = 1</script>`
+const flowPage = `<!doctype html><title>bidi</title><h1 id="x">hello</h1><script>window.pageVar = 1</script>`
 
 // TestSessionFlow drives the commands the adapter is built on against the real browser: a
 // session, a user context with a tab in it, a navigation with its load event, a function in a
@@ -93,7 +93,7 @@ const page = `<!doctype html><title>bidi</title><h1 id="x">hello</h1><script>win
 func TestSessionFlow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv := servePage(t, page)
+	srv := servePage(t, flowPage)
 
 	c, sess := session(t, ctx)
 	if sess.SessionID == "" || sess.Capabilities.BrowserName != "firefox" || sess.Capabilities.BrowserVersion == "" {
