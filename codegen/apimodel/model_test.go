@@ -57,7 +57,7 @@ func TestContractOperations(t *testing.T) {
 			nonContract = append(nonContract, o.ID)
 		}
 	}
-	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,get_healthz,get_readyz" {
+	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,hand_back_task,take_over_task,get_healthz,get_readyz" {
 		t.Errorf("non-contract operations %s", got)
 	}
 }
