@@ -90,7 +90,7 @@ func (k keyring) sealStep(tenant, taskID string, index int, st PlanStep) (PlanSt
 	for _, f := range fields {
 		if v, ok := args[f]; ok {
 			secret[f] = v
-			args[f] = json.RawMessage(`"` + masked + `"`)
+			args[f] = json.RawMessage(`"` + MaskedValue + `"`)
 		}
 	}
 	if len(secret) == 0 {
@@ -149,3 +149,7 @@ func decodeObject(raw json.RawMessage) (map[string]json.RawMessage, error) {
 	}
 	return m, nil
 }
+
+// MaskedValue stands for a protected value wherever it is shown (a fill's value in a stored plan,
+// a form control's value in what a model sees).
+const MaskedValue = "***"

@@ -1,14 +1,12 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/task"
 )
 
@@ -120,136 +118,59 @@ type PlanTx interface {
 	InsertDeadLetter(ctx context.Context, d *DeadLetter) error
 }
 
-// sideEffectingOp tells the plan operations whose effect must never be repeated (act) from the
-// safe ones a worker may run again after a takeover (a GET navigation, observe, extract,
-// capture_evidence).
-func sideEffectingOp(op string) bool { return op == "act" }
-
-// Arguments of each step kind: the body of the operation it names (already validated against
-// spec/schemas/PlanStep.json by create_task).
-type navigateArgs struct {
-	URL       string `json:"url"`
-	ContextID string `json:"context_id"`
-	WaitUntil string `json:"wait_until"`
-	TimeoutMs int    `json:"timeout_ms"`
+// PlanResponder renders a worker's commands: it keeps what the worker needs of the result, typed,
+// and stores a small JSON reply under the worker's key ({"receipt": …} like an interrupted
+// command's replay, plus the problem or the held approval), which is all a replay of that key
+// needs.
+type PlanResponder struct {
+	// Problem is the refusal, when the command was refused.
+	Problem *Error
+	// Receipt is the command's receipt, when it has one.
+	Receipt *Receipt
+	// ApprovalID is the approval the command's act is held for (202), or request_approval's.
+	ApprovalID string
+	// SessionID is the session a create_browser_session or resume_task opened.
+	SessionID string
+	// CheckpointID is the checkpoint a checkpoint_browser_session took.
+	CheckpointID string
+	// ArtifactID is the first artifact a capture_evidence stored.
+	ArtifactID string
+	// Answered tells that the command answered (Success or Failure was called).
+	Answered bool
 }
 
-type actArgs struct {
-	ContextID  string      `json:"context_id"`
-	Action     string      `json:"action"`
-	NodeID     string      `json:"node_id"`
-	Query      *page.Query `json:"query"`
-	Value      string      `json:"value"`
-	SecretRef  string      `json:"secret_ref"` // a stored secret typed by reference (secrets.go): never a value
-	Values     []string    `json:"values"`
-	Key        string      `json:"key"`
-	ArtifactID string      `json:"artifact_id"`
-	TimeoutMs  int         `json:"timeout_ms"`
-}
-
-type observeArgs struct {
-	ContextID string `json:"context_id"`
-	Within    string `json:"within"`
-	MaxNodes  int    `json:"max_nodes"`
-	Mode      string `json:"mode"`
-	Since     string `json:"since"`
-	Cursor    string `json:"cursor"`
-	MaxBytes  int    `json:"max_bytes"`
-}
-
-type extractArgs struct {
-	ContextID string                `json:"context_id"`
-	Kind      string                `json:"kind"`
-	NodeID    string                `json:"node_id"`
-	Query     *page.Query           `json:"query"`
-	Schema    json.RawMessage       `json:"schema"`
-	Fields    map[string]page.Query `json:"fields"`
-}
-
-type evidenceArgs struct {
-	ContextID string   `json:"context_id"`
-	Kinds     []string `json:"kinds"`
-	FullPage  bool     `json:"full_page"`
-	NodeID    string   `json:"node_id"`
-}
-
-// decodeArgs decodes a step's arguments; a step the runtime cannot read is an invalid_request,
-// which no retry cures.
-func decodeArgs(st PlanStep, v any) *Error {
-	raw := st.Args
-	if len(bytes.TrimSpace(raw)) == 0 {
-		raw = []byte("{}")
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return Errorf(CodeInvalidRequest, "the arguments of this %s step cannot be read: %v", st.Op, err)
-	}
-	return nil
-}
-
-// errorClass is how a worker treats a step's problem.
-type errorClass int
-
-const (
-	// retryable problems consume an attempt; the step runs again after a backoff.
-	retryable errorClass = iota
-	// fatal problems cannot improve on retry: the plan fails at once, consuming no attempt.
-	fatal
-	// throttled problems (the node or tenant is saturated) are waited out without consuming one.
-	throttled
-	// sessionGone problems need a new browser session (restored from the last checkpoint).
-	sessionGone
-	// stateChanged problems (invalid_transition) mean the task changed under the worker.
-	stateChanged
-)
-
-func classify(code Code) errorClass {
-	switch code {
-	case CodeInvalidRequest, CodeOriginNotAllowed, CodeInsufficientScope, CodeApproverNotPermitted, CodeBrowserUnavailable,
-		CodeSecretOriginMismatch, CodeSecretNotFound,
-		CodeNotImplemented, CodeCheckpointForeign, CodeCheckpointIncompatible, CodeCheckpointStale,
-		CodeIdempotencyKeyReused, CodePayloadTooLarge, CodeUnsupportedMediaType, CodeUnauthenticated, CodeIdempotencyKeyRequired:
-		return fatal
-	case CodeRateLimited, CodeOverloaded, CodeIdempotencyInFlight:
-		return throttled
-	case CodeBrowserSessionLost:
-		return sessionGone
-	case CodeInvalidTransition:
-		return stateChanged
-	default: // action_timeout, not_found (a query matching nothing), stale_node_handle, navigation_failed, …
-		return retryable
-	}
-}
-
-// planResponder renders the worker's commands: it keeps the typed result for the worker and
-// stores a small JSON reply under the worker's key ({"receipt": …} like an interrupted command's
-// replay, plus the problem or the held approval), which is all a replay of that key needs.
-type planResponder struct {
-	result  any
-	problem *Error
-	receipt *Receipt
-}
-
-// storedReply is the JSON a worker's key keeps.
-type storedReply struct {
-	Receipt    *storedReceipt `json:"receipt,omitempty"`
+// StoredReply is the JSON a worker's key keeps.
+type StoredReply struct {
+	Receipt    *StoredReceipt `json:"receipt,omitempty"`
 	Code       Code           `json:"code,omitempty"`
 	Detail     string         `json:"detail,omitempty"`
 	ApprovalID string         `json:"approval_id,omitempty"`
 	SessionID  string         `json:"session_id,omitempty"`
 }
 
-type storedReceipt struct {
+// StoredReceipt is a receipt as a stored reply keeps it.
+type StoredReceipt struct {
 	ReceiptID   string       `json:"receipt_id"`
 	CommandID   string       `json:"command_id"`
 	Outcome     task.Outcome `json:"outcome"`
 	ProblemCode Code         `json:"problem_code,omitempty"`
 }
 
-func toStored(rc *Receipt) *storedReceipt {
+// ParseStoredReply reads a stored reply (a worker's own, or an interrupted command's
+// {"receipt": …}).
+func ParseStoredReply(body []byte) (*StoredReply, error) {
+	var r StoredReply
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("reading a stored reply: %w", err)
+	}
+	return &r, nil
+}
+
+func toStored(rc *Receipt) *StoredReceipt {
 	if rc == nil {
 		return nil
 	}
-	return &storedReceipt{ReceiptID: rc.ID, CommandID: rc.CommandID, Outcome: rc.Outcome, ProblemCode: rc.ProblemCode}
+	return &StoredReceipt{ReceiptID: rc.ID, CommandID: rc.CommandID, Outcome: rc.Outcome, ProblemCode: rc.ProblemCode}
 }
 
 // resultReceipt finds the receipt of a use-case's result.
@@ -277,71 +198,53 @@ func resultReceipt(result any) *Receipt {
 	return nil
 }
 
-func (p *planResponder) Success(result any) (Response, error) {
-	p.result = result
-	p.receipt = resultReceipt(result)
-	reply := storedReply{Receipt: toStored(p.receipt)}
+// Success keeps what the worker needs of result and renders the stored reply.
+func (p *PlanResponder) Success(result any) (Response, error) {
+	p.Answered = true
+	p.Receipt = resultReceipt(result)
+	reply := StoredReply{Receipt: toStored(p.Receipt)}
 	status := 200
 	switch r := result.(type) {
 	case *HeldResult:
 		status, reply.ApprovalID = 202, r.Approval.ID
+		p.ApprovalID = r.Approval.ID
+	case *ApprovalResult:
+		if r.Approval != nil {
+			p.ApprovalID = r.Approval.ID
+		}
 	case *SessionResult:
 		reply.SessionID = r.Session.ID
+		p.SessionID = r.Session.ID
 	case *ResumeResult:
 		reply.SessionID = r.Session.ID
+		p.SessionID = r.Session.ID
+	case *CheckpointResult:
+		p.CheckpointID = r.Checkpoint.ID
+	case *EvidenceResult:
+		if len(r.Artifacts) > 0 {
+			p.ArtifactID = r.Artifacts[0].ID
+		}
 	}
 	body, err := json.Marshal(reply)
 	return Response{Status: status, Body: body}, err
 }
 
-func (p *planResponder) Failure(e *Error, rc *Receipt) (Response, error) {
-	p.problem, p.receipt = e, rc
-	body, err := json.Marshal(storedReply{Receipt: toStored(rc), Code: e.Code, Detail: e.Detail})
-	return Response{Status: problemStatus(e.Code), Body: body}, err
+// Failure keeps the refusal and renders the stored reply.
+func (p *PlanResponder) Failure(e *Error, rc *Receipt) (Response, error) {
+	p.Answered = true
+	p.Problem, p.Receipt = e, rc
+	body, err := json.Marshal(StoredReply{Receipt: toStored(rc), Code: e.Code, Detail: e.Detail})
+	return Response{Status: e.Code.Status(), Body: body}, err
 }
 
-// problemStatus is the HTTP status the API gives a code, kept with the worker's stored replies so
-// that they read like the API's: the one table (package problem).
-func problemStatus(code Code) int { return code.Status() }
-
-// parseStored reads a stored reply (the worker's own, or an interrupted command's {"receipt": …}).
-func parseStored(body []byte) (*storedReply, error) {
-	var r storedReply
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("reading a stored reply: %w", err)
-	}
-	return &r, nil
-}
-
-// planKey is the Idempotency-Key of a worker's command: the task, the lease epoch (a worker
-// taking over never replays its predecessor's keys by accident), and what the command is for.
-func planKey(taskID string, epoch int64, what string) string {
-	return fmt.Sprintf("plan:%s:%d:%s", taskID, epoch, what)
-}
-
-// stepKey is the key of attempt `attempt` of step i; try counts the throttled retries of that
-// attempt (each a command of its own, since a refusal is recorded under its key).
-func stepKey(taskID string, epoch int64, i, attempt, try int) string {
-	if try == 0 {
-		return planKey(taskID, epoch, fmt.Sprintf("step:%d:%d", i, attempt))
-	}
-	return planKey(taskID, epoch, fmt.Sprintf("step:%d:%d:%d", i, attempt, try))
-}
-
-// checkLease fails with errLeaseLost unless the worker still holds the task's lease at the fence's
+// checkLease fails with ErrLeaseLost unless the worker still holds the task's lease at the fence's
 // epoch; it locks the lease row (after the task row, as the worker's own transactions do).
 func checkLease(ctx context.Context, tx Tx, taskID string, f *LeaseFence) error {
 	if err := tx.LockLease(ctx, taskID, f.NodeID, f.Epoch); err != nil {
 		if errors.Is(err, ErrNotFound) {
-			return errLeaseLost
+			return ErrLeaseLost
 		}
 		return err
 	}
 	return nil
 }
-
-// errLeaseLost reports that this worker no longer holds the task's lease.
-var errLeaseLost = fmt.Errorf("the task's lease was lost")
-
-// errTaskEnded reports that the task ended (closed, cancelled, expired) under the worker.
-var errTaskEnded = fmt.Errorf("the task ended")

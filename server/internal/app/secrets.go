@@ -108,6 +108,9 @@ var secretNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // secretRefRE is the shape of a secret reference (spec/schemas/ActRequest.json secret_ref).
 var secretRefRE = regexp.MustCompile(`^sec_[A-Za-z0-9_-]{1,64}$`)
 
+// ValidSecretRef tells whether ref has the shape of a secret reference.
+func ValidSecretRef(ref string) bool { return secretRefRE.MatchString(ref) }
+
 // SecretInput is what an operator stores.
 type SecretInput struct {
 	Name    string

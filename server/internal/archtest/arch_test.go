@@ -35,6 +35,7 @@ func concat(lists ...[]string) []string { return slices.Concat(lists...) }
 var (
 	core       = internal("task", "policy", "ids", "idempotency", "page", "admission", "serverkey", "problem")
 	useCases   = internal("app")
+	drivers    = internal("worker")
 	adapters   = internal("store", "events", "browser", "egress", "auth", "artifact", "orchestrator", "tracing")
 	transports = internal("api", "mcp", "mcpserver", "stream")                         // only api exists today
 	generated  = internal("apigen", "mcpcatalog", "streamgen")                         // only apigen exists today
@@ -75,7 +76,12 @@ var rules = []rule{
 	},
 	{
 		name: "use-cases", packages: useCases, forbid: []string{nonStd, "net/http"}, except: core,
-		why: "app declares the ports it needs and imports only the core: no pgx, no net/http, no wire types",
+		why: "app declares the ports it needs and imports only the core: no pgx, no net/http, no wire types — and not the workers that drive it (package worker)",
+	},
+	{
+		name: "worker", packages: drivers, forbid: concat([]string{module, pgx, "net/http"}, chromedp),
+		except: concat(useCases, core),
+		why:    "the workers (plan runs, the goal-driven loop, its roles and masking, the pool) drive the use-cases only through app's exported API, as a transport does: app and the core; never the store, the browser, a transport, the daemon or pgx",
 	},
 	{
 		name: "engine-neutral use-cases", packages: useCases, forbid: concat(internal("browser", "daemon"), chromedp), tests: true,
@@ -87,7 +93,7 @@ var rules = []rule{
 		why:    "store is the PostgreSQL adapter: app, the core, the embedded migrations and pgx, nothing else",
 	},
 	{
-		name: "adapters", packages: adapters, forbid: concat(transports, generated, roots),
+		name: "adapters", packages: adapters, forbid: concat(transports, generated, roots, drivers),
 		why: "adapters implement the app's ports; they never call a transport or see generated wire types",
 	},
 	{
@@ -193,6 +199,10 @@ var reverseRules = []reverseRule{
 	{
 		name: "the orchestrator adapter", imported: internal("orchestrator"), by: roots,
 		why: "app reaches models through its Orchestrator port; only the composition root builds the adapter",
+	},
+	{
+		name: "the workers", imported: drivers, by: roots,
+		why: "the workers are a driver of the use-cases, like a transport: only the composition root builds them (and tests run them)",
 	},
 	{
 		name: "the tracing adapter", imported: internal("tracing"), by: roots,
@@ -481,6 +491,8 @@ func TestCheckReportsViolations(t *testing.T) {
 		mod("server/internal/version"):     pkg(mod("server/internal/version"), false),
 		mod("server/internal/archtest"):    pkg(mod("server/internal/archtest"), false),
 		mod("server/internal/pgcluster"):   pkg(mod("server/internal/pgcluster"), false, pgxPkg),
+		mod("server/internal/worker"):      pkg(mod("server/internal/worker"), false, mod("server/internal/task"), mod("server/internal/store")),
+		mod("server/internal/mcpserver"):   pkg(mod("server/internal/mcpserver"), false, mod("server/internal/worker")),
 	}
 	g[mod("server/internal/ids")].XTestImports = []string{mod("server/internal/ids"), mod("server/internal/store")}
 	// Deps: the transitive closure, as go list -deps reports it.
@@ -514,6 +526,8 @@ func TestCheckReportsViolations(t *testing.T) {
 		`server/internal/daemon imports server/internal/apigen, but only server/internal/api, server/internal/mcp, server/internal/mcpserver, server/internal/stream may import generated code`,
 		`server/internal/policy imports server/internal/pgtest, but only test code may import the test harness`,
 		`server/internal/ids: a _test.go file imports server/internal/store, which rule "core" forbids in tests too`,
+		`server/internal/worker imports server/internal/store, which rule "worker" forbids`,
+		`server/internal/mcpserver imports server/internal/worker, but only server/internal/daemon, server/cmd/bap may import the workers`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("check did not report\n\t%s\ngot:\n%s", want, got)

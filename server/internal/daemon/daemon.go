@@ -212,7 +212,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if col, ok := orch.(prometheus.Collector); ok {
 		reg.MustRegister(col) // model calls, tokens, cost, discovery (orchestrator/metrics.go)
 	}
-	workers, err := newWorkers(cfg, svc, reg, log) // delegated tasks (workers.go)
+	workers, err := newWorkers(cfg, svc, orch, reg, log) // delegated tasks (workers.go)
 	if err != nil {
 		return err
 	}

@@ -15,21 +15,18 @@ import (
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/pgtest"
 	"github.com/originweave/bap/server/internal/store"
-
 	"github.com/originweave/bap/server/internal/waitfor"
+	"github.com/originweave/bap/server/internal/worker"
 )
 
 // Delegated mode (ADR 0011): a task created with a plan is run by the workers in the background,
 // step by step, as BAP commands of the actor worker:<node>, and closed by its postcondition.
 
 // startWorkers runs s's plan workers until the test ends, with short backoffs.
-func (s *stack) startWorkers(t *testing.T) *app.Workers {
+func (s *stack) startWorkers(t *testing.T) *worker.Workers {
 	t.Helper()
-	w, err := app.NewWorkers(s.svc, app.WorkerConfig{Workers: 2, LeaseTTL: 10 * time.Second, Poll: 100 * time.Millisecond,
+	w := worker.New(s.svc, s.orch, worker.Config{Workers: 2, LeaseTTL: 10 * time.Second, Poll: 100 * time.Millisecond,
 		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()

@@ -173,6 +173,8 @@ type stack struct {
 	opClient *http.Client
 	client   *http.Client
 	base     string
+	// orch is the model port the stack's service was built with (its workers get it too).
+	orch app.Orchestrator
 }
 
 func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
@@ -205,7 +207,7 @@ func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &stack{srv: srv, db: db, svc: svc, opClient: serveSocket(t, h), audit: audit}
+	return &stack{srv: srv, db: db, svc: svc, opClient: serveSocket(t, h), audit: audit, orch: cfg.Orchestrator}
 }
 
 type reply struct {

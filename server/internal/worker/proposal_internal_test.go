@@ -1,10 +1,11 @@
-package app
+package worker
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/page"
 )
 
@@ -75,7 +76,7 @@ func TestMasking(t *testing.T) {
 		t.Fatalf("navigate args changed: %s", got)
 	}
 	sc := &scrubber{}
-	sc.add(filledValue(PlanStep{Op: "act", Args: json.RawMessage(`{"action":"fill","value":"` + secret + `"}`)}))
+	sc.add(filledValue(app.PlanStep{Op: "act", Args: json.RawMessage(`{"action":"fill","value":"` + secret + `"}`)}))
 	sc.add("ab") // too short to scrub from text
 	snap := &page.Snapshot{URL: "https://x.test/?q=" + secret, Title: "Hello " + secret, Nodes: []page.Node{
 		{Role: "textbox", Name: "User", Value: "alice"},

@@ -1,4 +1,4 @@
-package app
+package worker
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/task"
 )
@@ -48,24 +49,24 @@ const (
 // runAutonomous runs the loop; it returns whether to give the lease back, and after what delay.
 func (r *planRun) runAutonomous() (bool, time.Duration) {
 	a := &autoRun{planRun: r, approved: -1}
-	r.t.Budget = r.t.Budget.withDefaults()
+	r.t.Budget = r.t.Budget.WithDefaults()
 	hist, err := a.loadUsage()
 	if err != nil {
 		return r.internal(err)
 	}
 	if err := a.decideRoles(hist); err != nil {
-		if errors.Is(err, errTaskEnded) {
+		if errors.Is(err, app.ErrTaskEnded) {
 			return false, 0
 		}
-		return a.modelTrouble(RoleSafety, err)
+		return a.modelTrouble(app.RoleSafety, err)
 	}
 	// Settle what an earlier run left: a step in flight or held for an approval.
 	for i := range r.t.Plan {
 		var res *stepResult
 		switch r.progress[i].State {
-		case StepInFlight:
+		case app.StepInFlight:
 			res = r.settleInFlight(i)
-		case StepHeld:
+		case app.StepHeld:
 			if r.progress[i].CommandKey == "" {
 				// Held by the safety review before it started (gate): approved, it runs below.
 				var approved bool
@@ -76,7 +77,7 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 			} else {
 				res = r.settleHeld(i)
 			}
-		case StepPending:
+		case app.StepPending:
 			res = &stepResult{rerun: true}
 		default:
 			continue
@@ -84,7 +85,7 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 		if res.rerun {
 			// It never ran to an outcome; its stored arguments are masked, so it is not run again:
 			// the planner is told and proposes again.
-			res = &stepResult{problem: Errorf(CodeInternal, "this step was interrupted before it completed; it is not run again")}
+			res = &stepResult{problem: app.Errorf(app.CodeInternal, "this step was interrupted before it completed; it is not run again")}
 		}
 		if next, release, delay := a.finish(i, res, false); !next {
 			return release, delay
@@ -100,7 +101,7 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 		if !r.sessionLive() {
 			from, err := r.openSession(len(r.t.Plan))
 			if err != nil {
-				if e := AsError(err); e != nil {
+				if e := app.AsError(err); e != nil {
 					return a.stop("session_failed", fmt.Sprintf("no browser session could be opened: %s", e.Code))
 				}
 				return r.internal(err)
@@ -120,7 +121,7 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 		}
 		obs, err := a.observe()
 		if err != nil {
-			if e := AsError(err); e != nil && classify(e.Code) == sessionGone {
+			if e := app.AsError(err); e != nil && classify(e.Code) == sessionGone {
 				r.sessionID = ""
 				continue
 			}
@@ -129,11 +130,11 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 		index := len(r.t.Plan)
 		view, err := a.condense(obs, index)
 		if err != nil {
-			return a.modelTrouble(RoleObserver, err)
+			return a.modelTrouble(app.RoleObserver, err)
 		}
 		prop, reply, err := a.propose(view, index)
 		if err != nil {
-			return a.modelTrouble(RolePlanner, err)
+			return a.modelTrouble(app.RolePlanner, err)
 		}
 		if prop.Op == opDone {
 			if err := a.recordProposal(-1, prop, reply, true, ""); err != nil {
@@ -161,10 +162,10 @@ func (r *planRun) runAutonomous() (bool, time.Duration) {
 		if a.safety {
 			j, err := a.judge(view, index, st)
 			if err != nil {
-				if errors.Is(err, errTaskEnded) {
+				if errors.Is(err, app.ErrTaskEnded) {
 					return false, 0
 				}
-				return a.modelTrouble(RoleSafety, err)
+				return a.modelTrouble(app.RoleSafety, err)
 			}
 			if j.exceeded {
 				// The page is more sensitive than the task lets models see: no more page content
@@ -216,7 +217,7 @@ func (a *autoRun) loadUsage() (roleHistory, error) {
 	var after int64
 	var h roleHistory
 	for {
-		evs, err := a.s.store.ListEvents(a.ctx, a.claim.Tenant, a.claim.TaskID, after, MaxEventPage)
+		evs, err := a.s.LeasedEvents(a.ctx, a.claim, after, app.MaxEventPage)
 		if err != nil {
 			return h, err
 		}
@@ -231,7 +232,7 @@ func (a *autoRun) loadUsage() (roleHistory, error) {
 			if e.Type != "model.called" {
 				continue
 			}
-			if e.Data["role"] == RoleSafety {
+			if e.Data["role"] == app.RoleSafety {
 				h.safetyUsed = true
 			}
 			in, _ := e.Data["input_tokens"].(float64)
@@ -240,7 +241,7 @@ func (a *autoRun) loadUsage() (roleHistory, error) {
 			a.tokens += int64(in) + int64(out)
 			a.cost += cost
 		}
-		if len(evs) < MaxEventPage {
+		if len(evs) < app.MaxEventPage {
 			return h, nil
 		}
 		after = evs[len(evs)-1].Seq
@@ -256,7 +257,7 @@ func (a *autoRun) overBudget() (string, float64, float64, bool) {
 	if b.MaxCostUSD > 0 && a.cost >= b.MaxCostUSD {
 		return "max_cost_usd", a.cost, b.MaxCostUSD, true
 	}
-	if used := a.s.cfg.Now().Sub(a.t.CreatedAt); used >= b.MaxWallTime {
+	if used := a.s.Now().Sub(a.t.CreatedAt); used >= b.MaxWallTime {
 		return "max_wall_time_ms", float64(used.Milliseconds()), float64(b.MaxWallTime.Milliseconds()), true
 	}
 	return "", 0, 0, false
@@ -265,7 +266,7 @@ func (a *autoRun) overBudget() (string, float64, float64, bool) {
 // rebuild runs again, on a session restored from a checkpoint, the safe steps done since it.
 func (a *autoRun) rebuild(from int) error {
 	for k := from; k < len(a.t.Plan); k++ {
-		if a.progress[k].State != StepDone || sideEffectingOp(a.t.Plan[k].Op) {
+		if a.progress[k].State != app.StepDone || sideEffectingOp(a.t.Plan[k].Op) {
 			continue
 		}
 		res := a.attempt(k, true)
@@ -277,8 +278,8 @@ func (a *autoRun) rebuild(from int) error {
 		if res.problem != nil {
 			data["problem_code"] = string(res.problem.Code)
 		}
-		if err := a.tx(func(c *commandCtx, _ PlanTx) error {
-			return c.emit(a.ctx, c.t, "plan.step_finished", "autonomous", data)
+		if err := a.tx(func(c *app.LeaseTx) error {
+			return c.Emit("plan.step_finished", "autonomous", data)
 		}); err != nil {
 			return err
 		}
@@ -305,7 +306,7 @@ For a password or another credential, fill with "secret_ref" (one of "secrets": 
 The observation is the page's accessibility tree, or, for a long page, a summary an observer condensed from it ({"summary", "facts", "controls"}).`
 
 // propose asks the planner for step index.
-func (a *autoRun) propose(obs any, index int) (*proposal, *ModelReply, error) {
+func (a *autoRun) propose(obs any, index int) (*proposal, *app.ModelReply, error) {
 	type histStep struct {
 		Index   int             `json:"index"`
 		Op      string          `json:"op"`
@@ -316,7 +317,7 @@ func (a *autoRun) propose(obs any, index int) (*proposal, *ModelReply, error) {
 	for k := max(0, len(a.t.Plan)-historyForPlanner); k < len(a.t.Plan); k++ {
 		p := a.progress[k]
 		outcome := p.State
-		if p.LastProblemCode != "" && p.State != StepDone {
+		if p.LastProblemCode != "" && p.State != app.StepDone {
 			// The code and our own detail (details never hold request values; scrubbed anyway).
 			outcome = "refused or failed: " + string(p.LastProblemCode) + " (" + truncate(a.scrub.text(p.LastError), 200) + ")"
 		}
@@ -343,8 +344,8 @@ func (a *autoRun) propose(obs any, index int) (*proposal, *ModelReply, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	reply, err := a.complete(RolePlanner, index, ModelRequest{Role: RolePlanner, Policy: a.t.ModelPolicy,
-		Messages:   []ModelMessage{{Role: "system", Content: plannerInstructions}, {Role: "user", Content: string(user)}},
+	reply, err := a.complete(app.RolePlanner, index, app.ModelRequest{Role: app.RolePlanner, Policy: a.t.ModelPolicy,
+		Messages:   []app.ModelMessage{{Role: "system", Content: plannerInstructions}, {Role: "user", Content: string(user)}},
 		SchemaName: "bap_step", Schema: plannerSchema, MaxTokens: 2048, Reasoning: "high"})
 	if err != nil {
 		return nil, nil, err
@@ -366,7 +367,7 @@ type plannerSecret struct {
 // usableSecrets lists the secrets usable on the task's origins (list_task_secrets), for the
 // planner; none when the store keeps no secrets or listing fails (the planner then types values).
 func (a *autoRun) usableSecrets() []plannerSecret {
-	list, err := a.s.secretsForTask(a.ctx, a.t)
+	list, err := a.s.SecretsForTask(a.ctx, a.t)
 	if err != nil {
 		return nil
 	}
@@ -379,21 +380,21 @@ func (a *autoRun) usableSecrets() []plannerSecret {
 
 // complete makes one model call: registered with the task's in-flight work (cancel_task stops
 // it), bounded by the wall-time budget and the task's deadline, its provenance recorded.
-func (a *autoRun) complete(role string, step int, req ModelRequest) (*ModelReply, error) {
-	orch := a.s.cfg.Orchestrator
+func (a *autoRun) complete(role string, step int, req app.ModelRequest) (*app.ModelReply, error) {
+	orch := a.w.m
 	if orch == nil {
-		return nil, ErrOrchestratorUnavailable
+		return nil, app.ErrOrchestratorUnavailable
 	}
-	fl := a.s.flights.begin(a.ctx, a.claim.Tenant, a.claim.TaskID, true)
-	defer a.s.flights.end(fl)
+	flCtx, end := a.s.BeginModelCall(a.ctx, a.claim.Tenant, a.claim.TaskID)
+	defer end()
 	ctx, cancel := context.WithCancelCause(a.ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(fl.ctx, func() { cancel(context.Cause(fl.ctx)) })
+	stop := context.AfterFunc(flCtx, func() { cancel(context.Cause(flCtx)) })
 	defer stop()
-	if t, err := a.s.store.GetTask(ctx, a.claim.Tenant, a.claim.TaskID); err != nil {
+	if t, err := a.s.LeasedTask(ctx, a.claim); err != nil {
 		return nil, err
 	} else if t.State.Terminal() {
-		return nil, errTaskEnded // cancelled (or ended) before the call was registered
+		return nil, app.ErrTaskEnded // cancelled (or ended) before the call was registered
 	}
 	deadline := a.t.CreatedAt.Add(a.t.Budget.MaxWallTime)
 	if a.t.Deadline != nil && a.t.Deadline.Before(deadline) {
@@ -402,8 +403,8 @@ func (a *autoRun) complete(role string, step int, req ModelRequest) (*ModelReply
 	ctx, cancelDeadline := context.WithDeadline(ctx, deadline)
 	defer cancelDeadline()
 	reply, err := orch.Complete(ctx, req)
-	var failures []ModelFailure
-	var all *AllModelsFailedError
+	var failures []app.ModelFailure
+	var all *app.AllModelsFailedError
 	switch {
 	case err == nil:
 		failures = reply.Fallbacks
@@ -425,12 +426,12 @@ func (a *autoRun) complete(role string, step int, req ModelRequest) (*ModelReply
 }
 
 // recordCall records a model call's fallbacks and, when a model answered, its provenance.
-func (a *autoRun) recordCall(role string, step int, reply *ModelReply, failures []ModelFailure) error {
+func (a *autoRun) recordCall(role string, step int, reply *app.ModelReply, failures []app.ModelFailure) error {
 	if reply != nil {
 		a.tokens += int64(reply.InputTokens) + int64(reply.OutputTokens)
 		a.cost += reply.CostUSD
 	}
-	return a.tx(func(c *commandCtx, _ PlanTx) error {
+	return a.tx(func(c *app.LeaseTx) error {
 		for k, f := range failures {
 			data := map[string]any{"role": role, "from_model": f.Model.ID, "reason": truncate(a.scrub.text(f.Reason), 500),
 				"latency_ms": f.Latency.Milliseconds()}
@@ -443,7 +444,7 @@ func (a *autoRun) recordCall(role string, step int, reply *ModelReply, failures 
 			case reply != nil:
 				data["to_model"] = reply.Model.ID
 			}
-			if err := c.emit(a.ctx, c.t, "model.fallback", "autonomous", data); err != nil {
+			if err := c.Emit("model.fallback", "autonomous", data); err != nil {
 				return err
 			}
 		}
@@ -464,13 +465,13 @@ func (a *autoRun) recordCall(role string, step int, reply *ModelReply, failures 
 		if reply.TruncatedBytes > 0 {
 			called["truncated_bytes"] = reply.TruncatedBytes
 		}
-		return c.emit(a.ctx, c.t, "model.called", "autonomous", called)
+		return c.Emit("model.called", "autonomous", called)
 	})
 }
 
 // recordProposal records planner.proposed: the step (index ≥ 0) or done, or a proposal that did
 // not validate. Protected values are masked.
-func (a *autoRun) recordProposal(index int, p *proposal, reply *ModelReply, accepted bool, problem string) error {
+func (a *autoRun) recordProposal(index int, p *proposal, reply *app.ModelReply, accepted bool, problem string) error {
 	data := map[string]any{"accepted": accepted, "model": reply.Model.ID, "provider": reply.Model.Provider}
 	op := p.Op
 	switch op {
@@ -496,23 +497,23 @@ func (a *autoRun) recordProposal(index int, p *proposal, reply *ModelReply, acce
 			data["args"] = args
 		}
 	}
-	return a.tx(func(c *commandCtx, _ PlanTx) error {
-		if c.t.State.Terminal() {
-			return errTaskEnded
+	return a.tx(func(c *app.LeaseTx) error {
+		if c.Task().State.Terminal() {
+			return app.ErrTaskEnded
 		}
-		return c.emit(a.ctx, c.t, "planner.proposed", "autonomous", data)
+		return c.Emit("planner.proposed", "autonomous", data)
 	})
 }
 
 // appendStep records step index (masked) with its planner.proposed event; the run keeps the
 // unmasked step in memory to execute it.
-func (a *autoRun) appendStep(index int, st PlanStep, p *proposal, reply *ModelReply) error {
-	stored := PlanStep{Op: st.Op, Args: maskArgs(st.Op, st.Args), MaxAttempts: 1}
-	if err := a.tx(func(c *commandCtx, _ PlanTx) error {
-		if c.t.State.Terminal() {
-			return errTaskEnded
+func (a *autoRun) appendStep(index int, st app.PlanStep, p *proposal, reply *app.ModelReply) error {
+	stored := app.PlanStep{Op: st.Op, Args: maskArgs(st.Op, st.Args), MaxAttempts: 1}
+	if err := a.tx(func(c *app.LeaseTx) error {
+		if c.Task().State.Terminal() {
+			return app.ErrTaskEnded
 		}
-		return c.tx.AppendPlanStep(a.ctx, c.t.Tenant, c.t.ID, index, stored)
+		return c.AppendPlanStep(index, stored)
 	}); err != nil {
 		return err
 	}
@@ -521,7 +522,7 @@ func (a *autoRun) appendStep(index int, st PlanStep, p *proposal, reply *ModelRe
 	}
 	a.scrub.add(filledValue(st))
 	a.t.Plan = append(a.t.Plan, st)
-	a.progress = append(a.progress, StepProgress{Index: index, State: StepPending})
+	a.progress = append(a.progress, app.StepProgress{Index: index, State: app.StepPending})
 	return nil
 }
 
@@ -544,12 +545,12 @@ func (a *autoRun) finish(i int, res *stepResult, rerun bool) (next, release bool
 	}
 	e := res.problem
 	if e == nil {
-		e = Errorf(CodeInternal, "the step ended without an outcome")
+		e = app.Errorf(app.CodeInternal, "the step ended without an outcome")
 	}
 	a.w.stepsFailed.Add(1)
 	switch classify(e.Code) {
 	case stateChanged:
-		t, err := a.s.store.GetTask(a.ctx, a.claim.Tenant, a.claim.TaskID)
+		t, err := a.s.LeasedTask(a.ctx, a.claim)
 		if err != nil {
 			release, delay = a.internal(err)
 			return false, release, delay
@@ -564,18 +565,18 @@ func (a *autoRun) finish(i int, res *stepResult, rerun bool) (next, release bool
 	case sessionGone:
 		a.sessionID = ""
 	}
-	err := a.tx(func(c *commandCtx, ptx PlanTx) error {
-		if c.t.State.Terminal() {
-			return errTaskEnded
+	err := a.tx(func(c *app.LeaseTx) error {
+		if c.Task().State.Terminal() {
+			return app.ErrTaskEnded
 		}
-		now := c.now
+		now := c.Now()
 		np := *p
-		np.State, np.Attempts, np.FinishedAt, np.ApprovalID = StepFailed, max(np.Attempts, 1), &now, ""
+		np.State, np.Attempts, np.FinishedAt, np.ApprovalID = app.StepFailed, max(np.Attempts, 1), &now, ""
 		np.LastProblemCode, np.LastError = e.Code, truncate(a.scrub.text(e.Detail), 2000)
 		if res.receiptID != "" {
 			np.ReceiptID = res.receiptID
 		}
-		if err := ptx.SaveStepProgress(a.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
+		if err := c.SaveStepProgress(&np); err != nil {
 			return err
 		}
 		*p = np
@@ -583,7 +584,7 @@ func (a *autoRun) finish(i int, res *stepResult, rerun bool) (next, release bool
 		if res.receiptID != "" {
 			data["receipt_id"] = res.receiptID
 		}
-		return c.emit(a.ctx, c.t, "plan.step_finished", "autonomous", data)
+		return c.Emit("plan.step_finished", "autonomous", data)
 	})
 	if err != nil {
 		release, delay = a.internal(err)
@@ -595,18 +596,18 @@ func (a *autoRun) finish(i int, res *stepResult, rerun bool) (next, release bool
 // modelTrouble ends the run after a model call failed: the task was cancelled or ended, the
 // wall-time budget ran out, or no model could answer (the task fails with the cause).
 func (a *autoRun) modelTrouble(role string, err error) (bool, time.Duration) {
-	if errors.Is(err, errTaskEnded) || errors.Is(err, errTaskCancelled) || errors.Is(err, errLeaseLost) {
+	if errors.Is(err, app.ErrTaskEnded) || errors.Is(err, app.ErrTaskCancelled) || errors.Is(err, app.ErrLeaseLost) {
 		return false, 0
 	}
-	if t, gerr := a.s.store.GetTask(a.ctx, a.claim.Tenant, a.claim.TaskID); gerr == nil && t.State.Terminal() {
+	if t, gerr := a.s.LeasedTask(a.ctx, a.claim); gerr == nil && t.State.Terminal() {
 		return false, 0 // cancelled or expired while the model thought
 	}
 	if a.ctx.Err() != nil {
 		return a.internal(err) // the node is shutting down or the lease was lost
 	}
-	if d := a.t.Deadline; d != nil && !a.s.cfg.Now().Before(*d) {
+	if d := a.t.Deadline; d != nil && !a.s.Now().Before(*d) {
 		// The task's deadline passed while the model thought: it expires (as upkeep would do).
-		if err := a.s.expireTask(a.ctx, TaskRef{Tenant: a.claim.Tenant, TaskID: a.claim.TaskID}); err != nil {
+		if err := a.s.ExpireTask(a.ctx, app.TaskRef{Tenant: a.claim.Tenant, TaskID: a.claim.TaskID}); err != nil {
 			return a.internal(err)
 		}
 		return false, 0
@@ -614,19 +615,19 @@ func (a *autoRun) modelTrouble(role string, err error) (bool, time.Duration) {
 	if name, used, limit, over := a.overBudget(); over {
 		return a.exhausted(name, used, limit)
 	}
-	var all *AllModelsFailedError
+	var all *app.AllModelsFailedError
 	switch {
-	case errors.Is(err, ErrNoCompliantModel):
+	case errors.Is(err, app.ErrNoCompliantModel):
 		return a.stop("model_policy_unsatisfied", fmt.Sprintf("no approved %s model satisfies the task's model_policy any more", role))
 	case errors.As(err, &all):
 		return a.stop("all_models_failed", fmt.Sprintf("every approved %s model failed", role))
-	case errors.Is(err, ErrOrchestratorBudget):
+	case errors.Is(err, app.ErrOrchestratorBudget):
 		// The orchestrator's own spend budget, not a model's failure: no fallback was tried.
 		return a.stop("budget_exhausted", "the model orchestrator refuses calls: its spend budget is exhausted")
-	case errors.Is(err, ErrOrchestratorUnavailable):
+	case errors.Is(err, app.ErrOrchestratorUnavailable):
 		return a.stop("orchestrator_unavailable", "the model orchestrator cannot be reached, or kept refusing calls (rate or concurrency limit) while BAP retried")
 	default:
-		if AsError(err) == nil && errors.Is(err, context.DeadlineExceeded) {
+		if app.AsError(err) == nil && errors.Is(err, context.DeadlineExceeded) {
 			return a.stop("orchestrator_unavailable", fmt.Sprintf("the %s model did not answer in time", role))
 		}
 		return a.internal(err)
@@ -640,36 +641,36 @@ func (a *autoRun) exhausted(name string, used, limit float64) (bool, time.Durati
 
 // stop ends the task failed for a cause other than a budget.
 func (a *autoRun) stop(cause, detail string) (bool, time.Duration) {
-	a.s.cfg.Logger.Warn("autonomous task stopped", "task_id", a.claim.TaskID, "cause", cause, "detail", detail)
+	a.log.Warn("autonomous task stopped", "task_id", a.claim.TaskID, "cause", cause, "detail", detail)
 	return a.end(cause+": "+detail, nil)
 }
 
 // end moves the task to failed (trigger dead_letter: its run cannot go on), recording
 // budget.exhausted first when a budget ran out.
 func (a *autoRun) end(cause string, budget map[string]any) (bool, time.Duration) {
-	err := a.tx(func(c *commandCtx, ptx PlanTx) error {
-		if c.t.State.Terminal() {
-			return errTaskEnded
+	err := a.tx(func(c *app.LeaseTx) error {
+		if c.Task().State.Terminal() {
+			return app.ErrTaskEnded
 		}
 		if budget != nil {
-			if err := c.emit(a.ctx, c.t, "budget.exhausted", "autonomous", budget); err != nil {
+			if err := c.Emit("budget.exhausted", "autonomous", budget); err != nil {
 				return err
 			}
 		}
-		if c.t.State == task.Admitted {
-			if err := c.transition(a.ctx, c.t, task.Start, "autonomous"); err != nil {
+		if c.Task().State == task.Admitted {
+			if err := c.Transition(task.Start, "autonomous"); err != nil {
 				return err
 			}
 		}
-		if _, err := task.Next(c.t.State, task.DeadLetter); err != nil {
-			return ptx.FinishLease(a.ctx, c.t.ID) // not running (checkpointed): the client decides
+		if _, err := task.Next(c.Task().State, task.DeadLetter); err != nil {
+			return c.FinishLease() // not running (checkpointed): the client decides
 		}
-		if err := c.transition(a.ctx, c.t, task.DeadLetter, cause); err != nil {
+		if err := c.Transition(task.DeadLetter, cause); err != nil {
 			return err
 		}
-		return c.admitWaiting(a.ctx, c.t)
+		return c.AdmitWaiting()
 	})
-	if err != nil && !errors.Is(err, errTaskEnded) {
+	if err != nil && !errors.Is(err, app.ErrTaskEnded) {
 		return a.internal(err)
 	}
 	return false, 0
@@ -688,8 +689,8 @@ func (a *autoRun) finishGoal(plannerReason string) (bool, time.Duration) {
 		if err != nil {
 			return a.internal(err)
 		}
-		reply, err := a.complete(RoleVerifier, len(a.t.Plan), ModelRequest{Role: RoleVerifier, Policy: a.t.ModelPolicy,
-			Messages: []ModelMessage{{Role: "system", Content: "Judge whether the final page shows the goal reached. Answer JSON {\"verdict\": \"yes\"|\"no\"|\"unsure\", \"reason\"}. Values shown as *** are protected."},
+		reply, err := a.complete(app.RoleVerifier, len(a.t.Plan), app.ModelRequest{Role: app.RoleVerifier, Policy: a.t.ModelPolicy,
+			Messages: []app.ModelMessage{{Role: "system", Content: "Judge whether the final page shows the goal reached. Answer JSON {\"verdict\": \"yes\"|\"no\"|\"unsure\", \"reason\"}. Values shown as *** are protected."},
 				{Role: "user", Content: string(user)}},
 			SchemaName: "bap_verdict", Schema: verifierSchema, MaxTokens: 512})
 		switch {
@@ -706,20 +707,20 @@ func (a *autoRun) finishGoal(plannerReason string) (bool, time.Duration) {
 			if v.Reason != "" {
 				verdict["reason"] = truncate(a.scrub.text(v.Reason), 1000)
 			}
-		case errors.Is(err, errTaskEnded), errors.Is(err, errTaskCancelled), errors.Is(err, errLeaseLost), a.ctx.Err() != nil:
-			return a.modelTrouble(RoleVerifier, err)
+		case errors.Is(err, app.ErrTaskEnded), errors.Is(err, app.ErrTaskCancelled), errors.Is(err, app.ErrLeaseLost), a.ctx.Err() != nil:
+			return a.modelTrouble(app.RoleVerifier, err)
 		default:
 			// The verifier has no authority: without it the postcondition still decides.
 			verdict["reason"] = "no verifier model could answer"
 		}
 	}
-	if err := a.tx(func(c *commandCtx, _ PlanTx) error {
-		if c.t.State.Terminal() {
-			return errTaskEnded
+	if err := a.tx(func(c *app.LeaseTx) error {
+		if c.Task().State.Terminal() {
+			return app.ErrTaskEnded
 		}
-		return c.emit(a.ctx, c.t, "verifier.judged", "autonomous", verdict)
+		return c.Emit("verifier.judged", "autonomous", verdict)
 	}); err != nil {
-		if errors.Is(err, errTaskEnded) {
+		if errors.Is(err, app.ErrTaskEnded) {
 			return false, 0
 		}
 		return a.internal(err)

@@ -1,11 +1,14 @@
-package app
+package worker
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/originweave/bap/server/internal/app"
 )
 
 // Workers run delegated tasks (ADR 0011, docs/delegated.md). Every node runs some; each claims a
@@ -21,8 +24,8 @@ import (
 // twice (an act interrupted in flight is settled by recovery: its key replays applied, or a
 // reconciliation holds the task in waiting_for_external_input) and carries on.
 
-// WorkerConfig tunes a node's workers.
-type WorkerConfig struct {
+// Config tunes a node's workers.
+type Config struct {
 	// Workers is how many delegated tasks this node runs at once (default 4).
 	Workers int
 	// LeaseTTL is how long a lease lasts without renewal (default 15 s); it is renewed every third.
@@ -36,9 +39,11 @@ type WorkerConfig struct {
 	DefaultMaxAttempts int
 	// Drain is how long a step in flight may finish once the node shuts down (default 10 s).
 	Drain time.Duration
+	// Logger receives the workers' logs (default slog.Default()).
+	Logger *slog.Logger
 }
 
-func (c *WorkerConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Workers <= 0 {
 		c.Workers = 4
 	}
@@ -60,21 +65,24 @@ func (c *WorkerConfig) setDefaults() {
 	if c.Drain <= 0 {
 		c.Drain = 10 * time.Second
 	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 }
 
 // Workers is the pool of one node's plan workers.
 type Workers struct {
-	s   *Service
-	ps  PlanStore
-	cfg WorkerConfig
+	s   Service
+	m   Models
+	cfg Config
 
 	running                                  atomic.Int64
 	scans, claims, takeovers, deadLetters    atomic.Int64
 	stepsSucceeded, stepsFailed, plansClosed atomic.Int64
 }
 
-// WorkerStats are counters of one node's workers since it started (for /metrics).
-type WorkerStats struct {
+// Stats are counters of one node's workers since it started (for /metrics).
+type Stats struct {
 	Running        int64 // delegated tasks this node runs now
 	Scans          int64 // looks for a claimable lease, found or not: the workers' pulse
 	Claims         int64 // leases claimed
@@ -85,18 +93,19 @@ type WorkerStats struct {
 	PlansClosed    int64 // plans run to their end and closed by their postcondition
 }
 
-// NewWorkers builds the workers of s; the store must implement PlanStore and PlanTx.
-func NewWorkers(s *Service, cfg WorkerConfig) (*Workers, error) {
+// New builds the workers that drive s; m is the model port of autonomous tasks (nil: none is
+// configured, and an autonomous task stops with orchestrator_unavailable).
+func New(s Service, m Models, cfg Config) *Workers {
 	cfg.setDefaults()
-	return &Workers{s: s, ps: s.store, cfg: cfg}, nil
+	return &Workers{s: s, m: m, cfg: cfg}
 }
 
 // LeaseTTL is the length of the leases these workers take.
 func (w *Workers) LeaseTTL() time.Duration { return w.cfg.LeaseTTL }
 
 // Stats reads the counters.
-func (w *Workers) Stats() WorkerStats {
-	return WorkerStats{
+func (w *Workers) Stats() Stats {
+	return Stats{
 		Running: w.running.Load(), Scans: w.scans.Load(), Claims: w.claims.Load(), LeaseExpiries: w.takeovers.Load(),
 		DeadLetters: w.deadLetters.Load(), StepsSucceeded: w.stepsSucceeded.Load(), StepsFailed: w.stepsFailed.Load(),
 		PlansClosed: w.plansClosed.Load(),
@@ -115,12 +124,12 @@ func (w *Workers) Run(ctx context.Context) {
 			return
 		case sem <- struct{}{}:
 		}
-		claim, err := w.ps.ClaimPlanTask(ctx, w.s.cfg.NodeID, w.cfg.LeaseTTL)
+		claim, err := w.s.ClaimLease(ctx, w.cfg.LeaseTTL)
 		w.scans.Add(1)
 		if err != nil {
 			<-sem
-			if !errors.Is(err, ErrNotFound) && ctx.Err() == nil {
-				w.s.cfg.Logger.Error("claiming a delegated task failed", "err", err)
+			if !errors.Is(err, app.ErrNotFound) && ctx.Err() == nil {
+				w.cfg.Logger.Error("claiming a delegated task failed", "err", err)
 			}
 			select {
 			case <-ctx.Done():
@@ -132,7 +141,7 @@ func (w *Workers) Run(ctx context.Context) {
 		w.claims.Add(1)
 		if claim.TookOver {
 			w.takeovers.Add(1)
-			w.s.cfg.Logger.Warn("took over an expired lease", "task_id", claim.TaskID, "epoch", claim.Epoch)
+			w.cfg.Logger.Warn("took over an expired lease", "task_id", claim.TaskID, "epoch", claim.Epoch)
 		}
 		wg.Add(1)
 		go func() {
@@ -144,7 +153,7 @@ func (w *Workers) Run(ctx context.Context) {
 }
 
 // runClaim runs one claimed task until its plan ends, it must wait, or the lease is lost.
-func (w *Workers) runClaim(parent context.Context, claim *LeaseClaim) {
+func (w *Workers) runClaim(parent context.Context, claim *app.LeaseClaim) {
 	w.running.Add(1)
 	defer w.running.Add(-1)
 	// The run outlives a shutdown by at most Drain (a step in flight may finish) and ends at once
@@ -164,25 +173,25 @@ func (w *Workers) runClaim(parent context.Context, claim *LeaseClaim) {
 	}()
 	go w.heartbeat(ctx, cancel, claim)
 
-	r := &planRun{w: w, s: w.s, ctx: ctx, stopping: parent, claim: claim,
-		actor: Actor{Tenant: claim.Tenant, Subject: "worker:" + w.s.cfg.NodeID}, sessionID: claim.SessionID}
+	r := &planRun{w: w, s: w.s, log: w.cfg.Logger, ctx: ctx, stopping: parent, claim: claim,
+		actor: app.Actor{Tenant: claim.Tenant, Subject: "worker:" + w.s.NodeID()}, sessionID: claim.SessionID}
 	release, delay := r.run()
-	if context.Cause(ctx) == errLeaseLost {
-		w.s.cfg.Logger.Warn("lease lost; another worker owns the task now", "task_id", claim.TaskID)
+	if errors.Is(context.Cause(ctx), app.ErrLeaseLost) {
+		w.cfg.Logger.Warn("lease lost; another worker owns the task now", "task_id", claim.TaskID)
 		return
 	}
 	if release {
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(parent), 10*time.Second)
 		defer rcancel()
-		if err := w.ps.ReleaseLease(rctx, claim.TaskID, w.s.cfg.NodeID, claim.Epoch, delay); err != nil {
-			w.s.cfg.Logger.Error("releasing a lease failed; it will expire", "task_id", claim.TaskID, "err", err)
+		if err := w.s.ReleaseLease(rctx, claim, delay); err != nil {
+			w.cfg.Logger.Error("releasing a lease failed; it will expire", "task_id", claim.TaskID, "err", err)
 		}
 	}
 }
 
 // heartbeat renews the lease every third of its length; when the lease is found lost it cancels
 // the run.
-func (w *Workers) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, claim *LeaseClaim) {
+func (w *Workers) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, claim *app.LeaseClaim) {
 	tick := time.NewTicker(w.cfg.LeaseTTL / 3)
 	defer tick.Stop()
 	for {
@@ -191,14 +200,14 @@ func (w *Workers) heartbeat(ctx context.Context, cancel context.CancelCauseFunc,
 			return
 		case <-tick.C:
 		}
-		ok, err := w.ps.RenewLease(ctx, claim.TaskID, w.s.cfg.NodeID, claim.Epoch, w.cfg.LeaseTTL)
+		ok, err := w.s.RenewLease(ctx, claim, w.cfg.LeaseTTL)
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
-				w.s.cfg.Logger.Warn("renewing a lease failed", "task_id", claim.TaskID, "err", err)
+				w.cfg.Logger.Warn("renewing a lease failed", "task_id", claim.TaskID, "err", err)
 			}
 		case !ok:
-			cancel(errLeaseLost)
+			cancel(app.ErrLeaseLost)
 			return
 		}
 	}

@@ -1,12 +1,16 @@
-package app
+package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/task"
@@ -15,14 +19,15 @@ import (
 // planRun is one worker's run of one claimed task.
 type planRun struct {
 	w        *Workers
-	s        *Service
+	s        Service
+	log      *slog.Logger
 	ctx      context.Context
 	stopping context.Context // ends when the node shuts down
-	claim    *LeaseClaim
-	actor    Actor
+	claim    *app.LeaseClaim
+	actor    app.Actor
 
-	t         *Task
-	progress  []StepProgress
+	t         *app.Task
+	progress  []app.StepProgress
 	sessionID string
 	opens     int              // sessions opened in this run (their keys)
 	history   []map[string]any // failed attempts of this run, for a dead letter's evidence
@@ -41,7 +46,7 @@ type stepResult struct {
 	rerun      bool   // nothing happened: run the step (again) as a new attempt
 	wait       bool   // give the lease back and come back after delay
 	delay      time.Duration
-	problem    *Error
+	problem    *app.Error
 	deadReason string // dead-letter at once with this reason (and problem)
 	err        error  // not a BAP problem (database, lease lost)
 }
@@ -59,7 +64,7 @@ func (r *planRun) run() (bool, time.Duration) {
 	default:
 		return true, 0 // waiting for approval or external input: not runnable until it runs again
 	}
-	if r.t.Mode == ModeAutonomous {
+	if r.t.Mode == app.ModeAutonomous {
 		return r.runAutonomous() // a goal-driven task: the planner proposes its steps (autonomous.go)
 	}
 	n := len(r.t.Plan)
@@ -67,9 +72,9 @@ func (r *planRun) run() (bool, time.Duration) {
 	if i < n {
 		var res *stepResult
 		switch r.progress[i].State {
-		case StepInFlight:
+		case app.StepInFlight:
 			res = r.settleInFlight(i)
-		case StepHeld:
+		case app.StepHeld:
 			res = r.settleHeld(i)
 		}
 		if res != nil && !res.rerun {
@@ -95,7 +100,7 @@ func (r *planRun) run() (bool, time.Duration) {
 		p := r.progress[i]
 		op := r.t.Plan[i].Op
 		rerun := false
-		if p.State == StepDone {
+		if p.State == app.StepDone {
 			if sideEffectingOp(op) || !fresh {
 				i++ // a side effect never runs twice; a live session needs no rebuilding
 				continue
@@ -124,18 +129,18 @@ func (r *planRun) run() (bool, time.Duration) {
 
 // load reads the task and its progress.
 func (r *planRun) load() error {
-	t, err := r.s.store.GetTask(r.ctx, r.claim.Tenant, r.claim.TaskID)
+	t, err := r.s.LeasedTask(r.ctx, r.claim)
 	if err != nil {
 		return err
 	}
-	rows, err := r.w.ps.PlanProgress(r.ctx, r.claim.Tenant, r.claim.TaskID)
+	rows, err := r.s.PlanProgress(r.ctx, r.claim)
 	if err != nil {
 		return err
 	}
 	r.t = t
-	r.progress = make([]StepProgress, len(t.Plan))
+	r.progress = make([]app.StepProgress, len(t.Plan))
 	for i := range r.progress {
-		r.progress[i] = StepProgress{Index: i, State: StepPending}
+		r.progress[i] = app.StepProgress{Index: i, State: app.StepPending}
 	}
 	for _, p := range rows {
 		if p.Index >= 0 && p.Index < len(r.progress) {
@@ -147,7 +152,7 @@ func (r *planRun) load() error {
 
 func (r *planRun) firstNotDone() int {
 	for i, p := range r.progress {
-		if p.State != StepDone {
+		if p.State != app.StepDone {
 			return i
 		}
 	}
@@ -164,21 +169,21 @@ func (r *planRun) maxAttempts(i int) int {
 // internal handles an error that is not a BAP problem: the lease goes back to the queue (its
 // attempts untouched) unless it was lost.
 func (r *planRun) internal(err error) (bool, time.Duration) {
-	if errors.Is(err, errLeaseLost) || context.Cause(r.ctx) == errLeaseLost {
+	if errors.Is(err, app.ErrLeaseLost) || errors.Is(context.Cause(r.ctx), app.ErrLeaseLost) {
 		return false, 0
 	}
-	if errors.Is(err, errTaskEnded) {
+	if errors.Is(err, app.ErrTaskEnded) {
 		return false, 0
 	}
 	if r.ctx.Err() == nil {
-		r.s.cfg.Logger.Error("delegated task run failed; retrying later", "task_id", r.claim.TaskID, "err", err)
+		r.log.Error("delegated task run failed; retrying later", "task_id", r.claim.TaskID, "err", err)
 	}
 	return true, 2 * time.Second
 }
 
 // fail handles a problem outside a step (opening a session): fatal ones dead-letter the plan.
 func (r *planRun) fail(i int, err error) (bool, time.Duration) {
-	e := AsError(err)
+	e := app.AsError(err)
 	if e == nil {
 		return r.internal(err)
 	}
@@ -193,36 +198,36 @@ func (r *planRun) fail(i int, err error) (bool, time.Duration) {
 }
 
 // call is the Call of a worker's command.
-func (r *planRun) call(op, key string, target []string, body []byte) (Call, error) {
-	fp, err := r.s.keys.fingerprints.Fingerprint(op, target, body)
+func (r *planRun) call(op, key string, target []string, body []byte) (app.Call, error) {
+	fp, err := r.s.Fingerprints().Fingerprint(op, target, body)
 	if err != nil {
-		return Call{}, err
+		return app.Call{}, err
 	}
-	return Call{Actor: r.actor, Operation: op, IdempotencyKey: key, Fingerprint: fp,
-		Lease: &LeaseFence{NodeID: r.s.cfg.NodeID, Epoch: r.claim.Epoch}}, nil
+	return app.Call{Actor: r.actor, Operation: op, IdempotencyKey: key, Fingerprint: fp,
+		Lease: &app.LeaseFence{NodeID: r.s.NodeID(), Epoch: r.claim.Epoch}}, nil
 }
 
 // command runs one of the worker's commands and reads its outcome, from the responder or, for a
 // replayed key, from the stored reply.
 func (r *planRun) command(op, key string, target []string, body []byte,
-	run func(call Call, rsp Responder) (Response, error),
-) (*planResponder, *storedReply, error) {
+	run func(call app.Call, rsp app.Responder) (app.Response, error),
+) (*app.PlanResponder, *app.StoredReply, error) {
 	call, err := r.call(op, key, target, body)
 	if err != nil {
 		return nil, nil, err
 	}
-	rsp := &planResponder{}
+	rsp := &app.PlanResponder{}
 	resp, err := run(call, rsp)
 	if err != nil {
 		return rsp, nil, err
 	}
 	if resp.Replayed {
-		st, err := parseStored(resp.Body)
+		st, err := app.ParseStoredReply(resp.Body)
 		if err != nil {
 			return rsp, nil, err
 		}
 		if st.Code != "" {
-			rsp.problem = &Error{Code: st.Code, Detail: st.Detail}
+			rsp.Problem = &app.Error{Code: st.Code, Detail: st.Detail}
 		}
 		return rsp, st, nil
 	}
@@ -230,23 +235,14 @@ func (r *planRun) command(op, key string, target []string, body []byte,
 }
 
 // sessionLive tells whether the plan's session is open on this node.
-func (r *planRun) sessionLive() bool {
-	if r.sessionID == "" || r.s.cfg.Browser == nil {
-		return false
-	}
-	if _, ok := r.s.cfg.Browser.Session(r.sessionID); !ok {
-		return false
-	}
-	rec, err := r.s.store.GetSession(r.ctx, r.claim.Tenant, r.sessionID)
-	return err == nil && rec.State == SessionOpen
-}
+func (r *planRun) sessionLive() bool { return r.s.SessionLive(r.ctx, r.claim.Tenant, r.sessionID) }
 
 // openSession opens the plan's session: restored from the checkpoint taken after the latest step
 // before `first` that has one (resume_task when the task waits in checkpointed), else fresh. It
 // returns where the run continues: just after that checkpoint, so that the safe steps done since
 // are run again on the restored page.
 func (r *planRun) openSession(first int) (int, error) {
-	t, err := r.s.store.GetTask(r.ctx, r.claim.Tenant, r.claim.TaskID)
+	t, err := r.s.LeasedTask(r.ctx, r.claim)
 	if err != nil {
 		return 0, err
 	}
@@ -261,18 +257,18 @@ func (r *planRun) openSession(first int) (int, error) {
 	if cp == "" && t.State == task.Checkpointed {
 		// Checkpointed, but by no step this run knows of (the worker died between the
 		// checkpoint and its progress row): restore it and run every safe step again.
-		if cp, err = r.w.ps.LatestCheckpoint(r.ctx, r.claim.Tenant, r.claim.TaskID); err != nil {
+		if cp, err = r.s.LatestCheckpoint(r.ctx, r.claim); err != nil {
 			return 0, err
 		}
 	}
 	for {
 		r.opens++
 		key := planKey(r.claim.TaskID, r.claim.Epoch, fmt.Sprintf("session:%d", r.opens))
-		var rsp *planResponder
-		var st *storedReply
+		var rsp *app.PlanResponder
+		var st *app.StoredReply
 		if t.State == task.Checkpointed {
 			body, _ := json.Marshal(map[string]string{"checkpoint_id": cp})
-			rsp, st, err = r.command("resume_task", key, []string{r.claim.TaskID}, body, func(call Call, rsp Responder) (Response, error) {
+			rsp, st, err = r.command("resume_task", key, []string{r.claim.TaskID}, body, func(call app.Call, rsp app.Responder) (app.Response, error) {
 				return r.s.ResumeTask(r.ctx, call, r.claim.TaskID, cp, rsp)
 			})
 		} else {
@@ -280,44 +276,41 @@ func (r *planRun) openSession(first int) (int, error) {
 			if cp != "" {
 				body, _ = json.Marshal(map[string]string{"from_checkpoint": cp})
 			}
-			rsp, st, err = r.command("create_browser_session", key, []string{r.claim.TaskID}, body, func(call Call, rsp Responder) (Response, error) {
-				return r.s.CreateBrowserSession(r.ctx, call, r.claim.TaskID, SessionRequest{FromCheckpoint: cp}, rsp)
+			rsp, st, err = r.command("create_browser_session", key, []string{r.claim.TaskID}, body, func(call app.Call, rsp app.Responder) (app.Response, error) {
+				return r.s.CreateBrowserSession(r.ctx, call, r.claim.TaskID, app.SessionRequest{FromCheckpoint: cp}, rsp)
 			})
 		}
 		if err != nil {
 			return 0, err
 		}
-		if rsp.problem != nil {
-			if classify(rsp.problem.Code) == throttled {
-				if err := r.sleep(retryAfter(rsp.problem)); err != nil {
+		if rsp.Problem != nil {
+			if classify(rsp.Problem.Code) == throttled {
+				if err := r.sleep(retryAfter(rsp.Problem)); err != nil {
 					return 0, err
 				}
 				continue
 			}
-			return 0, rsp.problem
+			return 0, rsp.Problem
 		}
-		switch res := rsp.result.(type) {
-		case *SessionResult:
-			r.sessionID = res.Session.ID
-		case *ResumeResult:
-			r.sessionID = res.Session.ID
-		default:
-			if st == nil || st.SessionID == "" {
-				return 0, fmt.Errorf("opening the plan's session: unexpected result %T", rsp.result)
-			}
+		switch {
+		case rsp.SessionID != "":
+			r.sessionID = rsp.SessionID
+		case st != nil && st.SessionID != "":
 			r.sessionID = st.SessionID
+		default:
+			return 0, fmt.Errorf("opening the plan's session: %s answered no session", key)
 		}
 		break
 	}
-	if err := r.tx(func(c *commandCtx, ptx PlanTx) error {
-		return ptx.SetLeaseSession(r.ctx, r.claim.TaskID, r.sessionID)
+	if err := r.tx(func(c *app.LeaseTx) error {
+		return c.SetLeaseSession(r.sessionID)
 	}); err != nil {
 		return 0, err
 	}
 	return from, nil
 }
 
-func retryAfter(e *Error) time.Duration {
+func retryAfter(e *app.Error) time.Duration {
 	if e.RetryAfter > 0 {
 		return min(e.RetryAfter, 30*time.Second)
 	}
@@ -336,32 +329,12 @@ func (r *planRun) sleep(d time.Duration) error {
 
 // tx runs fn in a transaction that holds the task and this worker's lease; the events fn emits
 // are the worker's (actor worker:<node>, no command).
-func (r *planRun) tx(fn func(c *commandCtx, ptx PlanTx) error) error {
-	return r.s.store.InTx(r.ctx, func(tx Tx) error {
-		ptx := PlanTx(tx)
-		t, err := tx.LockTask(r.ctx, r.claim.Tenant, r.claim.TaskID)
-		if err != nil {
+func (r *planRun) tx(fn func(c *app.LeaseTx) error) error {
+	return r.s.InLease(r.ctx, r.claim, r.actor.Subject, func(c *app.LeaseTx) error {
+		if err := fn(c); err != nil {
 			return err
 		}
-		if err := ptx.LockLease(r.ctx, r.claim.TaskID, r.s.cfg.NodeID, r.claim.Epoch); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				if t.State.Terminal() {
-					return errTaskEnded
-				}
-				return errLeaseLost
-			}
-			return err
-		}
-		c := &commandCtx{s: r.s, tx: tx, cmd: &Command{Actor: r.actor.Subject, Tenant: t.Tenant, TaskID: t.ID, Operation: "plan"},
-			t: t, now: r.s.cfg.Now()}
-		before := t.LastSeq
-		if err := fn(c, ptx); err != nil {
-			return err
-		}
-		r.t.State = t.State
-		if t.LastSeq != before {
-			return tx.UpdateTask(r.ctx, t)
-		}
+		r.t.State = c.Task().State
 		return nil
 	})
 }
@@ -380,23 +353,23 @@ func (r *planRun) attempt(i int, rerun bool) *stepResult {
 		if rerun {
 			key = planKey(r.claim.TaskID, r.claim.Epoch, fmt.Sprintf("rerun:%d:%d:%d", i, r.opens, tries))
 		}
-		if err := r.tx(func(c *commandCtx, ptx PlanTx) error {
-			if c.t.State.Terminal() {
-				return errTaskEnded
+		if err := r.tx(func(c *app.LeaseTx) error {
+			if c.Task().State.Terminal() {
+				return app.ErrTaskEnded
 			}
 			data := map[string]any{"index": i, "op": st.Op, "attempt": attempt}
 			if rerun {
 				data["rerun"] = true
 			} else {
-				now := c.now
+				now := c.Now()
 				np := *p
-				np.State, np.CommandKey, np.StartedAt, np.ApprovalID = StepInFlight, key, &now, ""
-				if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
+				np.State, np.CommandKey, np.StartedAt, np.ApprovalID = app.StepInFlight, key, &now, ""
+				if err := c.SaveStepProgress(&np); err != nil {
 					return err
 				}
 				*p = np
 			}
-			return c.emit(r.ctx, c.t, "plan.step_started", "plan", data)
+			return c.Emit("plan.step_started", "plan", data)
 		}); err != nil {
 			return &stepResult{err: err}
 		}
@@ -415,7 +388,7 @@ func (r *planRun) attempt(i int, rerun bool) *stepResult {
 // exec runs step i's operation under key.
 func (r *planRun) exec(i int, key string) *stepResult {
 	// The step's fill values are opened only now, for running it (keys.go).
-	st, e := r.s.keys.openStep(r.t.Tenant, r.t.ID, i, r.t.Plan[i])
+	st, e := r.s.OpenStep(r.t, i)
 	if e != nil {
 		return &stepResult{problem: e}
 	}
@@ -431,7 +404,7 @@ func (r *planRun) exec(i int, key string) *stepResult {
 		if e := decodeArgs(st, &a); e != nil {
 			return &stepResult{problem: e}
 		}
-		return r.commandResult(r.command("navigate", key, target, args, func(call Call, rsp Responder) (Response, error) {
+		return r.commandResult(r.command("navigate", key, target, args, func(call app.Call, rsp app.Responder) (app.Response, error) {
 			return r.s.Navigate(r.ctx, call, sid, page.NavigateRequest{ContextID: a.ContextID, URL: a.URL, WaitUntil: a.WaitUntil}, a.TimeoutMs, rsp)
 		}))
 	case "act":
@@ -442,9 +415,9 @@ func (r *planRun) exec(i int, key string) *stepResult {
 		req := page.ActRequest{ContextID: a.ContextID, Action: a.Action, NodeID: a.NodeID, Query: a.Query, Value: a.Value,
 			SecretRef: a.SecretRef, Values: a.Values, Key: a.Key}
 		hold := r.holdReason
-		return r.commandResult(r.command("act", key, target, args, func(call Call, rsp Responder) (Response, error) {
+		return r.commandResult(r.command("act", key, target, args, func(call app.Call, rsp app.Responder) (app.Response, error) {
 			if hold != "" {
-				return r.s.holdActForSafety(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, hold, rsp)
+				return r.s.HoldActForSafety(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, hold, rsp)
 			}
 			return r.s.Act(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, rsp)
 		}))
@@ -453,8 +426,8 @@ func (r *planRun) exec(i int, key string) *stepResult {
 		if e := decodeArgs(st, &a); e != nil {
 			return &stepResult{problem: e}
 		}
-		res := r.commandResult(r.command("capture_evidence", key, target, args, func(call Call, rsp Responder) (Response, error) {
-			return r.s.CaptureEvidence(r.ctx, call, sid, EvidenceRequest{ContextID: a.ContextID, Kinds: a.Kinds, FullPage: a.FullPage, NodeID: a.NodeID}, rsp)
+		res := r.commandResult(r.command("capture_evidence", key, target, args, func(call app.Call, rsp app.Responder) (app.Response, error) {
+			return r.s.CaptureEvidence(r.ctx, call, sid, app.EvidenceRequest{ContextID: a.ContextID, Kinds: a.Kinds, FullPage: a.FullPage, NodeID: a.NodeID}, rsp)
 		}))
 		return res
 	case "observe":
@@ -480,31 +453,31 @@ func (r *planRun) exec(i int, key string) *stepResult {
 		}
 		return r.keepResult(i, map[string]any{"kind": a.Kind, "data": res.Data}, "other", "", "", "")
 	default:
-		return &stepResult{problem: Errorf(CodeInvalidRequest, "unknown plan step kind %q", st.Op)}
+		return &stepResult{problem: app.Errorf(app.CodeInvalidRequest, "unknown plan step kind %q", st.Op)}
 	}
 }
 
 func errResult(err error) *stepResult {
-	if e := AsError(err); e != nil {
+	if e := app.AsError(err); e != nil {
 		return &stepResult{problem: e}
 	}
 	return &stepResult{err: err}
 }
 
 // commandResult turns a command's outcome into a step result.
-func (r *planRun) commandResult(rsp *planResponder, st *storedReply, err error) *stepResult {
+func (r *planRun) commandResult(rsp *app.PlanResponder, st *app.StoredReply, err error) *stepResult {
 	if err != nil {
 		return errResult(err)
 	}
 	res := &stepResult{}
-	if rsp.receipt != nil {
-		res.receiptID, res.commandID = rsp.receipt.ID, rsp.receipt.CommandID
+	if rsp.Receipt != nil {
+		res.receiptID, res.commandID = rsp.Receipt.ID, rsp.Receipt.CommandID
 	} else if st != nil && st.Receipt != nil {
 		res.receiptID, res.commandID = st.Receipt.ReceiptID, st.Receipt.CommandID
 	}
 	outcome := task.Outcome("")
-	if rsp.receipt != nil {
-		outcome = rsp.receipt.Outcome
+	if rsp.Receipt != nil {
+		outcome = rsp.Receipt.Outcome
 	} else if st != nil && st.Receipt != nil {
 		outcome = st.Receipt.Outcome
 	}
@@ -514,19 +487,15 @@ func (r *planRun) commandResult(rsp *planResponder, st *storedReply, err error) 
 		res.wait = true
 		return res
 	}
-	if rsp.problem != nil {
-		res.problem = rsp.problem
+	if rsp.Problem != nil {
+		res.problem = rsp.Problem
 		return res
 	}
-	switch v := rsp.result.(type) {
-	case *HeldResult:
-		res.held = v.Approval.ID
+	if rsp.ApprovalID != "" { // the act is held for an approval (202)
+		res.held = rsp.ApprovalID
 		return res
-	case *EvidenceResult:
-		if len(v.Artifacts) > 0 {
-			res.artifactID = v.Artifacts[0].ID
-		}
 	}
+	res.artifactID = rsp.ArtifactID
 	if st != nil { // a replay: what the stored reply says
 		if st.ApprovalID != "" {
 			res.held = st.ApprovalID
@@ -547,25 +516,17 @@ func (r *planRun) keepResult(i int, v any, kind, contextID, epochID, url string)
 	if err != nil {
 		return &stepResult{err: err}
 	}
-	art := &Artifact{ID: ids.New(ids.Artifact), Tenant: r.claim.Tenant, SHA256: sha256Hex(content), Size: int64(len(content)),
+	art := &app.Artifact{ID: ids.New(ids.Artifact), Tenant: r.claim.Tenant, SHA256: sha256Hex(content), Size: int64(len(content)),
 		MediaType: "application/json", Kind: kind, TaskID: r.claim.TaskID, SessionID: r.sessionID, ContextID: contextID,
 		EpochID: epochID, SourceURL: url}
-	if err := r.tx(func(c *commandCtx, ptx PlanTx) error {
-		art.CreatedAt = c.now
-		if epochID != "" {
-			if err := c.tx.RecordEpoch(r.ctx, c.t.Tenant, r.sessionID, contextID, epochID, url); err != nil {
-				return err
-			}
-		}
-		return c.tx.InsertArtifact(r.ctx, art, content)
-	}); err != nil {
+	if err := r.tx(func(c *app.LeaseTx) error { return c.KeepArtifact(art, content) }); err != nil {
 		return &stepResult{err: err}
 	}
 	return &stepResult{done: true, artifactID: art.ID}
 }
 
 // fromOutcome reads a receipt outcome found for a step's command.
-func (r *planRun) fromOutcome(outcome task.Outcome, reconciliation string, code Code) *stepResult {
+func (r *planRun) fromOutcome(outcome task.Outcome, reconciliation string, code app.Code) *stepResult {
 	switch outcome {
 	case task.Applied:
 		return &stepResult{done: true}
@@ -573,15 +534,15 @@ func (r *planRun) fromOutcome(outcome task.Outcome, reconciliation string, code 
 		return &stepResult{rerun: true} // nothing happened, or a safe command whose result was lost
 	case task.Rejected:
 		if code == "" {
-			code = CodeInternal
+			code = app.CodeInternal
 		}
-		return &stepResult{problem: &Error{Code: code, Detail: "the step's command was refused"}}
+		return &stepResult{problem: &app.Error{Code: code, Detail: "the step's command was refused"}}
 	case task.ReconciliationRequired:
 		switch reconciliation {
 		case string(task.Applied):
 			return &stepResult{done: true}
 		case string(task.NoSideEffect):
-			return &stepResult{deadReason: "reconciled_no_side_effect", problem: &Error{Code: CodeInvalidTransition,
+			return &stepResult{deadReason: "reconciled_no_side_effect", problem: &app.Error{Code: app.CodeInvalidTransition,
 				Detail: "the step's action was interrupted and an operator found it had no effect; it is never run again"}}
 		default: // open: the task waits in waiting_for_external_input for an operator
 			return &stepResult{wait: true}
@@ -596,9 +557,9 @@ func (r *planRun) settleInFlight(i int) *stepResult {
 	if !sideEffectingOp(r.t.Plan[i].Op) {
 		return &stepResult{rerun: true} // safe: run it again
 	}
-	ks, err := r.w.ps.KeyState(r.ctx, r.claim.Tenant, p.CommandKey)
+	ks, err := r.s.CommandKeyState(r.ctx, r.claim, p.CommandKey)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, app.ErrNotFound):
 		return &stepResult{rerun: true} // its command never committed: nothing ran
 	case err != nil:
 		return &stepResult{err: err}
@@ -606,25 +567,25 @@ func (r *planRun) settleInFlight(i int) *stepResult {
 		// Its node is gone or slow; recovery classifies the command once that node is stale.
 		return &stepResult{wait: true, delay: 2 * time.Second}
 	}
-	st, err := parseStored(ks.Body)
+	st, err := app.ParseStoredReply(ks.Body)
 	if err != nil {
 		return &stepResult{err: err}
 	}
 	if st.ApprovalID != "" {
 		np := p
-		np.State, np.ApprovalID = StepHeld, st.ApprovalID
+		np.State, np.ApprovalID = app.StepHeld, st.ApprovalID
 		r.progress[i] = np
 		return r.settleHeld(i)
 	}
 	if st.Receipt == nil {
 		if st.Code != "" {
-			return &stepResult{problem: &Error{Code: st.Code, Detail: st.Detail}}
+			return &stepResult{problem: &app.Error{Code: st.Code, Detail: st.Detail}}
 		}
 		return &stepResult{err: fmt.Errorf("the reply of %s has no receipt", p.CommandKey)}
 	}
 	res := r.fromOutcome(st.Receipt.Outcome, ks.Reconciliation, st.Receipt.ProblemCode)
 	if res.problem != nil && st.Code != "" {
-		res.problem = &Error{Code: st.Code, Detail: st.Detail}
+		res.problem = &app.Error{Code: st.Code, Detail: st.Detail}
 	}
 	res.receiptID, res.commandID = st.Receipt.ReceiptID, st.Receipt.CommandID
 	return res
@@ -632,7 +593,7 @@ func (r *planRun) settleInFlight(i int) *stepResult {
 
 // settleHeld finds what became of step i's act, held for an approval.
 func (r *planRun) settleHeld(i int) *stepResult {
-	ao, err := r.w.ps.ApprovalOutcome(r.ctx, r.claim.Tenant, r.progress[i].ApprovalID)
+	ao, err := r.s.ApprovalOutcomeOf(r.ctx, r.claim, r.progress[i].ApprovalID)
 	if err != nil {
 		return &stepResult{err: err}
 	}
@@ -640,12 +601,12 @@ func (r *planRun) settleHeld(i int) *stepResult {
 	case task.ApprovalPending:
 		return &stepResult{wait: true}
 	case task.ApprovalDenied:
-		return &stepResult{deadReason: "approval_denied", problem: &Error{Code: CodeInvalidTransition,
+		return &stepResult{deadReason: "approval_denied", problem: &app.Error{Code: app.CodeInvalidTransition,
 			Detail: "the approval of the step's action was denied; it never ran"}}
 	case task.ApprovalExpired:
 		// Nobody decided before its expires_at (or the task itself expired: then recording the
 		// dead letter finds the task ended). An expired approval is never revived.
-		return &stepResult{deadReason: "approval_expired", problem: &Error{Code: CodeApprovalNotPending,
+		return &stepResult{deadReason: "approval_expired", problem: &app.Error{Code: app.CodeApprovalNotPending,
 			Detail: "the approval of the step's action expired before anyone decided; it never ran"}}
 	case task.ApprovalApproved:
 		if ao.Outcome == "" {
@@ -655,7 +616,7 @@ func (r *planRun) settleHeld(i int) *stepResult {
 		res.receiptID = ao.ReceiptID
 		return res
 	default: // cancelled: so is the task
-		return &stepResult{err: errTaskEnded}
+		return &stepResult{err: app.ErrTaskEnded}
 	}
 }
 
@@ -688,7 +649,7 @@ func (r *planRun) handle(i int, res *stepResult, rerun bool) (next, release bool
 	}
 	switch class {
 	case stateChanged:
-		t, err := r.s.store.GetTask(r.ctx, r.claim.Tenant, r.claim.TaskID)
+		t, err := r.s.LeasedTask(r.ctx, r.claim)
 		if err != nil {
 			release, delay = r.internal(err)
 			return false, release, delay
@@ -712,7 +673,7 @@ func (r *planRun) handle(i int, res *stepResult, rerun bool) (next, release bool
 		attempts++
 	}
 	r.history = append(r.history, map[string]any{"index": i, "attempt": attempts, "problem_code": string(e.Code),
-		"detail": e.Detail, "at": r.s.cfg.Now().UTC().Format(time.RFC3339Nano)})
+		"detail": e.Detail, "at": r.s.Now().UTC().Format(time.RFC3339Nano)})
 	if class == fatal || attempts >= r.maxAttempts(i) {
 		reason := res.deadReason
 		if reason == "" {
@@ -725,11 +686,11 @@ func (r *planRun) handle(i int, res *stepResult, rerun bool) (next, release bool
 		return false, false, 0
 	}
 	// Record the failed attempt, wait, and go again.
-	err := r.tx(func(c *commandCtx, ptx PlanTx) error {
+	err := r.tx(func(c *app.LeaseTx) error {
 		np := *p
-		np.State, np.Attempts, np.LastProblemCode, np.LastError = StepPending, attempts, e.Code, truncate(e.Detail, 2000)
+		np.State, np.Attempts, np.LastProblemCode, np.LastError = app.StepPending, attempts, e.Code, truncate(e.Detail, 2000)
 		np.ApprovalID, np.FinishedAt = "", nil
-		if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
+		if err := c.SaveStepProgress(&np); err != nil {
 			return err
 		}
 		*p = np
@@ -737,7 +698,7 @@ func (r *planRun) handle(i int, res *stepResult, rerun bool) (next, release bool
 		if res.receiptID != "" {
 			data["receipt_id"] = res.receiptID
 		}
-		return c.emit(r.ctx, c.t, "plan.step_finished", "plan", data)
+		return c.Emit("plan.step_finished", "plan", data)
 	})
 	if err != nil {
 		release, delay = r.internal(err)
@@ -752,11 +713,11 @@ func (r *planRun) handle(i int, res *stepResult, rerun bool) (next, release bool
 
 // parkHeld records that step p waits for its approval and gives the lease back: the task is
 // runnable again once the approval is resolved.
-func (r *planRun) parkHeld(p *StepProgress, approvalID string) (next, release bool, delay time.Duration) {
-	err := r.tx(func(c *commandCtx, ptx PlanTx) error {
+func (r *planRun) parkHeld(p *app.StepProgress, approvalID string) (next, release bool, delay time.Duration) {
+	err := r.tx(func(c *app.LeaseTx) error {
 		np := *p
-		np.State, np.ApprovalID = StepHeld, approvalID
-		if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
+		np.State, np.ApprovalID = app.StepHeld, approvalID
+		if err := c.SaveStepProgress(&np); err != nil {
 			return err
 		}
 		*p = np
@@ -779,18 +740,18 @@ func (r *planRun) stepDone(i int, res *stepResult, rerun bool, attempts int, cau
 	if sideEffectingOp(st.Op) && !rerun {
 		cp = r.checkpoint(i)
 	}
-	err := r.tx(func(c *commandCtx, ptx PlanTx) error {
-		now := c.now
+	err := r.tx(func(c *app.LeaseTx) error {
+		now := c.Now()
 		np := *p
 		np.Attempts = attempts
-		np.State, np.FinishedAt, np.ApprovalID = StepDone, &now, ""
+		np.State, np.FinishedAt, np.ApprovalID = app.StepDone, &now, ""
 		if res.receiptID != "" {
 			np.ReceiptID = res.receiptID
 		}
 		if cp != "" {
 			np.CheckpointID = cp
 		}
-		if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
+		if err := c.SaveStepProgress(&np); err != nil {
 			return err
 		}
 		*p = np
@@ -804,7 +765,7 @@ func (r *planRun) stepDone(i int, res *stepResult, rerun bool, attempts int, cau
 		if rerun {
 			data["rerun"] = true
 		}
-		return c.emit(r.ctx, c.t, "plan.step_finished", cause, data)
+		return c.Emit("plan.step_finished", cause, data)
 	})
 	if err != nil {
 		release, delay = r.internal(err)
@@ -837,40 +798,35 @@ func (r *planRun) checkpoint(i int) string {
 	}
 	sid := r.sessionID
 	rsp, st, err := r.command("checkpoint_browser_session", planKey(r.claim.TaskID, r.claim.Epoch, fmt.Sprintf("checkpoint:%d", i)),
-		[]string{sid}, []byte("{}"), func(call Call, rsp Responder) (Response, error) {
+		[]string{sid}, []byte("{}"), func(call app.Call, rsp app.Responder) (app.Response, error) {
 			return r.s.CheckpointBrowserSession(r.ctx, call, sid, rsp)
 		})
-	if err != nil || rsp.problem != nil || st != nil {
-		r.s.cfg.Logger.Warn("checkpoint after a plan step failed", "task_id", r.claim.TaskID, "step", i, "err", err)
+	if err != nil || rsp.Problem != nil || st != nil {
+		r.log.Warn("checkpoint after a plan step failed", "task_id", r.claim.TaskID, "step", i, "err", err)
 		return ""
 	}
-	if res, ok := rsp.result.(*CheckpointResult); ok {
-		return res.Checkpoint.ID
-	}
-	return ""
+	return rsp.CheckpointID
 }
 
 // deadLetter fails the plan at step i: a screenshot of the page when possible, the dead letter
 // with the evidence, plan.step_finished (dead_lettered) and the task failed (trigger dead_letter).
-func (r *planRun) deadLetter(i, attempts int, e *Error, reason string, res *stepResult) {
+func (r *planRun) deadLetter(i, attempts int, e *app.Error, reason string, res *stepResult) {
 	st := r.t.Plan[i]
 	artifactID := ""
 	if r.sessionLive() {
 		sid := r.sessionID
 		rsp, _, err := r.command("capture_evidence", planKey(r.claim.TaskID, r.claim.Epoch, fmt.Sprintf("dead_letter:%d", i)),
-			[]string{sid}, []byte(`{"kinds":["screenshot"]}`), func(call Call, rsp Responder) (Response, error) {
-				return r.s.CaptureEvidence(r.ctx, call, sid, EvidenceRequest{Kinds: []string{EvidenceScreenshot}}, rsp)
+			[]string{sid}, []byte(`{"kinds":["screenshot"]}`), func(call app.Call, rsp app.Responder) (app.Response, error) {
+				return r.s.CaptureEvidence(r.ctx, call, sid, app.EvidenceRequest{Kinds: []string{app.EvidenceScreenshot}}, rsp)
 			})
-		if err == nil && rsp.problem == nil {
-			if ev, ok := rsp.result.(*EvidenceResult); ok && len(ev.Artifacts) > 0 {
-				artifactID = ev.Artifacts[0].ID
-			}
+		if err == nil && rsp.Problem == nil {
+			artifactID = rsp.ArtifactID
 		}
 	}
 	evidence := map[string]any{
 		"step": i, "op": st.Op, "attempts": attempts, "max_attempts": r.maxAttempts(i),
 		"problem": map[string]any{"code": string(e.Code), "detail": e.Detail},
-		"history": r.history, "session_id": r.sessionID, "node_id": r.s.cfg.NodeID,
+		"history": r.history, "session_id": r.sessionID, "node_id": r.s.NodeID(),
 	}
 	if res.receiptID != "" {
 		evidence["receipt_id"] = res.receiptID
@@ -878,19 +834,19 @@ func (r *planRun) deadLetter(i, attempts int, e *Error, reason string, res *step
 	if artifactID != "" {
 		evidence["screenshot_artifact_id"] = artifactID
 	}
-	err := r.tx(func(c *commandCtx, ptx PlanTx) error {
-		if c.t.State.Terminal() {
-			return errTaskEnded
+	err := r.tx(func(c *app.LeaseTx) error {
+		if c.Task().State.Terminal() {
+			return app.ErrTaskEnded
 		}
-		if err := ptx.InsertDeadLetter(r.ctx, &DeadLetter{Tenant: c.t.Tenant, TaskID: c.t.ID, StepIndex: i, CommandID: res.commandID,
+		if err := c.InsertDeadLetter(&app.DeadLetter{Tenant: c.Task().Tenant, TaskID: c.Task().ID, StepIndex: i, CommandID: res.commandID,
 			Reason: reason, ProblemCode: e.Code, Attempts: attempts, ArtifactID: artifactID, Evidence: evidence}); err != nil {
 			return err
 		}
-		now := c.now
+		now := c.Now()
 		np := r.progress[i]
-		np.State, np.Attempts, np.FinishedAt, np.ApprovalID = StepFailed, attempts, &now, ""
+		np.State, np.Attempts, np.FinishedAt, np.ApprovalID = app.StepFailed, attempts, &now, ""
 		np.LastProblemCode, np.LastError = e.Code, truncate(e.Detail, 2000)
-		if err := ptx.SaveStepProgress(r.ctx, c.t.Tenant, c.t.ID, &np); err != nil {
+		if err := c.SaveStepProgress(&np); err != nil {
 			return err
 		}
 		r.progress[i] = np
@@ -902,51 +858,51 @@ func (r *planRun) deadLetter(i, attempts int, e *Error, reason string, res *step
 		if artifactID != "" {
 			data["artifact_id"] = artifactID
 		}
-		if err := c.emit(r.ctx, c.t, "plan.step_finished", "plan", data); err != nil {
+		if err := c.Emit("plan.step_finished", "plan", data); err != nil {
 			return err
 		}
-		if c.t.State == task.Admitted {
-			if err := c.transition(r.ctx, c.t, task.Start, "plan"); err != nil {
+		if c.Task().State == task.Admitted {
+			if err := c.Transition(task.Start, "plan"); err != nil {
 				return err
 			}
 		}
-		if _, err := task.Next(c.t.State, task.DeadLetter); err != nil {
+		if _, err := task.Next(c.Task().State, task.DeadLetter); err != nil {
 			// Not running (checkpointed, say): the plan is over, the task waits for its client.
-			return ptx.FinishLease(r.ctx, c.t.ID)
+			return c.FinishLease()
 		}
-		if err := c.transition(r.ctx, c.t, task.DeadLetter, "dead_letter: "+reason); err != nil {
+		if err := c.Transition(task.DeadLetter, "dead_letter: "+reason); err != nil {
 			return err
 		}
-		return c.admitWaiting(r.ctx, c.t)
+		return c.AdmitWaiting()
 	})
 	if err != nil {
-		if !errors.Is(err, errTaskEnded) && !errors.Is(err, errLeaseLost) {
-			r.s.cfg.Logger.Error("dead-lettering a plan failed", "task_id", r.claim.TaskID, "err", err)
+		if !errors.Is(err, app.ErrTaskEnded) && !errors.Is(err, app.ErrLeaseLost) {
+			r.log.Error("dead-lettering a plan failed", "task_id", r.claim.TaskID, "err", err)
 		}
 		return
 	}
 	r.w.deadLetters.Add(1)
-	r.s.cfg.Logger.Warn("plan dead-lettered", "task_id", r.claim.TaskID, "step", i, "reason", reason, "problem_code", string(e.Code))
+	r.log.Warn("plan dead-lettered", "task_id", r.claim.TaskID, "step", i, "reason", reason, "problem_code", string(e.Code))
 }
 
 // close ends a plan that ran to its end: close_task by the postcondition.
 func (r *planRun) close() (bool, time.Duration) {
 	for try := 0; ; try++ {
 		key := planKey(r.claim.TaskID, r.claim.Epoch, fmt.Sprintf("close:%d", try))
-		rsp, _, err := r.command("close_task", key, []string{r.claim.TaskID}, []byte("{}"), func(call Call, rsp Responder) (Response, error) {
+		rsp, _, err := r.command("close_task", key, []string{r.claim.TaskID}, []byte("{}"), func(call app.Call, rsp app.Responder) (app.Response, error) {
 			return r.s.CloseTask(r.ctx, call, r.claim.TaskID, rsp)
 		})
 		if err != nil {
 			return r.internal(err)
 		}
-		if rsp.problem != nil {
-			if classify(rsp.problem.Code) == throttled && try < 10 {
-				if err := r.sleep(retryAfter(rsp.problem)); err != nil {
+		if rsp.Problem != nil {
+			if classify(rsp.Problem.Code) == throttled && try < 10 {
+				if err := r.sleep(retryAfter(rsp.Problem)); err != nil {
 					return r.internal(err)
 				}
 				continue
 			}
-			t, err := r.s.store.GetTask(r.ctx, r.claim.Tenant, r.claim.TaskID)
+			t, err := r.s.LeasedTask(r.ctx, r.claim)
 			if err != nil {
 				return r.internal(err)
 			}
@@ -955,4 +911,9 @@ func (r *planRun) close() (bool, time.Duration) {
 		r.w.plansClosed.Add(1)
 		return false, 0
 	}
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

@@ -1,9 +1,10 @@
-package app
+package worker
 
 import (
 	"encoding/json"
 	"strings"
 
+	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/page"
 )
 
@@ -40,7 +41,7 @@ func maskArgs(op string, args json.RawMessage) json.RawMessage {
 }
 
 // filledValue is the value a step types, "" when none.
-func filledValue(st PlanStep) string {
+func filledValue(st app.PlanStep) string {
 	if st.Op != "act" {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package app
+package worker
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/task"
 )
 
@@ -71,16 +72,16 @@ func (a *autoRun) decideRoles(hist roleHistory) error {
 	case hist.safetyUsed:
 		a.safety = true
 	default:
-		on, err := a.eligible(RoleSafety)
+		on, err := a.eligible(app.RoleSafety)
 		if err != nil {
 			return err
 		}
 		if !on {
-			if err := a.tx(func(c *commandCtx, _ PlanTx) error {
-				if c.t.State.Terminal() {
-					return errTaskEnded
+			if err := a.tx(func(c *app.LeaseTx) error {
+				if c.Task().State.Terminal() {
+					return app.ErrTaskEnded
 				}
-				return c.emit(a.ctx, c.t, "safety.judged", "autonomous", map[string]any{"verdict": "skipped",
+				return c.Emit("safety.judged", "autonomous", map[string]any{"verdict": "skipped",
 					"reason": "no approved safety model satisfies the task's model_policy: steps are not judged by a model; the task's policy alone decides"})
 			}); err != nil {
 				return err
@@ -89,7 +90,7 @@ func (a *autoRun) decideRoles(hist roleHistory) error {
 		a.safety = on
 	}
 	// The observer has no say over what is allowed: it is used when it has an eligible model now.
-	on, err := a.eligible(RoleObserver)
+	on, err := a.eligible(app.RoleObserver)
 	a.observer = err == nil && on
 	return nil
 }
@@ -99,15 +100,15 @@ type roleHistory struct{ safetySkipped, safetyUsed bool }
 
 // eligible tells whether role has an approved model satisfying the task's model policy.
 func (a *autoRun) eligible(role string) (bool, error) {
-	orch := a.s.cfg.Orchestrator
+	orch := a.w.m
 	if orch == nil {
-		return false, ErrOrchestratorUnavailable
+		return false, app.ErrOrchestratorUnavailable
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, 15*time.Second)
 	defer cancel()
 	models, err := orch.Eligible(ctx, role, a.t.ModelPolicy)
 	switch {
-	case errors.Is(err, ErrNoCompliantModel):
+	case errors.Is(err, app.ErrNoCompliantModel):
 		return false, nil
 	case err != nil:
 		return false, err
@@ -139,8 +140,8 @@ func (a *autoRun) condense(obs maskedObservation, index int) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	reply, err := a.complete(RoleObserver, index, ModelRequest{Role: RoleObserver, Policy: a.t.ModelPolicy,
-		Messages:   []ModelMessage{{Role: "system", Content: observerInstructions}, {Role: "user", Content: string(user)}},
+	reply, err := a.complete(app.RoleObserver, index, app.ModelRequest{Role: app.RoleObserver, Policy: a.t.ModelPolicy,
+		Messages:   []app.ModelMessage{{Role: "system", Content: observerInstructions}, {Role: "user", Content: string(user)}},
 		SchemaName: "bap_observation", Schema: observerSchema, MaxTokens: 1024, Reasoning: "low"})
 	if err != nil {
 		if a.callEnded(err) {
@@ -167,7 +168,7 @@ func (a *autoRun) condense(obs maskedObservation, index int) (any, error) {
 	for _, c := range s.Controls {
 		controls = append(controls, map[string]string{"role": truncate(c.Role, 64), "name": truncate(a.scrub.text(c.Name), 300)})
 	}
-	return map[string]any{"url": obs.URL, "title": obs.Title, "condensed_by": RoleObserver,
+	return map[string]any{"url": obs.URL, "title": obs.Title, "condensed_by": app.RoleObserver,
 		"summary": truncate(a.scrub.text(s.Summary), 2000), "facts": facts, "controls": controls}, nil
 }
 
@@ -175,7 +176,7 @@ func (a *autoRun) condense(obs maskedObservation, index int) (any, error) {
 // last step was no such extract.
 func (a *autoRun) schemaFocus() map[string]any {
 	k := len(a.t.Plan) - 1
-	if k < 0 || a.t.Plan[k].Op != "extract" || a.progress[k].State != StepDone {
+	if k < 0 || a.t.Plan[k].Op != "extract" || a.progress[k].State != app.StepDone {
 		return nil
 	}
 	var x struct {
@@ -199,14 +200,14 @@ func (a *autoRun) schemaFocus() map[string]any {
 // callEnded tells whether a model call failed because the task or this run ended (cancelled,
 // expired, lease lost, the node stopping, the deadline), not because its models failed.
 func (a *autoRun) callEnded(err error) bool {
-	return errors.Is(err, errTaskEnded) || errors.Is(err, errTaskCancelled) || errors.Is(err, errLeaseLost) ||
+	return errors.Is(err, app.ErrTaskEnded) || errors.Is(err, app.ErrTaskCancelled) || errors.Is(err, app.ErrLeaseLost) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || a.ctx.Err() != nil
 }
 
 // judge asks the safety role about step index (masked) on the page the planner saw (masked or
 // condensed), records safety.judged, and answers the verdict. When every approved safety model
 // fails the step is held for a person (fail closed).
-func (a *autoRun) judge(view any, index int, st PlanStep) (*safetyJudgement, error) {
+func (a *autoRun) judge(view any, index int, st app.PlanStep) (*safetyJudgement, error) {
 	pol := a.t.ModelPolicy.DataClassification
 	if pol == "" {
 		pol = "restricted"
@@ -219,12 +220,12 @@ func (a *autoRun) judge(view any, index int, st PlanStep) (*safetyJudgement, err
 	if err != nil {
 		return nil, err
 	}
-	reply, err := a.complete(RoleSafety, index, ModelRequest{Role: RoleSafety, Policy: a.t.ModelPolicy,
-		Messages:   []ModelMessage{{Role: "system", Content: safetyInstructions}, {Role: "user", Content: string(user)}},
+	reply, err := a.complete(app.RoleSafety, index, app.ModelRequest{Role: app.RoleSafety, Policy: a.t.ModelPolicy,
+		Messages:   []app.ModelMessage{{Role: "system", Content: safetyInstructions}, {Role: "user", Content: string(user)}},
 		SchemaName: "bap_safety", Schema: safetySchema, MaxTokens: 512})
 	j := &safetyJudgement{}
 	data := map[string]any{"step": index}
-	var all *AllModelsFailedError
+	var all *app.AllModelsFailedError
 	switch {
 	case err == nil:
 		var v struct {
@@ -237,7 +238,7 @@ func (a *autoRun) judge(view any, index int, st PlanStep) (*safetyJudgement, err
 		if j.verdict != "allow" && j.verdict != "block" {
 			j.verdict = "hold" // anything else is not a permission: a person decides
 		}
-		if !slices.Contains(DataClassifications, j.classification) {
+		if !slices.Contains(app.DataClassifications, j.classification) {
 			j.classification = "restricted" // unknown: the most sensitive (fail closed)
 		}
 		data["model"], data["provider"], data["classification"] = reply.Model.ID, reply.Model.Provider, j.classification
@@ -248,16 +249,16 @@ func (a *autoRun) judge(view any, index int, st PlanStep) (*safetyJudgement, err
 	default:
 		return nil, err
 	}
-	j.exceeded = slices.Index(DataClassifications, j.classification) > slices.Index(DataClassifications, pol)
+	j.exceeded = slices.Index(app.DataClassifications, j.classification) > slices.Index(app.DataClassifications, pol)
 	data["verdict"] = j.verdict
 	if j.reason != "" {
 		data["reason"] = j.reason
 	}
-	if err := a.tx(func(c *commandCtx, _ PlanTx) error {
-		if c.t.State.Terminal() {
-			return errTaskEnded
+	if err := a.tx(func(c *app.LeaseTx) error {
+		if c.Task().State.Terminal() {
+			return app.ErrTaskEnded
 		}
-		return c.emit(a.ctx, c.t, "safety.judged", "autonomous", data)
+		return c.Emit("safety.judged", "autonomous", data)
 	}); err != nil {
 		return nil, err
 	}
@@ -275,26 +276,25 @@ func (a *autoRun) gate(index int, reason string) *stepResult {
 	if err != nil {
 		return &stepResult{err: err}
 	}
-	rsp, _, err := a.command("request_approval", key, []string{a.claim.TaskID}, body, func(call Call, rsp Responder) (Response, error) {
+	rsp, _, err := a.command("request_approval", key, []string{a.claim.TaskID}, body, func(call app.Call, rsp app.Responder) (app.Response, error) {
 		return a.s.RequestApproval(a.ctx, call, a.claim.TaskID, reason, rsp)
 	})
 	if err != nil {
 		return errResult(err)
 	}
-	if rsp.problem != nil {
-		return &stepResult{problem: rsp.problem}
+	if rsp.Problem != nil {
+		return &stepResult{problem: rsp.Problem}
 	}
-	ar, ok := rsp.result.(*ApprovalResult)
-	if !ok || ar.Approval == nil {
+	if rsp.ApprovalID == "" {
 		return &stepResult{err: fmt.Errorf("request_approval for step %d answered no approval", index)}
 	}
-	return &stepResult{held: ar.Approval.ID}
+	return &stepResult{held: rsp.ApprovalID}
 }
 
 // settleGate finds what became of step i, held by gate (a held step that never started: no
 // command key). Approved, it is run by the loop once the session is live.
 func (a *autoRun) settleGate(i int) (res *stepResult, approved bool) {
-	ao, err := a.w.ps.ApprovalOutcome(a.ctx, a.claim.Tenant, a.progress[i].ApprovalID)
+	ao, err := a.s.ApprovalOutcomeOf(a.ctx, a.claim, a.progress[i].ApprovalID)
 	if err != nil {
 		return &stepResult{err: err}, false
 	}
@@ -304,14 +304,14 @@ func (a *autoRun) settleGate(i int) (res *stepResult, approved bool) {
 	case task.ApprovalApproved:
 		return nil, true
 	case task.ApprovalDenied:
-		return &stepResult{deadReason: "approval_denied", problem: &Error{Code: CodeInvalidTransition,
+		return &stepResult{deadReason: "approval_denied", problem: &app.Error{Code: app.CodeInvalidTransition,
 			Detail: "a person denied the step the safety review held; it never ran"}}, false
 	case task.ApprovalExpired:
 		// Nobody decided before its expires_at (or the task expired: recording the dead letter
 		// then finds it ended). An expired approval is never revived.
-		return &stepResult{deadReason: "approval_expired", problem: &Error{Code: CodeApprovalNotPending,
+		return &stepResult{deadReason: "approval_expired", problem: &app.Error{Code: app.CodeApprovalNotPending,
 			Detail: "nobody decided on the step the safety review held before its approval expired; it never ran"}}, false
 	default: // cancelled: so is the task
-		return &stepResult{err: errTaskEnded}, false
+		return &stepResult{err: app.ErrTaskEnded}, false
 	}
 }
