@@ -564,6 +564,7 @@ func (a *autoRun) finish(i int, res *stepResult, rerun bool) (next, release bool
 		}
 	case sessionGone:
 		a.sessionID = ""
+	default: // retryable, fatal, throttled: the failure is recorded below and the loop decides
 	}
 	err := a.tx(func(c *app.LeaseTx) error {
 		if c.Task().State.Terminal() {

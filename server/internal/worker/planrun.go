@@ -18,11 +18,14 @@ import (
 
 // planRun is one worker's run of one claimed task.
 type planRun struct {
-	w        *Workers
-	s        Service
-	log      *slog.Logger
-	ctx      context.Context
-	stopping context.Context // ends when the node shuts down
+	w   *Workers
+	s   Service
+	log *slog.Logger
+	// The run is the lease's lifetime: ctx ends when the lease is lost or the drain times out
+	// (Workers.run's heartbeat), stopping when the node shuts down. Every step of the run works
+	// under them, so they live with the run instead of being threaded through each method.
+	ctx      context.Context //nolint:containedctx // the run's lifetime, see above
+	stopping context.Context //nolint:containedctx // ends when the node shuts down
 	claim    *app.LeaseClaim
 	actor    app.Actor
 
@@ -547,8 +550,9 @@ func (r *planRun) fromOutcome(outcome task.Outcome, reconciliation string, code 
 		default: // open: the task waits in waiting_for_external_input for an operator
 			return &stepResult{wait: true}
 		}
+	default: // pending_approval: the approval is still open; look again shortly
+		return &stepResult{wait: true, delay: time.Second}
 	}
-	return &stepResult{wait: true, delay: time.Second}
 }
 
 // settleInFlight finds what became of step i, left in flight by an earlier run.
@@ -663,6 +667,7 @@ func (r *planRun) handle(i int, res *stepResult, rerun bool) (next, release bool
 		}
 	case throttled:
 		return false, true, retryAfter(e)
+	default: // retryable, fatal, sessionGone: counted against the step's attempts below
 	}
 	if class == sessionGone {
 		r.sessionID = ""

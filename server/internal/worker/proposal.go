@@ -155,7 +155,7 @@ func validateProposal(p proposal) (app.PlanStep, error) {
 		d := json.NewDecoder(bytes.NewReader(args))
 		d.DisallowUnknownFields()
 		if err := d.Decode(v); err != nil {
-			return fmt.Errorf("the arguments of a %s step do not match its schema: %v", p.Op, err)
+			return fmt.Errorf("the arguments of a %s step do not match its schema: %w", p.Op, err)
 		}
 		return nil
 	}

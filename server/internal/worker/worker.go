@@ -175,7 +175,7 @@ func (w *Workers) runClaim(parent context.Context, claim *app.LeaseClaim) {
 
 	r := &planRun{w: w, s: w.s, log: w.cfg.Logger, ctx: ctx, stopping: parent, claim: claim,
 		actor: app.Actor{Tenant: claim.Tenant, Subject: "worker:" + w.s.NodeID()}, sessionID: claim.SessionID}
-	release, delay := r.run()
+	release, delay := r.run() //nolint:contextcheck // the run carries ctx itself (planRun.ctx)
 	if errors.Is(context.Cause(ctx), app.ErrLeaseLost) {
 		w.cfg.Logger.Warn("lease lost; another worker owns the task now", "task_id", claim.TaskID)
 		return
