@@ -633,10 +633,10 @@ func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionR
 		}); err != nil {
 			return nil, "", err
 		}
-		if c.t.State == task.Running {
-			if err := c.transition(ctx, c.t, task.AwaitExternalInput, "reconciliation"); err != nil {
-				return nil, "", err
-			}
+		// A running task waits for the operator; one a person holds stays with them, the
+		// reconciliation beside the handoff (task.AfterWaits).
+		if err := c.followWaits(ctx, "reconciliation"); err != nil {
+			return nil, "", err
 		}
 	}
 	return nil, outcome, e

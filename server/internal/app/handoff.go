@@ -249,10 +249,10 @@ func (s *Service) HandBackTask(ctx context.Context, call Call, taskID string, r 
 			if err := c.cancelPendingApprovals(ctx, c.t, task.ApprovalCancelled); err != nil {
 				return nil, "", err
 			}
-			if c.t.State == task.WaitingForExternalInput {
-				if err := c.transition(ctx, c.t, task.ExternalInputResolved, "hand_back_task"); err != nil {
-					return nil, "", err
-				}
+			// Running again, unless a reconciliation is still open (a person's act interrupted
+			// during the handoff): then the task waits for an operator to settle it.
+			if err := c.followWaits(ctx, "hand_back_task"); err != nil {
+				return nil, "", err
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -113,16 +114,11 @@ func (s *Service) settleReconciliation(ctx context.Context, operator, id, outcom
 		if err := c.emit(ctx, t, "reconciliation.resolved", "reconcile", data); err != nil {
 			return err
 		}
-		if t.State == task.WaitingForExternalInput {
-			open, err := tx.CountOpenReconciliations(ctx, t.ID)
-			if err != nil {
-				return err
-			}
-			if open == 0 {
-				if err := c.transition(ctx, t, task.ExternalInputResolved, "reconciliation resolved"); err != nil {
-					return err
-				}
-			}
+		// The task runs again once nothing else holds it: no reconciliation left open and no
+		// person's handoff (a person's interrupted act settled during their handoff keeps the task
+		// with them until they hand it back).
+		if err := c.followWaits(ctx, "reconciliation resolved"); err != nil {
+			return err
 		}
 		if err := tx.UpdateTask(ctx, t); err != nil {
 			return err
@@ -134,4 +130,23 @@ func (s *Service) settleReconciliation(ctx context.Context, operator, id, outcom
 		return nil, err
 	}
 	return out, nil
+}
+
+// followWaits moves c's task as what it now waits for outside itself says (task.AfterWaits): an
+// open handoff or an open reconciliation keeps it in waiting_for_external_input (a running task
+// moves there), neither lets a waiting one run again. Other states keep theirs.
+func (c *commandCtx) followWaits(ctx context.Context, cause string) error {
+	open, err := c.tx.CountOpenReconciliations(ctx, c.t.ID)
+	if err != nil {
+		return err
+	}
+	_, err = c.tx.OpenHandoff(ctx, c.t.Tenant, c.t.ID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	_, trigger, transition := task.AfterWaits(c.t.State, task.Waits{HandedOff: err == nil, Reconciliations: open})
+	if !transition {
+		return nil
+	}
+	return c.transition(ctx, c.t, trigger, cause)
 }

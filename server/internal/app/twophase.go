@@ -250,10 +250,8 @@ func (s *Service) RecoverInterrupted(ctx context.Context, staleBefore time.Time)
 				}); err != nil {
 					return err
 				}
-				if t.State == task.Running {
-					if err := c.transition(ctx, t, task.AwaitExternalInput, "reconciliation"); err != nil {
-						return err
-					}
+				if err := c.followWaits(ctx, "reconciliation"); err != nil {
+					return err
 				}
 			}
 			rc, err := c.receipt(ctx, outcome, "", detail)

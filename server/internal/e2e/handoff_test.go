@@ -241,3 +241,111 @@ func TestHandoffLapsedLease(t *testing.T) {
 		t.Fatalf("the agent's observe is not on the new epoch: %.200s", obs.raw)
 	}
 }
+
+// A person's act interrupted during their handoff (the browser lost mid-submission: the order may
+// have reached the site) opens a reconciliation beside the handoff: the handoff stays open, the
+// task stays in waiting_for_external_input, and it runs again only once the handoff is returned
+// and the reconciliation settled, in either order — the task's history holds exactly one wait
+// (await_external_input at take over, external_input_resolved at the last of the two).
+func TestHandoffInterruptedActWaitsForReconciliation(t *testing.T) {
+	t.Parallel()
+	for _, settleFirst := range []bool{false, true} {
+		name := map[bool]string{false: "hand back first", true: "settle first"}[settleFirst]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHangSite(t)
+			s := newStack(t)
+			op := s.operator()
+			ctx := context.Background()
+			key := map[bool]string{false: "hir-back", true: "hir-settle"}[settleFirst]
+			taskID, sess := openHang(t, s, h, key)
+			handoff := takeOver(t, op, taskID, sess, key+"-take", 600)
+
+			act := op.async("POST", "/bap/v1/browser-sessions/"+sess+"/act", key+"-pay", map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": "Pay"}})
+			if p := await(t, h.arrived, "the person's posted order"); p != "/order-slow" {
+				t.Fatalf("hanging request: %s", p)
+			}
+			loseSession(t, sess)
+			a := await(t, act, "the person's act")
+			if a.status != 409 || a.str("code") != "browser_session_lost" || a.str("receipt", "outcome") != "reconciliation_required" {
+				t.Fatalf("the person's interrupted act: %d %s", a.status, a.raw)
+			}
+			state := func() string { return op.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state") }
+			handoffState := func() string {
+				var st string
+				if err := s.db.QueryRow(ctx, `SELECT state FROM task_handoff WHERE handoff_id = $1`, handoff).Scan(&st); err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}
+			if st, hs := state(), handoffState(); st != "waiting_for_external_input" || hs != "open" {
+				t.Fatalf("after the interrupted act: task %s, handoff %s", st, hs)
+			}
+			recs, err := s.svc.ListReconciliations(ctx, false)
+			if err != nil || len(recs) != 1 || recs[0].TaskID != taskID || recs[0].CommandID != a.str("receipt", "command_id") {
+				t.Fatalf("open reconciliations: %v %+v", err, recs)
+			}
+			settle := func() {
+				if _, err := s.svc.ResolveReconciliation(ctx, "operator:local", recs[0].ID, "applied", "the shop has the order"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			handBack := func() reply {
+				return op.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/hand_back", key+"-hand-back", map[string]any{})
+			}
+
+			if settleFirst {
+				settle()
+				// Settled, but the person still holds the task: the agent still waits.
+				if st, hs := state(), handoffState(); st != "waiting_for_external_input" || hs != "open" {
+					t.Fatalf("settled during the handoff: task %s, handoff %s", st, hs)
+				}
+				if r := s.call(t, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", key+"-agent", map[string]any{}); r.status != 409 || r.str("code") != "task_handed_off" {
+					t.Fatalf("the agent's command after the settlement, before the hand-back: %d %s", r.status, r.raw)
+				}
+				if hb := handBack(); hb.str("task", "state") != "running" || hb.str("handoff", "state") != "returned" {
+					t.Fatalf("hand back after the settlement: %s", hb.raw)
+				}
+			} else {
+				// Handed back, but the reconciliation is open: the task waits for the operator.
+				if hb := handBack(); hb.str("task", "state") != "waiting_for_external_input" || hb.str("handoff", "state") != "returned" {
+					t.Fatalf("hand back with a reconciliation open: %s", hb.raw)
+				}
+				if r := s.call(t, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", key+"-agent", map[string]any{}); r.status != 409 || r.str("code") != "invalid_transition" {
+					t.Fatalf("the agent's command after the hand-back, before the settlement: %d %s", r.status, r.raw)
+				}
+				settle()
+			}
+			if st := state(); st != "running" {
+				t.Fatalf("after the hand-back and the settlement: task %s", st)
+			}
+			if r := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", key+"-agent-after", map[string]any{}); r.str("session", "session_id") == "" {
+				t.Fatalf("the agent's new session: %s", r.raw)
+			} else {
+				s.closeAtEnd(t, r.str("session", "session_id"))
+			}
+			if n := h.orders.Load(); n != 1 {
+				t.Fatalf("the shop got %d orders, want the one the person sent", n)
+			}
+
+			var triggers, order []string
+			for _, e := range s.events(t, taskID) {
+				d, _ := e["data"].(map[string]any)
+				switch typ, _ := e["type"].(string); typ {
+				case "task.state_changed":
+					triggers = append(triggers, d["trigger"].(string))
+				case "handoff.started", "handoff.returned", "reconciliation.opened", "reconciliation.resolved":
+					order = append(order, typ)
+				}
+			}
+			wantTriggers := []string{"admit", "start", "await_external_input", "external_input_resolved"}
+			wantOrder := []string{"handoff.started", "reconciliation.opened", "handoff.returned", "reconciliation.resolved"}
+			if settleFirst {
+				wantOrder = []string{"handoff.started", "reconciliation.opened", "reconciliation.resolved", "handoff.returned"}
+			}
+			if strings.Join(triggers, ",") != strings.Join(wantTriggers, ",") || strings.Join(order, ",") != strings.Join(wantOrder, ",") {
+				t.Fatalf("the history: transitions %v (want %v), waits %v (want %v)", triggers, wantTriggers, order, wantOrder)
+			}
+		})
+	}
+}
