@@ -106,6 +106,9 @@ func bapWorkflow(ctx context.Context, s *Session, st *steps) error {
 			return err
 		}),
 		st.time("fill", func() error {
+			if snap == nil {
+				return fmt.Errorf("no observation to fill from") // firstErr's arguments all run
+			}
 			n, ok := find(snap.Nodes, func(n Node) bool { return n.Name == "Search" && n.Role == "textbox" })
 			if !ok {
 				return fmt.Errorf("no search box")
@@ -114,6 +117,9 @@ func bapWorkflow(ctx context.Context, s *Session, st *steps) error {
 			return err
 		}),
 		st.time("click", func() error {
+			if snap == nil {
+				return fmt.Errorf("no observation to click from")
+			}
 			n, _ := find(snap.Nodes, func(n Node) bool { return n.Name == "Search" && n.Role == "button" })
 			res, err := s.Act(ctx, ActRequest{Action: ActionClick, NodeID: n.NodeID})
 			if err == nil && !res.Navigated {
