@@ -264,6 +264,27 @@ func (s *Service) HandBackTask(ctx context.Context, call Call, taskID string, r 
 	})
 }
 
+// endHandoff closes the open handoff of t, which just ended another way than a hand-back (the
+// holder's cancel_task, its deadline): returned, by whoever ended the task, with no checkpoint
+// and no reload (the task's sessions close with it), and its handoff.returned event.
+func (c *commandCtx) endHandoff(ctx context.Context, t *Task, cause string) error {
+	h, err := c.tx.OpenHandoff(ctx, t.Tenant, t.ID)
+	if errors.Is(err, ErrNotFound) {
+		return nil // a reconciliation's wait
+	}
+	if err != nil {
+		return err
+	}
+	end := c.now
+	h.State, h.EndedAt, h.EndedBy, h.EndedCommand = HandoffReturned, &end, c.cmd.Actor, c.cmd.ID
+	if err := c.tx.CloseHandoff(ctx, h); err != nil {
+		return err
+	}
+	return c.emit(ctx, t, "handoff.returned", cause, map[string]any{
+		"handoff_id": h.ID, "session_id": h.SessionID, "returned_by": c.cmd.Actor,
+	})
+}
+
 // handedOff refuses a browser command on a task whose handoff is open, unless the person who
 // holds it sends it within the lease (409 task_handed_off). It returns whether the command runs
 // under the handoff (the task is then waiting_for_external_input, not running).

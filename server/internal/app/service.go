@@ -274,9 +274,15 @@ func (c *commandCtx) transition(ctx context.Context, t *Task, trig task.Trigger,
 		c.s.lastUsed.Delete(t.ID) // nothing evaluates an ended task's page again
 		c.s.closeSessionsSoon()   // an ended task's browser sessions are closed (session_end.go)
 	}
-	return c.emit(ctx, t, "task.state_changed", cause, map[string]any{
+	if err := c.emit(ctx, t, "task.state_changed", cause, map[string]any{
 		"from": string(from), "to": string(next), "trigger": string(trig),
-	})
+	}); err != nil {
+		return err
+	}
+	if next.Terminal() && from == task.WaitingForExternalInput {
+		return c.endHandoff(ctx, t, cause) // a task that ends leaves no handoff open
+	}
+	return nil
 }
 
 // record records the command against t (locked or just created) with a command.recorded event.

@@ -349,3 +349,34 @@ func TestHandoffInterruptedActWaitsForReconciliation(t *testing.T) {
 		})
 	}
 }
+
+// A task that ends during a handoff (the holder cancels it) leaves no handoff open: the row is
+// closed as returned by whoever ended the task, with its handoff.returned event after the state
+// change.
+func TestHandoffEndsWithItsTask(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t)
+	op := s.operator()
+	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "hoe-task", map[string]any{
+		"goal": "order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
+	}).str("task", "task_id")
+	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "hoe-session", map[string]any{}).str("session", "session_id")
+	handoff := takeOver(t, op, taskID, sess, "hoe-take", 600)
+	op.cancel(t, taskID)
+	var state, endedBy string
+	if err := s.db.QueryRow(context.Background(), `SELECT state, ended_by FROM task_handoff WHERE handoff_id = $1`, handoff).Scan(&state, &endedBy); err != nil ||
+		state != "returned" || endedBy != "operator:local" {
+		t.Fatalf("the handoff after its task was cancelled: %q by %q (%v)", state, endedBy, err)
+	}
+	var seen []string
+	for _, e := range s.events(t, taskID) {
+		d, _ := e["data"].(map[string]any)
+		if e["type"] == "handoff.returned" || (e["type"] == "task.state_changed" && d["to"] == "cancelled") {
+			seen = append(seen, e["type"].(string))
+		}
+	}
+	if len(seen) != 2 || seen[0] != "task.state_changed" || seen[1] != "handoff.returned" {
+		t.Fatalf("events at the end: %v", seen)
+	}
+}

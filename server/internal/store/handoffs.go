@@ -64,7 +64,7 @@ func (t *pgTx) CloseHandoff(ctx context.Context, h *app.Handoff) error {
 	}
 	tag, err := q.Exec(ctx, `UPDATE task_handoff SET state = $3, ended_at = $4, ended_by = $5, ended_command = $6,
 		checkpoint_id = $7 WHERE tenant_id = $1 AND handoff_id = $2 AND state = 'open'`,
-		h.Tenant, h.ID, h.State, h.EndedAt, h.EndedBy, h.EndedCommand, nullIfEmpty(h.CheckpointID))
+		h.Tenant, h.ID, h.State, h.EndedAt, h.EndedBy, nullIfEmpty(h.EndedCommand), nullIfEmpty(h.CheckpointID))
 	if err != nil {
 		return fmt.Errorf("closing handoff %s: %w", h.ID, translate(err))
 	}
