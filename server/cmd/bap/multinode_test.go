@@ -305,6 +305,34 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 		t.Fatalf("node credential for another node: %d %s", st, raw)
 	}
 
+	// A forwarded command is an inbound delivery (issue #23 item 1): the same credential delivered
+	// again — the forwarding node's redelivery after a lost answer — gets the first answer, and the
+	// command runs once; the inbox holds the one delivery.
+	navigations := func() (n int) {
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM task_command WHERE task_id = $1 AND operation = 'navigate'`, taskID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := navigations()
+	actor := bapapi.Principal{Actor: p.Actor, Scopes: map[string]bool{"bap:browser.act": true}}
+	navBody := `{"url":"` + site.srv.URL + `/form"}`
+	delivery := bapapi.NewNodeCredential("node_test", a.id, actor, "POST", sp+"/navigate", []byte(navBody), "mn-redelivered", time.Now())
+	signed := bapapi.SignNodeCredential(key, delivery)
+	st1, _, first := nodeCall(t, "", "POST", a.base+sp+"/navigate", "mn-redelivered", navBody, hdr, signed)
+	st2, _, second := nodeCall(t, "", "POST", a.base+sp+"/navigate", "mn-redelivered", navBody, hdr, signed)
+	if st1 != 200 || st2 != st1 || second != first {
+		t.Fatalf("a forwarded command delivered twice: %d %s, then %d %s", st1, first, st2, second)
+	}
+	var deliveries int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM inbox_event WHERE source = 'node:node_test' AND delivery_id = $1
+		AND tenant_id = 'acme' AND idempotency_key = 'mn-redelivered'`, delivery.ID).Scan(&deliveries); err != nil || deliveries != 1 {
+		t.Fatalf("inbox rows of the delivery: %d, %v", deliveries, err)
+	}
+	if n := navigations(); n != before+1 {
+		t.Fatalf("the command delivered twice ran %d times", n-before)
+	}
+
 	// cancel_task through B stops a navigation in flight on A within the cancel deadline. The
 	// navigation is an MCP task (Tasks extension) started on A: B answers its tasks/get from the
 	// database (protocol_session_binding), while it runs and once it ended; another tenant's

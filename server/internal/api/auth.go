@@ -18,6 +18,9 @@ type Principal struct {
 	// app.ViaElicitation; "" is app.ViaAPI). Set by authenticators and in-process callers only,
 	// never from a request's headers or body; a decision on an approval records it.
 	Via string
+	// delivery is set on a command another node forwarded with a node credential: the inbox
+	// records it with the command, so a redelivery gets the first answer (app/inbox.go).
+	delivery *app.Delivery
 }
 
 // Authenticator identifies the caller of a request. Implementations verify credentials themselves

@@ -121,7 +121,7 @@ func (s *server) authenticateRequest(w http.ResponseWriter, r *http.Request, op 
 		return Principal{}, false, &app.Error{Code: app.CodeInvalidRequest, Detail: "the body could not be read"}
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	p, err = s.fwd.verify.verify(raw[0], r.Method, r.URL.RequestURI(), body, r.Header.Get("Idempotency-Key"))
+	p, err = s.fwd.verify.verify(raw[0], r.Method, r.URL.RequestURI(), body, r.Header.Get("Idempotency-Key"), op.Mutating)
 	if err != nil {
 		s.log.Warn("node credential refused", "operation", op.ID, "err", err.Error())
 		return Principal{}, false, err

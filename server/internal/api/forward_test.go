@@ -89,15 +89,24 @@ func TestForwardSendsTheNodeCredentialNeverTheClientsToken(t *testing.T) {
 
 	// The owner (node_b) accepts it once, for this request, and learns the caller from it.
 	v := newNodeVerifier("node_b", testClusterKey, func() time.Time { return now.Add(time.Second) })
-	pr, err := v.verify(cred, "POST", uri, c.body, "nav-1")
+	pr, err := v.verify(cred, "POST", uri, c.body, "nav-1", true)
 	if err != nil {
 		t.Fatalf("the owner refused the credential: %v", err)
 	}
 	if pr.Actor != p.Actor || pr.ClientID != "c1" || len(pr.Scopes) != 2 || !pr.Scopes["bap:browser.act"] || !pr.Scopes["bap:tasks.read"] {
 		t.Errorf("vouched caller %+v, want %+v", pr, p)
 	}
-	if _, err := v.verify(cred, "POST", uri, c.body, "nav-1"); err == nil {
-		t.Error("a replayed credential was accepted")
+	if _, err := v.verify(cred, "POST", uri, c.body, "nav-1", false); err == nil {
+		t.Error("a replayed credential was accepted for a read")
+	}
+	// A command's credential presented again is the forwarding node's redelivery: it passes with
+	// the same delivery, which the inbox answers from the first response (never running it again).
+	if pr.delivery == nil || pr.delivery.Source != "node:node_a" || pr.delivery.ID == "" {
+		t.Fatalf("the command's delivery: %+v", pr.delivery)
+	}
+	again, err := v.verify(cred, "POST", uri, c.body, "nav-1", true)
+	if err != nil || again.delivery == nil || *again.delivery != *pr.delivery {
+		t.Errorf("the redelivered command: %+v, %v; first %+v", again.delivery, err, pr.delivery)
 	}
 
 	// The response is relayed: status, body and the BAP headers, not the owner's cookies.
@@ -119,7 +128,7 @@ func TestNodeCredentialRefusals(t *testing.T) {
 		return newNodeVerifier("node_b", testClusterKey, func() time.Time { return now })
 	}
 
-	if _, err := verifier().verify(SignNodeCredential(testClusterKey, fresh()), "POST", uri, body, "k1"); err != nil {
+	if _, err := verifier().verify(SignNodeCredential(testClusterKey, fresh()), "POST", uri, body, "k1", true); err != nil {
 		t.Fatalf("a good credential was refused: %v", err)
 	}
 	tampered := func(edit func(*NodeCredential)) string {
@@ -152,7 +161,7 @@ func TestNodeCredentialRefusals(t *testing.T) {
 		{"no idempotency key", good, "POST", uri, "", body},
 	}
 	for _, tc := range cases {
-		_, err := verifier().verify(tc.cred, tc.method, tc.uri, tc.body, tc.key)
+		_, err := verifier().verify(tc.cred, tc.method, tc.uri, tc.body, tc.key, true)
 		if e := app.AsError(err); e == nil || e.Code != app.CodeUnauthenticated {
 			t.Errorf("%s: %v, want unauthenticated", tc.name, err)
 		}
@@ -198,7 +207,7 @@ func TestForwardToAnOwnerThatCannotServe(t *testing.T) {
 	successor := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		v := newNodeVerifier("node_c", testClusterKey, time.Now)
 		b, _ := io.ReadAll(r.Body)
-		if _, err := v.verify(r.Header.Get(NodeCredentialHeader), r.Method, r.URL.RequestURI(), b, r.Header.Get("Idempotency-Key")); err != nil {
+		if _, err := v.verify(r.Header.Get(NodeCredentialHeader), r.Method, r.URL.RequestURI(), b, r.Header.Get("Idempotency-Key"), true); err != nil {
 			writeProblem(w, app.AsError(err))
 			return
 		}

@@ -100,7 +100,8 @@ func FuzzLastEventID(f *testing.F) {
 // FuzzNodeCredential feeds arbitrary node credentials (the header another node sends on a
 // forwarded request), seeded with genuine ones and forgeries. Properties: nothing panics; every
 // refusal wraps errNodeCredential (one answer, whatever failed); a credential is accepted only as
-// signed for exactly this request, once, and vouches for exactly whom it names.
+// signed for exactly this request, once for a read (again for a command only as the same delivery,
+// which the inbox answers), and vouches for exactly whom it names.
 func FuzzNodeCredential(f *testing.F) {
 	key := []byte(strings.Repeat("k", 32))
 	now := time.Unix(1_800_000_000, 0)
@@ -122,7 +123,7 @@ func FuzzNodeCredential(f *testing.F) {
 	f.Add("..", "", "", "", "")
 	f.Fuzz(func(t *testing.T, raw, m, u, bd, k string) {
 		v := newNodeVerifier("node_b", key, func() time.Time { return now })
-		got, err := v.verify(raw, m, u, []byte(bd), k)
+		got, err := v.verify(raw, m, u, []byte(bd), k, false)
 		if err != nil {
 			if !errors.Is(err, errNodeCredential) {
 				t.Fatalf("refusal %v does not wrap errNodeCredential", err)
@@ -135,8 +136,16 @@ func FuzzNodeCredential(f *testing.F) {
 		if got.Actor != p.Actor || got.ClientID != p.ClientID || len(got.Scopes) != len(p.Scopes) {
 			t.Fatalf("vouches for %+v", got)
 		}
-		if _, err := v.verify(raw, m, u, []byte(bd), k); !errors.Is(err, errNodeCredential) {
-			t.Fatalf("a credential was accepted twice")
+		if _, err := v.verify(raw, m, u, []byte(bd), k, false); !errors.Is(err, errNodeCredential) {
+			t.Fatalf("a credential was accepted twice for a read")
+		}
+		// For a command it passes again as the same delivery (the inbox answers it), and only then.
+		again, err := v.verify(raw, m, u, []byte(bd), k, true)
+		switch {
+		case k == "" && (err == nil || again.delivery != nil):
+			t.Fatalf("a credential without a key was accepted twice: %+v", again)
+		case k != "" && (err != nil || again.delivery == nil || again.delivery.ID != cred.ID || again.delivery.Source != "node:node_a"):
+			t.Fatalf("a command's redelivery: %+v, %v", again.delivery, err)
 		}
 	})
 }

@@ -119,9 +119,14 @@ func newNodeVerifier(self string, key []byte, now func() time.Time) *nodeVerifie
 }
 
 // verify checks a credential presented for the request (method, requestURI, body, Idempotency-Key)
-// and returns the caller it vouches for. Each credential is accepted once.
-func (v *nodeVerifier) verify(raw, method, requestURI string, body []byte, idempotencyKey string) (Principal, error) {
-	c, err := v.check(raw, method, requestURI, body, idempotencyKey)
+// and returns the caller it vouches for. A credential for a read is accepted once. One for a
+// command (a mutating operation, which has an Idempotency-Key) is a delivery: the Principal carries it, and the
+// inbox records it with the command (app/inbox.go), so the same credential presented again — the
+// forwarding node's redelivery after a lost answer — is answered with the first response and
+// never runs the command twice.
+func (v *nodeVerifier) verify(raw, method, requestURI string, body []byte, idempotencyKey string, command bool) (Principal, error) {
+	command = command && idempotencyKey != ""
+	c, err := v.check(raw, method, requestURI, body, idempotencyKey, command)
 	if err != nil {
 		return Principal{}, fmt.Errorf("%w (%s)", errNodeCredential, err.Error())
 	}
@@ -129,10 +134,32 @@ func (v *nodeVerifier) verify(raw, method, requestURI string, body []byte, idemp
 	for _, s := range c.Scopes {
 		scopes[s] = true
 	}
-	return Principal{Actor: app.Actor{Tenant: c.Tenant, Subject: c.Subject}, Scopes: scopes, ClientID: c.ClientID, Via: c.Via}, nil
+	p := Principal{Actor: app.Actor{Tenant: c.Tenant, Subject: c.Subject}, Scopes: scopes, ClientID: c.ClientID, Via: c.Via}
+	if command {
+		id, err := app.ParseDeliveryID(c.ID)
+		if err != nil {
+			return Principal{}, fmt.Errorf("%w (%s)", errNodeCredential, err.Error())
+		}
+		p.delivery = &app.Delivery{Source: app.NodeSource(c.Issuer), ID: id, Digest: c.deliveryDigest()}
+	}
+	return p, nil
 }
 
-func (v *nodeVerifier) check(raw, method, requestURI string, body []byte, idempotencyKey string) (*NodeCredential, error) {
+// deliveryDigest is the digest of what a credential delivers: the caller it vouches for and the
+// exact request. Every copy of one credential has it; a credential id that came again with
+// another digest is refused by the inbox.
+func (c *NodeCredential) deliveryDigest() [sha256.Size]byte {
+	h := sha256.New()
+	for _, f := range []string{c.Tenant, c.Subject, c.ClientID, c.Via, strings.Join(c.Scopes, " "), c.Method, c.Path, c.Body, c.Key} {
+		h.Write([]byte(f))
+		h.Write([]byte{0})
+	}
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
+}
+
+func (v *nodeVerifier) check(raw, method, requestURI string, body []byte, idempotencyKey string, command bool) (*NodeCredential, error) {
 	p, m, ok := strings.Cut(raw, ".")
 	if !ok {
 		return nil, errors.New("malformed")
@@ -172,8 +199,8 @@ func (v *nodeVerifier) check(raw, method, requestURI string, body []byte, idempo
 	case c.Key != keyDigest(idempotencyKey):
 		return nil, errors.New("issued for another idempotency key")
 	}
-	if !v.once(c.ID, time.Unix(c.Expires, 0).Add(2*nodeCredentialLeeway), now) {
-		return nil, errors.New("replayed")
+	if !v.once(c.ID, time.Unix(c.Expires, 0).Add(2*nodeCredentialLeeway), now) && !command {
+		return nil, errors.New("replayed") // a read; a command's redelivery is the inbox's to answer
 	}
 	return &c, nil
 }

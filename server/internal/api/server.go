@@ -407,7 +407,8 @@ func (s *server) begin(w http.ResponseWriter, r *http.Request, target ...string)
 		}
 		// Keyed (ADR 0015); the unkeyed one is only compared with records of earlier releases.
 		req.call = app.Call{Actor: p.Actor, ClientID: p.ClientID, Via: p.Via, Operation: op.ID, IdempotencyKey: key,
-			Fingerprint: s.svc.Fingerprints().Sum(op.ID, target, canon), LegacyFingerprint: idempotency.LegacySum(op.ID, target, canon)}
+			Fingerprint: s.svc.Fingerprints().Sum(op.ID, target, canon), LegacyFingerprint: idempotency.LegacySum(op.ID, target, canon),
+			Delivery: p.delivery}
 	}
 	return req, true
 }

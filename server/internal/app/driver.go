@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"time"
 
@@ -149,6 +150,16 @@ func (l *LeaseTx) SaveStepProgress(p *StepProgress) error {
 // SetLeaseSession records the browser session the run uses.
 func (l *LeaseTx) SetLeaseSession(sessionID string) error {
 	return l.c.tx.SetLeaseSession(l.ctx, l.c.t.ID, sessionID)
+}
+
+// RecordReply records the delivery of an orchestrator reply (its id and digest) in the inbox,
+// beside the model.called event just emitted (the task's last seq). redelivered when the inbox
+// already has it; ErrDeliveryReused when its id came before with another answer.
+func (l *LeaseTx) RecordReply(replyID string, digest [sha256.Size]byte) (redelivered bool, err error) {
+	return recordDelivery(l.ctx, l.c.tx, InboxEntry{
+		Delivery: Delivery{Source: SourceOrchestrator, ID: replyID, Digest: digest},
+		Tenant:   l.c.t.Tenant, TaskID: l.c.t.ID, EventSeq: l.c.t.LastSeq,
+	})
 }
 
 // FinishLease ends the lease: the plan is over.

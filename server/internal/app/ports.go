@@ -108,6 +108,7 @@ type Tx interface {
 	PlanTx       // the workers' leases and step progress (plan.go)
 	AutonomousTx // the autonomous loop's plan steps (autonomy.go)
 	SecretTx     // secret writes with their key's answer (secrets.go)
+	InboxTx      // inbound deliveries, recorded with their effect (inbox.go)
 	// ClaimIdempotency records c as in flight. When the key is already recorded it returns that
 	// record and claimed=false, waiting first for any transaction that holds the key.
 	ClaimIdempotency(ctx context.Context, c IdempotencyClaim) (existing *IdempotencyClaim, claimed bool, err error)

@@ -152,6 +152,10 @@ type Call struct {
 	// task's lease at that epoch (a stalled worker whose lease was taken over records nothing,
 	// so it dispatches nothing). nil for clients.
 	Lease *LeaseFence
+	// Delivery is set on a command another node forwarded here (its node credential's id): it is
+	// recorded in the inbox with the command, and a redelivery is answered from the first
+	// response (inbox.go). nil for a request a client sent this node.
+	Delivery *Delivery
 }
 
 // LeaseFence names the lease a worker's command runs under.

@@ -189,6 +189,11 @@ func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (do
 	if err != nil {
 		return true, Response{}, fmt.Errorf("claiming idempotency key: %w", err)
 	}
+	if call.Delivery != nil {
+		if err := s.claimDelivery(ctx, tx, call, claimed); err != nil {
+			return true, Response{}, err
+		}
+	}
 	if claimed {
 		return false, Response{}, nil
 	}

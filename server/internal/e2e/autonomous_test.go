@@ -30,6 +30,9 @@ type fakeOrchestrator struct {
 	models  map[string][]app.ModelInfo // by role, in order
 	failing map[string]bool            // model id → every call to it fails
 	script  []func() string            // planner answers, in order; "done" when exhausted
+	// replyIDs are the ids of the planner's replies, in order (none when exhausted): one id
+	// twice is a reply the orchestrator delivered again.
+	replyIDs []string
 	verdict string
 	log     []app.ModelRequest // every Complete request, as received
 	// safety answers, in order (allow, public when exhausted); observer is the observer's answer.
@@ -138,10 +141,13 @@ func (f *fakeOrchestrator) Complete(ctx context.Context, req app.ModelRequest) (
 			close(f.cancelled)
 			return nil, ctx.Err()
 		}
-		var content string
+		var content, replyID string
 		switch req.Role {
 		case app.RolePlanner:
 			f.mu.Lock()
+			if len(f.replyIDs) > 0 {
+				replyID, f.replyIDs = f.replyIDs[0], f.replyIDs[1:]
+			}
 			content = `{"op":"done","args":{},"reason":"nothing left to do"}`
 			if len(f.script) > 0 {
 				next := f.script[0]
@@ -170,7 +176,7 @@ func (f *fakeOrchestrator) Complete(ctx context.Context, req app.ModelRequest) (
 		in, out := len(prompt)/4, 25
 		return &app.ModelReply{Model: m, Content: json.RawMessage(content), PromptSHA256: hex.EncodeToString(sum[:]),
 			InputTokens: in, OutputTokens: out, CostUSD: float64(in)*m.InputPricePerM/1e6 + float64(out)*m.OutputPricePerM/1e6,
-			Latency: 3 * time.Millisecond, Reasoning: req.Reasoning, Fallbacks: failures}, nil
+			Latency: 3 * time.Millisecond, Reasoning: req.Reasoning, Fallbacks: failures, ReplyID: replyID}, nil
 	}
 	return nil, &app.AllModelsFailedError{Role: req.Role, Failures: failures}
 }
@@ -444,6 +450,75 @@ func TestAutonomousModelFallback(t *testing.T) {
 		t.Fatalf("model.fallback when all fail: %v", fb)
 	}
 	assertFailedWith(t, evs, "all_models_failed")
+}
+
+// TestOrchestratorReplyDeliveredTwiceIsProcessedOnce: the orchestrator's reply is an inbound
+// delivery (issue #23 item 1). A reply that comes again with its id — here the planner's
+// navigate, delivered a second time as the answer to the next call — is recognised by the inbox:
+// it is not recorded, charged or run again; the next call's fresh reply is. A planner that keeps
+// redelivering stops the task (orchestrator_unavailable), never running a step twice.
+func TestOrchestratorReplyDeliveredTwiceIsProcessedOnce(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	nav := step("navigate", map[string]any{"url": sh.srv.URL + "/checkout"})
+	fake := newFake(nav, nav, step("done", nil))
+	fake.replyIDs = []string{"chatcmpl-nav", "chatcmpl-nav", "chatcmpl-done"}
+	s := newStack(t, withOrchestrator(fake))
+	s.startWorkers(t)
+	policy := map[string]any{"allowed_origins": []string{sh.srv.URL}}
+	taskID := s.createAutonomous(t, "auto-redelivered", map[string]any{"goal": "look at the checkout", "policy": policy})
+	if done := s.awaitState(t, taskID, "succeeded", "failed"); done.str("task", "state") != "succeeded" {
+		t.Fatalf("task: %s", done.raw)
+	}
+	evs := s.history(t, taskID)
+	var planner []map[string]any
+	for _, e := range ofType(evs, "model.called") {
+		if data(e)["role"] == "planner" {
+			planner = append(planner, e)
+		}
+	}
+	if n := len(fake.requests(app.RolePlanner)); n != 3 || len(planner) != 2 {
+		t.Fatalf("%d planner calls, %d recorded; want 3 asked and 2 recorded (the redelivered reply is not)", n, len(planner))
+	}
+	if props := ofType(evs, "planner.proposed"); len(props) != 2 || data(props[0])["op"] != "navigate" || data(props[1])["op"] != "done" {
+		t.Fatalf("planner.proposed: %v", props)
+	}
+	if steps := ofType(evs, "plan.step_finished"); len(steps) != 1 {
+		t.Fatalf("%d steps run, want the navigate once: %v", len(steps), steps)
+	}
+	rows, err := s.db.Query(context.Background(), `SELECT i.delivery_id, e.event_type FROM inbox_event i
+		JOIN agent_task_event e ON e.task_id = i.task_id AND e.seq = i.event_seq
+		WHERE i.source = 'orchestrator' AND i.task_id = $1 ORDER BY i.event_seq`, taskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var id, typ string
+		if err := rows.Scan(&id, &typ); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, id+" "+typ)
+	}
+	if rows.Err() != nil || !slices.Equal(got, []string{"chatcmpl-nav model.called", "chatcmpl-done model.called"}) {
+		t.Fatalf("the inbox: %v (%v)", got, rows.Err())
+	}
+
+	// An orchestrator that answers another task's calls with that reply again, twice: nothing of
+	// it is recorded or run, and the task stops.
+	fake.mu.Lock()
+	navJSON, _ := json.Marshal(nav)
+	again := func() string { return string(navJSON) }
+	fake.script = []func() string{again, again}
+	fake.replyIDs = []string{"chatcmpl-nav", "chatcmpl-nav"}
+	fake.mu.Unlock()
+	taskID = s.createAutonomous(t, "auto-redelivering", map[string]any{"goal": "look at the checkout", "policy": policy})
+	s.awaitState(t, taskID, "failed")
+	evs = s.history(t, taskID)
+	if n, p := len(ofType(evs, "model.called")), len(ofType(evs, "planner.proposed")); n != 0 || p != 0 {
+		t.Fatalf("%d model calls and %d proposals recorded from redelivered replies, want none", n, p)
+	}
+	assertFailedWith(t, evs, "orchestrator_unavailable")
 }
 
 func assertFailedWith(t *testing.T, evs []map[string]any, cause string) {

@@ -499,6 +499,7 @@ type (
 		Strict bool            `json:"strict"`
 	}
 	chatResponse struct {
+		ID      string `json:"id"`
 		Choices []struct {
 			Message struct {
 				Content json.RawMessage `json:"content"`
@@ -600,6 +601,7 @@ func (c *Client) Complete(ctx context.Context, req app.ModelRequest) (*app.Model
 			UsageUnknown:   a.unknown,
 			TruncatedBytes: a.cut,
 			Fallbacks:      failures,
+			ReplyID:        a.id,
 		}
 		if a.served.ID != m.ID {
 			rep.RequestedModel = m.ID
@@ -617,6 +619,7 @@ type answer struct {
 	served  app.ModelInfo // the model the answer names as its server
 	digest  string        // of the messages as sent
 	cut     int           // bytes of message text left out to fit the body limit
+	id      string        // the answer's id, as app.ParseDeliveryID admits it ("" otherwise)
 }
 
 // cost is what an answer's tokens cost at the model's prices (0 when they are unknown).
@@ -743,6 +746,9 @@ func (c *Client) call(ctx context.Context, m app.ModelInfo, name string, schema 
 		return a, why, nil
 	}
 	a.served = served
+	if id, err := app.ParseDeliveryID(cr.ID); err == nil {
+		a.id = id
+	}
 	if len(cr.Choices) == 0 {
 		return a, "answer has no choices", nil
 	}

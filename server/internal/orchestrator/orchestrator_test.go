@@ -843,3 +843,37 @@ func gather(t *testing.T, g prometheus.Gatherer) map[string]float64 {
 	}
 	return out
 }
+
+// TestReplyIDIsTheCompletionsID: a reply carries the chat completion's id, the delivery id the
+// inbox deduplicates it by (issue #23 item 1); an id the inbox cannot hold (not 1–255 visible
+// ASCII) is dropped rather than passed on.
+func TestReplyIDIsTheCompletionsID(t *testing.T) {
+	t.Parallel()
+	completion := func(id string) ot.Answer {
+		b, _ := json.Marshal(map[string]any{"id": id, "object": "chat.completion", "model": "m",
+			"choices": []any{map[string]any{"index": 0, "finish_reason": "stop", "message": map[string]any{"role": "assistant", "content": `{"action":"done"}`}}},
+			"usage":   map[string]int{"prompt_tokens": 10, "completion_tokens": 5}})
+		return ot.Answer{RawBody: string(b)}
+	}
+	for _, tc := range []struct {
+		name, id, want string
+	}{
+		{"an id", "chatcmpl-abc123", "chatcmpl-abc123"},
+		{"no id", "", ""},
+		{"an id with a space", "chatcmpl abc", ""},
+		{"an id too long", strings.Repeat("x", 256), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, ot.Config{Models: []ot.Model{fullModel("m")}}, orchestrator.Config{Models: roles("m")})
+			e.srv.Script("m", completion(tc.id))
+			rep, err := e.c.Complete(t.Context(), request(app.RolePlanner))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.ReplyID != tc.want {
+				t.Errorf("reply id %q, want %q", rep.ReplyID, tc.want)
+			}
+		})
+	}
+}

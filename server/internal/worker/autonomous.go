@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -402,35 +403,78 @@ func (a *autoRun) complete(role string, step int, req app.ModelRequest) (*app.Mo
 	}
 	ctx, cancelDeadline := context.WithDeadline(ctx, deadline)
 	defer cancelDeadline()
-	reply, err := orch.Complete(ctx, req)
-	var failures []app.ModelFailure
-	var all *app.AllModelsFailedError
-	switch {
-	case err == nil:
-		failures = reply.Fallbacks
-	case errors.As(err, &all):
-		failures = all.Failures
-	}
-	if len(failures) > 0 || reply != nil {
-		if rerr := a.recordCall(role, step, reply, failures); rerr != nil {
-			return nil, rerr
+	for asked := 1; ; asked++ {
+		reply, err := orch.Complete(ctx, req)
+		var failures []app.ModelFailure
+		var all *app.AllModelsFailedError
+		switch {
+		case err == nil:
+			failures = reply.Fallbacks
+		case errors.As(err, &all):
+			failures = all.Failures
 		}
-	}
-	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
-			return nil, fmt.Errorf("%w (%w)", err, cause)
+		if len(failures) > 0 || reply != nil {
+			redelivered, rerr := a.recordCall(role, step, reply, failures)
+			if rerr != nil {
+				return nil, rerr
+			}
+			if redelivered {
+				// A reply the inbox already has was processed when it came first: it is never
+				// taken as this call's answer. A fresh call gets a fresh reply; an orchestrator
+				// that redelivers again is not answering.
+				a.log.Warn("the orchestrator delivered a reply it had delivered before; not processed again",
+					"task_id", a.claim.TaskID, "role", role, "model", reply.Model.ID, "asked", asked)
+				if asked < 2 {
+					continue
+				}
+				return nil, fmt.Errorf("%w: it delivered replies it had delivered before", app.ErrOrchestratorUnavailable)
+			}
 		}
-		return nil, err
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
+				return nil, fmt.Errorf("%w (%w)", err, cause)
+			}
+			return nil, err
+		}
+		return reply, nil
 	}
-	return reply, nil
 }
 
-// recordCall records a model call's fallbacks and, when a model answered, its provenance.
-func (a *autoRun) recordCall(role string, step int, reply *app.ModelReply, failures []app.ModelFailure) error {
-	if reply != nil {
+// errRedelivered rolls back the recording of a model call whose reply the inbox already has.
+var errRedelivered = errors.New("the orchestrator's reply was delivered before")
+
+// replyDigest is the digest of what an orchestrator reply delivers: the model that served it and
+// its answer.
+func replyDigest(reply *app.ModelReply) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte(reply.Model.ID))
+	h.Write([]byte{0})
+	h.Write(reply.Content)
+	var d [sha256.Size]byte
+	h.Sum(d[:0])
+	return d
+}
+
+// recordCall records a model call's fallbacks and, when a model answered, its provenance, with
+// the reply's delivery in the inbox. A reply the inbox already has (redelivered) is neither
+// recorded nor charged again: only the fallbacks are.
+func (a *autoRun) recordCall(role string, step int, reply *app.ModelReply, failures []app.ModelFailure) (redelivered bool, err error) {
+	err = a.recordCallTx(role, step, reply, failures)
+	if errors.Is(err, errRedelivered) {
+		if len(failures) == 0 {
+			return true, nil
+		}
+		return true, a.recordCallTx(role, step, nil, failures)
+	}
+	if err == nil && reply != nil {
 		a.tokens += int64(reply.InputTokens) + int64(reply.OutputTokens)
 		a.cost += reply.CostUSD
 	}
+	return false, err
+}
+
+// recordCallTx is recordCall's transaction.
+func (a *autoRun) recordCallTx(role string, step int, reply *app.ModelReply, failures []app.ModelFailure) error {
 	return a.tx(func(c *app.LeaseTx) error {
 		for k, f := range failures {
 			data := map[string]any{"role": role, "from_model": f.Model.ID, "reason": truncate(a.scrub.text(f.Reason), 500),
@@ -465,7 +509,23 @@ func (a *autoRun) recordCall(role string, step int, reply *app.ModelReply, failu
 		if reply.TruncatedBytes > 0 {
 			called["truncated_bytes"] = reply.TruncatedBytes
 		}
-		return c.Emit("model.called", "autonomous", called)
+		if err := c.Emit("model.called", "autonomous", called); err != nil {
+			return err
+		}
+		if reply.ReplyID == "" {
+			return nil // nothing names this delivery: it cannot come again as itself
+		}
+		dup, err := c.RecordReply(reply.ReplyID, replyDigest(reply))
+		switch {
+		case errors.Is(err, app.ErrDeliveryReused):
+			a.log.Warn("the orchestrator sent a reply id again with another answer; not processed", "task_id", c.Task().ID)
+			return errRedelivered
+		case err != nil:
+			return err
+		case dup:
+			return errRedelivered
+		}
+		return nil
 	})
 }
 

@@ -1,0 +1,108 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// The inbox (issue #23 item 1, ADR 0019 addendum, migrations/0018): what other systems deliver to
+// this node is processed exactly once. Each delivery names its source and the sender's id of it;
+// its row in inbox_event (UNIQUE on source and id) is inserted in the same transaction as its
+// effect. A redelivery — the sender did not get the acknowledgement, whatever crashed between the
+// effect and it — finds the row and is answered from the first result, never run again; a reused
+// id with other content is refused. Two sources deliver today:
+//   - another node of the cluster forwarding a command to this one, the session's owner (api,
+//     forward.go): the delivery id is the node credential's id, and the first result is the
+//     command's stored first response (its idempotency record);
+//   - the model orchestrator answering a model call (its chat completion id): the reply is
+//     recorded once as the task's model.called event and charged once; a reply delivered again is
+//     never taken as the next step.
+
+// SourceOrchestrator is the inbox source of the model orchestrator's replies.
+const SourceOrchestrator = "orchestrator"
+
+// NodeSource is the inbox source of the commands node forwards.
+func NodeSource(nodeID string) string { return "node:" + nodeID }
+
+// Delivery is one inbound delivery: who sent it, the sender's id of it and a digest of what it
+// carried.
+type Delivery struct {
+	Source string
+	ID     string
+	Digest [sha256.Size]byte
+}
+
+// InboxEntry is a delivery as the inbox records it, with what it was processed into: a
+// forwarded command's idempotency record, or the history event of an orchestrator reply.
+type InboxEntry struct {
+	Delivery
+	Tenant         string
+	IdempotencyKey string // a forwarded command
+	TaskID         string // an orchestrator reply: the task and seq of its model.called event
+	EventSeq       int64
+}
+
+// InboxTx is the part of a transaction that records deliveries.
+type InboxTx interface {
+	// RecordDelivery inserts e. When its source and id are already recorded it inserts nothing
+	// and returns the recorded entry with dup=true, waiting first for any transaction that holds
+	// it (so of two concurrent deliveries exactly one is processed).
+	RecordDelivery(ctx context.Context, e InboxEntry) (first *InboxEntry, dup bool, err error)
+}
+
+// ErrDeliveryReused is a delivery whose source and id were recorded with other content: it is
+// neither processed nor answered from the first result.
+var ErrDeliveryReused = errors.New("a delivery id was used again with other content")
+
+// ParseDeliveryID validates a sender's delivery id: 1–255 visible ASCII characters (what
+// inbox_event's CHECK admits). A reply or credential with any other id is not deduplicated by id.
+func ParseDeliveryID(raw string) (string, error) {
+	if raw == "" || len(raw) > 255 {
+		return "", fmt.Errorf("delivery id: %d bytes, want 1–255", len(raw))
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] < 0x21 || raw[i] > 0x7e {
+			return "", errors.New("delivery id: not visible ASCII")
+		}
+	}
+	return raw, nil
+}
+
+// recordDelivery records e in tx and reports whether it is a redelivery of the same content. A
+// reused id with other content is ErrDeliveryReused.
+func recordDelivery(ctx context.Context, tx InboxTx, e InboxEntry) (dup bool, err error) {
+	first, dup, err := tx.RecordDelivery(ctx, e)
+	if err != nil {
+		return false, fmt.Errorf("recording delivery: %w", err)
+	}
+	if !dup {
+		return false, nil
+	}
+	if first.Digest != e.Digest || first.Tenant != e.Tenant {
+		return true, ErrDeliveryReused
+	}
+	return true, nil
+}
+
+// claimDelivery records a forwarded command's delivery in its command transaction, after its
+// idempotency claim (claimed: this request claimed the key). A first delivery is processed as
+// usual; a redelivery is answered like the key's first request (replay, or still in flight), never
+// run again.
+func (s *Service) claimDelivery(ctx context.Context, tx Tx, call Call, claimed bool) error {
+	d := call.Delivery
+	dup, err := recordDelivery(ctx, tx, InboxEntry{Delivery: *d, Tenant: call.Actor.Tenant, IdempotencyKey: call.IdempotencyKey})
+	switch {
+	case errors.Is(err, ErrDeliveryReused):
+		s.cfg.Logger.Warn("a forwarded delivery id came again with another request", slog.String("source", d.Source))
+		return &Error{Code: CodeIdempotencyKeyReused, Detail: "this forwarded delivery was already received with another request"}
+	case err != nil:
+		return err
+	case dup && claimed:
+		// The first delivery's row goes with its idempotency record: a row without it is a bug.
+		return fmt.Errorf("delivery %s of %s recorded without its idempotency record", d.ID, d.Source)
+	}
+	return nil
+}
