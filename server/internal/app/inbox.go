@@ -8,7 +8,7 @@ import (
 	"log/slog"
 )
 
-// The inbox (issue #23 item 1, ADR 0019 addendum, migrations/0018): what other systems deliver to
+// The inbox (issue #23 item 1, ADR 0019 addendum, migrations/0019): what other systems deliver to
 // this node is processed exactly once. Each delivery names its source and the sender's id of it;
 // its row in inbox_event (UNIQUE on source and id) is inserted in the same transaction as its
 // effect. A redelivery — the sender did not get the acknowledgement, whatever crashed between the

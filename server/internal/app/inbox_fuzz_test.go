@@ -8,7 +8,7 @@ import (
 	"github.com/originweave/bap/server/internal/app"
 )
 
-// deliveryIDColumn is inbox_event.delivery_id's CHECK (migrations/0018), spelled as in SQL.
+// deliveryIDColumn is inbox_event.delivery_id's CHECK (migrations/0019), spelled as in SQL.
 var deliveryIDColumn = regexp.MustCompile(`^[!-~]{1,255}$`)
 
 // FuzzParseDeliveryID feeds arbitrary delivery ids (an orchestrator's chat completion id, a node

@@ -15,7 +15,7 @@ import (
 // TestInboxRefusesADuplicateDelivery: inbox_event holds one row per (source, delivery id) — the
 // database refuses a second, whatever it says — and a row names what its delivery became (a
 // forwarded command's idempotency record, or an orchestrator reply's history event), is never
-// rewritten and goes with its idempotency record (migrations/0018). Through the store, of several
+// rewritten and goes with its idempotency record (migrations/0019). Through the store, of several
 // concurrent deliveries with one id exactly one is recorded; the others read it as a duplicate.
 func TestInboxRefusesADuplicateDelivery(t *testing.T) {
 	t.Parallel()

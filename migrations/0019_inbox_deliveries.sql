@@ -1,4 +1,4 @@
--- 0018 inbound deliveries processed exactly once (issue #23 item 1, ADR 0019 addendum). 0001 created
+-- 0019 inbound deliveries processed exactly once (issue #23 item 1, ADR 0019 addendum). 0001 created
 -- inbox_event as (consumer, event_id) and nothing ever wrote or read it, so it is rebuilt (empty)
 -- with what an inbox needs: who delivered (source), the sender's id of the delivery, a digest of
 -- what was delivered (a reused id with other content is refused, never taken for a redelivery), and
