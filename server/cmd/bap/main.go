@@ -109,7 +109,7 @@ func baseFlags(fs *flag.FlagSet, cfg *daemon.Config) {
 }
 
 func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Writer) error {
-	cfg := daemon.Config{Logger: logger, Chromium: os.Getenv("BAP_CHROMIUM")}
+	cfg := daemon.Config{Logger: logger, Chromium: os.Getenv("BAP_CHROMIUM"), Firefox: os.Getenv("BAP_FIREFOX")}
 	fs := flag.NewFlagSet("bap serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	baseFlags(fs, &cfg)

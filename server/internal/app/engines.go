@@ -42,6 +42,11 @@ const (
 	CapDownloads     Capability = "downloads"      // downloads kept as artifacts (no operation to refuse)
 )
 
+// SessionEngine is implemented by browser ports that tell which engine an open session runs on.
+type SessionEngine interface {
+	SessionEngine(sessionID string) (engine string, ok bool)
+}
+
 // Engines lists the engines this node is configured to run, its default first; none without a
 // browser port.
 func (s *Service) Engines() []Engine {

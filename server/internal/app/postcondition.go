@@ -93,8 +93,8 @@ type closeEvidence struct {
 	out       *evidenceOut
 }
 
-// captureCloseEvidence captures a screenshot and an MHTML snapshot of the task's most recently
-// used browsing context (nil when there is none, or it cannot be captured). Browser work: no
+// captureCloseEvidence captures a screenshot and an MHTML snapshot (when its engine can make one)
+// of the task's most recently used browsing context (nil when there is none, or it cannot be captured). Browser work: no
 // transaction is open.
 func (s *Service) captureCloseEvidence(ctx context.Context, taskID string) *closeEvidence {
 	v, ok := s.lastUsed.Load(taskID)
@@ -108,7 +108,16 @@ func (s *Service) captureCloseEvidence(ctx context.Context, taskID string) *clos
 	}
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	out, err := captureEvidence(ctx, sess, EvidenceRequest{ContextID: lu.contextID, Kinds: []string{EvidenceScreenshot, EvidenceDOMSnapshot}})
+	kinds := []string{EvidenceScreenshot, EvidenceDOMSnapshot}
+	if se, ok := s.cfg.Browser.(SessionEngine); ok {
+		// An engine without MHTML closes with its screenshot only: a missing kind, not a stand-in.
+		if name, ok := se.SessionEngine(lu.sessionID); ok {
+			if e, ok := s.engineNamed(name); ok && !e.Has(CapMHTMLEvidence) {
+				kinds = kinds[:1]
+			}
+		}
+	}
+	out, err := captureEvidence(ctx, sess, EvidenceRequest{ContextID: lu.contextID, Kinds: kinds})
 	if err != nil {
 		s.cfg.Logger.Warn("close_task could not capture evidence", "task_id", taskID, "err", err)
 		return nil

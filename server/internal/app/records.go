@@ -70,6 +70,7 @@ const (
 	AdapterBAPHTTP = "bap-http"
 	AdapterMCP     = "mcp"
 	AdapterCDP     = "cdp"
+	AdapterBiDi    = "bidi" // WebDriver BiDi, to Firefox ESR
 )
 
 // ResultRecord is a finished task's verifiable result: what close_task found, whether it was

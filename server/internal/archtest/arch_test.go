@@ -135,6 +135,10 @@ var rules = []rule{
 		why: "the CDP adapter speaks page's vocabulary and knows nothing of the use-cases: the composition root adapts it to app.Browser (daemon/browserport.go), so the use-cases never learn which engine runs and the adapter's types never cross the port",
 	},
 	{
+		name: "pagekit", packages: internal("pagekit"), forbid: concat(internal("task", "policy", "ids", "idempotency", "admission", "serverkey", "problem", "bidi", "firefox"), useCases, adapters, transports, generated, roots, chromedp, []string{pgx}), tests: true,
+		why: "pagekit is what both browser adapters share and no engine defines (the page agent, its records turned into nodes, handle minting, URL redaction): it imports page and the standard library only, so neither adapter leans on the other (issue 19)",
+	},
+	{
 		name: "bidi", packages: internal("bidi"), forbid: concat([]string{module, pgx}, chromedp), tests: true,
 		why: "bidi is a WebDriver BiDi protocol client (a transport plus types generated from the spec's CDDL, ADR 0022): it speaks the protocol and nothing of BAP, so it imports no package of this module",
 	},
@@ -241,8 +245,8 @@ var reverseRules = []reverseRule{
 		why: "only the Firefox adapter speaks WebDriver BiDi; raw BiDi ids stay inside it",
 	},
 	{
-		name: "egress", imported: internal("egress"), by: internal("browser"),
-		why: "the egress proxy is the browser's boundary: only the browser adapter starts one, one per browser context",
+		name: "egress", imported: internal("egress"), by: internal("browser", "firefox"),
+		why: "the egress proxy is the browser's boundary: only the browser adapters start one, one per browser context (CDP) or user context (BiDi)",
 	},
 }
 

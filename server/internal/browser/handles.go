@@ -1,22 +1,18 @@
 package browser
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/chromedp/cdproto/cdp"
 
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // The handle registry. A node handle (nd_…) names one element of one
 // document of one session: the element's index in the page agent's world of
 // that frame, the frame's document generation and the tab's epoch. Handles
-// are short (nd_ + 8 characters) because a snapshot carries thousands of
-// them: the 40-bit body is a keyed permutation (a Feistel network with a
-// per-session random key) of a per-session counter, so a handle is never
-// reused within a session, looks random, and tells nothing about the page.
+// are minted by pagekit.Minter, as the BiDi adapter's are.
 
 // handleRec is what a handle stands for.
 type handleRec struct {
@@ -36,43 +32,18 @@ type handleKey struct {
 
 // registry is guarded by Session.mu.
 type registry struct {
-	keys  [4]uint32
-	next  uint64
+	mint  pagekit.Minter
 	byID  map[string]*handleRec
 	byKey map[handleKey]string
 	stale map[string]struct{}
 }
 
 func (r *registry) init() {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	for i := range r.keys {
-		r.keys[i] = binary.LittleEndian.Uint32(b[i*4:])
-	}
-	r.next = uint64(binary.LittleEndian.Uint16(b[:2])) // a random start
+	r.mint = pagekit.NewMinter()
 	r.byID = make(map[string]*handleRec)
 	r.byKey = make(map[handleKey]string)
 	r.stale = make(map[string]struct{})
 }
-
-const handleBits = 40
-
-// permute maps the counter bijectively onto handleBits bits.
-func (r *registry) permute(n uint64) uint64 {
-	const half = handleBits / 2
-	const mask = 1<<half - 1
-	l, rr := uint32(n>>half)&mask, uint32(n)&mask
-	for _, k := range r.keys {
-		f := rr*0x9E3779B1 ^ k
-		f ^= f >> 15
-		f *= 0x85EBCA77
-		f ^= f >> 13
-		l, rr = rr, (l^f)&mask
-	}
-	return uint64(l)<<half | uint64(rr)
-}
-
-const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
 
 // issue returns the handle of the element (the same one for the same element
 // of the same document and world).
@@ -81,18 +52,7 @@ func (r *registry) issue(t *tab, f *frameState, world uint64, idx int) string {
 	if h, ok := r.byKey[k]; ok {
 		return h
 	}
-	v := r.permute(r.next)
-	r.next++
-	if r.next >= 1<<handleBits {
-		r.next = 0 // 10^12 handles later; never reached in one session
-	}
-	var buf [11]byte
-	copy(buf[:], "nd_")
-	for i := 10; i >= 3; i-- {
-		buf[i] = crockford[v&31]
-		v >>= 5
-	}
-	h := string(buf[:])
+	h := r.mint.Next()
 	r.byID[h] = &handleRec{tab: t, frame: f.id, epoch: t.epoch, doc: f.doc, world: world, idx: idx}
 	r.byKey[k] = h
 	return h

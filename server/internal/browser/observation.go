@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // Observation budgets and deltas (issue #25): every observe is kept, a few per
@@ -113,15 +114,7 @@ func (o *observations) sealKey() []byte {
 	return o.key
 }
 
-func newObservationID() string {
-	var b [10]byte
-	_, _ = rand.Read(b[:])
-	buf := []byte("ob_")
-	for _, c := range b {
-		buf = append(buf, crockford[c&31])
-	}
-	return string(buf)
-}
+func newObservationID() string { return pagekit.ObservationID() }
 
 // flatNode is one node of an answer in document order: its own fields
 // (Children nil) and the index of its parent (-1 at the top).

@@ -8,33 +8,11 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // rec is the agent's compact record of one element (see agent.js).
-type rec struct {
-	I  int      `json:"i"`
-	R  string   `json:"r"`
-	N  string   `json:"n"`
-	V  string   `json:"v"`
-	X  string   `json:"x"`
-	U  string   `json:"u"`
-	P  string   `json:"p"`
-	Ty string   `json:"ty"`
-	O  []string `json:"o"`
-	C  []rec    `json:"c"`
-	Ch *int     `json:"ch"`
-	Pr *int     `json:"pr"`
-	D  int      `json:"d"`
-	E  *int     `json:"e"`
-	F  int      `json:"f"`
-	Q  int      `json:"q"`
-	Ro int      `json:"ro"`
-	S  *int     `json:"s"`
-	L  int      `json:"l"`
-	Fr int      `json:"fr"`
-	De string   `json:"de"`
-	Sc float64  `json:"sc"`
-}
+type rec = pagekit.Record
 
 type snapResult struct {
 	U     string `json:"u"`
@@ -329,81 +307,12 @@ func (s *Session) snapChildren(ctx context.Context, t *tab, pw *world, kids []*f
 
 // convertLocked turns agent records into nodes with handles.
 func (s *Session) convertLocked(t *tab, f *frameState, w *world, rs []rec, frames map[int][]Node) []Node {
-	if len(rs) == 0 {
-		return nil
-	}
-	out := make([]Node, len(rs))
-	for i := range rs {
-		r := &rs[i]
-		n := &out[i]
-		n.Role = r.R
-		n.Name = r.N
-		n.Value = r.V
-		n.URL = r.U
-		n.Placeholder = r.P
-		n.InputType = r.Ty
-		n.Options = r.O
-		n.Description = r.De
-		n.Level = r.L
-		if r.I != 0 {
-			n.NodeID = s.reg.issue(t, f, w.serial, r.I)
-		}
-		if r.Ch != nil {
-			switch *r.Ch {
-			case 2:
-				n.Mixed = true
-			default:
-				n.Checked = ptr(*r.Ch == 1)
-			}
-		}
-		if r.Pr != nil && n.Checked == nil {
-			// A toggle button's aria-pressed (page.Node has no pressed field).
-			n.Checked = ptr(*r.Pr != 0)
-		}
-		if r.D != 0 {
-			n.Disabled = ptr(true)
-		}
-		if r.E != nil {
-			n.Expanded = ptr(*r.E == 1)
-		}
-		if r.F != 0 {
-			n.Focused = ptr(true)
-		}
-		if r.Q != 0 {
-			n.Required = ptr(true)
-		}
-		if r.Ro != 0 {
-			n.ReadOnly = ptr(true)
-		}
-		if r.S != nil {
-			n.Selected = ptr(*r.S == 1)
-		}
-		switch {
-		case r.Fr != 0:
-			n.Children = frames[r.I]
-		case len(r.C) > 0:
-			n.Children = s.convertLocked(t, f, w, r.C, frames)
-		case r.X != "":
-			n.Children = []Node{{Role: "text", Name: r.X}}
-		}
-	}
-	return out
+	return pagekit.Nodes(rs, func(idx int) string { return s.reg.issue(t, f, w.serial, idx) }, frames)
 }
 
 // trimNodes keeps the first max nodes in document order.
 func trimNodes(ns []Node, limit int, n *int, truncated bool) ([]Node, bool) {
-	for i := range ns {
-		if *n >= limit {
-			return ns[:i], true
-		}
-		*n++
-		if len(ns[i].Children) > 0 {
-			var tr bool
-			ns[i].Children, tr = trimNodes(ns[i].Children, limit, n, false)
-			truncated = truncated || tr
-		}
-	}
-	return ns, truncated
+	return pagekit.TrimNodes(ns, limit, n, truncated)
 }
 
 // readyTab returns the tab once it is set up.

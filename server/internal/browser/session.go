@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/egress"
 	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/pagekit"
 	"github.com/originweave/bap/server/internal/policy"
 )
 
@@ -894,20 +894,4 @@ func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // redactURL returns u without userinfo, query and fragment, for events and
 // errors (a query string may carry secrets).
-func redactURL(u string) string {
-	if i := strings.IndexAny(u, "?#"); i >= 0 {
-		u = u[:i]
-	}
-	if i := strings.Index(u, "://"); i >= 0 {
-		rest := u[i+3:]
-		slash := strings.IndexByte(rest, '/')
-		host := rest
-		if slash >= 0 {
-			host = rest[:slash]
-		}
-		if at := strings.LastIndexByte(host, '@'); at >= 0 {
-			u = u[:i+3] + rest[at+1:]
-		}
-	}
-	return clipString(u, 500)
-}
+func redactURL(u string) string { return pagekit.RedactURL(u) }

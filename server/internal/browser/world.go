@@ -2,8 +2,6 @@ package browser
 
 import (
 	"context"
-	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,12 +13,12 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // agentJS is the page agent installed in an isolated world of each frame.
-//
-//go:embed agent.js
-var agentJS string
+var agentJS = pagekit.AgentJS
 
 // worldName names the isolated world (visible only to the protocol).
 const worldName = "__bap_agent"
@@ -179,21 +177,7 @@ func (s *Session) evalObject(ctx context.Context, w *world, expr string) (runtim
 }
 
 // agentCall formats __bap.fn(args…) with JSON arguments.
-func agentCall(fn string, args ...any) string {
-	var b strings.Builder
-	b.WriteString("globalThis.__bap.")
-	b.WriteString(fn)
-	b.WriteByte('(')
-	for i, a := range args {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		j, _ := json.Marshal(a)
-		b.Write(j)
-	}
-	b.WriteByte(')')
-	return b.String()
-}
+func agentCall(fn string, args ...any) string { return pagekit.AgentCall(fn, args...) }
 
 // inFrame runs fn with the frame's world, retrying once when the world went
 // away because the frame got a new document (then the handle check in fn

@@ -57,6 +57,8 @@ type Config struct {
 	EngineRegistry EngineRegistry
 	// Chromium is the browser binary (BAP_CHROMIUM); empty: looked up on PATH.
 	Chromium string
+	// Firefox is Firefox ESR's binary for the firefox engine (BAP_FIREFOX); empty: firefox-esr on PATH.
+	Firefox string
 	// BrowserUser is the OS account Chromium runs as when bap runs as root (--browser-user,
 	// BAP_BROWSER_USER); empty: browser.DefaultRunAsUser. Not root: Chromium runs as bap's user.
 	BrowserUser string

@@ -51,9 +51,10 @@ type EngineAdapter struct {
 // EngineRegistry is the engines this build has an adapter for, by name.
 type EngineRegistry map[string]EngineAdapter
 
-// DefaultEngineRegistry is the registry of this build: Chromium over CDP.
+// DefaultEngineRegistry is the registry of this build: Chromium over CDP, Firefox ESR over
+// WebDriver BiDi (firefoxport.go).
 func DefaultEngineRegistry() EngineRegistry {
-	return EngineRegistry{"chromium": ChromiumAdapter()}
+	return EngineRegistry{"chromium": ChromiumAdapter(), "firefox": FirefoxAdapter()}
 }
 
 // ChromiumAdapter is the registry entry of Chromium, driven over the Chrome DevTools Protocol by
@@ -131,8 +132,9 @@ type Engines struct {
 }
 
 var (
-	_ app.Browser     = (*Engines)(nil)
-	_ app.SessionLoad = (*Engines)(nil)
+	_ app.Browser       = (*Engines)(nil)
+	_ app.SessionLoad   = (*Engines)(nil)
+	_ app.SessionEngine = (*Engines)(nil)
 )
 
 // NewEngines is the port over engines, the first the default.
@@ -182,15 +184,27 @@ func (e *Engines) OpenSession(ctx context.Context, engine, sessionID string, pol
 
 // Session implements app.Browser.
 func (e *Engines) Session(sessionID string) (app.BrowserSession, bool) {
+	_, s, ok := e.find(sessionID)
+	return s, ok
+}
+
+// find finds an open session on the engine that runs it.
+func (e *Engines) find(sessionID string) (EngineAdapter, app.BrowserSession, bool) {
 	for _, r := range e.list {
 		if r.Browser == nil {
 			continue
 		}
 		if s, ok := r.Browser.Session(sessionID); ok {
-			return s, true
+			return r.Adapter, s, true
 		}
 	}
-	return nil, false
+	return EngineAdapter{}, nil, false
+}
+
+// SessionEngine implements app.SessionEngine.
+func (e *Engines) SessionEngine(sessionID string) (string, bool) {
+	a, _, ok := e.find(sessionID)
+	return a.Engine, ok
 }
 
 // SessionLoad implements app.SessionLoad over the engines that report their load.

@@ -3,15 +3,16 @@ package daemon
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/originweave/bap/server/internal/page"
 )
 
-// bap serve refuses at start an engine list it cannot serve (issue #19 item 3): an engine of the
-// spec this build has no adapter for (firefox, until the BiDi adapter lands), a name the spec does
-// not list, the same engine twice; the default and chromium start.
+// bap serve refuses at start an engine list it cannot serve (issue #19 item 3): a name the spec
+// does not list, the same engine twice; the default, chromium, firefox and both start.
 func TestEnginesAreValidatedAtStart(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -21,8 +22,9 @@ func TestEnginesAreValidatedAtStart(t *testing.T) {
 		{engines: "", refused: ""},
 		{engines: "chromium", refused: ""},
 		{engines: " chromium , ", refused: ""},
-		{engines: "firefox", refused: "no adapter for the browser engine firefox"},
-		{engines: "chromium,firefox", refused: "no adapter for the browser engine firefox"},
+		{engines: "firefox", refused: ""},
+		{engines: "chromium,firefox", refused: ""},
+		{engines: "firefox,firefox", refused: "names firefox twice"},
 		{engines: "webkit", refused: `"webkit" is not a browser engine of BAP (chromium, firefox)`},
 		{engines: "chromium,chromium", refused: "names chromium twice"},
 	}
@@ -92,5 +94,35 @@ func TestAnEngineThatDidNotStart(t *testing.T) {
 	}
 	if v := productVersion("Chrome/131.0.6778.85"); v != "131.0.6778.85" {
 		t.Fatalf("productVersion = %q", v)
+	}
+}
+
+// `bap serve --engines chromium,firefox` starts both browsers (issue #19): the port lists both
+// engines available with their versions, chromium the default, and the node records both
+// protocol adapters (cdp and bidi) with the browser's product as their implementation.
+func TestBothEnginesStart(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Engines: ParseEngines("chromium,firefox"), Chromium: os.Getenv("BAP_CHROMIUM"), Firefox: os.Getenv("BAP_FIREFOX")}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e, closeAll := startEngines(context.Background(), cfg, DefaultEngineRegistry(), slog.New(slog.DiscardHandler))
+	defer closeAll()
+	got := e.Engines()
+	if len(got) != 2 || got[0].Name != "chromium" || got[1].Name != "firefox" || got[1].AdapterID != "bidi" {
+		t.Fatalf("engines %+v", got)
+	}
+	for _, en := range got {
+		if !en.Available || en.Version == "" {
+			t.Fatalf("engine %s did not start: %+v", en.Name, en)
+		}
+	}
+	impl := map[string]string{}
+	for _, a := range nodeAdapters(e) {
+		impl[a.ID] = a.Implementation
+	}
+	if !strings.HasPrefix(impl["cdp"], "Chrome") || !strings.HasPrefix(impl["bidi"], "Firefox/") {
+		t.Fatalf("protocol adapters %v, want cdp and bidi with their browsers", impl)
 	}
 }

@@ -298,7 +298,7 @@ func (q ariaQuery) String() string {
 	return string(b)
 }
 
-// ariaMatch ranks like BAP's query (server/internal/browser/agent.js): 3 equal, 2 equal but for
+// ariaMatch ranks like BAP's query (server/internal/pagekit/agent.js): 3 equal, 2 equal but for
 // case, 1 substring (not with exact), 0 no match.
 func ariaMatch(want, have string, exact bool) float64 {
 	w, h := strings.Join(strings.Fields(want), " "), strings.Join(strings.Fields(have), " ")

@@ -49,6 +49,7 @@ func TestMain(m *testing.M) {
 	}
 	shared = br
 	code := pgtest.Run(m, store.MigrateURL)
+	closeSharedFirefox()
 	_ = br.Close()
 	os.Exit(code)
 }

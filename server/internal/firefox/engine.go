@@ -9,14 +9,22 @@ import (
 	"sync"
 
 	"github.com/originweave/bap/server/internal/bidi"
+	"github.com/originweave/bap/server/internal/egress"
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/policy"
 )
 
 // agentSandbox names the sandboxed realm the page agent runs in: it shares the page's DOM but
 // none of its JavaScript globals, so page scripts can neither see nor change the agent.
 const agentSandbox = "__bap_agent"
 
-// agentMissing is what an agent call yields in a sandbox the agent is not installed in yet.
-const agentMissing = "\u0000bap:agent-missing"
+// agentMissing is what an agent call yields in a sandbox the agent is not installed in yet, and
+// agentStale what it yields in a document other than the one asked for.
+const (
+	agentMissing = "\u0000bap:agent-missing"
+	agentStale   = "\u0000bap:agent-stale"
+)
 
 // maxExceptionText bounds the text of a script exception kept in an error (it can quote the page).
 const maxExceptionText = 200
@@ -31,6 +39,7 @@ type Engine struct {
 	c       *bidi.Conn
 	agent   string
 	version string
+	drv     *Driver // nil for an engine opened without a driver
 }
 
 // Open connects to b and starts the BiDi session. agentJS is the page agent (the script the CDP
@@ -63,19 +72,35 @@ func (e *Engine) Close(ctx context.Context) error {
 	return nil
 }
 
-// Session is one BAP browser session: a user context with its top-level tab.
+// Session is one BAP browser session: a user context with its top-level tab. Its methods
+// implement the use-cases' browser session (port.go) with page's vocabulary; no BiDi id leaves it.
 type Session struct {
 	e   *Engine
 	uc  bidi.BrowserUserContext
 	top bidi.BrowsingContextBrowsingContext
 
+	// Set by the driver when it opens the session for BAP (port.go); zero for a bare one.
+	id      string
+	ctxID   string // the tab's ctx_ id
+	pol     *policy.Policy
+	onEvent func(page.Event)
+	proxy   *egress.Proxy
+	actMu   sync.Mutex // one act at a time
+
 	mu     sync.Mutex
 	closed bool
+	lost   bool
+	docs   documents // the tab's documents, epochs and node handles (handles.go)
 }
 
-// NewSession creates a user context and a tab in it.
+// NewSession creates a user context and a tab in it (with no proxy: the driver's OpenSession
+// gives BAP sessions their egress proxy).
 func (e *Engine) NewSession(ctx context.Context) (*Session, error) {
-	uc, err := e.c.BrowserCreateUserContext(ctx, bidi.BrowserCreateUserContextParameters{})
+	return e.newSession(ctx, bidi.BrowserCreateUserContextParameters{})
+}
+
+func (e *Engine) newSession(ctx context.Context, p bidi.BrowserCreateUserContextParameters) (*Session, error) {
+	uc, err := e.c.BrowserCreateUserContext(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("firefox: creating a user context: %w", err)
 	}
@@ -84,24 +109,29 @@ func (e *Engine) NewSession(ctx context.Context) (*Session, error) {
 		_ = e.c.BrowserRemoveUserContext(context.WithoutCancel(ctx), bidi.BrowserRemoveUserContextParameters{UserContext: uc.UserContext})
 		return nil, fmt.Errorf("firefox: creating the session's tab: %w", err)
 	}
-	return &Session{e: e, uc: uc.UserContext, top: tab.Context}, nil
+	s := &Session{e: e, uc: uc.UserContext, top: tab.Context, ctxID: ids.New(ids.BrowsingContext)}
+	s.docs.init()
+	return s, nil
 }
 
 func (s *Session) check() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	switch {
+	case s.lost:
+		return page.ErrSessionLost
+	case s.closed:
 		return ErrClosed
 	}
 	return nil
 }
 
-// Navigate loads url in the session's tab and waits for the load; it returns the URL reached.
-func (s *Session) Navigate(ctx context.Context, url string) (string, error) {
+// load navigates the session's tab to url, waiting as wait says, and returns the URL reached.
+func (s *Session) load(ctx context.Context, url string, wait bidi.BrowsingContextReadinessState) (string, error) {
 	if err := s.check(); err != nil {
 		return "", err
 	}
-	res, err := s.e.c.BrowsingContextNavigate(ctx, bidi.BrowsingContextNavigateParameters{Context: s.top, URL: url, Wait: bidi.BrowsingContextReadinessStateComplete})
+	res, err := s.e.c.BrowsingContextNavigate(ctx, bidi.BrowsingContextNavigateParameters{Context: s.top, URL: url, Wait: wait})
 	if err != nil {
 		return "", fmt.Errorf("firefox: navigate: %w", err)
 	}
@@ -112,45 +142,82 @@ func (s *Session) Navigate(ctx context.Context, url string) (string, error) {
 // its JSON value into out (nil: ignored), installing the agent first in a document that lacks it.
 // Arguments are passed as JSON literals, never as code.
 func (s *Session) Agent(ctx context.Context, out any, fn string, args ...any) error {
+	_, err := s.agentIn(ctx, "", out, fn, args...)
+	return err
+}
+
+// agentIn is Agent in the document doc ("": whichever the tab shows): in another document it
+// answers page.ErrStaleNodeHandle without calling fn. It returns the document it ran in.
+func (s *Session) agentIn(ctx context.Context, doc string, out any, fn string, args ...any) (string, error) {
 	if err := s.check(); err != nil {
-		return err
+		return "", err
 	}
 	call, err := agentCall(fn, args...)
 	if err != nil {
-		return err
+		return "", err
 	}
-	expr := "globalThis.__bap === undefined ? " + jsonString(agentMissing) + " : JSON.stringify(" + call + ")"
+	// The document's token is set when the agent is installed, in the sandbox, where the page
+	// cannot reach it; an awaited call lets the agent's checks wait for animation frames.
+	expr := "(async () => { if (globalThis.__bap === undefined) return " + jsonString(agentMissing) + "; " +
+		"const d = globalThis.__bapDoc; if (" + jsonString(doc) + " !== \"\" && d !== " + jsonString(doc) + ") return " + jsonString(agentStale) + "; " +
+		"return JSON.stringify({d: d, v: await " + call + "}); })()"
 	for attempt := 0; ; attempt++ {
-		v, err := s.evaluate(ctx, expr)
+		v, err := s.evaluate(ctx, expr, true)
 		if err != nil {
-			return err
+			return "", err
 		}
-		if v != agentMissing {
-			if out == nil || v == "" {
-				return nil
+		switch v {
+		case agentStale:
+			return "", fmt.Errorf("%w: the browsing context navigated since it was issued", page.ErrStaleNodeHandle)
+		case agentMissing:
+			if attempt > 0 {
+				return "", errors.New("firefox: the page agent could not be installed")
 			}
-			return json.Unmarshal([]byte(v), out)
+			if err := s.install(ctx); err != nil {
+				return "", err
+			}
+			if doc != "" {
+				return "", fmt.Errorf("%w: the browsing context navigated since it was issued", page.ErrStaleNodeHandle)
+			}
+			continue
 		}
-		if attempt > 0 {
-			return errors.New("firefox: the page agent could not be installed")
+		var r struct {
+			D string          `json:"d"`
+			V json.RawMessage `json:"v"`
 		}
-		if _, err := s.evaluate(ctx, s.e.agent+"\n;\"\""); err != nil {
-			return fmt.Errorf("installing the page agent: %w", err)
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return "", fmt.Errorf("firefox: page agent: %w", err)
 		}
+		s.noteDocument(r.D)
+		if out != nil && len(r.V) > 0 && string(r.V) != "null" {
+			if err := json.Unmarshal(r.V, out); err != nil {
+				return "", fmt.Errorf("firefox: page agent: %w", err)
+			}
+		}
+		return r.D, nil
 	}
+}
+
+// install runs the agent in the tab's document and gives the document a fresh token.
+func (s *Session) install(ctx context.Context) error {
+	token := ids.New(ids.DocumentEpoch) // random; never leaves the sandbox and this package
+	if _, err := s.evaluate(ctx, s.e.agent+"\n;if (globalThis.__bapDoc === undefined) globalThis.__bapDoc = "+jsonString(token)+";\"\"", false); err != nil {
+		return fmt.Errorf("installing the page agent: %w", err)
+	}
+	return nil
 }
 
 // evaluate runs expr in the sandbox and returns its value, which must be a string (or
 // undefined, returned as "").
-func (s *Session) evaluate(ctx context.Context, expr string) (string, error) {
+func (s *Session) evaluate(ctx context.Context, expr string, await bool) (string, error) {
 	res, err := s.e.c.ScriptEvaluate(ctx, bidi.ScriptEvaluateParameters{
 		Expression:      expr,
 		Target:          bidi.ScriptTarget{Context: s.top, Sandbox: agentSandbox},
-		AwaitPromise:    false,
+		AwaitPromise:    await,
 		ResultOwnership: bidi.ScriptResultOwnershipNone,
 	})
 	if err != nil {
-		return "", fmt.Errorf("firefox: page agent: %w", err)
+		return "", s.mapErr(fmt.Errorf("firefox: page agent: %w", err))
 	}
 	if res.Type == "exception" {
 		text := ""
@@ -173,7 +240,7 @@ func (s *Session) evaluate(ctx context.Context, expr string) (string, error) {
 }
 
 // Close removes the session's user context, which closes its tabs and drops its cookies and
-// storage. It is safe to call more than once.
+// storage, and stops its egress proxy. It is safe to call more than once.
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -182,7 +249,14 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	if err := s.e.c.BrowserRemoveUserContext(ctx, bidi.BrowserRemoveUserContextParameters{UserContext: s.uc}); err != nil {
+	if s.e.drv != nil {
+		s.e.drv.forget(s)
+	}
+	err := s.e.c.BrowserRemoveUserContext(ctx, bidi.BrowserRemoveUserContextParameters{UserContext: s.uc})
+	if s.proxy != nil {
+		_ = s.proxy.Close()
+	}
+	if err != nil && !errors.Is(err, bidi.ErrClosed) {
 		return fmt.Errorf("firefox: removing the user context: %w", err)
 	}
 	return nil

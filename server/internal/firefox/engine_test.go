@@ -6,12 +6,13 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/originweave/bap/server/internal/bidi"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // hostilePage tries to reach or fool a page agent: a fake __bap, a replaced JSON.stringify and
@@ -44,11 +45,7 @@ func flatten(ns []snapNode, out map[string]string) {
 // when the test ends.
 func engine(t *testing.T, ctx context.Context) *Engine {
 	t.Helper()
-	agent, err := os.ReadFile("../browser/agent.js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := Open(ctx, browser, string(agent))
+	e, err := Open(ctx, browser, pagekit.AgentJS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +79,7 @@ func TestAgentSnapshotInSandbox(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if _, err := s.Navigate(ctx, srv.URL+"/"); err != nil {
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -123,7 +120,7 @@ func TestAgentSnapshotInSandbox(t *testing.T) {
 	}
 
 	// A new document has no agent until the next call installs it again.
-	if _, err := s.Navigate(ctx, srv.URL+"/again"); err != nil {
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/again"}); err != nil {
 		t.Fatal(err)
 	}
 	var title struct {
@@ -156,7 +153,7 @@ func TestSessionsAreUserContexts(t *testing.T) {
 	if a.uc == b.uc {
 		t.Fatalf("two sessions share user context %s", a.uc)
 	}
-	if _, err := a.Navigate(ctx, srv.URL+"/set"); err != nil {
+	if _, err := a.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/set"}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -169,7 +166,7 @@ func TestSessionsAreUserContexts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := tt.s.Navigate(ctx, srv.URL+"/read"); err != nil {
+			if _, err := tt.s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/read"}); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -190,7 +187,7 @@ func TestSessionsAreUserContexts(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatalf("a second Close: %v", err)
 	}
-	if _, err := a.Navigate(ctx, srv.URL+"/read"); !errors.Is(err, ErrClosed) {
+	if _, err := a.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/read"}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Navigate after Close = %v, want ErrClosed", err)
 	}
 	// The user context is gone from the browser too.

@@ -3,8 +3,10 @@ package firefox
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/originweave/bap/server/internal/bidi"
 	"github.com/originweave/bap/server/internal/page"
@@ -80,18 +82,136 @@ func (s *Session) SetCookies(ctx context.Context, cookies []page.Cookie) (int, e
 	return len(cookies), nil
 }
 
-// Screenshot returns a PNG of the session tab's viewport.
-func (s *Session) Screenshot(ctx context.Context) ([]byte, error) {
+// storageRead reads the document's Web Storage (in the sandbox, which sees the page's storage).
+const storageRead = `(() => { const r = (a) => { try { const s = a(); const o = {}; for (let i = 0; i < s.length; i++) { const k = s.key(i); o[k] = s.getItem(k); } return o; } catch (e) { return null; } };` +
+	` return JSON.stringify({o: location.origin, l: r(() => localStorage), s: r(() => sessionStorage)}); })()`
+
+// ExportState returns the session's restorable state: its cookies, the Web Storage of the
+// document its tab shows, its URL and viewport. It holds credentials: never for a client, a log
+// or an event.
+func (s *Session) ExportState(ctx context.Context) (*page.StorageState, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	res, err := s.e.c.BrowsingContextCaptureScreenshot(ctx, bidi.BrowsingContextCaptureScreenshotParameters{Context: s.top})
+	ctx, cancel := withTimeout(ctx, commandTimeout)
+	defer cancel()
+	s.actMu.Lock()
+	defer s.actMu.Unlock()
+	cookies, err := s.Cookies(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("firefox: screenshot: %w", err)
+		return nil, s.mapErr(err)
 	}
-	png, err := base64.StdEncoding.DecodeString(res.Data)
+	st := &page.StorageState{Cookies: cookies, LocalStorage: []page.OriginStorage{}, Contexts: []page.ContextState{}}
+	cur, err := s.current(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("firefox: screenshot: %w", err)
+		return nil, err
 	}
-	return png, nil
+	cst := page.ContextState{ContextID: s.ctxID, Primary: true, URL: cur.URL, EpochID: cur.EpochID}
+	if v, err := s.evaluate(ctx, "JSON.stringify([window.innerWidth, window.innerHeight])", false); err == nil {
+		var wh [2]int
+		if json.Unmarshal([]byte(v), &wh) == nil {
+			cst.Width, cst.Height = wh[0], wh[1]
+		}
+	}
+	if strings.HasPrefix(cur.URL, "http://") || strings.HasPrefix(cur.URL, "https://") {
+		v, err := s.evaluate(ctx, storageRead, false)
+		if err != nil {
+			return nil, err
+		}
+		var r struct {
+			O string            `json:"o"`
+			L map[string]string `json:"l"`
+			S map[string]string `json:"s"`
+		}
+		if err := json.Unmarshal([]byte(v), &r); err != nil {
+			return nil, fmt.Errorf("firefox: reading web storage: %w", err)
+		}
+		if len(r.L) > 0 {
+			st.LocalStorage = append(st.LocalStorage, page.OriginStorage{Origin: r.O, Items: r.L})
+		}
+		if len(r.S) > 0 {
+			cst.SessionStorage = append(cst.SessionStorage, page.OriginStorage{Origin: r.O, Items: r.S})
+		}
+	}
+	st.Contexts = append(st.Contexts, cst)
+	return st, nil
+}
+
+// RestoreState writes a state into this fresh session: its cookies, its viewport, then its
+// primary URL (when the policy allows it) with the Web Storage of that URL's origin written into
+// the document and the page loaded again, a new epoch. Storage of other origins and other tabs
+// are counted out (RestoreResult.Origins, ContextsSkipped), not written.
+func (s *Session) RestoreState(ctx context.Context, st *page.StorageState) (*page.RestoreResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := withTimeout(ctx, 2*commandTimeout)
+	defer cancel()
+	out := &page.RestoreResult{}
+	n, err := s.SetCookies(ctx, st.Cookies)
+	if err != nil {
+		return nil, s.mapErr(err)
+	}
+	out.Cookies = n
+	var primary page.ContextState
+	for i, c := range st.Contexts {
+		if c.Primary || i == 0 {
+			primary = c
+		}
+		if c.Primary {
+			break
+		}
+	}
+	out.ContextsSkipped = max(len(st.Contexts)-1, 0)
+	if primary.Width > 0 && primary.Height > 0 {
+		if err := s.e.c.BrowsingContextSetViewport(ctx, bidi.BrowsingContextSetViewportParameters{Context: s.top,
+			Viewport: &bidi.BrowsingContextViewport{Width: int64(primary.Width), Height: int64(primary.Height)}}); err != nil {
+			return nil, s.mapErr(fmt.Errorf("firefox: setting the viewport: %w", err))
+		}
+	}
+	target := primary.URL
+	if !strings.HasPrefix(target, "http://") && !strings.HasPrefix(target, "https://") {
+		cur, err := s.current(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out.NavigateResult = *cur
+		return out, nil
+	}
+	nav, err := s.Navigate(ctx, page.NavigateRequest{URL: target})
+	if err != nil {
+		return nil, err
+	}
+	origin := ""
+	var local, session map[string]string
+	var inf struct {
+		O string `json:"o"`
+	}
+	if err := s.Agent(ctx, &inf, "info"); err == nil {
+		origin = inf.O
+	}
+	for _, o := range st.LocalStorage {
+		if o.Origin == origin {
+			local = o.Items
+		}
+	}
+	for _, o := range primary.SessionStorage {
+		if o.Origin == origin {
+			session = o.Items
+		}
+	}
+	if len(local) > 0 || len(session) > 0 {
+		args, _ := json.Marshal([2]map[string]string{local, session})
+		write := "(() => { const a = " + string(args) + "; for (const [k, v] of Object.entries(a[0] || {})) localStorage.setItem(k, v);" +
+			" for (const [k, v] of Object.entries(a[1] || {})) sessionStorage.setItem(k, v); return \"\"; })()"
+		if _, err := s.evaluate(ctx, write, false); err != nil {
+			return nil, err
+		}
+		out.Origins = 1
+		if nav, err = s.Navigate(ctx, page.NavigateRequest{URL: target}); err != nil {
+			return nil, err
+		}
+	}
+	out.NavigateResult = *nav
+	return out, nil
 }

@@ -28,7 +28,7 @@ func TestCookiesMoveBetweenSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = a.Close(ctx) }()
-	if _, err := a.Navigate(ctx, srv.URL+"/set"); err != nil {
+	if _, err := a.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/set"}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := a.Cookies(ctx)
@@ -78,7 +78,7 @@ func TestCookiesMoveBetweenSessions(t *testing.T) {
 	if len(again) != 2 || again[0] != got[0] || again[1] != got[1] {
 		t.Fatalf("restored cookies = %+v, want %+v", again, got)
 	}
-	if _, err := b.Navigate(ctx, srv.URL+"/read"); err != nil {
+	if _, err := b.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/read"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -90,7 +90,7 @@ func TestCookiesMoveBetweenSessions(t *testing.T) {
 		t.Fatal("no request")
 	}
 
-	shot, err := b.Screenshot(ctx)
+	shot, err := b.Screenshot(ctx, page.ScreenshotRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,538 @@
+package firefox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/originweave/bap/server/internal/bidi"
+	"github.com/originweave/bap/server/internal/page"
+)
+
+// knownActions are the spec's actions this adapter carries out; upload_file needs the
+// file_upload capability, which this adapter lacks (501 before it gets here).
+var knownActions = map[string]bool{
+	page.ActionClick: true, page.ActionFill: true, page.ActionClear: true, page.ActionSelectOption: true,
+	page.ActionCheck: true, page.ActionUncheck: true, page.ActionPressKey: true, page.ActionHover: true,
+	page.ActionFocus: true, page.ActionScrollIntoView: true,
+}
+
+// target is the resolved node of an action (idx 0: none, press_key on the focused element).
+type target struct {
+	doc string
+	idx int
+}
+
+func validateAct(req page.ActRequest) error {
+	if req.Action == page.ActionUploadFile {
+		return fmt.Errorf("%w: upload_file", ErrUnsupported)
+	}
+	if !knownActions[req.Action] {
+		return fmt.Errorf("%w: unknown action %q", page.ErrInvalidRequest, req.Action)
+	}
+	if req.Action != page.ActionPressKey && req.NodeID == "" && req.Query == nil {
+		return fmt.Errorf("%w: %s needs node_id or query", page.ErrInvalidRequest, req.Action)
+	}
+	if req.NodeID != "" && req.Query != nil {
+		return fmt.Errorf("%w: give node_id or query, not both", page.ErrInvalidRequest)
+	}
+	if req.Query != nil {
+		if err := validQuery(*req.Query); err != nil {
+			return err
+		}
+	}
+	switch req.Action {
+	case page.ActionSelectOption:
+		if req.Value == "" && len(req.Values) == 0 {
+			return fmt.Errorf("%w: select_option needs value or values", page.ErrInvalidRequest)
+		}
+	case page.ActionPressKey:
+		if _, err := parseKey(req.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func actTimeout(req page.ActRequest) time.Duration {
+	if req.Timeout > 0 {
+		return req.Timeout
+	}
+	return commandTimeout
+}
+
+// resolve finds the request's node: its handle, or the best match of its query (waiting, until
+// ctx ends, for the query to match).
+func (s *Session) resolve(ctx context.Context, req page.ActRequest) (target, error) {
+	if err := s.checkContext(req.ContextID); err != nil {
+		return target{}, err
+	}
+	if req.NodeID != "" {
+		h, err := s.lookup(req.NodeID)
+		return target(h), err
+	}
+	if req.Query == nil {
+		return target{}, nil
+	}
+	delay := 20 * time.Millisecond
+	for {
+		nodes, _, err := s.query(ctx, *req.Query, 1)
+		if err != nil && !errors.Is(err, page.ErrStaleNodeHandle) {
+			if ctx.Err() != nil {
+				return target{}, &page.ActionTimeoutError{Reason: "no element matched the query"}
+			}
+			return target{}, err
+		}
+		if len(nodes) > 0 && nodes[0].NodeID != "" {
+			if h, err := s.lookup(nodes[0].NodeID); err == nil {
+				return target(h), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return target{}, &page.ActionTimeoutError{Reason: "no element matched the query"}
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 250*time.Millisecond)
+	}
+}
+
+type classifyResult struct {
+	St     string `json:"st"`
+	Effect string `json:"effect"`
+	Origin string `json:"origin"`
+}
+
+// classify tells the effect the action would have and the origin of the target's document.
+func (s *Session) classify(ctx context.Context, tg target, req page.ActRequest) (classifyResult, error) {
+	var c classifyResult
+	var err error
+	if tg.idx == 0 {
+		_, err = s.agentIn(ctx, "", &c, "classify", 0, req.Action, req.Key)
+	} else {
+		_, err = s.agentIn(ctx, tg.doc, &c, "classify", tg.idx, req.Action, req.Key)
+	}
+	if err != nil {
+		return c, err
+	}
+	if c.St == "nonode" && tg.idx != 0 {
+		return c, fmt.Errorf("%w: the node is no longer in the document", page.ErrStaleNodeHandle)
+	}
+	if c.Effect == "" {
+		c.Effect = page.EffectAnyAction
+	}
+	if c.Origin == "null" {
+		c.Origin = ""
+	}
+	return c, nil
+}
+
+// ClassifyAction tells, before dispatch, the effect the action would have and the origin of the
+// document holding its target; it resolves the target but does not act.
+func (s *Session) ClassifyAction(ctx context.Context, req page.ActRequest) (string, string, error) {
+	if err := s.check(); err != nil {
+		return "", "", err
+	}
+	if err := validateAct(req); err != nil {
+		return "", "", err
+	}
+	ctx, cancel := withTimeout(ctx, actTimeout(req))
+	defer cancel()
+	tg, err := s.resolve(ctx, req)
+	if err != nil {
+		return "", "", err
+	}
+	c, err := s.classify(ctx, tg, req)
+	return c.Effect, c.Origin, err
+}
+
+// Act carries out one action as a user would (pointer and keyboard through
+// input.performActions) once its target is actionable, and reports whether it navigated. Value
+// (fill) is protected input: it is never logged.
+func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := validateAct(req); err != nil {
+		return nil, err
+	}
+	if req.SecretRef != "" {
+		return nil, fmt.Errorf("%w: filling a secret", ErrUnsupported)
+	}
+	ctx, cancel := context.WithTimeout(ctx, actTimeout(req))
+	defer cancel()
+	s.actMu.Lock()
+	defer s.actMu.Unlock()
+	tg, err := s.resolve(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.classify(ctx, tg, req)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	doc0 := s.docs.doc
+	s.mu.Unlock()
+	if err := s.perform(ctx, tg, req); err != nil {
+		if err := s.check(); err != nil {
+			return nil, err
+		}
+		var ate *page.ActionTimeoutError
+		if errors.As(err, &ate) || errors.Is(err, page.ErrStaleNodeHandle) || errors.Is(err, page.ErrInvalidRequest) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, &page.ActionTimeoutError{Reason: "the action did not complete in time"}
+		}
+		return nil, s.mapErr(err)
+	}
+	res, err := s.settle(ctx, doc0)
+	if err != nil {
+		return nil, err
+	}
+	res.Effect, res.Origin = c.Effect, c.Origin
+	return res, nil
+}
+
+// settleWait bounds how long an act waits for the document it may have started loading.
+const settleWait = 10 * time.Second
+
+// settle waits until the tab's document is loaded (a navigation the action started, if any) and
+// reports it.
+func (s *Session) settle(ctx context.Context, doc0 string) (*page.ActResult, error) {
+	wctx, cancel := context.WithTimeout(ctx, settleWait)
+	defer cancel()
+	// A navigation the input started commits within a few frames; then wait for its load.
+	_, _ = s.evaluate(wctx, `new Promise(r => requestAnimationFrame(() => setTimeout(() => r(""), 50)))`, true)
+	for {
+		v, err := s.evaluate(wctx, `document.readyState`, false)
+		if err == nil && v == "complete" {
+			break
+		}
+		if wctx.Err() != nil {
+			break
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	cur, err := s.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	navigated := s.docs.doc != doc0
+	s.mu.Unlock()
+	res := &page.ActResult{ContextID: s.ctxID, EpochID: cur.EpochID, Navigated: navigated}
+	if navigated {
+		res.URL = cur.URL
+	}
+	return res, nil
+}
+
+type checkResult struct {
+	St string  `json:"st"`
+	X  float64 `json:"x"`
+	Y  float64 `json:"y"`
+	By string  `json:"by"`
+}
+
+// actionable waits until the target can take the action and returns the viewport point to use.
+func (s *Session) actionable(ctx context.Context, tg target, action string) (float64, float64, error) {
+	delays := []time.Duration{0, 20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond}
+	reason := "not checked"
+	for i := 0; ; i++ {
+		var r checkResult
+		_, err := s.agentIn(ctx, tg.doc, &r, "check", tg.idx, action)
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, 0, &page.ActionTimeoutError{Reason: reason}
+			}
+			return 0, 0, err
+		}
+		switch r.St {
+		case "ok":
+			return r.X, r.Y, nil
+		case "nonode", "detached":
+			return 0, 0, fmt.Errorf("%w: the node is no longer in the document", page.ErrStaleNodeHandle)
+		case "covered":
+			reason = "covered by another element (" + r.By + ")"
+		case "noteditable":
+			return 0, 0, fmt.Errorf("%w: the node is not an editable field", page.ErrInvalidRequest)
+		default:
+			reason = blocker(r.St)
+		}
+		d := 500 * time.Millisecond
+		if i < len(delays) {
+			d = delays[i]
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, &page.ActionTimeoutError{Reason: reason}
+		case <-time.After(d):
+		}
+	}
+}
+
+// blocker names a failed check as the CDP adapter does.
+func blocker(st string) string {
+	switch st {
+	case "hidden":
+		return "not visible"
+	case "unstable":
+		return "not stable (moving or animating)"
+	case "offscreen":
+		return "outside the viewport"
+	case "readonly":
+		return "read-only"
+	}
+	return st
+}
+
+// perform waits for actionability and dispatches the action.
+func (s *Session) perform(ctx context.Context, tg target, req page.ActRequest) error {
+	var st struct {
+		St      string   `json:"st"`
+		V       *bool    `json:"v"`
+		Missing []string `json:"missing"`
+		Options []string `json:"options"`
+	}
+	switch req.Action {
+	case page.ActionClick, page.ActionHover:
+		x, y, err := s.actionable(ctx, tg, req.Action)
+		if err != nil {
+			return err
+		}
+		if req.Action == page.ActionHover {
+			return s.pointer(ctx, x, y, false)
+		}
+		return s.pointer(ctx, x, y, true)
+	case page.ActionCheck, page.ActionUncheck:
+		want := req.Action == page.ActionCheck
+		if _, err := s.agentIn(ctx, tg.doc, &st, "checkedState", tg.idx); err != nil {
+			return err
+		}
+		if st.St == "nonode" {
+			return fmt.Errorf("%w: the node is no longer in the document", page.ErrStaleNodeHandle)
+		}
+		if st.V == nil {
+			return fmt.Errorf("%w: the node is not a checkbox, radio button or switch", page.ErrInvalidRequest)
+		}
+		if *st.V == want {
+			return nil
+		}
+		x, y, err := s.actionable(ctx, tg, req.Action)
+		if err != nil {
+			return err
+		}
+		if err := s.pointer(ctx, x, y, true); err != nil {
+			return err
+		}
+		for _, d := range []time.Duration{0, 16 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond} {
+			select {
+			case <-ctx.Done():
+				return &page.ActionTimeoutError{Reason: "the checked state did not change in time"}
+			case <-time.After(d):
+			}
+			st.V = nil
+			_, err := s.agentIn(ctx, tg.doc, &st, "checkedState", tg.idx)
+			if errors.Is(err, page.ErrStaleNodeHandle) {
+				return nil // the click navigated
+			}
+			if err != nil {
+				return err
+			}
+			if st.V == nil || *st.V == want {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: clicking did not change the checked state", page.ErrInvalidRequest)
+	case page.ActionFill, page.ActionClear:
+		if _, _, err := s.actionable(ctx, tg, req.Action); err != nil {
+			return err
+		}
+		value := req.Value
+		if req.Action == page.ActionClear {
+			value = ""
+		}
+		var kind string
+		if _, err := s.agentIn(ctx, tg.doc, &kind, "textKind", tg.idx); err != nil {
+			return err
+		}
+		if value == "" || kind == "value" {
+			if _, err := s.agentIn(ctx, tg.doc, &st, "setValue", tg.idx, value); err != nil {
+				return err
+			}
+			if st.St == "badvalue" {
+				return fmt.Errorf("%w: the field does not accept this value", page.ErrInvalidRequest)
+			}
+			return nil
+		}
+		if _, err := s.agentIn(ctx, tg.doc, &st, "selectText", tg.idx); err != nil {
+			return err
+		}
+		return s.typeText(ctx, value)
+	case page.ActionSelectOption:
+		if _, _, err := s.actionable(ctx, tg, req.Action); err != nil {
+			return err
+		}
+		values := req.Values
+		if len(values) == 0 {
+			values = []string{req.Value}
+		}
+		if _, err := s.agentIn(ctx, tg.doc, &st, "selectOption", tg.idx, values); err != nil {
+			return err
+		}
+		switch st.St {
+		case "ok":
+			return nil
+		case "notselect":
+			return fmt.Errorf("%w: select_option on a component that is not a <select>", ErrUnsupported)
+		case "multiple":
+			return fmt.Errorf("%w: the select takes one option", page.ErrInvalidRequest)
+		case "missing":
+			return fmt.Errorf("%w: no enabled option %q (options: %s)", page.ErrInvalidRequest, strings.Join(st.Missing, ", "), strings.Join(st.Options, ", "))
+		}
+		return fmt.Errorf("%w: select_option failed (%s)", page.ErrInvalidRequest, st.St)
+	case page.ActionPressKey:
+		keys, _ := parseKey(req.Key)
+		if tg.idx != 0 {
+			if _, _, err := s.actionable(ctx, tg, page.ActionFocus); err != nil {
+				return err
+			}
+			var ok bool
+			if _, err := s.agentIn(ctx, tg.doc, &ok, "focus", tg.idx); err != nil {
+				return err
+			}
+		}
+		return s.keys(ctx, keys)
+	case page.ActionFocus, page.ActionScrollIntoView:
+		if _, _, err := s.actionable(ctx, tg, req.Action); err != nil {
+			return err
+		}
+		fn := "focus"
+		if req.Action == page.ActionScrollIntoView {
+			fn = "scrollIntoView"
+		}
+		var ok bool
+		_, err := s.agentIn(ctx, tg.doc, &ok, fn, tg.idx)
+		return err
+	}
+	return fmt.Errorf("%w: unknown action %q", page.ErrInvalidRequest, req.Action)
+}
+
+// pointer moves the mouse to the viewport point and, with click, presses and releases its left
+// button there.
+func (s *Session) pointer(ctx context.Context, x, y float64, click bool) error {
+	acts := []map[string]any{{"type": "pointerMove", "x": int64(math.Round(x)), "y": int64(math.Round(y)), "origin": "viewport"}}
+	if click {
+		acts = append(acts, map[string]any{"type": "pointerDown", "button": 0}, map[string]any{"type": "pointerUp", "button": 0})
+	}
+	raw, err := json.Marshal(acts)
+	if err != nil {
+		return err
+	}
+	return s.perform1(ctx, bidi.InputSourceActions{Type: "pointer", ID: "bap-mouse", Actions: raw,
+		Parameters: &bidi.InputPointerParameters{PointerType: bidi.InputPointerTypeMouse}})
+}
+
+// typeText types text into the focused element, one key per character, as a keyboard does.
+func (s *Session) typeText(ctx context.Context, text string) error {
+	var acts []map[string]any
+	for _, r := range text {
+		k := string(r)
+		if r == '\n' {
+			k = keyEnter
+		}
+		acts = append(acts, map[string]any{"type": "keyDown", "value": k}, map[string]any{"type": "keyUp", "value": k})
+	}
+	return s.keyActions(ctx, acts)
+}
+
+// keys presses a parsed key combination: its modifiers down, the key, the modifiers up.
+func (s *Session) keys(ctx context.Context, keys []string) error {
+	var acts []map[string]any
+	for _, k := range keys {
+		acts = append(acts, map[string]any{"type": "keyDown", "value": k})
+	}
+	for i := len(keys) - 1; i >= 0; i-- {
+		acts = append(acts, map[string]any{"type": "keyUp", "value": keys[i]})
+	}
+	return s.keyActions(ctx, acts)
+}
+
+func (s *Session) keyActions(ctx context.Context, acts []map[string]any) error {
+	raw, err := json.Marshal(acts)
+	if err != nil {
+		return err
+	}
+	return s.perform1(ctx, bidi.InputSourceActions{Type: "key", ID: "bap-keyboard", Actions: raw})
+}
+
+func (s *Session) perform1(ctx context.Context, src bidi.InputSourceActions) error {
+	if err := s.e.c.InputPerformActions(ctx, bidi.InputPerformActionsParameters{Context: s.top, Actions: []bidi.InputSourceActions{src}}); err != nil {
+		return s.mapErr(fmt.Errorf("firefox: input: %w", err))
+	}
+	return nil
+}
+
+// WebDriver's key values (the spec's keyboard table) of the named keys BAP accepts.
+const keyEnter = "\uE007"
+
+var namedKeys = map[string]string{
+	"enter": keyEnter, "tab": "\uE004", "backspace": "\uE003", "delete": "\uE017", "escape": "\uE00C", "esc": "\uE00C",
+	"space": " ", "arrowup": "\uE013", "arrowdown": "\uE015", "arrowleft": "\uE012", "arrowright": "\uE014",
+	"home": "\uE011", "end": "\uE010", "pageup": "\uE00E", "pagedown": "\uE00F", "insert": "\uE016",
+	"f1": "\uE031", "f2": "\uE032", "f3": "\uE033", "f4": "\uE034", "f5": "\uE035", "f6": "\uE036",
+	"f7": "\uE037", "f8": "\uE038", "f9": "\uE039", "f10": "\uE03A", "f11": "\uE03B", "f12": "\uE03C",
+}
+
+var modifierKeys = map[string]string{
+	"alt": "\uE00A", "control": "\uE009", "ctrl": "\uE009", "meta": "\uE03D", "cmd": "\uE03D", "shift": "\uE008",
+}
+
+// parseKey reads "Enter", "a", "Shift+Tab", "Control+a" (the CDP adapter's spelling) into
+// WebDriver key values, modifiers first.
+func parseKey(s string) ([]string, error) {
+	if s == "" {
+		return nil, fmt.Errorf("%w: press_key needs a key", page.ErrInvalidRequest)
+	}
+	parts := strings.Split(s, "+")
+	if strings.HasSuffix(s, "++") {
+		parts = append(parts[:len(parts)-2], "+")
+	}
+	var out []string
+	shift := false
+	for _, m := range parts[:len(parts)-1] {
+		k, ok := modifierKeys[strings.ToLower(strings.TrimSpace(m))]
+		if !ok {
+			return nil, fmt.Errorf("%w: unknown modifier %q (use Alt, Control, Meta, Shift)", page.ErrInvalidRequest, m)
+		}
+		shift = shift || k == "\uE008"
+		out = append(out, k)
+	}
+	last := parts[len(parts)-1]
+	switch {
+	case utf8.RuneCountInString(last) > 1:
+		k, ok := namedKeys[strings.ToLower(last)]
+		if !ok {
+			return nil, fmt.Errorf("%w: unknown key %q", page.ErrInvalidRequest, last)
+		}
+		out = append(out, k)
+	case utf8.RuneCountInString(last) == 1:
+		if shift {
+			last = strings.ToUpper(last)
+		}
+		out = append(out, last)
+	default:
+		return nil, fmt.Errorf("%w: unknown key %q", page.ErrInvalidRequest, last)
+	}
+	return out, nil
+}

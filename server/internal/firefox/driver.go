@@ -1,0 +1,246 @@
+package firefox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/originweave/bap/server/internal/bidi"
+	"github.com/originweave/bap/server/internal/egress"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
+	"github.com/originweave/bap/server/internal/policy"
+)
+
+// Config configures a Driver.
+type Config struct {
+	Binary    string       // DefaultBinary when empty
+	RunAsUser string       // see Options.RunAsUser
+	Logger    *slog.Logger // nil: discard
+	// MaxSessions bounds the open sessions (0: 16).
+	MaxSessions int
+	// ServerAddrs are the server's own listeners, which no page may reach (egress.Config.Forbidden).
+	ServerAddrs []netip.AddrPort
+}
+
+// proxyPrefs make Firefox send every request of a user context through its proxy, loopback
+// included (Firefox otherwise never proxies localhost), and switch off what a proxy cannot see or
+// what resolves names itself: HTTP/3 (QUIC), WebRTC, DNS prefetch, speculative connections.
+var proxyPrefs = map[string]any{
+	"network.proxy.allow_hijacking_localhost":   true,
+	"network.proxy.no_proxies_on":               "",
+	"network.http.http3.enable":                 false,
+	"media.peerconnection.enabled":              false,
+	"network.dns.disablePrefetch":               true,
+	"network.prefetch-next":                     false,
+	"network.predictor.enabled":                 false,
+	"network.http.speculative-parallel-limit":   0,
+	"browser.places.speculativeConnect.enabled": false,
+	"network.trr.mode":                          5, // no DNS over HTTPS: names are the proxy's
+}
+
+// Driver is the WebDriver BiDi adapter's browser for a node: one Firefox ESR, one BiDi session
+// with it, a user context per BAP session behind an egress proxy of its own (package egress, as
+// the CDP adapter's browser contexts), so the task's origin policy holds for everything the
+// session loads.
+type Driver struct {
+	cfg     Config
+	log     *slog.Logger
+	b       *Browser
+	e       *Engine
+	product string
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	closed   bool
+}
+
+// Start launches Firefox and opens its BiDi session. A missing binary wraps page.ErrUnavailable.
+func Start(ctx context.Context, cfg Config) (*Driver, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 16
+	}
+	b, err := Launch(ctx, Options{Binary: cfg.Binary, Log: log, Prefs: proxyPrefs, RunAsUser: cfg.RunAsUser})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
+	}
+	e, err := Open(ctx, b, pagekit.AgentJS)
+	if err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
+	}
+	d := &Driver{cfg: cfg, log: log, b: b, e: e, sessions: map[string]*Session{}}
+	e.drv = d
+	name, version, _ := strings.Cut(e.Version(), " ")
+	if name == "firefox" {
+		name = "Firefox"
+	}
+	d.product = name + "/" + version
+	go d.watch()
+	return d, nil
+}
+
+// watch marks every session lost when the browser or its connection goes away.
+func (d *Driver) watch() {
+	select {
+	case <-d.e.c.Done():
+	case <-d.b.Exited():
+	}
+	d.mu.Lock()
+	closing := d.closed
+	list := make([]*Session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		list = append(list, s)
+	}
+	d.mu.Unlock()
+	if closing {
+		return
+	}
+	d.log.Error("firefox went away: its sessions are lost")
+	for _, s := range list {
+		s.mu.Lock()
+		was := s.lost || s.closed
+		s.lost = true
+		s.mu.Unlock()
+		if !was {
+			s.emit(page.Event{Type: page.EventSessionLost, Data: map[string]any{"reason": "the browser exited"}})
+		}
+	}
+}
+
+// ProtocolVersion is what protocol_adapter records as the version of WebDriver BiDi: the W3C
+// specification has no version numbers, only dated drafts, and Firefox names none.
+const ProtocolVersion = "W3C draft"
+
+// Version is the browser's product and version ("Firefox/153.8.0esr") and ProtocolVersion.
+func (d *Driver) Version() (product, protocol string) {
+	select {
+	case <-d.e.c.Done():
+		return "", ""
+	default:
+	}
+	return d.product, ProtocolVersion
+}
+
+// SessionLoad reports the open sessions and the limit.
+func (d *Driver) SessionLoad() (open, limit int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.sessions), d.cfg.MaxSessions
+}
+
+// OpenSession opens a BAP session: a user context whose traffic all goes through an egress proxy
+// enforcing pol (refusing everything it does not allow), with a tab. It fails closed: a session
+// whose proxy cannot be set up is not opened.
+func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy, onEvent func(page.Event)) (*Session, error) {
+	d.mu.Lock()
+	switch {
+	case d.closed:
+		d.mu.Unlock()
+		return nil, fmt.Errorf("%w: the browser was closed", page.ErrUnavailable)
+	case d.sessions[id] != nil:
+		d.mu.Unlock()
+		return nil, page.ErrSessionExists
+	case len(d.sessions) >= d.cfg.MaxSessions:
+		d.mu.Unlock()
+		return nil, page.ErrTooManySessions
+	}
+	d.mu.Unlock()
+	var sess *Session
+	var smu sync.Mutex
+	px, err := egress.Listen(egress.Config{
+		Policy: func() *policy.Policy { return pol },
+		OnBlocked: func(b egress.Blocked) {
+			smu.Lock()
+			s := sess
+			smu.Unlock()
+			if s != nil {
+				s.emit(page.Event{Type: page.EventRequestBlocked, URL: b.URL, Data: map[string]any{
+					"resource_type": b.ResourceType, "layer": "proxy", "reason": string(b.Reason)}})
+			}
+		},
+		Logger: d.log, Forbidden: d.cfg.ServerAddrs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: starting the session's egress proxy: %w", page.ErrUnavailable, err)
+	}
+	dismiss := bidi.SessionUserPromptHandlerTypeDismiss
+	s, err := d.e.newSession(ctx, bidi.BrowserCreateUserContextParameters{
+		Proxy:                   &bidi.SessionProxyConfiguration{ProxyType: "manual", HttpProxy: px.Addr(), SslProxy: px.Addr()},
+		UnhandledPromptBehavior: &bidi.SessionUserPromptHandler{Default: dismiss},
+	})
+	if err != nil {
+		_ = px.Close()
+		return nil, openErr(err)
+	}
+	s.id, s.pol, s.onEvent, s.proxy = id, pol, onEvent, px
+	smu.Lock()
+	sess = s
+	smu.Unlock()
+	d.mu.Lock()
+	if d.sessions[id] != nil || d.closed {
+		d.mu.Unlock()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = s.Close(cctx)
+		return nil, page.ErrSessionExists
+	}
+	d.sessions[id] = s
+	d.mu.Unlock()
+	return s, nil
+}
+
+// openErr maps an error of opening a session.
+func openErr(err error) error {
+	if errors.Is(err, bidi.ErrClosed) {
+		return fmt.Errorf("%w: the browser connection closed", page.ErrUnavailable)
+	}
+	return err
+}
+
+// Session finds an open session.
+func (d *Driver) Session(id string) (*Session, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.sessions[id]
+	return s, ok
+}
+
+func (d *Driver) forget(s *Session) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sessions[s.id] == s {
+		delete(d.sessions, s.id)
+	}
+}
+
+// Close closes every session, ends the BiDi session and stops the browser.
+func (d *Driver) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	list := make([]*Session, 0, len(d.sessions))
+	for _, s := range d.sessions {
+		list = append(list, s)
+	}
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range list {
+		_ = s.Close(ctx)
+	}
+	err := d.e.Close(ctx)
+	return errors.Join(err, d.b.Close())
+}

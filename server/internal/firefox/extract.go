@@ -1,0 +1,124 @@
+package firefox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/originweave/bap/server/internal/page"
+)
+
+// Extract reads structured data from the tab's document with the page agent, as the CDP adapter
+// does: text, table, attributes and links (of the document or of one node). Schema extraction is
+// not done by this adapter yet.
+func (s *Session) Extract(ctx context.Context, req page.ExtractRequest) (*page.ExtractResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := s.checkContext(req.ContextID); err != nil {
+		return nil, err
+	}
+	if req.NodeID != "" && req.Query != nil {
+		return nil, fmt.Errorf("%w: give node_id or query, not both", page.ErrInvalidRequest)
+	}
+	switch req.Kind {
+	case page.ExtractText, page.ExtractTable, page.ExtractAttributes, page.ExtractLinks:
+	case page.ExtractSchema:
+		return nil, fmt.Errorf("%w: schema extraction", ErrUnsupported)
+	default:
+		return nil, fmt.Errorf("%w: kind must be text, table, attributes, links or schema", page.ErrInvalidRequest)
+	}
+	ctx, cancel := withTimeout(ctx, commandTimeout)
+	defer cancel()
+	tg := target{}
+	if req.Query != nil {
+		if err := validQuery(*req.Query); err != nil {
+			return nil, err
+		}
+		nodes, _, err := s.query(ctx, *req.Query, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(nodes) == 0 || nodes[0].NodeID == "" {
+			return nil, fmt.Errorf("%w: no node matched the query", page.ErrNoSuchNode)
+		}
+		req.NodeID = nodes[0].NodeID
+	}
+	if req.NodeID != "" {
+		h, err := s.lookup(req.NodeID)
+		if err != nil {
+			return nil, err
+		}
+		tg = target(h)
+	} else if req.Kind == page.ExtractAttributes {
+		return nil, fmt.Errorf("%w: attributes needs node_id or query", page.ErrInvalidRequest)
+	}
+	gone := fmt.Errorf("%w: the node is no longer in the document", page.ErrStaleNodeHandle)
+	var data any
+	var ran string
+	var err error
+	switch req.Kind {
+	case page.ExtractText:
+		var r struct {
+			St string `json:"st"`
+			V  string `json:"v"`
+		}
+		ran, err = s.agentIn(ctx, tg.doc, &r, "visibleText", tg.idx)
+		if err == nil && r.St != "ok" {
+			err = gone
+		}
+		data = r.V
+	case page.ExtractTable:
+		var r struct {
+			St      string     `json:"st"`
+			Columns []string   `json:"columns"`
+			Rows    [][]string `json:"rows"`
+		}
+		ran, err = s.agentIn(ctx, tg.doc, &r, "table", tg.idx)
+		switch {
+		case err != nil:
+		case r.St == "notable":
+			err = fmt.Errorf("%w: no table there", page.ErrNoSuchNode)
+		case r.St != "ok":
+			err = gone
+		}
+		if r.Rows == nil {
+			r.Rows = [][]string{}
+		}
+		data = &page.Table{Columns: r.Columns, Rows: r.Rows}
+	case page.ExtractAttributes:
+		var r struct {
+			St string            `json:"st"`
+			V  map[string]string `json:"v"`
+		}
+		ran, err = s.agentIn(ctx, tg.doc, &r, "attributes", tg.idx)
+		if err == nil && r.St != "ok" {
+			err = gone
+		}
+		data = r.V
+	case page.ExtractLinks:
+		var r struct {
+			V []struct {
+				I int    `json:"i"`
+				T string `json:"t"`
+				U string `json:"u"`
+			} `json:"v"`
+		}
+		ran, err = s.agentIn(ctx, tg.doc, &r, "links", tg.idx)
+		links := make([]page.Link, 0, len(r.V))
+		s.mu.Lock()
+		for _, l := range r.V {
+			links = append(links, page.Link{Text: l.T, URL: l.U, NodeID: s.docs.issue(ran, l.I)})
+		}
+		s.mu.Unlock()
+		data = links
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ran != s.docs.doc {
+		return nil, fmt.Errorf("%w: the document changed during extract", page.ErrStaleNodeHandle)
+	}
+	return &page.ExtractResult{EpochID: s.docs.epoch, Data: data}, nil
+}

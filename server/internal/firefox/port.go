@@ -1,0 +1,405 @@
+package firefox
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/originweave/bap/server/internal/bidi"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
+)
+
+// The operations of the use-cases' browser session (app.BrowserSession, adapted in the
+// composition root as the CDP adapter's are), with the CDP adapter's semantics on the session's
+// one tab: the same page agent, snapshot shape and node handles (pagekit), a new epoch and stale
+// handles after every navigation, actionability checks before input, and input sent as a user's
+// through input.performActions. What this adapter does not do yet is refused, never substituted:
+// the capabilities it lacks answer 501 before they reach it (daemon's registry), and the rest
+// answers ErrUnsupported (mapped to 501 by the use-cases' problem table).
+
+// ErrUnsupported is returned for a request this adapter cannot carry out (it names what).
+var ErrUnsupported = fmt.Errorf("%w: not supported on the firefox engine yet", page.ErrInvalidRequest)
+
+// commandTimeout bounds a command whose context has no deadline (CONTRACT: 30 s).
+const commandTimeout = 30 * time.Second
+
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// DefaultContext is the ctx_ id of the session's tab.
+func (s *Session) DefaultContext() string { return s.ctxID }
+
+// checkContext refuses a context id that is not the session's tab.
+func (s *Session) checkContext(id string) error {
+	if id != "" && id != s.ctxID {
+		return fmt.Errorf("%w: %s", page.ErrNoSuchContext, id)
+	}
+	return nil
+}
+
+// mapErr turns a lost connection into page.ErrSessionLost.
+func (s *Session) mapErr(err error) error {
+	if errors.Is(err, bidi.ErrClosed) {
+		return fmt.Errorf("%w: the browser connection closed", page.ErrSessionLost)
+	}
+	var be *bidi.Error
+	if errors.As(err, &be) && be.Code == "no such frame" {
+		return fmt.Errorf("%w: the session's tab is gone", page.ErrSessionLost)
+	}
+	return err
+}
+
+// readiness is the BiDi wait of a navigation's wait_until: BiDi has no commit wait, so commit
+// waits for the document to be parsed (a stronger wait, never a weaker one).
+func readiness(waitUntil string) (bidi.BrowsingContextReadinessState, error) {
+	switch waitUntil {
+	case page.WaitCommit, page.WaitDOMContentLoaded:
+		return bidi.BrowsingContextReadinessStateInteractive, nil
+	case "", page.WaitLoad, page.WaitNetworkIdle:
+		return bidi.BrowsingContextReadinessStateComplete, nil
+	}
+	return "", fmt.Errorf("%w: wait_until must be commit, domcontentloaded, load or networkidle", page.ErrInvalidRequest)
+}
+
+// networkIdle waits (within ctx) until the document has started no resource load for 500 ms.
+const networkIdleJS = `(async () => { let n = -1, since = Date.now();
+  while (Date.now() - since < 500) { const m = performance.getEntriesByType('resource').length;
+    if (m !== n) { n = m; since = Date.now(); } await new Promise(r => setTimeout(r, 50)); } return ""; })()`
+
+// Navigate loads the URL in the session's tab. A URL the policy does not allow is refused with
+// *page.OriginNotAllowedError before anything loads; the egress proxy refuses what a redirect or
+// the page itself asks for elsewhere.
+func (s *Session) Navigate(ctx context.Context, req page.NavigateRequest) (*page.NavigateResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := s.checkContext(req.ContextID); err != nil {
+		return nil, err
+	}
+	wait, err := readiness(req.WaitUntil)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, fmt.Errorf("%w: url must be an absolute http or https URL", page.ErrInvalidRequest)
+	}
+	if s.pol != nil && !s.pol.AllowsURL(u) {
+		s.emit(page.Event{Type: page.EventRequestBlocked, ContextID: s.ctxID, URL: pagekit.RedactURL(req.URL),
+			Data: map[string]any{"resource_type": "document", "layer": "navigation", "reason": "origin_not_allowed"}})
+		return nil, &page.OriginNotAllowedError{URL: pagekit.RedactURL(req.URL)}
+	}
+	timeout := req.Timeout
+	if timeout <= 0 {
+		timeout = commandTimeout
+	}
+	ctx, cancel := withTimeout(ctx, timeout)
+	defer cancel()
+	s.actMu.Lock()
+	defer s.actMu.Unlock()
+	reached, err := s.load(ctx, req.URL, wait)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &page.ActionTimeoutError{Reason: "the page did not load in time"}
+		}
+		if err := s.check(); err != nil {
+			return nil, err
+		}
+		var be *bidi.Error
+		if errors.As(err, &be) {
+			return nil, &page.NavigationError{URL: pagekit.RedactURL(req.URL), Reason: navReason(be.Message)}
+		}
+		return nil, s.mapErr(err)
+	}
+	s.mu.Lock()
+	s.docs.url = pagekit.RedactURL(reached)
+	s.mu.Unlock()
+	if req.WaitUntil == page.WaitNetworkIdle {
+		if _, err := s.evaluate(ctx, networkIdleJS, true); err != nil && ctx.Err() != nil {
+			return nil, &page.ActionTimeoutError{Reason: "the network did not become idle in time"}
+		}
+	}
+	return s.current(ctx)
+}
+
+// navReason is the browser's reason for a failed navigation, without anything of the page.
+func navReason(msg string) string {
+	if i := strings.Index(msg, "NS_"); i >= 0 {
+		end := strings.IndexAny(msg[i:], " \n:,)")
+		if end < 0 {
+			end = len(msg) - i
+		}
+		return msg[i : i+end]
+	}
+	return "the page could not be loaded"
+}
+
+// current is the tab's document now: its epoch, URL and title.
+func (s *Session) current(ctx context.Context) (*page.NavigateResult, error) {
+	var inf struct {
+		U string `json:"u"`
+		T string `json:"t"`
+	}
+	if err := s.Agent(ctx, &inf, "info"); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.docs.url = pagekit.RedactURL(inf.U)
+	return &page.NavigateResult{ContextID: s.ctxID, EpochID: s.docs.epoch, URL: inf.U, Title: inf.T}, nil
+}
+
+// contexts lists the session's browsing contexts (its one tab).
+func (s *Session) contexts(res *page.NavigateResult) []page.ContextInfo {
+	return []page.ContextInfo{{ContextID: s.ctxID, URL: res.URL, Title: res.Title}}
+}
+
+// snapResult is the agent's snapshot.
+type snapResult struct {
+	U     string           `json:"u"`
+	T     string           `json:"t"`
+	N     []pagekit.Record `json:"n"`
+	Tr    bool             `json:"tr"`
+	Stale bool             `json:"stale"`
+}
+
+const defaultMaxNodes = 5000
+
+// Observe returns a snapshot of the tab's document: the same nodes, handles and shape the CDP
+// adapter answers. Deltas (since), cursors and max_bytes are not kept by this adapter yet.
+func (s *Session) Observe(ctx context.Context, req page.ObserveRequest) (*page.Snapshot, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := s.checkContext(req.ContextID); err != nil {
+		return nil, err
+	}
+	mode := req.Mode
+	switch mode {
+	case "":
+		mode = page.ModeInteractive
+	case page.ModeInteractive, page.ModeFull:
+	default:
+		return nil, fmt.Errorf("%w: mode must be interactive or full", page.ErrInvalidRequest)
+	}
+	if req.Since != "" || req.Cursor != "" || req.MaxBytes != 0 {
+		return nil, fmt.Errorf("%w: observe with since, cursor or max_bytes", ErrUnsupported)
+	}
+	maxNodes := req.MaxNodes
+	if maxNodes <= 0 {
+		maxNodes = defaultMaxNodes
+	}
+	ctx, cancel := withTimeout(ctx, commandTimeout)
+	defer cancel()
+	opts := map[string]any{"mode": mode, "max": maxNodes}
+	doc := ""
+	if req.Within != "" {
+		h, err := s.lookup(req.Within)
+		if err != nil {
+			return nil, err
+		}
+		opts["within"], doc = h.idx, h.doc
+	}
+	var res snapResult
+	ran, err := s.agentIn(ctx, doc, &res, "snapshot", opts)
+	if err != nil {
+		return nil, err
+	}
+	if res.Stale {
+		return nil, fmt.Errorf("%w: the within node is no longer in the document", page.ErrStaleNodeHandle)
+	}
+	s.mu.Lock()
+	if ran != s.docs.doc {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: the document changed during observe", page.ErrStaleNodeHandle)
+	}
+	nodes := pagekit.Nodes(res.N, func(idx int) string { return s.docs.issue(ran, idx) }, nil)
+	epoch := s.docs.epoch
+	s.docs.url = pagekit.RedactURL(res.U)
+	s.mu.Unlock()
+	n := 0
+	nodes, truncated := pagekit.TrimNodes(nodes, maxNodes, &n, res.Tr)
+	if nodes == nil {
+		nodes = []page.Node{}
+	}
+	wire, _ := json.Marshal(nodes)
+	snap := &page.Snapshot{ContextID: s.ctxID, EpochID: epoch, URL: res.U, Title: res.T, Nodes: nodes,
+		ObservationID: pagekit.ObservationID(), ApproxTokens: (len(wire) + 3) / 4, Truncated: truncated}
+	snap.Contexts = s.contexts(&page.NavigateResult{URL: res.U, Title: res.T})
+	return snap, nil
+}
+
+// lookup finds a handle of the session.
+func (s *Session) lookup(h string) (handle, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.docs.lookup(h)
+}
+
+// queryArgs is the agent's query (agent.js).
+type queryArgs struct {
+	Role        string `json:"role,omitempty"`
+	Name        string `json:"name,omitempty"`
+	Text        string `json:"text,omitempty"`
+	Label       string `json:"label,omitempty"`
+	Placeholder string `json:"placeholder,omitempty"`
+	TestID      string `json:"testId,omitempty"`
+	Exact       bool   `json:"exact,omitempty"`
+	Within      int    `json:"within,omitempty"`
+	Limit       int    `json:"limit,omitempty"`
+}
+
+func validQuery(q page.Query) error {
+	if q.Role == "" && q.Name == "" && q.Text == "" && q.Label == "" && q.Placeholder == "" && q.TestID == "" {
+		return fmt.Errorf("%w: a query needs at least one of role, name, text, label, placeholder, test_id", page.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// QueryNodes finds the nodes matching the query, best match first (the agent's ranking).
+func (s *Session) QueryNodes(ctx context.Context, req page.QueryRequest) (*page.QueryResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := s.checkContext(req.ContextID); err != nil {
+		return nil, err
+	}
+	if err := validQuery(req.Query); err != nil {
+		return nil, err
+	}
+	ctx, cancel := withTimeout(ctx, commandTimeout)
+	defer cancel()
+	limit := req.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	nodes, epoch, err := s.query(ctx, req.Query, limit)
+	if err != nil {
+		return nil, err
+	}
+	return &page.QueryResult{EpochID: epoch, Nodes: nodes}, nil
+}
+
+func (s *Session) query(ctx context.Context, q page.Query, limit int) ([]page.Node, string, error) {
+	a := queryArgs{Role: strings.ToLower(strings.TrimSpace(q.Role)), Name: q.Name, Text: q.Text, Label: q.Label,
+		Placeholder: q.Placeholder, TestID: q.TestID, Exact: q.Exact, Limit: limit}
+	doc := ""
+	if q.Within != "" {
+		h, err := s.lookup(q.Within)
+		if err != nil {
+			return nil, "", err
+		}
+		a.Within, doc = h.idx, h.doc
+	}
+	var res struct {
+		N     []pagekit.Record `json:"n"`
+		Stale bool             `json:"stale"`
+	}
+	ran, err := s.agentIn(ctx, doc, &res, "query", a)
+	if err != nil {
+		return nil, "", err
+	}
+	if res.Stale {
+		return nil, "", fmt.Errorf("%w: the within node is no longer in the document", page.ErrStaleNodeHandle)
+	}
+	sort.SliceStable(res.N, func(i, j int) bool { return res.N[i].Sc > res.N[j].Sc })
+	if len(res.N) > limit {
+		res.N = res.N[:limit]
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ran != s.docs.doc {
+		return nil, "", fmt.Errorf("%w: the document changed during the query", page.ErrStaleNodeHandle)
+	}
+	out := make([]page.Node, 0, len(res.N))
+	for _, r := range res.N {
+		r.C = nil
+		out = append(out, pagekit.Nodes([]pagekit.Record{r}, func(idx int) string { return s.docs.issue(ran, idx) }, nil)...)
+	}
+	return out, s.docs.epoch, nil
+}
+
+// Screenshot returns a PNG of the tab: its viewport, the whole page, or one node's box.
+func (s *Session) Screenshot(ctx context.Context, req page.ScreenshotRequest) ([]byte, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := s.checkContext(req.ContextID); err != nil {
+		return nil, err
+	}
+	if req.FullPage && req.NodeID != "" {
+		return nil, fmt.Errorf("%w: give full_page or node_id, not both", page.ErrInvalidRequest)
+	}
+	ctx, cancel := withTimeout(ctx, commandTimeout)
+	defer cancel()
+	p := bidi.BrowsingContextCaptureScreenshotParameters{Context: s.top}
+	switch {
+	case req.FullPage:
+		p.Origin = "document"
+	case req.NodeID != "":
+		h, err := s.lookup(req.NodeID)
+		if err != nil {
+			return nil, err
+		}
+		var box struct {
+			St string  `json:"st"`
+			X  float64 `json:"x"`
+			Y  float64 `json:"y"`
+			W  float64 `json:"w"`
+			H  float64 `json:"h"`
+		}
+		if _, err := s.agentIn(ctx, h.doc, &box, "box", h.idx); err != nil {
+			return nil, err
+		}
+		switch box.St {
+		case "ok":
+		case "hidden":
+			return nil, &page.ActionTimeoutError{Reason: "the node has no visible box"}
+		default:
+			return nil, fmt.Errorf("%w: the node is no longer in the document", page.ErrStaleNodeHandle)
+		}
+		x, y, w, hh := math.Floor(box.X), math.Floor(box.Y), math.Ceil(box.W), math.Ceil(box.H)
+		p.Clip = &bidi.BrowsingContextClipRectangle{Type: "box", X: &x, Y: &y, Width: &w, Height: &hh}
+	}
+	res, err := s.e.c.BrowsingContextCaptureScreenshot(ctx, p)
+	if err != nil {
+		return nil, s.mapErr(fmt.Errorf("firefox: screenshot: %w", err))
+	}
+	png, err := base64.StdEncoding.DecodeString(res.Data)
+	if err != nil {
+		return nil, fmt.Errorf("firefox: screenshot: %w", err)
+	}
+	return png, nil
+}
+
+// CaptureMHTML is not something Firefox can do (no MHTML writer): the registry leaves
+// mhtml_evidence out of this engine's capabilities, so the use-cases answer 501 before this.
+func (s *Session) CaptureMHTML(context.Context, string) ([]byte, error) {
+	return nil, fmt.Errorf("%w: MHTML evidence", ErrUnsupported)
+}
+
+// Watch is the live view, not a capability of this adapter yet (no live_view: 501 first).
+func (s *Session) Watch(context.Context, func(page.LiveFrame) error) error {
+	return fmt.Errorf("%w: the live view", ErrUnsupported)
+}
+
+// Release and Deny answer for held requests; this adapter holds none (no request_holds: a task
+// whose policy needs holds cannot open a session on it).
+func (s *Session) Release(context.Context, string) (*page.ActResult, error) {
+	return nil, page.ErrNoSuchHold
+}
+
+// Deny implements the port; see Release.
+func (s *Session) Deny(context.Context, string) error { return page.ErrNoSuchHold }
