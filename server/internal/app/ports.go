@@ -111,6 +111,11 @@ type Tx interface {
 	InboxTx      // inbound deliveries, recorded with their effect (inbox.go)
 	// ClaimIdempotency records c as in flight. When the key is already recorded it returns that
 	// record and claimed=false, waiting first for any transaction that holds the key.
+	//
+	// As a transaction's first statement the claim may be only queued (ADR 0027): claimed=true is
+	// then confirmed by the transaction's next read or its commit, and when the key turns out to
+	// be taken — or the transaction fails before that — the store runs it again with the claim
+	// answered first. So until its first read, a command does nothing outside its transaction.
 	ClaimIdempotency(ctx context.Context, c IdempotencyClaim) (existing *IdempotencyClaim, claimed bool, err error)
 	// CompleteIdempotency stores the first response of a claimed key.
 	CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error

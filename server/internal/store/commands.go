@@ -16,7 +16,17 @@ import (
 // ClaimIdempotency implements app.Tx. The INSERT waits on the unique key while another
 // transaction holds it, so of many concurrent requests with one key exactly one claims it and the
 // others see its committed record.
+//
+// As the first statement of an optimistic transaction (InTx) the claim is only queued and
+// reported as made: it is sent at the head of the transaction's first pipeline, as a plain INSERT
+// that fails on a taken key, and merged with CompleteIdempotency into one completed row when
+// the command reads nothing in between. A taken key, or a command that fails before the claim was
+// sent, runs the transaction again with the claim below.
 func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*app.IdempotencyClaim, bool, error) {
+	if t.optimistic && !t.begun && t.claim == nil && t.batch.Len() == 0 && len(t.newTasks) == 0 && len(t.pendingEvents) == 0 {
+		t.claim = &queuedClaim{c: c}
+		return nil, true, nil
+	}
 	q, err := t.q(ctx)
 	if err != nil {
 		return nil, false, err
@@ -61,8 +71,40 @@ func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*a
 	return nil, false, errors.New("claiming key: record kept disappearing")
 }
 
+// queuedClaim is an optimistic idempotency claim not yet sent (or sent in the pipeline inFlight).
+type queuedClaim struct {
+	c        app.IdempotencyClaim
+	sent     bool
+	inFlight *pgx.Batch
+	// done holds the command's response once CompleteIdempotency was called before the claim
+	// was sent: the record is then written completed, in one INSERT.
+	done   bool
+	status int
+	body   []byte
+}
+
+// queue adds the claim's INSERT to b. No ON CONFLICT: a taken key fails the pipeline (InTx then
+// claims again, answered first).
+func (q *queuedClaim) queue(b *pgx.Batch) {
+	c := q.c
+	if q.done {
+		b.Queue(`INSERT INTO idempotency_record (tenant_id, idempotency_key, operation, request_hash, request_hash_scheme,
+			state, command_id, node_id, expires_at, response_status, response_body, completed_at)
+			VALUES ($1, $2, $3, $4, 'hmac-sha256', 'completed', $5, $6, $7, $8, $9, now())`,
+			c.Tenant, c.Key, c.Operation, c.Fingerprint[:], c.CommandID, nullIfEmpty(c.NodeID), c.ExpiresAt, q.status, q.body)
+		return
+	}
+	b.Queue(`INSERT INTO idempotency_record (tenant_id, idempotency_key, operation, request_hash,
+		request_hash_scheme, state, command_id, node_id, expires_at) VALUES ($1, $2, $3, $4, 'hmac-sha256', 'in_flight', $5, $6, $7)`,
+		c.Tenant, c.Key, c.Operation, c.Fingerprint[:], c.CommandID, nullIfEmpty(c.NodeID), c.ExpiresAt)
+}
+
 // CompleteIdempotency implements app.Tx.
 func (t *pgTx) CompleteIdempotency(ctx context.Context, tenant, key string, status int, body []byte) error {
+	if c := t.claim; c != nil && !c.sent && c.c.Tenant == tenant && c.c.Key == key {
+		c.done, c.status, c.body = true, status, body
+		return nil
+	}
 	t.queue(`UPDATE idempotency_record SET state = 'completed', response_status = $3, response_body = $4,
 		completed_at = now() WHERE tenant_id = $1 AND idempotency_key = $2`, tenant, key, status, body)
 	return nil
@@ -77,18 +119,47 @@ func (s *Store) PurgeIdempotency(ctx context.Context, now time.Time) (int64, err
 	return tag.RowsAffected(), nil
 }
 
-// AppendEvent implements app.Tx: the history row now, the outbox message (one per task of the
-// command, see outbox.go) just before commit, both in this transaction.
+// AppendEvent implements app.Tx: the history row with the transaction's next pipeline (all of a
+// pipeline's history rows in one INSERT), the outbox message (one per task of the command, see
+// outbox.go) just before commit, both in this transaction.
 func (t *pgTx) AppendEvent(ctx context.Context, e *app.Event) error {
 	data, err := json.Marshal(e.Data)
 	if err != nil {
 		return fmt.Errorf("encoding event data: %w", err)
 	}
-	t.queue(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)`,
-		e.Tenant, e.TaskID, e.Seq, e.ID, e.Type, e.Time, e.Actor, e.Cause, nullIfEmpty(e.CommandID), data)
+	t.pendingEvents = append(t.pendingEvents, queuedEvent{e: *e, data: string(data)})
 	t.events = append(t.events, *e)
 	return nil
+}
+
+// queueEvents adds one INSERT of evs (in order: the seq trigger checks each row against the one
+// before it) to b.
+func queueEvents(b *pgx.Batch, evs []queuedEvent) {
+	n := len(evs)
+	tenants, tasks, ids, types, actors, causes := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	commands := make([]*string, n)
+	seqs := make([]int64, n)
+	times := make([]time.Time, n)
+	data := make([]string, n)
+	for i, q := range evs {
+		e := &evs[i].e
+		if e.CommandID != "" {
+			commands[i] = &e.CommandID
+		}
+		tenants[i], tasks[i], seqs[i], ids[i], types[i], times[i], actors[i], causes[i], data[i] =
+			e.Tenant, e.TaskID, e.Seq, e.ID, e.Type, e.Time, e.Actor, e.Cause, q.data
+	}
+	b.Queue(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data)
+		SELECT tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data::jsonb
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::text[], $10::text[])
+			AS e (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data)`,
+		tenants, tasks, seqs, ids, types, times, actors, causes, commands, data)
+}
+
+// queuedEvent is a history row not yet sent, its data encoded.
+type queuedEvent struct {
+	e    app.Event
+	data string
 }
 
 // RecordCommand implements app.Tx.

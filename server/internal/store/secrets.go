@@ -35,7 +35,7 @@ func scanSecret(r pgx.Row, extra ...any) (*app.SecretInfo, error) {
 	return &s, nil
 }
 
-func audit(ctx context.Context, tx pgx.Tx, u app.SecretUse) error {
+func audit(ctx context.Context, tx Querier, u app.SecretUse) error {
 	_, err := tx.Exec(ctx, `INSERT INTO tenant_secret_audit (tenant_id, secret_id, action, actor, origin, task_id, command_id, reason)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, u.Tenant, u.SecretID, u.Action, u.Actor, u.Origin, u.TaskID, u.CommandID, u.Reason)
 	return err
@@ -117,7 +117,7 @@ func secretWrite(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func insertSecret(ctx context.Context, tx pgx.Tx, sec *app.SecretInfo, sealed []byte, actor string) error {
+func insertSecret(ctx context.Context, tx Querier, sec *app.SecretInfo, sealed []byte, actor string) error {
 	if _, err := tx.Exec(ctx, `INSERT INTO tenant_account (tenant_id) VALUES ($1) ON CONFLICT DO NOTHING`, sec.Tenant); err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func insertSecret(ctx context.Context, tx pgx.Tx, sec *app.SecretInfo, sealed []
 	return audit(ctx, tx, app.SecretUse{Tenant: sec.Tenant, SecretID: sec.ID, Action: "put", Actor: actor})
 }
 
-func replaceSecretValue(ctx context.Context, tx pgx.Tx, tenant, id string, version int, sealed []byte, actor string) error {
+func replaceSecretValue(ctx context.Context, tx Querier, tenant, id string, version int, sealed []byte, actor string) error {
 	tag, err := tx.Exec(ctx, `UPDATE tenant_secret SET sealed_value = $3, version = $4, rotated_at = now()
 		WHERE tenant_id = $1 AND secret_id = $2 AND deleted_at IS NULL AND version = $4 - 1`, tenant, id, sealed, version)
 	if err != nil {
@@ -146,7 +146,7 @@ func replaceSecretValue(ctx context.Context, tx pgx.Tx, tenant, id string, versi
 	return audit(ctx, tx, app.SecretUse{Tenant: tenant, SecretID: id, Action: "rotate", Actor: actor})
 }
 
-func deleteSecret(ctx context.Context, tx pgx.Tx, tenant, id, actor string) error {
+func deleteSecret(ctx context.Context, tx Querier, tenant, id, actor string) error {
 	tag, err := tx.Exec(ctx, `UPDATE tenant_secret SET sealed_value = NULL, deleted_at = now()
 		WHERE tenant_id = $1 AND secret_id = $2 AND deleted_at IS NULL`, tenant, id)
 	if err != nil {

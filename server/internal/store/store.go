@@ -64,6 +64,14 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 const maxTxAttempts = 5
 
 // InTx implements app.Store.
+//
+// A transaction costs as few round trips as its reads allow (ADR 0027): BEGIN is not sent on its
+// own but in front of the first statement; writes are queued and sent with the next read or with
+// the COMMIT; and the idempotency claim that opens a command is queued too (claimOptimistic), so a
+// command that reads nothing before it commits — create_task — is one round trip. When the
+// optimistic claim finds the key taken, or the command fails before its claim was confirmed, the
+// transaction runs again with the claim sent and answered first (the key's replay, 409 or 422 then
+// decide, as before).
 func (s *Store) InTx(ctx context.Context, fn func(app.Tx) error) (err error) {
 	// One span per transaction, retries included (the span says how many attempts it took).
 	ctx, sp := s.opts.Tracer.Start(ctx, "sql transaction", app.SpanClient)
@@ -73,8 +81,14 @@ func (s *Store) InTx(ctx context.Context, fn func(app.Tx) error) (err error) {
 		sp.SetInt("bap.tx.attempts", int64(attempt))
 		sp.End(err)
 	}()
+	optimistic := true
 	for ; attempt <= maxTxAttempts; attempt++ {
-		err = s.inTxOnce(ctx, fn)
+		err = s.inTxOnce(ctx, fn, optimistic)
+		if errors.Is(err, errClaimUnconfirmed) && optimistic {
+			optimistic = false // once more, claiming first; not a lost race, so not counted
+			attempt--
+			continue
+		}
 		if !retryable(err) {
 			return err
 		}
@@ -83,30 +97,35 @@ func (s *Store) InTx(ctx context.Context, fn func(app.Tx) error) (err error) {
 	return err
 }
 
-func (s *Store) inTxOnce(ctx context.Context, fn func(app.Tx) error) error {
-	ptx, err := s.pool.Begin(ctx)
+func (s *Store) inTxOnce(ctx context.Context, fn func(app.Tx) error, optimistic bool) error {
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
-	tx := &pgTx{tx: ptx}
-	defer func() { _ = ptx.Rollback(context.WithoutCancel(ctx)) }()
+	tx := &pgTx{conn: conn, optimistic: optimistic}
+	defer tx.release(ctx)
 	if err := fn(tx); err != nil {
+		if tx.claim != nil && !tx.claim.sent {
+			// The command failed before its key was claimed: whether that key is someone else's
+			// answer (a replay, a 409, a 422) decides the answer, so claim it first and run again.
+			return fmt.Errorf("%w: %w", errClaimUnconfirmed, err)
+		}
 		return err
 	}
 	if err := s.publishEvents(ctx, tx); err != nil {
 		return err
 	}
-	if err := tx.flush(ctx); err != nil {
+	if err := tx.commit(ctx); err != nil {
 		return err
-	}
-	if err := ptx.Commit(ctx); err != nil {
-		return fmt.Errorf("committing: %w", translate(err))
 	}
 	if len(tx.events) > 0 && s.opts.EventsCommitted != nil {
 		s.opts.EventsCommitted()
 	}
 	return nil
 }
+
+// errClaimUnconfirmed makes InTx run a transaction again with its idempotency claim sent first.
+var errClaimUnconfirmed = errors.New("idempotency claim not confirmed")
 
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
@@ -124,13 +143,21 @@ func translate(err error) error {
 	return err
 }
 
-// pgTx is one command transaction. Writes are queued in a batch and sent in one round trip before
-// the next read or at commit, which keeps a command to a handful of round trips.
+// pgTx is one command transaction on one pooled connection. Writes are queued and sent in one
+// pipeline with the next read or with the COMMIT; the transaction's BEGIN travels with its first
+// statement. Not safe for concurrent use.
 type pgTx struct {
-	tx    pgx.Tx
-	batch pgx.Batch
+	conn *pgxpool.Conn
+	// begun: BEGIN has been sent; committed: so has COMMIT, successfully.
+	begun, committed bool
+	// optimistic allows ClaimIdempotency to queue the claim instead of sending it (see InTx).
+	optimistic bool
+	claim      *queuedClaim
+	batch      pgx.Batch
 	// events appended by the command, published to the outbox just before commit.
 	events []app.Event
+	// pendingEvents are history rows not yet sent: one multi-row INSERT per pipeline.
+	pendingEvents []queuedEvent
 	// newTasks are tasks inserted by this transaction and not yet sent: their INSERT is built at
 	// flush time from the task's final values, so a task created and changed in one command is
 	// written once (no UPDATE, no dead tuple).
@@ -139,33 +166,176 @@ type pgTx struct {
 
 func (t *pgTx) queue(sql string, args ...any) { t.batch.Queue(sql, args...) }
 
-func (t *pgTx) flush(ctx context.Context) error {
-	if len(t.newTasks) > 0 {
-		// The task rows go first: everything queued after InsertTask may refer to them.
-		var b pgx.Batch
-		for _, tk := range t.newTasks {
-			queueTaskInsert(&b, tk)
-		}
-		b.QueuedQueries = append(b.QueuedQueries, t.batch.QueuedQueries...)
-		t.batch, t.newTasks = b, nil
+// take empties the queue into the statements of the next pipeline, in the order their
+// constraints need: BEGIN, the idempotency claim, new tasks, the history rows, then the rest in
+// the order they were queued.
+func (t *pgTx) take() *pgx.Batch {
+	b := &pgx.Batch{}
+	if !t.begun {
+		b.Queue("BEGIN")
+		t.begun = true
 	}
-	if t.batch.Len() == 0 {
-		return nil
+	if t.claim != nil && !t.claim.sent {
+		t.claim.queue(b)
+		t.claim.sent = true
+		t.claim.inFlight = b
 	}
-	b := t.batch
-	t.batch = pgx.Batch{}
-	if err := t.tx.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("writing command: %w", err)
+	for _, tk := range t.newTasks {
+		queueTaskInsert(b, tk)
 	}
+	if len(t.pendingEvents) > 0 {
+		queueEvents(b, t.pendingEvents)
+	}
+	b.QueuedQueries = append(b.QueuedQueries, t.batch.QueuedQueries...)
+	t.newTasks, t.pendingEvents, t.batch = nil, nil, pgx.Batch{}
+	return b
+}
+
+// sendErr wraps an error of a pipeline that carried the queued claim: a taken key makes InTx run
+// the transaction again with the claim answered first.
+func (t *pgTx) sendErr(b *pgx.Batch, err error) error {
+	var pgErr *pgconn.PgError
+	if t.claim != nil && t.claim.inFlight == b && errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == "idempotency_record" {
+		return fmt.Errorf("%w: %w", errClaimUnconfirmed, err)
+	}
+	return fmt.Errorf("writing command: %w", err)
+}
+
+// commit sends what is queued and COMMIT in one pipeline.
+func (t *pgTx) commit(ctx context.Context) error {
+	if !t.begun && t.claim == nil && len(t.newTasks) == 0 && len(t.pendingEvents) == 0 && t.batch.Len() == 0 {
+		return nil // a transaction that did nothing
+	}
+	b := t.take()
+	b.Queue("COMMIT")
+	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+		return t.sendErr(b, err)
+	}
+	t.committed = true
 	return nil
 }
 
-// q flushes pending writes and returns the transaction for a read.
-func (t *pgTx) q(ctx context.Context) (pgx.Tx, error) {
-	if err := t.flush(ctx); err != nil {
+// release rolls back what did not commit and returns the connection to the pool.
+func (t *pgTx) release(ctx context.Context) {
+	if t.begun && !t.committed && !t.conn.Conn().IsClosed() {
+		// After a failed pipeline the server may have ended the transaction already; ROLLBACK then
+		// only warns.
+		if _, err := t.conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			_ = t.conn.Conn().Close(context.WithoutCancel(ctx)) // never hand back a connection in a transaction
+		}
+	}
+	t.conn.Release()
+}
+
+// q returns the transaction for a read: the read's statement is sent in one pipeline behind the
+// queued writes (and BEGIN).
+func (t *pgTx) q(context.Context) (Querier, error) {
+	return pipelined{t}, nil
+}
+
+// pipelined is the Querier of a pgTx: each call sends the queued statements and its own in one
+// round trip.
+type pipelined struct{ t *pgTx }
+
+// send queues sql behind the pending statements and sends them; the caller reads the last
+// result from br and must close br.
+func (p pipelined) send(ctx context.Context, sql string, args []any) (*pgx.Batch, pgx.BatchResults, error) {
+	b := p.t.take()
+	b.Queue(sql, args...)
+	br := p.t.conn.SendBatch(ctx, b)
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return b, nil, p.t.sendErr(b, err)
+		}
+	}
+	return b, br, nil
+}
+
+// Exec implements Querier.
+func (p pipelined) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	_, br, err := p.send(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// QueryRow implements Querier.
+func (p pipelined) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	_, br, err := p.send(ctx, sql, args)
+	if err != nil {
+		return errRow{err}
+	}
+	return batchRow{row: br.QueryRow(), br: br}
+}
+
+// Query implements Querier.
+func (p pipelined) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	_, br, err := p.send(ctx, sql, args)
+	if err != nil {
 		return nil, err
 	}
-	return t.tx, nil
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// batchRow is the row of a pipeline's last statement; Scan closes the pipeline.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// batchRows are the rows of a pipeline's last statement; Close closes the pipeline.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
 }
 
 func nullIfEmpty(s string) any {
