@@ -35,7 +35,8 @@
 #
 # Knobs (environment): BENCH_CLIENTS (16), BENCH_DURATION seconds (20), BENCH_WARMUP seconds (3),
 # BENCH_SCALE (16), BENCH_COLD seconds of the cold-start phase (10), BENCH_GO=0 skips the Go
-# benchmarks, BENCH_STREAMS=0 skips the event-delivery runs (BENCH_STREAM_DURATION, 10 s each),
+# benchmarks, BENCH_WIRE=0 skips the count of round trips, statements and rows per command,
+# BENCH_STREAMS=0 skips the event-delivery runs (BENCH_STREAM_DURATION, 10 s each),
 # BENCH_EXPERIMENTS=1 adds the diagnostic runs, BENCH_COMPONENTS=0 skips the component scores
 # (BAP_COMPONENTS_PARALLEL tasks at a time, within GOMAXPROCS; BENCH_COMPONENTS_TASKS=<regexp> runs
 # only the matching task ids), BENCH_BAP=<path> runs that bap binary instead of building bin/bap from
@@ -429,6 +430,21 @@ fi
 
 stop_server
 
+# ---- wire cost per command -----------------------------------------------------------------------
+# Round trips, statements and rows of each mutating command on create_task's path, counted exactly
+# by TestCommandWireCost (server/internal/app; a pgx tracer and a counting connection on the
+# test cluster, the service built as the daemon builds it). BENCH_WIRE=0 skips it.
+wire_json="[]"
+if [[ ${BENCH_WIRE:-1} == 1 ]]; then
+	log "wire cost per command (go test -run TestCommandWireCost)"
+	BENCH_COUNTS_OUT="$tmp/wire.json" "$GO" test ./server/internal/app -run '^TestCommandWireCost$' -count 1 >"$tmp/wire.txt" 2>&1 ||
+		{
+			cat "$tmp/wire.txt" >&2
+			die "TestCommandWireCost failed"
+		}
+	wire_json=$(cat "$tmp/wire.json")
+fi
+
 # ---- verdict -----------------------------------------------------------------------------------
 
 pgb_tps=$(jget "$pgbench_main" tps)
@@ -498,6 +514,7 @@ cat >"$out_json" <<EOF
   "noisy": $noisy,
   "experiments": $experiments_json,
   "streams": $streams_json,
+  "wire_cost": $wire_json,
   "go_bench": $go_file,
   "components": $components_file
 }
@@ -512,6 +529,14 @@ row "  errors" "$bap_errors"
 row "  p50 (ms)" "$bap_p50"
 row "  p99 (ms)" "$bap_p99" "goal < $p99_goal_ms ms: $(yes_no "$p99_ok")"
 row "ratio bap_rps / pgbench_tps" "$ratio" "goal ≥ $ratio_goal: $(yes_no "$ratio_ok")"
+if [[ $wire_json != "[]" ]]; then
+	# One {"operation":…,"round_trips":…,"statements":…,"rows":…} object per command.
+	while IFS= read -r item; do
+		[[ -n $item ]] || continue
+		op=$(sed -n 's/.*"operation":"\([^"]*\)".*/\1/p' <<<"$item")
+		row "  wire: $op" "$(jget "$item" round_trips) RT" "$(jget "$item" statements) statements, $(jget "$item" rows) rows (pgbench: 1 RT per statement, 7 statements, 4 rows)"
+	done < <(grep -o '{[^}]*}' <<<"$wire_json")
+fi
 row "cold start: create_task (rps, first ${cold}s)" "$(jget "$bap_cold" rps)" "p99 $(jget "$bap_cold" p99_ms) ms, before the first ANALYZE"
 row "CPU per pgbench transaction (ms)" "$pgb_cpu" "PostgreSQL $pgb_pgcpu"
 row "CPU per create_task (ms)" "$bap_cpu" "PostgreSQL $bap_pgcpu, bap serve $bap_srvcpu"
