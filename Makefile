@@ -88,6 +88,11 @@ cover-check:
 console-tools:
 	scripts/install-console-tools.sh
 
+## console-screenshots: retake docs/console/*.png (the pictures of docs/console.md) from the console's browser tests
+.PHONY: console-screenshots
+console-screenshots:
+	scripts/console-screenshots.sh
+
 ## component-fixtures: install the pinned UI component libraries of the e2e fixture pages (npm ci once; offline after)
 component-fixtures:
 	scripts/install-component-fixtures.sh

@@ -140,7 +140,7 @@ export interface BapEvent {
   seq: number;
   type: string;
   time: string;
-  actor?: { kind: string; id: string };
+  actor?: { kind: string; id?: string }; // id is absent for system
   cause?: { command_id?: string; event_id?: string; reason?: string };
   data: Record<string, unknown>;
 }

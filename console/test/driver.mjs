@@ -6,7 +6,8 @@
 //   node driver.mjs CHROMIUM_PATH
 //
 // Commands: goto {url} · wait {loc, state?, timeout?} · click {loc} · fill {loc, value} ·
-// text {loc} · count {loc} · axe {} · shot {path} · cookies {} · console {} · close {}.
+// text {loc} · count {loc} · cells {loc} (each matched row's cell texts) · attr {loc, name} ·
+// select {loc, label} · axe {} · shot {path, fullPage?, within?: [css]} · cookies {} · logs {} · url {} · close {}.
 // A loc is {css?, role?, name?, exact?, within?: css, hasText?}.
 import { createInterface } from "node:readline";
 import { readFileSync } from "node:fs";
@@ -56,6 +57,8 @@ async function run(cmd) {
       return { text: (await locate(cmd.loc).first().textContent({ timeout })) ?? "" };
     case "count":
       return { count: await locate(cmd.loc).count() };
+    case "cells":
+      return { rows: await locate(cmd.loc).evaluateAll((trs) => trs.map((tr) => Array.from(tr.children, (td) => td.textContent ?? ""))) };
     case "attr":
       return { value: await locate(cmd.loc).first().getAttribute(cmd.name, { timeout }) };
     case "axe": {
@@ -68,9 +71,23 @@ async function run(cmd) {
       }, axeSource);
       return { violations: result };
     }
-    case "shot":
-      await page.screenshot({ path: cmd.path, fullPage: cmd.fullPage ?? false });
+    case "shot": {
+      const opts = { path: cmd.path, fullPage: cmd.fullPage ?? false };
+      if (cmd.within?.length) {
+        // The smallest part of the page holding every element named (page coordinates, a margin).
+        const rects = await page.evaluate((sels) => sels.map((sel) => {
+          const r = document.querySelector(sel)?.getBoundingClientRect();
+          if (!r) throw new Error(`no element ${sel}`);
+          return [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY];
+        }), cmd.within);
+        const m = 16;
+        const x = Math.max(0, Math.min(...rects.map((r) => r[0])) - m), y = Math.max(0, Math.min(...rects.map((r) => r[1])) - m);
+        opts.clip = { x, y, width: Math.max(...rects.map((r) => r[2])) + m - x, height: Math.max(...rects.map((r) => r[3])) + m - y };
+        opts.fullPage = true;
+      }
+      await page.screenshot(opts);
       return {};
+    }
     case "cookies":
       return { cookies: await context.cookies() };
     case "logs":

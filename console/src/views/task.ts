@@ -66,7 +66,7 @@ export function taskPage(main: HTMLElement, taskID: string): View {
     live.onEvent(e);
     handoff.onEvent(e);
     append(rows, h("tr", { "data-seq": String(e.seq) }, h("td", {}, String(e.seq)), h("td", {}, when(e.time)), h("td", {}, h("code", {}, e.type)),
-      h("td", {}, e.actor ? `${e.actor.kind} ${e.actor.id}` : ""), h("td", {}, cause(e)), h("td", {}, summary(e))));
+      h("td", {}, e.actor ? [e.actor.kind, e.actor.id].filter((v) => v).join(" ") : ""), h("td", {}, cause(e)), h("td", {}, summary(e))));
   }
   // Reads the history after the last seq shown: the stream says something happened, the history
   // says what, in order, exactly once.

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/originweave/bap/server/internal/pgcluster"
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // The operator console (issue #18) in a real browser: console/test/driver.mjs drives the system
@@ -139,8 +140,9 @@ func (d *browserDriver) text(loc map[string]any) string {
 }
 
 // page checks the page the browser shows: no serious or critical axe-core violation, and its
-// picture when BAP_CONSOLE_SCREENSHOTS asks for it.
-func (d *browserDriver) page(name string) {
+// picture when BAP_CONSOLE_SCREENSHOTS asks for it: the viewport, or the part of the page that
+// holds the elements within names (CSS selectors).
+func (d *browserDriver) page(name string, within ...string) {
 	d.t.Helper()
 	vs, _ := d.do(map[string]any{"op": "axe"})["violations"].([]any)
 	for _, v := range vs {
@@ -152,7 +154,11 @@ func (d *browserDriver) page(name string) {
 	if dir == "" {
 		dir = d.t.TempDir()
 	}
-	d.do(map[string]any{"op": "shot", "path": filepath.Join(dir, name+".png")})
+	shot := map[string]any{"op": "shot", "path": filepath.Join(dir, name+".png")}
+	if len(within) > 0 {
+		shot["within"] = within
+	}
+	d.do(shot)
 }
 
 // consoleLogin runs `bap console` and returns the URL it printed.
@@ -212,11 +218,52 @@ func approvalOf(t *testing.T, socket, id string) map[string]any {
 	return nil
 }
 
+// timelineMatchesEvents waits until the task page's timeline shows exactly what list_task_events
+// answers — every event, in seq order, each row with its seq, type, actor and cause — and returns
+// the events. The page must be the task's.
+func timelineMatchesEvents(t *testing.T, b *browserDriver, listen, taskID string) []any {
+	t.Helper()
+	var evs []any
+	waitfor.Until(t, 10*time.Second, "the timeline to show list_task_events", func() (bool, string) {
+		evs, _ = mustAPI(t, 200, listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any)
+		rows, _ := b.do(map[string]any{"op": "cells", "loc": css("tr[data-seq]")})["rows"].([]any)
+		if len(rows) != len(evs) {
+			return false, fmt.Sprintf("%d rows, %d events", len(rows), len(evs))
+		}
+		for i, e := range evs {
+			ev := e.(map[string]any)
+			actor, _ := ev["actor"].(map[string]any)
+			kind, _ := actor["kind"].(string)
+			who := kind
+			if id, _ := actor["id"].(string); id != "" { // absent for system
+				who += " " + id
+			}
+			var why []string
+			if c, _ := ev["cause"].(map[string]any); c != nil {
+				for _, k := range []string{"reason", "command_id", "event_id"} {
+					if v, _ := c[k].(string); v != "" {
+						why = append(why, v)
+					}
+				}
+			}
+			cells, _ := rows[i].([]any)
+			want := []any{fmt.Sprint(ev["seq"]), ev["type"], who, strings.Join(why, " ")}
+			if len(cells) < 5 || cells[0] != want[0] || cells[2] != want[1] || cells[3] != want[2] || cells[4] != want[3] {
+				return false, fmt.Sprintf("row %d shows %q, the event is %v", i, cells, want)
+			}
+		}
+		return true, ""
+	})
+	return evs
+}
+
 // The local profile as a new user tries it after `make run`: `bap console` prints a URL that
 // signs the operator in once; a held checkout appears in the inbox within 2 s with its screenshot
 // and the exact request; the agent's own resolve is refused while the console's Approve places
-// exactly one order and Deny on a second hold none; the task list, the timeline (the same events
-// as list_task_events) and the evidence viewer's Verify (valid, then invalid once the bytes are
+// exactly one order and Deny on a second hold none; the task list, the task's timeline opened from
+// it (row for row the events of list_task_events: seq, type, actor and cause, before and after the
+// handoff), the live view following the agent, a handoff (Take over, a typed field, Hand back, and
+// the agent going on with a fresh handle on the new epoch) and the evidence viewer's Verify (valid, then invalid once the bytes are
 // changed in the database); no page has a serious or critical accessibility violation.
 func TestConsoleLocalProfile(t *testing.T) {
 	t.Parallel()
@@ -313,23 +360,20 @@ func TestConsoleLocalProfile(t *testing.T) {
 	b.do(map[string]any{"op": "goto", "url": base + "/console/#/tasks?state=succeeded"})
 	b.do(map[string]any{"op": "wait", "loc": css("td.empty")})
 
-	// The task's timeline: the same events as list_task_events, live.
-	b.do(map[string]any{"op": "goto", "url": base + "/console/#/tasks/" + taskID})
-	evs := mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any)
-	last := evs[len(evs)-1].(map[string]any)
-	b.do(map[string]any{"op": "wait", "loc": css(fmt.Sprintf(`tr[data-seq="%v"]`, last["seq"]))})
-	if n, _ := b.do(map[string]any{"op": "count", "loc": css("tr[data-seq]")})["count"].(float64); int(n) != len(evs) {
-		t.Fatalf("the timeline shows %v events, list_task_events %d", n, len(evs))
-	}
+	// The task's timeline, opened from the list: the same events as list_task_events, live.
+	b.do(map[string]any{"op": "goto", "url": base + "/console/#/tasks?state=running"})
+	b.do(map[string]any{"op": "click", "loc": role("link", taskID)})
+	timelineMatchesEvents(t, b, r.listen, taskID)
 	// The live view: a frame of the agent's page, and a new one after the agent navigates.
 	b.do(map[string]any{"op": "wait", "loc": css(`#live-view[data-stream="open"] img.live-frame:not([data-frames="0"])`), "timeout": 20000})
 	frames, _ := b.do(map[string]any{"op": "attr", "loc": css("img.live-frame"), "name": "data-frames"})["value"].(string)
 	mustAPI(t, 200, r.listen, "POST", sp+"/navigate", "con-live", `{"url":"`+site.srv.URL+`/form"}`)
 	b.do(map[string]any{"op": "wait", "loc": css(`img.live-frame:not([data-frames="` + frames + `"])`), "timeout": 20000})
-	evs = mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any)
-	b.do(map[string]any{"op": "wait", "loc": css(fmt.Sprintf(`tr[data-seq="%v"]`, evs[len(evs)-1].(map[string]any)["seq"])), "timeout": 5000})
+	timelineMatchesEvents(t, b, r.listen, taskID)
 	b.page("task")
 	handoffInTheConsole(t, b, r, dir, site, taskID, sp)
+	// Extended live through the handoff and the agent's next act: still exactly the history.
+	evs := timelineMatchesEvents(t, b, r.listen, taskID)
 
 	// The DOM and AX snapshots: linked from the timeline, shown with the SHA-256 of their bytes.
 	captured := mustAPI(t, 200, r.listen, "POST", sp+"/evidence", "con-evidence", `{"kinds":["dom_snapshot","ax_snapshot"]}`)
@@ -536,7 +580,9 @@ func TestConsoleReconciliationQueue(t *testing.T) {
 // handoffInTheConsole drives a human handoff from the task page (issue #18 items 5 and 7): **Take
 // over**, type into the agent's page through the governed act path, a click the task's approval
 // rule holds (the person's act is governed like the agent's), **Hand back**; then the agent's next
-// command sees the new epoch — its handle from before answers 409 stale_node_handle. It asserts
+// command sees the new epoch — its handle from before answers 409 stale_node_handle — and it goes
+// on there: a fresh query is on the epoch the hand-back started (later than the one before), and
+// its act with the fresh handle applies. It asserts
 // on what the database and the site recorded. The page is the task page, open on the agent's
 // session at the site's /form.
 func handoffInTheConsole(t *testing.T, b *browserDriver, r *running, dir string, site *multiSite, taskID, sp string) {
@@ -547,6 +593,7 @@ func handoffInTheConsole(t *testing.T, b *browserDriver, r *running, dir string,
 		t.Fatalf("the agent's query for the Name field: %v", q)
 	}
 	oldHandle, _ := nodes[0].(map[string]any)["node_id"].(string)
+	oldEpoch, _ := q["epoch_id"].(string)
 	orders := site.orders.Load()
 
 	b.do(map[string]any{"op": "click", "loc": role("button", "Take over")})
@@ -561,7 +608,7 @@ func handoffInTheConsole(t *testing.T, b *browserDriver, r *running, dir string,
 	b.do(map[string]any{"op": "click", "loc": role("button", "Type")})
 	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#handoff-result.ok", "hasText": "Typed: applied"}})
 	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#handoff-field option", "hasText": "= Typed by a person"}, "state": "attached"})
-	b.page("task-handoff")
+	b.page("task-handoff", "#live-view", "#handoff")
 	// Send is a form submission the task's rule holds: the person's click is held too.
 	b.do(map[string]any{"op": "select", "loc": role("combobox", "Field"), "label": `button “Send”`})
 	b.do(map[string]any{"op": "click", "loc": role("button", "Click")})
@@ -574,6 +621,24 @@ func handoffInTheConsole(t *testing.T, b *browserDriver, r *running, dir string,
 	// The agent's next command sees the new epoch: its old handle is stale.
 	if st, m, raw := api(r.listen, "POST", sp+"/act", "con-ho-stale", `{"action":"fill","node_id":"`+oldHandle+`","value":"agent"}`); st != 409 || m["code"] != "stale_node_handle" {
 		t.Fatalf("the agent's old handle after Hand back: %d %s", st, raw)
+	}
+	// ... and it continues on the new epoch, the one the hand-back started: a fresh handle works.
+	var returnedEpoch string
+	for _, e := range mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any) {
+		if ev := e.(map[string]any); ev["type"] == "handoff.returned" {
+			returnedEpoch, _ = ev["data"].(map[string]any)["epoch_id"].(string)
+		}
+	}
+	fresh := mustAPI(t, 200, r.listen, "POST", sp+"/query-nodes", "", `{"query":{"role":"textbox","name":"Name"}}`)
+	freshNodes, _ := fresh["nodes"].([]any)
+	newEpoch, _ := fresh["epoch_id"].(string)
+	if len(freshNodes) == 0 || oldEpoch == "" || newEpoch != returnedEpoch || newEpoch <= oldEpoch {
+		t.Fatalf("the agent's query after Hand back: epoch %q, hand-back's %q, before %q: %v", newEpoch, returnedEpoch, oldEpoch, fresh)
+	}
+	newHandle, _ := freshNodes[0].(map[string]any)["node_id"].(string)
+	agentAct := mustAPI(t, 200, r.listen, "POST", sp+"/act", "con-ho-next", `{"action":"fill","node_id":"`+newHandle+`","value":"the agent again"}`)
+	if field(agentAct, "receipt", "outcome") != "applied" || agentAct["epoch_id"] != newEpoch || newHandle == oldHandle {
+		t.Fatalf("the agent's act on the new epoch %s: %v", newEpoch, agentAct)
 	}
 
 	// What the database recorded: the person's two acts as theirs, the handoff returned with its
