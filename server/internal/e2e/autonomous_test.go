@@ -33,8 +33,8 @@ type fakeOrchestrator struct {
 	// replyIDs are the ids of the planner's replies, in order (none when exhausted): one id
 	// twice is a reply the orchestrator delivered again.
 	replyIDs []string
-	verdict string
-	log     []app.ModelRequest // every Complete request, as received
+	verdict  string
+	log      []app.ModelRequest // every Complete request, as received
 	// safety answers, in order (allow, public when exhausted); observer is the observer's answer.
 	safety   []string
 	observer string
