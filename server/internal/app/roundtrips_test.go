@@ -279,3 +279,40 @@ func TestReplayWinsOverALaterFailure(t *testing.T) {
 		t.Fatal("a fresh key with a past deadline succeeded; want invalid_request")
 	}
 }
+
+// TestAFailedPipelineLeavesNothing: when one statement of a command's single pipeline fails (here
+// the database's CHECK on the goal's length, which the service leaves to it), nothing of the
+// command is written — no task, history, outbox message or idempotency record — and the key stays
+// free for a corrected request.
+func TestAFailedPipelineLeavesNothing(t *testing.T) {
+	w := &wireCount{}
+	svc, pool := countedService(t, w)
+	actor := app.Actor{Tenant: "local", Subject: "operator:local"}
+	long := strings.Repeat("g", 2001)
+	fp, err := svc.Fingerprints().Fingerprint("create_task", nil, []byte(`{"goal":"`+long+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := app.Call{Actor: actor, Operation: "create_task", IdempotencyKey: "failed-pipeline", Fingerprint: fp}
+	if _, err := svc.CreateTask(t.Context(), call, app.CreateTaskInput{Goal: long}, &recorder{}); err == nil {
+		t.Fatal("a 2001-character goal was stored; want the database's CHECK to refuse it")
+	}
+	for _, table := range []string{"agent_task", "agent_task_event", "task_command", "task_receipt", "outbox_event", "idempotency_record"} {
+		var n int
+		if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("%s has %d rows after the failed command; want none", table, n)
+		}
+	}
+	fp, err = svc.Fingerprints().Fingerprint("create_task", nil, []byte(`{"goal":"short"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	call.Fingerprint = fp
+	resp, err := svc.CreateTask(t.Context(), call, app.CreateTaskInput{Goal: "short"}, &recorder{})
+	if err != nil || resp.Replayed {
+		t.Fatalf("the corrected request with the same key: %+v, %v; want a fresh answer", resp, err)
+	}
+}

@@ -104,12 +104,16 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(app.Tx) error, optimistic 
 	}
 	tx := &pgTx{conn: conn, optimistic: optimistic}
 	defer tx.release(ctx)
-	if err := fn(tx); err != nil {
-		if tx.claim != nil && !tx.claim.sent {
-			// The command failed before its key was claimed: whether that key is someone else's
-			// answer (a replay, a 409, a 422) decides the answer, so claim it first and run again.
-			return fmt.Errorf("%w: %w", errClaimUnconfirmed, err)
-		}
+	err = fn(tx)
+	switch {
+	case tx.claimTaken:
+		// The queued claim found its key taken, whatever the command made of that error.
+		return fmt.Errorf("%w: %w", errClaimUnconfirmed, errors.Join(err, errors.New("key taken")))
+	case err != nil && tx.claim != nil && !tx.claim.sent:
+		// The command failed before its key was claimed: whether that key is someone else's
+		// answer (a replay, a 409, a 422) decides the answer, so claim it first and run again.
+		return fmt.Errorf("%w: %w", errClaimUnconfirmed, err)
+	case err != nil:
 		return err
 	}
 	if err := s.publishEvents(ctx, tx); err != nil {
@@ -153,6 +157,9 @@ type pgTx struct {
 	// optimistic allows ClaimIdempotency to queue the claim instead of sending it (see InTx).
 	optimistic bool
 	claim      *queuedClaim
+	// claimTaken: a pipeline carrying the queued claim failed on the key (whatever the command
+	// made of that error, InTx runs it again with the claim first).
+	claimTaken bool
 	batch      pgx.Batch
 	// events appended by the command, published to the outbox just before commit.
 	events []app.Event
@@ -196,6 +203,7 @@ func (t *pgTx) take() *pgx.Batch {
 func (t *pgTx) sendErr(b *pgx.Batch, err error) error {
 	var pgErr *pgconn.PgError
 	if t.claim != nil && t.claim.inFlight == b && errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.TableName == "idempotency_record" {
+		t.claimTaken = true
 		return fmt.Errorf("%w: %w", errClaimUnconfirmed, err)
 	}
 	return fmt.Errorf("writing command: %w", err)
