@@ -530,11 +530,14 @@ row "  p50 (ms)" "$bap_p50"
 row "  p99 (ms)" "$bap_p99" "goal < $p99_goal_ms ms: $(yes_no "$p99_ok")"
 row "ratio bap_rps / pgbench_tps" "$ratio" "goal ≥ $ratio_goal: $(yes_no "$ratio_ok")"
 if [[ $wire_json != "[]" ]]; then
-	# One {"operation":…,"round_trips":…,"statements":…,"rows":…} object per command.
+	# One {"operation":…,"round_trips":…,"statements":…,"rows":…} object per command; pgbench's
+	# TPC-B transaction (-M prepared) is BEGIN, 3 UPDATEs, a SELECT, an INSERT and END, one round
+	# trip each.
+	row "  wire: pgbench TPC-B transaction" "7 RT" "7 statements, 4 rows"
 	while IFS= read -r item; do
 		[[ -n $item ]] || continue
 		op=$(sed -n 's/.*"operation":"\([^"]*\)".*/\1/p' <<<"$item")
-		row "  wire: $op" "$(jget "$item" round_trips) RT" "$(jget "$item" statements) statements, $(jget "$item" rows) rows (pgbench: 1 RT per statement, 7 statements, 4 rows)"
+		row "  wire: $op" "$(jget "$item" round_trips) RT" "$(jget "$item" statements) statements, $(jget "$item" rows) rows"
 	done < <(grep -o '{[^}]*}' <<<"$wire_json")
 fi
 row "cold start: create_task (rps, first ${cold}s)" "$(jget "$bap_cold" rps)" "p99 $(jget "$bap_cold" p99_ms) ms, before the first ANALYZE"
