@@ -256,23 +256,24 @@ func TestServeRefusesNonLoopbackInLocalProfile(t *testing.T) {
 	}
 }
 
-// An engine this build has no adapter for is refused before anything starts, from the flag and
-// from its environment twin (issue #19 item 3: firefox until the BiDi adapter lands).
-func TestServeRefusesAnEngineWithoutAnAdapter(t *testing.T) {
+// bap serve refuses, before anything starts, an engine list it cannot serve, from the flag or
+// from its environment twin (issue #19 item 3): a name that is no engine of BAP, an engine twice.
+func TestServeRefusesAnEngineListItCannotServe(t *testing.T) {
 	cases := []struct {
-		name string
-		args []string
-		env  string
+		name    string
+		args    []string
+		env     string
+		refusal string
 	}{
-		{name: "flag", args: []string{"--engines", "chromium,firefox"}},
-		{name: "env", env: "firefox"},
+		{name: "flag", args: []string{"--engines", "chromium,webkit"}, refusal: "webkit\\\" is not a browser engine of BAP"}, // the log line is JSON
+		{name: "env", env: "firefox,firefox", refusal: "names firefox twice"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("BAP_ENGINES", tc.env)
 			var stderr strings.Builder
 			code := run(append([]string{"serve", "--data-dir", t.TempDir()}, tc.args...), io.Discard, &stderr)
-			if code != 1 || !strings.Contains(stderr.String(), "no adapter for the browser engine firefox") {
+			if code != 1 || !strings.Contains(stderr.String(), tc.refusal) {
 				t.Fatalf("exit %d, stderr %s", code, stderr.String())
 			}
 		})

@@ -177,7 +177,7 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 		return nil, err
 	}
 	s.mu.Lock()
-	doc0 := s.docs.doc
+	doc0, started0 := s.docs.doc, s.navStarted
 	s.mu.Unlock()
 	if err := s.perform(ctx, tg, req); err != nil {
 		if err := s.check(); err != nil {
@@ -192,7 +192,7 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 		}
 		return nil, s.mapErr(err)
 	}
-	res, err := s.settle(ctx, doc0)
+	res, err := s.settle(ctx, doc0, started0)
 	if err != nil {
 		return nil, err
 	}
@@ -203,13 +203,51 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 // settleWait bounds how long an act waits for the document it may have started loading.
 const settleWait = 10 * time.Second
 
-// settle waits until the tab's document is loaded (a navigation the action started, if any) and
-// reports it.
-func (s *Session) settle(ctx context.Context, doc0 string) (*page.ActResult, error) {
+// frameWait bounds the wait for the frames after an input.
+const frameWait = 300 * time.Millisecond
+
+// noteNavigation counts a navigation of the tab that started or ended.
+func (s *Session) noteNavigation(started bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if started {
+		s.navStarted++
+	} else {
+		s.navEnded++
+	}
+	close(s.navCh)
+	s.navCh = make(chan struct{})
+}
+
+// navState is the tab's navigation counters and the channel of their next change.
+func (s *Session) navState() (started, ended int, changed <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.navStarted, s.navEnded, s.navCh
+}
+
+// settle waits until a navigation the action started (navigations counted past started0) has
+// ended and its document is loaded, and reports it.
+func (s *Session) settle(ctx context.Context, doc0 string, started0 int) (*page.ActResult, error) {
 	wctx, cancel := context.WithTimeout(ctx, settleWait)
 	defer cancel()
-	// A navigation the input started commits within a few frames; then wait for its load.
-	_, _ = s.evaluate(wctx, `new Promise(r => requestAnimationFrame(() => setTimeout(() => r(""), 50)))`, true)
+	// A navigation the input started begins within a few frames; then wait for its load. A
+	// document that goes away while the frame wait runs never answers it: bounded apart.
+	fctx, fcancel := context.WithTimeout(wctx, frameWait)
+	_, _ = s.evaluate(fctx, `new Promise(r => requestAnimationFrame(() => setTimeout(() => r(""), 50)))`, true)
+	fcancel()
+	for {
+		started, ended, changed := s.navState()
+		if started == started0 || ended >= started {
+			break
+		}
+		select {
+		case <-wctx.Done():
+		case <-changed:
+			continue
+		}
+		break
+	}
 	for {
 		v, err := s.evaluate(wctx, `document.readyState`, false)
 		if err == nil && v == "complete" {

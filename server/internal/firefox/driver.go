@@ -53,10 +53,12 @@ type Driver struct {
 	log     *slog.Logger
 	b       *Browser
 	e       *Engine
+	owned   bool // Close ends the engine and stops the browser
 	product string
 
 	mu       sync.Mutex
 	sessions map[string]*Session
+	byTop    map[bidi.BrowsingContextBrowsingContext]*Session
 	closed   bool
 }
 
@@ -65,9 +67,6 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxSessions <= 0 {
-		cfg.MaxSessions = 16
 	}
 	b, err := Launch(ctx, Options{Binary: cfg.Binary, Log: log, Prefs: proxyPrefs, RunAsUser: cfg.RunAsUser})
 	if err != nil {
@@ -78,15 +77,55 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
 	}
-	d := &Driver{cfg: cfg, log: log, b: b, e: e, sessions: map[string]*Session{}}
+	d := newDriver(cfg, log, b, e)
+	d.owned = true
+	return d, nil
+}
+
+// newDriver is a driver over a running browser and its engine.
+func newDriver(cfg Config, log *slog.Logger, b *Browser, e *Engine) *Driver {
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = 16
+	}
+	d := &Driver{cfg: cfg, log: log, b: b, e: e, sessions: map[string]*Session{}, byTop: map[bidi.BrowsingContextBrowsingContext]*Session{}}
 	e.drv = d
 	name, version, _ := strings.Cut(e.Version(), " ")
 	if name == "firefox" {
 		name = "Firefox"
 	}
 	d.product = name + "/" + version
+	d.follow()
 	go d.watch()
-	return d, nil
+	return d
+}
+
+// follow subscribes to the navigations of the sessions' tabs: an act tells from them whether its
+// input started one and waits for it to end (act.go's settle).
+func (d *Driver) follow() {
+	nav := func(started bool) func(bidi.BrowsingContextNavigationInfo) {
+		return func(ev bidi.BrowsingContextNavigationInfo) {
+			d.mu.Lock()
+			s := d.byTop[ev.Context]
+			d.mu.Unlock()
+			if s != nil {
+				s.noteNavigation(started)
+			}
+		}
+	}
+	d.e.c.OnBrowsingContextNavigationStarted(nav(true))
+	for _, on := range []func(func(bidi.BrowsingContextNavigationInfo)) func(){
+		d.e.c.OnBrowsingContextLoad, d.e.c.OnBrowsingContextNavigationFailed, d.e.c.OnBrowsingContextNavigationAborted,
+	} {
+		on(nav(false))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := d.e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{Events: []string{
+		bidi.EventBrowsingContextNavigationStarted, bidi.EventBrowsingContextLoad,
+		bidi.EventBrowsingContextNavigationFailed, bidi.EventBrowsingContextNavigationAborted,
+	}}); err != nil {
+		d.log.Warn("firefox: subscribing to navigations", "err", err)
+	}
 }
 
 // watch marks every session lost when the browser or its connection goes away.
@@ -195,6 +234,7 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 		return nil, page.ErrSessionExists
 	}
 	d.sessions[id] = s
+	d.byTop[s.top] = s
 	d.mu.Unlock()
 	return s, nil
 }
@@ -221,6 +261,9 @@ func (d *Driver) forget(s *Session) {
 	if d.sessions[s.id] == s {
 		delete(d.sessions, s.id)
 	}
+	if d.byTop[s.top] == s {
+		delete(d.byTop, s.top)
+	}
 }
 
 // Close closes every session, ends the BiDi session and stops the browser.
@@ -240,6 +283,9 @@ func (d *Driver) Close() error {
 	defer cancel()
 	for _, s := range list {
 		_ = s.Close(ctx)
+	}
+	if !d.owned {
+		return nil
 	}
 	err := d.e.Close(ctx)
 	return errors.Join(err, d.b.Close())

@@ -91,6 +91,10 @@ type Session struct {
 	closed bool
 	lost   bool
 	docs   documents // the tab's documents, epochs and node handles (handles.go)
+	// navigations started and ended (loaded, failed or aborted) in the tab, and a channel closed
+	// (and replaced) at each change
+	navStarted, navEnded int
+	navCh                chan struct{}
 }
 
 // NewSession creates a user context and a tab in it (with no proxy: the driver's OpenSession
@@ -109,7 +113,7 @@ func (e *Engine) newSession(ctx context.Context, p bidi.BrowserCreateUserContext
 		_ = e.c.BrowserRemoveUserContext(context.WithoutCancel(ctx), bidi.BrowserRemoveUserContextParameters{UserContext: uc.UserContext})
 		return nil, fmt.Errorf("firefox: creating the session's tab: %w", err)
 	}
-	s := &Session{e: e, uc: uc.UserContext, top: tab.Context, ctxID: ids.New(ids.BrowsingContext)}
+	s := &Session{e: e, uc: uc.UserContext, top: tab.Context, ctxID: ids.New(ids.BrowsingContext), navCh: make(chan struct{})}
 	s.docs.init()
 	return s, nil
 }

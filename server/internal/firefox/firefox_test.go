@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	b, err := Launch(ctx, Options{})
+	b, err := Launch(ctx, Options{Prefs: proxyPrefs}) // as Start launches it
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "firefox tests:", err)

@@ -23,7 +23,7 @@ import (
 // handles after every navigation, actionability checks before input, and input sent as a user's
 // through input.performActions. What this adapter does not do yet is refused, never substituted:
 // the capabilities it lacks answer 501 before they reach it (daemon's registry), and the rest
-// answers ErrUnsupported (mapped to 501 by the use-cases' problem table).
+// answers ErrUnsupported, an invalid_request naming what (docs/engines.md lists them).
 
 // ErrUnsupported is returned for a request this adapter cannot carry out (it names what).
 var ErrUnsupported = fmt.Errorf("%w: not supported on the firefox engine yet", page.ErrInvalidRequest)

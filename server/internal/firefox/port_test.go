@@ -1,0 +1,246 @@
+package firefox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/waitfor"
+)
+
+// site is a small shop on one origin (with a page that reaches for another) and the other origin,
+// which counts what reached it.
+type site struct {
+	shop, other *httptest.Server
+	otherHits   atomic.Int64
+	orders      atomic.Int64
+	buyer       atomic.Pointer[string]
+}
+
+const shopPage = `<!doctype html><title>Checkout</title><h1>Checkout</h1>
+<form method="post" action="/order"><label for="n">Full name</label><input id="n" name="name">
+<label><input type="checkbox" name="terms"> I accept the terms</label>
+<select aria-label="Country" name="c"><option value="">Choose</option><option value="fr">France</option></select>
+<button type="submit">Place order</button></form><a href="/thanks">Skip</a>`
+
+func newSite(t *testing.T) *site {
+	t.Helper()
+	s := &site{}
+	s.other = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.otherHits.Add(1)
+		_, _ = w.Write([]byte("other"))
+	}))
+	t.Cleanup(s.other.Close)
+	mux := http.NewServeMux()
+	html := func(w http.ResponseWriter, body string) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(body))
+	}
+	mux.HandleFunc("GET /checkout", func(w http.ResponseWriter, r *http.Request) { html(w, shopPage) })
+	mux.HandleFunc("POST /order", func(w http.ResponseWriter, r *http.Request) {
+		name := r.FormValue("name")
+		s.buyer.Store(&name)
+		s.orders.Add(1)
+		http.Redirect(w, r, "/thanks", http.StatusSeeOther)
+	})
+	mux.HandleFunc("GET /thanks", func(w http.ResponseWriter, r *http.Request) {
+		html(w, `<!doctype html><title>Thanks</title><h1>Thank you</h1>`)
+	})
+	mux.HandleFunc("GET /reach", func(w http.ResponseWriter, r *http.Request) {
+		html(w, `<!doctype html><title>Reach</title><p id="r">waiting</p><img src="`+s.other.URL+`/pixel">
+<script>fetch("`+s.other.URL+`/data").then(() => { document.getElementById("r").textContent = "reached" }, () => { document.getElementById("r").textContent = "refused" })</script>`)
+	})
+	mux.HandleFunc("GET /away", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, s.other.URL+"/landing", http.StatusFound)
+	})
+	s.shop = httptest.NewServer(mux)
+	t.Cleanup(s.shop.Close)
+	return s
+}
+
+// events collects a session's events.
+type events struct {
+	mu   sync.Mutex
+	list []page.Event
+}
+
+func (e *events) add(ev page.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, ev)
+}
+
+func (e *events) all() []page.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]page.Event(nil), e.list...)
+}
+
+// portSession opens a BAP session on a driver over the package's browser, allowed on origins.
+func portSession(t *testing.T, ctx context.Context, ev *events, origins ...string) *Session {
+	t.Helper()
+	pol, err := policy.ParsePolicy(origins, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDriver(Config{}, slog.New(slog.DiscardHandler), browser, engine(t, ctx))
+	s, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, ev.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close(context.WithoutCancel(ctx)) })
+	return s
+}
+
+// rawBiDi matches what Firefox's BiDi ids look like: UUIDs (browsing, user context and realm ids)
+// and shared references.
+var rawBiDi = regexp.MustCompile(`(?i)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|f\.[0-9A-F]+\.d\.[0-9A-F]+\.e\.\d+`)
+
+// TestPortFlow drives the use-cases' operations on a Firefox session as the CDP adapter's tests
+// do: navigate, observe (the page agent's nodes with handles), query, fill by handle, check,
+// select and click through input.performActions (the order is placed with the typed name), a
+// handle of the previous document is stale after the navigation, extract, screenshots, state
+// export; and nothing it answers or reports holds a raw BiDi id.
+func TestPortFlow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	st := newSite(t)
+	ev := &events{}
+	s := portSession(t, ctx, ev, st.shop.URL)
+	var seen []any
+	keep := func(v any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, v)
+	}
+
+	nav, err := s.Navigate(ctx, page.NavigateRequest{URL: st.shop.URL + "/checkout"})
+	keep(nav, err)
+	if nav.ContextID != s.DefaultContext() || !strings.HasPrefix(nav.EpochID, "ep_") || nav.Title != "Checkout" {
+		t.Fatalf("navigate: %+v", nav)
+	}
+	snap, err := s.Observe(ctx, page.ObserveRequest{})
+	keep(snap, err)
+	raw, _ := json.Marshal(snap)
+	if !strings.Contains(string(raw), `"name":"Place order"`) || !strings.Contains(string(raw), `"node_id":"nd_`) || snap.EpochID != nav.EpochID {
+		t.Fatalf("observe: %s", raw)
+	}
+	q, err := s.QueryNodes(ctx, page.QueryRequest{Query: page.Query{Label: "Full name"}})
+	keep(q, err)
+	if len(q.Nodes) != 1 || q.Nodes[0].Role != "textbox" {
+		t.Fatalf("query: %+v", q)
+	}
+	name := q.Nodes[0].NodeID
+	keep(s.Act(ctx, page.ActRequest{Action: page.ActionFill, NodeID: name, Value: "Ada Lovelace"}))
+	keep(s.Act(ctx, page.ActRequest{Action: page.ActionCheck, Query: &page.Query{Role: "checkbox", Name: "terms"}}))
+	keep(s.Act(ctx, page.ActRequest{Action: page.ActionSelectOption, Query: &page.Query{Label: "Country"}, Values: []string{"France"}}))
+	filled, err := s.QueryNodes(ctx, page.QueryRequest{Query: page.Query{Label: "Full name"}})
+	keep(filled, err)
+	if filled.Nodes[0].Value != "Ada Lovelace" || filled.Nodes[0].NodeID != name {
+		t.Fatalf("after fill: %+v", filled.Nodes)
+	}
+	effect, _, err := s.ClassifyAction(ctx, page.ActRequest{Action: page.ActionClick, Query: &page.Query{Role: "button", Name: "Place order"}})
+	if err != nil || effect != page.EffectFormSubmission {
+		t.Fatalf("classify: %q %v", effect, err)
+	}
+	click, err := s.Act(ctx, page.ActRequest{Action: page.ActionClick, Query: &page.Query{Role: "button", Name: "Place order"}})
+	keep(click, err)
+	if !click.Navigated || click.EpochID == nav.EpochID || st.orders.Load() != 1 || *st.buyer.Load() != "Ada Lovelace" {
+		t.Fatalf("click: %+v (orders %d)", click, st.orders.Load())
+	}
+	for _, req := range []page.ActRequest{
+		{Action: page.ActionClick, NodeID: name},
+		{Action: page.ActionFill, NodeID: name, Value: "x"},
+	} {
+		if _, err := s.Act(ctx, req); !errors.Is(err, page.ErrStaleNodeHandle) {
+			t.Fatalf("%s with a handle of the previous document: %v, want stale", req.Action, err)
+		}
+	}
+	if _, err := s.Observe(ctx, page.ObserveRequest{Within: name}); !errors.Is(err, page.ErrStaleNodeHandle) {
+		t.Fatalf("observe within a stale handle: %v", err)
+	}
+	if _, err := s.Act(ctx, page.ActRequest{Action: page.ActionClick, NodeID: "nd_0000000000"}); !errors.Is(err, page.ErrNoSuchNode) {
+		t.Fatalf("an unknown handle: %v", err)
+	}
+	text, err := s.Extract(ctx, page.ExtractRequest{Kind: page.ExtractText})
+	keep(text, err)
+	if !strings.Contains(fmt.Sprint(text.Data), "Thank you") || text.EpochID != click.EpochID {
+		t.Fatalf("extract: %+v", text)
+	}
+	for _, req := range []page.ScreenshotRequest{{}, {FullPage: true}} {
+		png, err := s.Screenshot(ctx, req)
+		if err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
+			t.Fatalf("screenshot %+v: %d bytes, %v", req, len(png), err)
+		}
+	}
+	state, err := s.ExportState(ctx)
+	if err != nil || len(state.Contexts) != 1 || !strings.HasSuffix(state.Contexts[0].URL, "/thanks") {
+		t.Fatalf("export: %+v %v", state, err)
+	}
+	for _, e := range ev.all() {
+		seen = append(seen, e)
+	}
+	all, _ := json.Marshal(seen)
+	if m := rawBiDi.Find(all); m != nil {
+		t.Fatalf("a raw BiDi id reached a client: %q in %s", m, all)
+	}
+}
+
+// TestPortOriginPolicy: the session's traffic goes through its egress proxy, so the task's origin
+// policy holds on Firefox too — a navigation elsewhere is refused before it loads, a redirect
+// elsewhere and a page's own requests elsewhere never reach the other origin, and each refusal is
+// a request.blocked event.
+func TestPortOriginPolicy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st := newSite(t)
+	ev := &events{}
+	s := portSession(t, ctx, ev, st.shop.URL)
+	var refused *page.OriginNotAllowedError
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: st.other.URL + "/x"}); !errors.As(err, &refused) {
+		t.Fatalf("navigate elsewhere: %v, want OriginNotAllowedError", err)
+	}
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: st.shop.URL + "/reach"}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 10*time.Second, "the page's fetch elsewhere to settle", func() (bool, string) {
+		var r struct {
+			V string `json:"v"`
+		}
+		if err := s.Agent(ctx, &r, "visibleText", 0); err != nil {
+			return false, err.Error()
+		}
+		if strings.Contains(r.V, "reached") {
+			t.Fatalf("the page's fetch reached the other origin: %q", r.V)
+		}
+		return strings.Contains(r.V, "refused"), r.V
+	})
+	_, _ = s.Navigate(ctx, page.NavigateRequest{URL: st.shop.URL + "/away"})
+	if n := st.otherHits.Load(); n != 0 {
+		t.Fatalf("%d requests reached the other origin", n)
+	}
+	blocked := 0
+	for _, e := range ev.all() {
+		if e.Type == page.EventRequestBlocked {
+			blocked++
+		}
+	}
+	if blocked < 3 {
+		t.Fatalf("request.blocked events: %+v, want the navigation, the page's requests and the redirect", ev.all())
+	}
+}
