@@ -151,7 +151,7 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 	defer func() {
 		// Denied (or found closed): whatever it held never runs.
 		if a, err := s.store.GetApproval(context.WithoutCancel(ctx), call.Actor.Tenant, approvalID); err == nil && a.State != task.ApprovalPending {
-			s.forgetHeld(approvalID)
+			s.forgetHeld(ctx, approvalID)
 		}
 	}()
 	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
@@ -265,7 +265,7 @@ func (c *commandCtx) expireApproval(ctx context.Context, a *Approval) error {
 	if err != nil {
 		return nil // already closed
 	}
-	c.s.forgetHeld(a.ID)
+	c.s.forgetHeld(ctx, a.ID)
 	a.State = next
 	closed := c.now
 	a.ClosedAt = &closed
@@ -317,7 +317,7 @@ func (s *Service) ExpireApprovals(ctx context.Context) (int, error) {
 			}
 			n++
 		}
-		s.forgetExpiredHeld()
+		s.forgetExpiredHeld(ctx)
 		if len(due) < 100 {
 			return n, nil
 		}
@@ -356,11 +356,11 @@ func (s *Service) expireApprovalRef(ctx context.Context, ref ApprovalRef) error 
 
 // forgetExpiredHeld drops this node's held actions whose approval expired (another node's upkeep
 // may have expired it): their approval can never be approved.
-func (s *Service) forgetExpiredHeld() {
+func (s *Service) forgetExpiredHeld(ctx context.Context) {
 	now := s.cfg.Now()
 	s.held.Range(func(k, v any) bool {
 		if h, ok := v.(held); ok && !h.expiresAt.IsZero() && !now.Before(h.expiresAt) {
-			s.forgetHeld(k.(string))
+			s.forgetHeld(ctx, k.(string))
 		}
 		return true
 	})

@@ -133,8 +133,7 @@ type Subscription struct {
 	// delivered to it.
 	start FeedPosition
 
-	once sync.Once
-	err  error // set before ch is closed
+	err error // set before ch is closed
 }
 
 // C delivers the events; it is closed when the subscription ends (see Err).

@@ -57,7 +57,7 @@ type taskFlights struct {
 // flight is one registered command.
 type flight struct {
 	key         flightKey
-	ctx         context.Context // the dispatch context
+	ctx         context.Context //nolint:containedctx // the dispatch context: the flight is the in-flight command, and cancel_task ends it
 	cancel      context.CancelCauseFunc
 	cancellable bool
 }

@@ -78,6 +78,7 @@ func (c *commandCtx) recordDecision(ctx context.Context, r *Receipt) error {
 		outcome = AuthRefused
 	case task.PendingApproval:
 		outcome, reason = AuthHeld, "approval_required"
+	default: // applied, no side effect or interrupted: the command was allowed to run
 	}
 	if point == PointApprovalRule && outcome == AuthAllowed && c.cmd.note.approvalState == task.ApprovalPending {
 		outcome, reason = AuthHeld, "approval_required" // request_approval: the task waits for it

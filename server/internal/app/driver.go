@@ -119,7 +119,7 @@ func (s *Service) BeginModelCall(ctx context.Context, tenant, taskID string) (ca
 // LeaseTx is one transaction of a worker: it holds the task (locked) and the worker's lease. Its
 // events are the worker's (actor worker:<node>, no command).
 type LeaseTx struct {
-	ctx context.Context
+	ctx context.Context //nolint:containedctx // the transaction's context: a LeaseTx lives only inside InLease's fn
 	c   *commandCtx
 }
 

@@ -207,7 +207,7 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.ActResult, dispatchErr error) (any, task.Outcome, error) {
 			// Dispatch forgets the held action; a cancel_task that stopped this command before its
 			// dispatch leaves that to here, so the action never lingers in memory.
-			s.forgetHeld(approvalID)
+			s.forgetHeld(ctx, approvalID)
 			rec := plan.rec
 			if dispatchErr != nil {
 				return s.finishFailed(ctx, c, rec, dispatchErr, true)

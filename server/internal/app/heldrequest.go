@@ -102,8 +102,9 @@ func (s *Service) holdRequest(ctx context.Context, c *commandCtx, call Call, rec
 
 // forgetHeld drops a held action or request whose approval closed without approve (denied,
 // expired, cancelled, its task ended): a request held inside the browser is failed there, so the
-// page learns it will never be sent.
-func (s *Service) forgetHeld(approvalID string) {
+// page learns it will never be sent. The failing runs after the caller's command, so it keeps
+// ctx's values (its trace) but not its cancellation.
+func (s *Service) forgetHeld(ctx context.Context, approvalID string) {
 	v, ok := s.held.LoadAndDelete(approvalID)
 	if !ok {
 		return
@@ -113,7 +114,7 @@ func (s *Service) forgetHeld(approvalID string) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		rec, err := s.store.GetSession(ctx, h.tenant, h.sessionID)
 		if err != nil || rec.State != SessionOpen {

@@ -411,7 +411,7 @@ func (c *commandCtx) cancelPendingApprovals(ctx context.Context, t *Task, state 
 		return err
 	}
 	for _, a := range pending {
-		c.s.forgetHeld(a.ID) // a held action of a closed approval never runs
+		c.s.forgetHeld(ctx, a.ID) // a held action of a closed approval never runs
 		a.State = state
 		closed := c.now
 		a.ClosedAt = &closed

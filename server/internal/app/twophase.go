@@ -109,7 +109,7 @@ func runTwoPhase[P, O any](ctx context.Context, s *Service, call Call, taskID st
 
 	// Phase 2: the effect. A client that goes away does not cancel an effect half-way; the
 	// command's own deadline (in plan) bounds it, and cancel_task stops it through fl.ctx.
-	dctx := context.WithoutCancel(ctx)
+	dctx := context.WithoutCancel(ctx) //nolint:contextcheck // inherited on purpose, without the client's cancellation (above)
 	if fl != nil {
 		dctx = fl.ctx
 	}

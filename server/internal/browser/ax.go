@@ -146,6 +146,7 @@ func axOf(n *accessibility.Node) axState {
 			if v != "" {
 				st.V = clipText(normSpace(v), 200)
 			}
+		default: // the snapshot carries only the states above
 		}
 	}
 	return st

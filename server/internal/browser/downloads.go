@@ -25,7 +25,6 @@ type download struct {
 	state    string
 	tooBig   bool
 	done     chan struct{}
-	taken    bool
 }
 
 func (b *Browser) onDownloadBegin(ps *procState, ev *cdpbrowser.EventDownloadWillBegin) {

@@ -276,7 +276,7 @@ func (s *Session) replayNavigation(ctx context.Context, h *heldReq) error {
 		if derr := s.deadErr(); derr != nil {
 			return derr
 		}
-		return fmt.Errorf("%w: sending it again failed: %v %s", ErrHoldAbandoned, err, res.ErrorText)
+		return fmt.Errorf("%w: sending it again failed: %w %s", ErrHoldAbandoned, err, res.ErrorText)
 	}
 	return nil
 }

@@ -116,7 +116,7 @@ func TestSessionsAreIsolatedAndConcurrent(t *testing.T) {
 			}
 			res, err := s.QueryNodes(ctx, QueryRequest{Query: Query{Label: "Full name"}})
 			if err != nil || len(res.Nodes) != 1 || res.Nodes[0].Value != fmt.Sprint("user ", i) {
-				errs <- fmt.Errorf("session %d: %+v %v", i, res, err)
+				errs <- fmt.Errorf("session %d: %+v %w", i, res, err)
 			}
 		})
 	}

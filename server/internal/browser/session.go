@@ -78,8 +78,9 @@ type Session struct {
 
 	live liveHub // the live view's watchers and capture loop (live.go)
 
-	// life ends when the session is lost or closed.
-	life    context.Context
+	// life ends when the session is lost or closed: the session's own lifetime, which the
+	// commands' contexts and its background loops watch.
+	life    context.Context //nolint:containedctx // the session's lifetime, see above
 	endLife context.CancelFunc
 
 	evMu    sync.Mutex

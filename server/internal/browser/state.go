@@ -329,7 +329,7 @@ func (s *Session) reopenTab(ctx context.Context, pol *policy.Policy, c page.Cont
 		return nil, err
 	}
 	fail := func(err error) (*NavigateResult, error) {
-		fireCmd(s.ps.p.conn.root, target.CloseTarget, target.CloseTargetParams{TargetID: tr.TargetID})
+		fireCmd(s.ps.p.conn.root, target.CloseTarget, target.CloseTargetParams(tr))
 		return nil, err
 	}
 	items := map[string][2]map[string]string{}
