@@ -3812,6 +3812,12 @@ pub struct Node {
     /// True for a read-only control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readonly: Option<bool>,
+    /// Only in a part after the first of an observation cut by `max_bytes`: this node was in an
+    /// earlier part and is repeated only to place the nodes below it (the ancestors of the part's
+    /// first new node). Merging the parts in order, each repeated node standing for the last node
+    /// at its place, gives the whole observation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeated: Option<bool>,
     /// True for a required form control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required: Option<bool>,
@@ -3903,12 +3909,14 @@ pub struct NodeExistsClause {
 /// The truncation marker of an observation cut by `max_bytes`: what is left and how to get it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ObserveContinuation {
-    /// Pass as `cursor` to observe to get the next part of the same observation. Sealed: valid only
-    /// for this session and context.
+    /// Pass as `cursor` to observe to get the next part of the same observation. Opaque and sealed:
+    /// bound to this session, browsing context, document epoch and observation. One altered, forged
+    /// or of another session is refused with 400 `invalid_request`; one of an earlier epoch with
+    /// 409 `observation_stale`.
     pub cursor: String,
     /// This part's number (1 for the first).
     pub part: i64,
-    /// Nodes of the observation not yet returned (ancestors repeated for context not counted).
+    /// Nodes of the observation not yet returned (repeated ancestors not counted).
     pub remaining_nodes: i64,
 }
 
@@ -3982,13 +3990,15 @@ pub struct ObserveRequest {
     pub context_id: Option<String>,
     /// The `continuation.cursor` of an earlier part: returns the next part of that same observation
     /// (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale`
-    /// when the document epoch has changed since.
+    /// when the document epoch has changed since, 400 `invalid_request` when it is not an intact
+    /// cursor of this session and context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
     /// Hard cap on the serialized response, in bytes. When the observation does not fit, the
-    /// response carries the nodes that do (in document order, each part with its ancestors repeated
-    /// for context) and a `continuation` with a cursor for the next part: nothing is dropped
-    /// silently.
+    /// response carries the nodes that do (in document order; a part after the first repeats the
+    /// ancestors of its first node, marked `repeated`) and a `continuation` with a cursor for the
+    /// next part: nothing is dropped silently. A cap too small for one node and its ancestors is
+    /// refused with 400 `invalid_request`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_bytes: Option<i64>,
     /// Most nodes to return; `truncated` says when the tree had more.
@@ -3999,9 +4009,11 @@ pub struct ObserveRequest {
     pub mode: Option<ObserveMode>,
     /// An earlier observation of this context and document epoch (`observation_id`): the answer
     /// holds only the nodes added, changed or removed since, marked by `change`, with their
-    /// unchanged ancestors for context; unchanged nodes keep their handles. Refused with 409
-    /// `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer
-    /// keeps that observation.
+    /// unchanged ancestors for context; unchanged nodes keep their handles. It observes with that
+    /// observation's `mode`, `within` and `max_nodes` (others given are refused with 400
+    /// `invalid_request`). Refused with 409 `observation_stale` when the epoch has changed, 404
+    /// `not_found` when the session no longer keeps that observation (it keeps the few most recent
+    /// of each context's current epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<String>,
     /// Observe only this node's subtree.

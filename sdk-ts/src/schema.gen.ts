@@ -3608,6 +3608,8 @@ export interface components {
             placeholder?: string;
             /** @description True for a read-only control. */
             readonly?: boolean;
+            /** @description Only in a part after the first of an observation cut by `max_bytes`: this node was in an earlier part and is repeated only to place the nodes below it (the ancestors of the part's first new node). Merging the parts in order, each repeated node standing for the last node at its place, gives the whole observation. */
+            repeated?: boolean;
             /** @description True for a required form control. */
             required?: boolean;
             /** @description ARIA role of the node. */
@@ -3647,11 +3649,11 @@ export interface components {
          *     }
          */
         ObserveContinuation: {
-            /** @description Pass as `cursor` to observe to get the next part of the same observation. Sealed: valid only for this session and context. */
+            /** @description Pass as `cursor` to observe to get the next part of the same observation. Opaque and sealed: bound to this session, browsing context, document epoch and observation. One altered, forged or of another session is refused with 400 `invalid_request`; one of an earlier epoch with 409 `observation_stale`. */
             cursor: string;
             /** @description This part's number (1 for the first). */
             part: number;
-            /** @description Nodes of the observation not yet returned (ancestors repeated for context not counted). */
+            /** @description Nodes of the observation not yet returned (repeated ancestors not counted). */
             remaining_nodes: number;
         };
         /**
@@ -3674,9 +3676,9 @@ export interface components {
              * @example ctx_9aB3cD5eF7gH
              */
             context_id?: string;
-            /** @description The `continuation.cursor` of an earlier part: returns the next part of that same observation (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale` when the document epoch has changed since. */
+            /** @description The `continuation.cursor` of an earlier part: returns the next part of that same observation (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale` when the document epoch has changed since, 400 `invalid_request` when it is not an intact cursor of this session and context. */
             cursor?: string;
-            /** @description Hard cap on the serialized response, in bytes. When the observation does not fit, the response carries the nodes that do (in document order, each part with its ancestors repeated for context) and a `continuation` with a cursor for the next part: nothing is dropped silently. */
+            /** @description Hard cap on the serialized response, in bytes. When the observation does not fit, the response carries the nodes that do (in document order; a part after the first repeats the ancestors of its first node, marked `repeated`) and a `continuation` with a cursor for the next part: nothing is dropped silently. A cap too small for one node and its ancestors is refused with 400 `invalid_request`. */
             max_bytes?: number;
             /**
              * @description Most nodes to return; `truncated` says when the tree had more.
@@ -3686,7 +3688,7 @@ export interface components {
             /** @description Which nodes the observation includes. */
             mode?: components["schemas"]["ObserveMode"];
             /**
-             * @description An earlier observation of this context and document epoch (`observation_id`): the answer holds only the nodes added, changed or removed since, marked by `change`, with their unchanged ancestors for context; unchanged nodes keep their handles. Refused with 409 `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer keeps that observation.
+             * @description An earlier observation of this context and document epoch (`observation_id`): the answer holds only the nodes added, changed or removed since, marked by `change`, with their unchanged ancestors for context; unchanged nodes keep their handles. It observes with that observation's `mode`, `within` and `max_nodes` (others given are refused with 400 `invalid_request`). Refused with 409 `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer keeps that observation (it keeps the few most recent of each context's current epoch).
              * @example ob_7hJ2kL4mN6pQ
              */
             since?: string;

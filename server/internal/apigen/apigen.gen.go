@@ -3675,6 +3675,9 @@ type Node struct {
 	// Readonly True for a read-only control.
 	Readonly *bool `json:"readonly,omitempty"`
 
+	// Repeated Only in a part after the first of an observation cut by `max_bytes`: this node was in an earlier part and is repeated only to place the nodes below it (the ancestors of the part's first new node). Merging the parts in order, each repeated node standing for the last node at its place, gives the whole observation.
+	Repeated *bool `json:"repeated,omitempty"`
+
 	// Required True for a required form control.
 	Required *bool `json:"required,omitempty"`
 
@@ -3705,13 +3708,13 @@ type NodeExistsClause struct {
 //
 // Examples: {"cursor":"oc_AAECAwQFBgcICQoLDA0ODw","part":1,"remaining_nodes":1830}
 type ObserveContinuation struct {
-	// Cursor Pass as `cursor` to observe to get the next part of the same observation. Sealed: valid only for this session and context.
+	// Cursor Pass as `cursor` to observe to get the next part of the same observation. Opaque and sealed: bound to this session, browsing context, document epoch and observation. One altered, forged or of another session is refused with 400 `invalid_request`; one of an earlier epoch with 409 `observation_stale`.
 	Cursor string `json:"cursor"`
 
 	// Part This part's number (1 for the first).
 	Part int `json:"part"`
 
-	// RemainingNodes Nodes of the observation not yet returned (ancestors repeated for context not counted).
+	// RemainingNodes Nodes of the observation not yet returned (repeated ancestors not counted).
 	RemainingNodes int `json:"remaining_nodes"`
 }
 
@@ -3727,10 +3730,10 @@ type ObserveRequest struct {
 	// Examples: ctx_9aB3cD5eF7gH
 	ContextId *string `json:"context_id,omitempty"`
 
-	// Cursor The `continuation.cursor` of an earlier part: returns the next part of that same observation (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale` when the document epoch has changed since.
+	// Cursor The `continuation.cursor` of an earlier part: returns the next part of that same observation (only `context_id` and `max_bytes` may accompany it). Refused with 409 `observation_stale` when the document epoch has changed since, 400 `invalid_request` when it is not an intact cursor of this session and context.
 	Cursor *string `json:"cursor,omitempty"`
 
-	// MaxBytes Hard cap on the serialized response, in bytes. When the observation does not fit, the response carries the nodes that do (in document order, each part with its ancestors repeated for context) and a `continuation` with a cursor for the next part: nothing is dropped silently.
+	// MaxBytes Hard cap on the serialized response, in bytes. When the observation does not fit, the response carries the nodes that do (in document order; a part after the first repeats the ancestors of its first node, marked `repeated`) and a `continuation` with a cursor for the next part: nothing is dropped silently. A cap too small for one node and its ancestors is refused with 400 `invalid_request`.
 	MaxBytes *int `json:"max_bytes,omitempty"`
 
 	// MaxNodes Most nodes to return; `truncated` says when the tree had more.
@@ -3739,7 +3742,7 @@ type ObserveRequest struct {
 	// Mode Which nodes the observation includes.
 	Mode *ObserveMode `json:"mode,omitempty"`
 
-	// Since An earlier observation of this context and document epoch (`observation_id`): the answer holds only the nodes added, changed or removed since, marked by `change`, with their unchanged ancestors for context; unchanged nodes keep their handles. Refused with 409 `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer keeps that observation.
+	// Since An earlier observation of this context and document epoch (`observation_id`): the answer holds only the nodes added, changed or removed since, marked by `change`, with their unchanged ancestors for context; unchanged nodes keep their handles. It observes with that observation's `mode`, `within` and `max_nodes` (others given are refused with 400 `invalid_request`). Refused with 409 `observation_stale` when the epoch has changed, 404 `not_found` when the session no longer keeps that observation (it keeps the few most recent of each context's current epoch).
 	//
 	// Examples: ob_7hJ2kL4mN6pQ
 	Since *string `json:"since,omitempty"`
