@@ -478,6 +478,9 @@ func toNode(n *page.Node) apigen.Node {
 	if n.Mixed {
 		out.Mixed = ptr(true)
 	}
+	if n.Repeated {
+		out.Repeated = ptr(true)
+	}
 	if len(n.Options) > 0 {
 		out.Options = &n.Options
 	}

@@ -139,6 +139,10 @@ var rules = []rule{
 		why: "pagekit is what both browser adapters share and no engine defines (the page agent, its records turned into nodes, handle minting, URL redaction): it imports page and the standard library only, so neither adapter leans on the other (issue 19)",
 	},
 	{
+		name: "observation", packages: internal("observation"), forbid: []string{nonStd}, except: internal("page"), tests: true,
+		why: "observation is the engine-neutral half of observe (ADR 0028): budgets, cursors and deltas over the snapshots any adapter takes, in page's vocabulary and the standard library only, so that every engine behind the composition root answers max_bytes, cursor and since alike",
+	},
+	{
 		name: "bidi", packages: internal("bidi"), forbid: concat([]string{module, pgx}, chromedp), tests: true,
 		why: "bidi is a WebDriver BiDi protocol client (a transport plus types generated from the spec's CDDL, ADR 0022): it speaks the protocol and nothing of BAP, so it imports no package of this module",
 	},

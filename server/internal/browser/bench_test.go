@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/originweave/bap/server/internal/observation"
 	"sort"
 	"strings"
 	"sync"
@@ -307,7 +308,8 @@ const benchCapBytes = 16 << 10
 // observation before it), and the size and number of the parts under max_bytes.
 func benchBudgets(b *testing.B, s *Session, mode string, full int) {
 	ctx := context.Background()
-	base, err := s.Observe(ctx, ObserveRequest{Mode: mode})
+	k := observation.NewKeeper()
+	base, err := k.Observe(ctx, s, ObserveRequest{Mode: mode})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -319,7 +321,7 @@ func benchBudgets(b *testing.B, s *Session, mode string, full int) {
 	if _, err := s.Act(ctx, ActRequest{Action: ActionClick, NodeID: btn.NodeID}); err != nil {
 		b.Fatal(err)
 	}
-	delta, err := s.Observe(ctx, ObserveRequest{Mode: mode, Since: base.ObservationID})
+	delta, err := k.Observe(ctx, s, ObserveRequest{Mode: mode, Since: base.ObservationID})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -329,7 +331,7 @@ func benchBudgets(b *testing.B, s *Session, mode string, full int) {
 	req := ObserveRequest{Mode: mode, MaxBytes: benchCapBytes}
 	largest, parts := 0, 0
 	for {
-		part, err := s.Observe(ctx, req)
+		part, err := k.Observe(ctx, s, req)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/pagekit"
 )
 
@@ -64,20 +63,10 @@ func (s *Session) Observe(ctx context.Context, req ObserveRequest) (*Snapshot, e
 	if maxNodes <= 0 {
 		maxNodes = defaultMaxNodes
 	}
-	if req.MaxBytes != 0 && (req.MaxBytes < minObserveBytes || req.MaxBytes > maxObserveBytes) {
-		return nil, fmt.Errorf("%w: max_bytes must be between %d and %d", ErrInvalidRequest, minObserveBytes, maxObserveBytes)
-	}
-	if req.Cursor != "" {
-		if req.Since != "" || req.Within != "" || req.Mode != "" || req.MaxNodes != 0 {
-			return nil, fmt.Errorf("%w: a cursor continues its observation: only context_id and max_bytes may accompany it", ErrInvalidRequest)
-		}
-		return s.continueObservation(t, req)
-	}
-	var base *observation
-	if req.Since != "" {
-		if base, err = s.baseObservation(t, req.Since); err != nil {
-			return nil, err
-		}
+	if req.MaxBytes != 0 || req.Since != "" || req.Cursor != "" {
+		// Fail closed: nothing here would honour them (a cap silently ignored drops nothing
+		// visibly but overflows the caller's context).
+		return nil, fmt.Errorf("%w: max_bytes, since and cursor are answered by the session's observation keeper, not by the engine", ErrInvalidRequest)
 	}
 	s.waitDocument(ctx, t)
 
@@ -95,81 +84,25 @@ func (s *Session) Observe(ctx context.Context, req ObserveRequest) (*Snapshot, e
 		}
 		n := 0
 		snap.Nodes, snap.Truncated = trimNodes(snap.Nodes, maxNodes, &n, snap.Truncated)
-		return s.keepObservation(snap, base, req.MaxBytes)
+		return snap, nil
 	}
 }
 
-// baseObservation finds the observation a Since names, of tab t's current epoch.
-func (s *Session) baseObservation(t *tab, id string) (*observation, error) {
-	if !obsIDRe.MatchString(id) {
-		return nil, fmt.Errorf("%w: since must be an observation id (ob_…)", ErrInvalidRequest)
+// ContextEpoch is the current document epoch of a browsing context ("" for the default one),
+// without observing it (observation.EpochReader: what continuing a cursor checks).
+func (s *Session) ContextEpoch(contextID string) (string, error) {
+	_, end, err := s.begin(context.Background())
+	if err != nil {
+		return "", err
 	}
-	base := s.obs.find(t.id, id)
-	if base == nil {
-		return nil, fmt.Errorf("%w: %s is not among the recent observations of this context", page.ErrNoSuchObservation, id)
+	defer end()
+	t, err := s.tab(contextID)
+	if err != nil {
+		return "", err
 	}
 	s.mu.Lock()
-	epoch := t.epoch
-	s.mu.Unlock()
-	if base.epoch != epoch {
-		return nil, fmt.Errorf("%w: %s observed epoch %s; the context is now in %s", page.ErrObservationStale, id, base.epoch, epoch)
-	}
-	return base, nil
-}
-
-// keepObservation records a fresh snapshot as an observation and answers it:
-// whole, or as the delta against base, cut by maxBytes.
-func (s *Session) keepObservation(snap *Snapshot, base *observation, maxBytes int) (*Snapshot, error) {
-	ob := &observation{id: newObservationID(), contextID: snap.ContextID, epoch: snap.EpochID, url: snap.URL,
-		title: snap.Title, truncated: snap.Truncated, tree: snap.Nodes, outTree: snap.Nodes}
-	if base != nil {
-		if base.epoch != snap.EpochID {
-			return nil, fmt.Errorf("%w: %s observed epoch %s; the context is now in %s", page.ErrObservationStale, base.id, base.epoch, snap.EpochID)
-		}
-		ob.since, ob.outTree = base.id, diffNodes(base.tree, snap.Nodes)
-	}
-	s.obs.keep(ob)
-	out, err := s.answer(ob, 0, maxBytes, 1)
-	if err != nil {
-		return nil, err
-	}
-	out.Contexts = snap.Contexts
-	return out, nil
-}
-
-// continueObservation answers the next part of the observation a cursor names.
-func (s *Session) continueObservation(t *tab, req ObserveRequest) (*Snapshot, error) {
-	c, err := openCursor(s.obs.sealKey(), req.Cursor)
-	if err != nil {
-		return nil, err
-	}
-	if c.contextID != t.id {
-		return nil, fmt.Errorf("%w: the cursor continues an observation of another browsing context", ErrInvalidRequest)
-	}
-	ob := s.obs.find(t.id, c.obsID)
-	if ob == nil {
-		return nil, fmt.Errorf("%w: %s is not among the recent observations of this context", page.ErrNoSuchObservation, c.obsID)
-	}
-	s.mu.Lock()
-	epoch := t.epoch
-	contexts := s.contextsLocked()
-	s.mu.Unlock()
-	if ob.epoch != epoch {
-		return nil, fmt.Errorf("%w: %s observed epoch %s; the context is now in %s", page.ErrObservationStale, ob.id, ob.epoch, epoch)
-	}
-	if c.offset > len(ob.flat()) {
-		return nil, fmt.Errorf("%w: cursor is not a continuation cursor of this session", ErrInvalidRequest)
-	}
-	maxBytes := c.maxBytes
-	if req.MaxBytes != 0 {
-		maxBytes = req.MaxBytes
-	}
-	out, err := s.answer(ob, c.offset, maxBytes, c.part)
-	if err != nil {
-		return nil, err
-	}
-	out.Contexts = contexts
-	return out, nil
+	defer s.mu.Unlock()
+	return t.epoch, nil
 }
 
 func (s *Session) observeOnce(ctx context.Context, t *tab, within string, opts snapOpts) (*Snapshot, error) {

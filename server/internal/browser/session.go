@@ -55,9 +55,8 @@ type Session struct {
 	tabOrder      []*tab
 	front         *tab
 	reg           registry
-	obs           observations // recent observations per context (observation.go)
-	docSeq        uint64       // source of document and world generations
-	lost          string       // why the session was lost; "" while alive
+	docSeq        uint64 // source of document and world generations
+	lost          string // why the session was lost; "" while alive
 	closed        bool
 	lastUsed      time.Time
 	busy          int
@@ -671,7 +670,6 @@ func (s *Session) onTabGone(tc *targetConn) {
 	}
 	t.closed = true
 	delete(s.tabs, t.id)
-	s.obs.forget(t.id)
 	delete(s.byTarget, t.targetID)
 	if s.front == t {
 		s.front = nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/browser"
+	"github.com/originweave/bap/server/internal/observation"
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/policy"
 	"github.com/originweave/bap/spec"
@@ -126,9 +127,75 @@ type RunningEngine struct {
 }
 
 // Engines is the node's browser port: app.Browser over every configured engine, the first the
-// default. A session lives on the engine it was opened on; its id finds it on any.
+// default. A session lives on the engine it was opened on; its id finds it on any. Every session
+// it hands out observes through its own observation.Keeper (ADR 0028), so max_bytes, cursor and
+// since mean the same on every engine, and an adapter observes only whole snapshots.
 type Engines struct {
 	list []RunningEngine
+
+	mu   sync.Mutex
+	kept map[string]*keptSession // by session id
+}
+
+// keptSession is an engine's session with its observation keeper in front of its Observe.
+type keptSession struct {
+	app.BrowserSession
+	keeper *observation.Keeper
+	forget func()
+}
+
+// Observe answers through the keeper: budgets, cursors and deltas over the engine's snapshots.
+func (k *keptSession) Observe(ctx context.Context, req page.ObserveRequest) (*page.Snapshot, error) {
+	return k.keeper.Observe(ctx, k.BrowserSession, req)
+}
+
+// Close closes the engine's session and drops what its keeper kept.
+func (k *keptSession) Close(ctx context.Context) error {
+	err := k.BrowserSession.Close(ctx)
+	k.forget()
+	return err
+}
+
+// keepSession puts a keeper in front of an engine's session (the one it has, or a new one).
+func (e *Engines) keepSession(sessionID string, s app.BrowserSession, keeper *observation.Keeper) *keptSession {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.kept == nil {
+		e.kept = make(map[string]*keptSession)
+	}
+	if k, ok := e.kept[sessionID]; ok && keeper == nil {
+		return k
+	}
+	if keeper == nil {
+		keeper = observation.NewKeeper()
+	}
+	k := &keptSession{BrowserSession: s, keeper: keeper}
+	k.forget = func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.kept[sessionID] == k {
+			delete(e.kept, sessionID)
+		}
+	}
+	e.kept[sessionID] = k
+	return k
+}
+
+// sweep drops the keepers of sessions no engine has any more (closed by the idle reaper, lost).
+func (e *Engines) sweep() {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.kept))
+	for id := range e.kept {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	for _, id := range ids {
+		if _, _, ok := e.find(id); !ok {
+			e.mu.Lock()
+			delete(e.kept, id)
+			e.mu.Unlock()
+		}
+	}
 }
 
 var (
@@ -177,7 +244,20 @@ func (e *Engines) OpenSession(ctx context.Context, engine, sessionID string, pol
 		if r.Browser == nil {
 			return nil, fmt.Errorf("%w: the browser engine %s does not run", page.ErrUnavailable, engine)
 		}
-		return r.Browser.OpenSession(ctx, sessionID, pol, onEvent)
+		e.sweep()
+		keeper := observation.NewKeeper()
+		s, err := r.Browser.OpenSession(ctx, sessionID, pol, func(ev page.Event) {
+			if ev.Type == page.EventContextClosed {
+				keeper.Forget(ev.ContextID)
+			}
+			if onEvent != nil {
+				onEvent(ev)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		return e.keepSession(sessionID, s, keeper), nil
 	}
 	return nil, fmt.Errorf("%w: no browser engine %s on this node", page.ErrUnavailable, engine)
 }
@@ -185,10 +265,16 @@ func (e *Engines) OpenSession(ctx context.Context, engine, sessionID string, pol
 // Session implements app.Browser.
 func (e *Engines) Session(sessionID string) (app.BrowserSession, bool) {
 	_, s, ok := e.find(sessionID)
-	return s, ok
+	if !ok {
+		e.mu.Lock()
+		delete(e.kept, sessionID)
+		e.mu.Unlock()
+		return nil, false
+	}
+	return e.keepSession(sessionID, s, nil), true
 }
 
-// find finds an open session on the engine that runs it.
+// find finds an open session on the engine that runs it (the engine's own, without its keeper).
 func (e *Engines) find(sessionID string) (EngineAdapter, app.BrowserSession, bool) {
 	for _, r := range e.list {
 		if r.Browser == nil {

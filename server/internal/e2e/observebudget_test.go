@@ -62,9 +62,30 @@ func findChange(v any, id string) (map[string]any, bool) {
 	return nil, false
 }
 
-// Observation budgets over HTTP: max_bytes parts each under the cap that together hand out every
-// handle, a delta after a fill that holds the filled field, and the stable refusals (a cursor
-// altered by the client, a since across epochs).
+// mergePart appends an observe part's nodes to the nodes of the parts before it, as a client
+// does: a node marked repeated stands for the last node already at its place.
+func mergePart(t *testing.T, into, part []any) []any {
+	t.Helper()
+	for i, e := range part {
+		n := e.(map[string]any)
+		if n["repeated"] != true {
+			return append(into, part[i:]...)
+		}
+		if i != 0 || len(into) == 0 {
+			t.Fatalf("a repeated node that stands for nothing: %v", n)
+		}
+		last := into[len(into)-1].(map[string]any)
+		kids, _ := last["children"].([]any)
+		partKids, _ := n["children"].([]any)
+		last["children"] = mergePart(t, kids, partKids)
+	}
+	return into
+}
+
+// Observation budgets over HTTP: max_bytes parts each under the cap that merge back into the
+// whole observation, a delta after a fill that holds the filled field and one after a click that
+// is at most 5% of the whole, and the stable refusals (a cursor altered by the client, a since
+// and a cursor across epochs).
 func TestObserveBudgetAndDeltaOverHTTP(t *testing.T) {
 	t.Parallel()
 	pg := catalogPage(t)
@@ -88,15 +109,18 @@ func TestObserveBudgetAndDeltaOverHTTP(t *testing.T) {
 	const maxBytes = 4096
 	got := map[string]bool{}
 	req := map[string]any{"max_bytes": maxBytes}
-	parts := 0
+	parts, largest := 0, 0
 	var cursor string
+	var merged []any
 	for {
 		r := s.must(t, 200, "POST", base+"/observe", "", req)
 		parts++
 		if len(r.raw) > maxBytes {
 			t.Fatalf("part %d is %d bytes over max_bytes %d", parts, len(r.raw), maxBytes)
 		}
+		largest = max(largest, len(r.raw))
 		collectHandles(r.body["nodes"], got)
+		merged = mergePart(t, merged, r.body["nodes"].([]any))
 		c, _ := r.body["continuation"].(map[string]any)
 		if c == nil {
 			break
@@ -106,6 +130,10 @@ func TestObserveBudgetAndDeltaOverHTTP(t *testing.T) {
 	}
 	if parts < 2 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("%d parts handed out %d handles, the whole observe %d", parts, len(got), len(want))
+	}
+	if !reflect.DeepEqual(merged, whole.body["nodes"]) {
+		m, _ := json.Marshal(merged)
+		t.Fatalf("the %d parts merge into %d bytes of nodes, not the whole observation's", parts, len(m))
 	}
 
 	// A cursor altered by the client is refused, never read.
@@ -129,6 +157,20 @@ func TestObserveBudgetAndDeltaOverHTTP(t *testing.T) {
 	if len(delta.raw)*20 > len(whole.raw) {
 		t.Fatalf("the delta (%d bytes) is more than 5%% of the whole observe (%d)", len(delta.raw), len(whole.raw))
 	}
+
+	// One click: the delta since the observation before it is the clicked button (now focused)
+	// and the field that lost focus, under their ancestors.
+	add := s.query(t, sess, map[string]any{"role": "button", "name": "Add 150", "exact": true})
+	s.must(t, 200, "POST", base+"/act", "budget-click", map[string]any{"action": "click", "node_id": add})
+	click := s.must(t, 200, "POST", base+"/observe", "", map[string]any{"since": delta.str("observation_id")})
+	if n, ok := findChange(click.body["nodes"], add); !ok || n["change"] != "changed" || n["focused"] != true {
+		t.Fatalf("delta after the click: %s", click.raw)
+	}
+	if len(click.raw)*20 > len(whole.raw) {
+		t.Fatalf("the delta after a click (%d bytes) is more than 5%% of the whole observe (%d)", len(click.raw), len(whole.raw))
+	}
+	t.Logf("catalog: whole observe %d bytes (%v tokens); %d parts under max_bytes %d, the largest %d bytes; delta after a fill %d bytes, after a click %d bytes",
+		len(whole.raw), whole.body["approx_tokens"], parts, maxBytes, largest, len(delta.raw), len(click.raw))
 
 	s.must(t, 200, "POST", base+"/navigate", "budget-reload", map[string]any{"url": pg.URL + "/"})
 	for _, body := range []map[string]any{{"since": obsID}, {"cursor": cursor}} {

@@ -248,7 +248,8 @@ type ObserveRequest struct {
 
 // Continuation is the truncation marker of a snapshot cut by MaxBytes.
 type Continuation struct {
-	// Cursor asks for the next part (ObserveRequest.Cursor); sealed for one session and context.
+	// Cursor asks for the next part (ObserveRequest.Cursor); sealed for one session, and bound
+	// to the observation, its context and its document epoch.
 	Cursor string `json:"cursor"`
 	// Part is this part's number, from 1.
 	Part int `json:"part"`
@@ -321,6 +322,9 @@ type Node struct {
 	// Change is set only in a delta snapshot: added, changed or removed (the
 	// NodeChange values); "" on an unchanged ancestor shown for context.
 	Change string `json:"change,omitempty"`
+	// Repeated is set only in a part after the first of an observation cut by max_bytes: the
+	// node was in an earlier part and is repeated only to place the nodes below it.
+	Repeated bool `json:"repeated,omitempty"`
 }
 
 // Query is a typed node query (CONTRACT "Actions and queries").
