@@ -139,8 +139,8 @@ var rules = []rule{
 		why: "pagekit is what both browser adapters share and no engine defines (the page agent, its records turned into nodes, handle minting, URL redaction): it imports page and the standard library only, so neither adapter leans on the other (issue 19)",
 	},
 	{
-		name: "observation", packages: internal("observation"), forbid: []string{nonStd}, except: internal("page"), tests: true,
-		why: "observation is the engine-neutral half of observe (ADR 0028): budgets, cursors and deltas over the snapshots any adapter takes, in page's vocabulary and the standard library only, so that every engine behind the composition root answers max_bytes, cursor and since alike",
+		name: "observation", packages: internal("observation"), forbid: []string{nonStd}, except: internal("page", "pagekit"), tests: true,
+		why: "observation is the engine-neutral half of observe (ADR 0028): budgets, cursors and deltas over the snapshots any adapter takes, in page's vocabulary (with pagekit's observation ids) and the standard library only, so that every engine behind the composition root answers max_bytes, cursor and since alike",
 	},
 	{
 		name: "bidi", packages: internal("bidi"), forbid: concat([]string{module, pgx}, chromedp), tests: true,

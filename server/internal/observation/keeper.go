@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // Observer is an engine session as the keeper drives it: whole snapshots of a browsing context,
@@ -135,7 +136,7 @@ func (k *Keeper) Observe(ctx context.Context, o Observer, req page.ObserveReques
 	if base != nil && base.epoch != snap.EpochID {
 		return nil, staleErr(base.id, base.epoch, snap.EpochID)
 	}
-	ob := &kept{id: newObservationID(), contextID: snap.ContextID, epoch: snap.EpochID, mode: req.Mode, within: req.Within,
+	ob := &kept{id: pagekit.ObservationID(), contextID: snap.ContextID, epoch: snap.EpochID, mode: req.Mode, within: req.Within,
 		maxNodes: req.MaxNodes, url: snap.URL, title: snap.Title, truncated: snap.Truncated, contexts: snap.Contexts, tree: snap.Nodes}
 	tree := snap.Nodes
 	if base != nil {
@@ -347,16 +348,3 @@ func (k *Keeper) part(ob *kept, from, maxBytes, part int) (*page.Snapshot, error
 // ApproxTokens is the token estimate of n bytes of JSON (a model tokenizer averages about four
 // bytes of such text per token).
 func ApproxTokens(n int) int { return (n + 3) / 4 }
-
-// crockford is the alphabet of observation ids (the ids package's).
-const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
-
-func newObservationID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	buf := []byte("ob_")
-	for _, c := range b {
-		buf = append(buf, crockford[c&31])
-	}
-	return string(buf)
-}
