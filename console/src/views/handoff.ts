@@ -113,10 +113,14 @@ export function handoffView(taskID: string): HandoffView {
   });
   handBack.addEventListener("click", () => {
     handBack.disabled = true;
-    call<{ epoch_id?: string }>("POST", `/bap/v1/tasks/${taskID}/hand_back`, {}, true)
+    call<{ epoch_id?: string; task?: { state: string } }>("POST", `/bap/v1/tasks/${taskID}/hand_back`, {}, true)
       .then((res) => {
         holding = null;
-        show(true, `Handed back: the agent continues on a new page epoch${res.epoch_id ? " " + res.epoch_id : ""}.`);
+        const epoch = res.epoch_id ? " " + res.epoch_id : "";
+        // An act of yours that was interrupted left a reconciliation open: the task waits for it.
+        show(true, res.task?.state === "waiting_for_external_input"
+          ? `Handed back on a new page epoch${epoch}; the task waits until its open reconciliation is settled (Reconciliation).`
+          : `Handed back: the agent continues on a new page epoch${epoch}.`);
       })
       .catch(refused)
       .finally(() => {

@@ -526,8 +526,10 @@ func TestConsoleRemoteProfile(t *testing.T) {
 }
 
 // The reconciliation queue: a form submission interrupted by kill -9 after the order reached the
-// site is reconciliation_required; the operator settles it in the console as applied, with a
-// note, and the task runs again. The agent cannot see or settle the queue.
+// site is reconciliation_required. It is a person's, sent during their handoff: after the restart
+// the handoff is still open beside the reconciliation, **Hand back** on the task page says the
+// task still waits for it, and the task runs again only once the operator settles it in the
+// console as applied, with a note. The agent cannot see or settle the queue.
 func TestConsoleReconciliationQueue(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
@@ -537,13 +539,17 @@ func TestConsoleReconciliationQueue(t *testing.T) {
 	taskID := field(mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", "rq-task", `{"goal":"pay once","policy":{"allowed_origins":["`+site.srv.URL+`"]}}`), "task", "task_id")
 	sid := field(mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "rq-session", `{}`), "session", "session_id")
 	mustAPI(t, 200, r.listen, "POST", "/bap/v1/browser-sessions/"+sid+"/navigate", "rq-start", `{"url":"`+site.srv.URL+`/start"}`)
+	op := operatorAPI(r.socket)
+	if st, _, raw := op("POST", "/bap/v1/tasks/"+taskID+"/take_over", "rq-take", `{"session_id":"`+sid+`"}`); st != 200 {
+		t.Fatalf("take over: %d %s", st, raw)
+	}
 	actPath, actBody := "/bap/v1/browser-sessions/"+sid+"/act", `{"action":"click","query":{"role":"button","name":"Pay"}}`
-	go api(r.listen, "POST", actPath, "rq-act", actBody)
+	go op("POST", actPath, "rq-act", actBody)
 	site.await(t, "/order-slow")
 	_ = r.stop(t, syscall.SIGKILL)
 	r = start(t, bin, dir)
-	if act := replayUntilClassified(t, r.listen, actPath, "rq-act", actBody); field(act, "receipt", "outcome") != "reconciliation_required" {
-		t.Fatalf("interrupted submission: %v", act)
+	if act := replayUntilClassifiedVia(t, operatorAPI(r.socket), actPath, "rq-act", actBody); field(act, "receipt", "outcome") != "reconciliation_required" {
+		t.Fatalf("the person's interrupted submission: %v", act)
 	}
 	if st, _, raw := api(r.listen, "GET", "/console/api/reconciliations", "", ""); st != 403 {
 		t.Fatalf("the agent reading the queue: %d %s", st, raw)
@@ -552,7 +558,14 @@ func TestConsoleReconciliationQueue(t *testing.T) {
 	b := newBrowserDriver(t)
 	b.do(map[string]any{"op": "goto", "url": consoleLogin(t, bin, dir)})
 	b.do(map[string]any{"op": "wait", "loc": role("heading", "Approvals")})
-	b.do(map[string]any{"op": "goto", "url": "http://" + r.listen + "/console/#/reconciliation"})
+	// Hand back: the handoff closes, the task still waits for the reconciliation.
+	b.do(map[string]any{"op": "goto", "url": "http://" + r.listen + "/console/#/tasks/" + taskID})
+	b.do(map[string]any{"op": "click", "loc": role("button", "Hand back")})
+	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": "#handoff-result.ok", "hasText": "waits until its open reconciliation is settled"}})
+	if st := field(mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID, "", ""), "task", "state"); st != "waiting_for_external_input" {
+		t.Fatalf("the task handed back with its reconciliation open: %s", st)
+	}
+	b.do(map[string]any{"op": "click", "loc": role("link", "Reconciliation")})
 	card := `[data-reconciliation]`
 	b.do(map[string]any{"op": "wait", "loc": css(card)})
 	if txt := b.text(css(card)); !strings.Contains(txt, taskID) || !strings.Contains(txt, "Interrupted act") {
@@ -563,14 +576,17 @@ func TestConsoleReconciliationQueue(t *testing.T) {
 	b.do(map[string]any{"op": "fill", "loc": role("textbox", "Note: what you found"), "value": "the shop has order 1"})
 	b.do(map[string]any{"op": "click", "loc": role("button", "Settle")})
 	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": card + " .result.ok", "hasText": "Settled as applied by operator:local"}})
-	var resolved map[string]any
+	var resolved, returned map[string]any
 	for _, e := range mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", "")["events"].([]any) {
-		if ev := e.(map[string]any); ev["type"] == "reconciliation.resolved" {
+		switch ev := e.(map[string]any); ev["type"] {
+		case "reconciliation.resolved":
 			resolved = ev
+		case "handoff.returned":
+			returned = ev
 		}
 	}
-	if d, _ := resolved["data"].(map[string]any); d["outcome"] != "applied" || site.orders.Load() != 1 {
-		t.Fatalf("after Settle: %v (orders %d)", resolved, site.orders.Load())
+	if d, _ := resolved["data"].(map[string]any); d["outcome"] != "applied" || site.orders.Load() != 1 || returned == nil {
+		t.Fatalf("after Settle: %v, handoff returned %v (orders %d)", resolved, returned, site.orders.Load())
 	}
 	if st := field(mustAPI(t, 200, r.listen, "GET", "/bap/v1/tasks/"+taskID, "", ""), "task", "state"); st != "running" {
 		t.Fatalf("the task after its reconciliation: %s", st)

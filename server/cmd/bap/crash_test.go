@@ -83,6 +83,18 @@ func api(listen, method, path, key, body string) (int, map[string]any, string) {
 // send sends one request with an optional JSON body, Idempotency-Key and extra header pairs; a
 // transport error is status 0 with the error as the raw answer.
 func send(method, urlStr, key, body string, hdr ...string) (int, map[string]any, string) {
+	return sendWith(http.DefaultClient, method, urlStr, key, body, hdr...)
+}
+
+// operatorAPI is api as the operator: over the node's Unix socket.
+func operatorAPI(socket string) func(method, path, key, body string) (int, map[string]any, string) {
+	return func(method, path, key, body string) (int, map[string]any, string) {
+		return sendWith(unixClient(socket), method, "http://localhost"+path, key, body)
+	}
+}
+
+// sendWith is send through the client c.
+func sendWith(c *http.Client, method, urlStr, key, body string, hdr ...string) (int, map[string]any, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var rd io.Reader
@@ -99,7 +111,7 @@ func send(method, urlStr, key, body string, hdr ...string) (int, map[string]any,
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, nil, err.Error()
 	}
@@ -147,9 +159,18 @@ func taskEnd(t *testing.T, listen, taskID string, within time.Duration) map[stri
 // with the receipt.
 func replayUntilClassified(t *testing.T, listen, path, key, body string) map[string]any {
 	t.Helper()
+	return replayUntilClassifiedVia(t, func(method, path, key, body string) (int, map[string]any, string) {
+		return api(listen, method, path, key, body)
+	}, path, key, body)
+}
+
+// replayUntilClassifiedVia is replayUntilClassified sending through call (operatorAPI: the
+// operator's replay over the socket).
+func replayUntilClassifiedVia(t *testing.T, call func(method, path, key, body string) (int, map[string]any, string), path, key, body string) map[string]any {
+	t.Helper()
 	var answer map[string]any
 	waitfor.Until(t, 90*time.Second, "recovery classifies "+key, func() (bool, string) {
-		status, m, raw := api(listen, "POST", path, key, body)
+		status, m, raw := call("POST", path, key, body)
 		switch {
 		case status == 200:
 			answer = m
