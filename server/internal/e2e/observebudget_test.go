@@ -86,17 +86,29 @@ func mergePart(t *testing.T, into, part []any) []any {
 // whole observation, a delta after a fill that holds the filled field and one after a click that
 // is at most 5% of the whole, and the stable refusals (a cursor altered by the client, a since
 // and a cursor across epochs).
+// Both engines answer alike, through the keeper the engine registry puts in front of their
+// sessions (ADR 0028): Chromium over CDP, Firefox over WebDriver BiDi.
 func TestObserveBudgetAndDeltaOverHTTP(t *testing.T) {
 	t.Parallel()
 	pg := catalogPage(t)
-	s := newStack(t)
-	r := s.must(t, 201, "POST", "/bap/v1/tasks", "budget-task", map[string]any{
-		"goal": "read the catalog", "policy": map[string]any{"allowed_origins": []string{pg.URL}},
+	s := newStack(t, bothEngines(t))
+	for _, engine := range []string{"chromium", "firefox"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			observeBudgetAndDelta(t, s, pg.URL, engine)
+		})
+	}
+}
+
+func observeBudgetAndDelta(t *testing.T, s *stack, pageURL, engine string) {
+	k := "budget-" + engine + "-"
+	r := s.must(t, 201, "POST", "/bap/v1/tasks", k+"task", map[string]any{
+		"goal": "read the catalog", "policy": map[string]any{"allowed_origins": []string{pageURL}},
 	})
-	r = s.must(t, 201, "POST", "/bap/v1/tasks/"+r.str("task", "task_id")+"/browser-sessions", "budget-session", map[string]any{})
+	r = s.must(t, 201, "POST", "/bap/v1/tasks/"+r.str("task", "task_id")+"/browser-sessions", k+"session", map[string]any{"engine": engine})
 	sess := r.str("session", "session_id")
 	base := "/bap/v1/browser-sessions/" + sess
-	s.must(t, 200, "POST", base+"/navigate", "budget-nav", map[string]any{"url": pg.URL + "/"})
+	s.must(t, 200, "POST", base+"/navigate", k+"nav", map[string]any{"url": pageURL + "/"})
 
 	whole := s.must(t, 200, "POST", base+"/observe", "", map[string]any{})
 	obsID := whole.str("observation_id")
@@ -148,7 +160,7 @@ func TestObserveBudgetAndDeltaOverHTTP(t *testing.T) {
 	}
 
 	name := s.query(t, sess, map[string]any{"label": "Full name"})
-	s.must(t, 200, "POST", base+"/act", "budget-fill", map[string]any{"action": "fill", "node_id": name, "value": "Ada"})
+	s.must(t, 200, "POST", base+"/act", k+"fill", map[string]any{"action": "fill", "node_id": name, "value": "Ada"})
 	delta := s.must(t, 200, "POST", base+"/observe", "", map[string]any{"since": obsID})
 	n, ok := findChange(delta.body["nodes"], name)
 	if delta.str("since") != obsID || !ok || n["change"] != "changed" || n["value"] != "Ada" {
@@ -161,7 +173,7 @@ func TestObserveBudgetAndDeltaOverHTTP(t *testing.T) {
 	// One click: the delta since the observation before it is the clicked button (now focused)
 	// and the field that lost focus, under their ancestors.
 	add := s.query(t, sess, map[string]any{"role": "button", "name": "Add 150", "exact": true})
-	s.must(t, 200, "POST", base+"/act", "budget-click", map[string]any{"action": "click", "node_id": add})
+	s.must(t, 200, "POST", base+"/act", k+"click", map[string]any{"action": "click", "node_id": add})
 	click := s.must(t, 200, "POST", base+"/observe", "", map[string]any{"since": delta.str("observation_id")})
 	if n, ok := findChange(click.body["nodes"], add); !ok || n["change"] != "changed" || n["focused"] != true {
 		t.Fatalf("delta after the click: %s", click.raw)
@@ -169,10 +181,10 @@ func TestObserveBudgetAndDeltaOverHTTP(t *testing.T) {
 	if len(click.raw)*20 > len(whole.raw) {
 		t.Fatalf("the delta after a click (%d bytes) is more than 5%% of the whole observe (%d)", len(click.raw), len(whole.raw))
 	}
-	t.Logf("catalog: whole observe %d bytes (%v tokens); %d parts under max_bytes %d, the largest %d bytes; delta after a fill %d bytes, after a click %d bytes",
-		len(whole.raw), whole.body["approx_tokens"], parts, maxBytes, largest, len(delta.raw), len(click.raw))
+	t.Logf("%s catalog: whole observe %d bytes (%v tokens); %d parts under max_bytes %d, the largest %d bytes; delta after a fill %d bytes, after a click %d bytes",
+		engine, len(whole.raw), whole.body["approx_tokens"], parts, maxBytes, largest, len(delta.raw), len(click.raw))
 
-	s.must(t, 200, "POST", base+"/navigate", "budget-reload", map[string]any{"url": pg.URL + "/"})
+	s.must(t, 200, "POST", base+"/navigate", k+"reload", map[string]any{"url": pageURL + "/"})
 	for _, body := range []map[string]any{{"since": obsID}, {"cursor": cursor}} {
 		r := s.call(t, "POST", base+"/observe", "", body)
 		if r.status != 409 || r.body["code"] != "observation_stale" {
