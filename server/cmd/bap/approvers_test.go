@@ -119,7 +119,7 @@ func TestLocalApproversOverTheSocket(t *testing.T) {
 	taskID := field(task, "task", "task_id")
 	status, m, raw := api(r.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "ap-session", `{}`)
 	if status == 503 {
-		t.Skipf("bap serve has no browser: %v", m)
+		t.Fatalf("bap serve has no browser (install chromium (scripts/install-deps.sh): a required test never skips): %v", m)
 	}
 	if status != 201 {
 		t.Fatalf("create_browser_session: %d %s", status, raw)

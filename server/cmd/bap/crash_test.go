@@ -202,7 +202,7 @@ func TestKilledServerClassifiesInterruptedBrowserCommands(t *testing.T) {
 		return id
 	}
 	if status, m, _ := api(r.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "probe", `{}`); status == 503 {
-		t.Skipf("bap serve has no browser: %v", m)
+		t.Fatalf("bap serve has no browser (install chromium (scripts/install-deps.sh): a required test never skips): %v", m)
 	}
 	navSession, actSession := open("nav-session"), open("act-session")
 

@@ -188,7 +188,7 @@ func TestTwoNodesBehindOneBaseURL(t *testing.T) {
 	taskID := field(task, "task", "task_id")
 	status, m, raw := nodeCall(t, token, "POST", a.base+"/bap/v1/tasks/"+taskID+"/browser-sessions", "mn-session", `{}`)
 	if status == 503 {
-		t.Skipf("bap serve has no browser: %v", m)
+		t.Fatalf("bap serve has no browser (install chromium (scripts/install-deps.sh): a required test never skips): %v", m)
 	}
 	if status != 201 {
 		t.Fatalf("create_browser_session on node A: %d %s", status, raw)
@@ -415,7 +415,7 @@ func TestLocalProfileNodesForward(t *testing.T) {
 	taskID := field(task, "task", "task_id")
 	status, m, raw := api(a.listen, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "local-mn-session", `{}`)
 	if status == 503 {
-		t.Skipf("bap serve has no browser: %v", m)
+		t.Fatalf("bap serve has no browser (install chromium (scripts/install-deps.sh): a required test never skips): %v", m)
 	}
 	if status != 201 {
 		t.Fatalf("create_browser_session on node A: %d %s", status, raw)

@@ -355,7 +355,7 @@ func TestPythonSDKFollowsARealServer(t *testing.T) {
 	t.Parallel()
 	python, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("python3 not installed (scripts/install-deps.sh installs it)")
+		t.Fatal("python3 not installed (scripts/install-deps.sh installs it)")
 	}
 	bin := buildBinary(t)
 	r := start(t, bin, dataDir(t))
