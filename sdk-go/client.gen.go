@@ -7,6 +7,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 )
 
@@ -28,7 +29,9 @@ import (
 // approval_not_pending` (state `expired`) and its held action never runs.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
-// own retries reuse. Scope (remote profile): bap:approvals.resolve.
+// own retries reuse. Scope (remote profile): bap:approvals.resolve. The server may also answer 200
+// with InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) ResolveApproval(ctx context.Context, approvalID string, body ResolveApprovalRequest, opts ...CallOption) (*ResolveApprovalResponse, error) {
 	req := &request{op: "resolve_approval", method: http.MethodPost, path: "/bap/v1/approvals/" + url.PathEscape(approvalID) + "/resolve", body: body, hasBody: true, mutating: true}
 	out := new(ResolveApprovalResponse)
@@ -36,6 +39,20 @@ func (c *Client) ResolveApproval(ctx context.Context, approvalID string, body Re
 		return nil, err
 	}
 	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when resolve_approval answered it (status 200)
+// instead of its result, and false otherwise. Replay of an Idempotency-Key whose command a crash
+// interrupted between its record and its receipt: only the receipt, whose outcome is
+// `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+// side-effecting one; a reconciliation is open and the command never runs again). No other property
+// is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it
+// stands beside requires a property besides `receipt`. Then only Receipt is set here.
+func (r *ResolveApprovalResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
 // GetArtifact calls get_artifact (GET /bap/v1/artifacts/{artifact_id}): Get artifact bytes.
@@ -78,12 +95,13 @@ func (c *Client) VerifyArtifact(ctx context.Context, artifactID string, body Ver
 // explicitly.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
-// own retries reuse. Scope (remote profile): bap:browser.act. The server may also answer 202 with
-// ActPendingApprovalResponse (Held by an approval rule: the action has not run; the task waits in
-// `waiting_for_approval`. A separate approver resolves the approval (never the caller that was
-// held) before its `expires_at` (the rule's `ttl`, default 15 minutes); expired, the action never
-// runs); the result then holds only the fields the two share, and WithResponseMeta gives the status
-// and the raw body to decode.
+// own retries reuse. Scope (remote profile): bap:browser.act. The server may also answer 200 with
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it. The server may also answer 202 with ActPendingApprovalResponse (Held by an approval
+// rule: the action has not run; the task waits in `waiting_for_approval`. A separate approver
+// resolves the approval (never the caller that was held) before its `expires_at` (the rule's `ttl`,
+// default 15 minutes); expired, the action never runs); the result then holds only the fields the
+// two share, and WithResponseMeta gives the status and the raw body to decode.
 func (c *Client) Act(ctx context.Context, sessionID string, body ActRequest, opts ...CallOption) (*ActResponse, error) {
 	req := &request{op: "act", method: http.MethodPost, path: "/bap/v1/browser-sessions/" + url.PathEscape(sessionID) + "/act", body: body, hasBody: true, mutating: true}
 	out := new(ActResponse)
@@ -91,6 +109,20 @@ func (c *Client) Act(ctx context.Context, sessionID string, body ActRequest, opt
 		return nil, err
 	}
 	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when act answered it (status 200) instead of
+// its result, and false otherwise. Replay of an Idempotency-Key whose command a crash interrupted
+// between its record and its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe
+// command; retry with a new key) or `reconciliation_required` (a side-effecting one; a
+// reconciliation is open and the command never runs again). No other property is admitted, so it is
+// never mistaken for an operation's result: every `<Operation>Response` it stands beside requires a
+// property besides `receipt`. Then only Receipt is set here.
+func (r *ActResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
 // CheckpointBrowserSession calls checkpoint_browser_session (POST /bap/v1/browser-sessions/{session_id}/checkpoint): Checkpoint a browser session.
@@ -105,7 +137,9 @@ func (c *Client) Act(ctx context.Context, sessionID string, body ActRequest, opt
 // (a context whose URL the policy refuses is left out).
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
-// own retries reuse. Scope (remote profile): bap:browser.act.
+// own retries reuse. Scope (remote profile): bap:browser.act. The server may also answer 200 with
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) CheckpointBrowserSession(ctx context.Context, sessionID string, body CheckpointBrowserSessionRequest, opts ...CallOption) (*CheckpointBrowserSessionResponse, error) {
 	req := &request{op: "checkpoint_browser_session", method: http.MethodPost, path: "/bap/v1/browser-sessions/" + url.PathEscape(sessionID) + "/checkpoint", body: body, hasBody: true, mutating: true}
 	out := new(CheckpointBrowserSessionResponse)
@@ -115,12 +149,28 @@ func (c *Client) CheckpointBrowserSession(ctx context.Context, sessionID string,
 	return out, nil
 }
 
+// Interrupted returns the InterruptedCommandResponse when checkpoint_browser_session answered it
+// (status 200) instead of its result, and false otherwise. Replay of an Idempotency-Key whose
+// command a crash interrupted between its record and its receipt: only the receipt, whose outcome
+// is `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+// side-effecting one; a reconciliation is open and the command never runs again). No other property
+// is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it
+// stands beside requires a property besides `receipt`. Then only Receipt is set here.
+func (r *CheckpointBrowserSessionResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
+}
+
 // CloseBrowserSession calls close_browser_session (POST /bap/v1/browser-sessions/{session_id}/close): Close a browser session.
 //
 // Closes the session and its browsing contexts.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
-// own retries reuse. Scope (remote profile): bap:browser.act.
+// own retries reuse. Scope (remote profile): bap:browser.act. The server may also answer 200 with
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) CloseBrowserSession(ctx context.Context, sessionID string, body CloseBrowserSessionRequest, opts ...CallOption) (*CloseBrowserSessionResponse, error) {
 	req := &request{op: "close_browser_session", method: http.MethodPost, path: "/bap/v1/browser-sessions/" + url.PathEscape(sessionID) + "/close", body: body, hasBody: true, mutating: true}
 	out := new(CloseBrowserSessionResponse)
@@ -130,12 +180,28 @@ func (c *Client) CloseBrowserSession(ctx context.Context, sessionID string, body
 	return out, nil
 }
 
+// Interrupted returns the InterruptedCommandResponse when close_browser_session answered it (status
+// 200) instead of its result, and false otherwise. Replay of an Idempotency-Key whose command a
+// crash interrupted between its record and its receipt: only the receipt, whose outcome is
+// `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+// side-effecting one; a reconciliation is open and the command never runs again). No other property
+// is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it
+// stands beside requires a property besides `receipt`. Then only Receipt is set here.
+func (r *CloseBrowserSessionResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
+}
+
 // CaptureEvidence calls capture_evidence (POST /bap/v1/browser-sessions/{session_id}/evidence): Capture evidence.
 //
 // Stores screenshots and DOM / accessibility snapshots as content-addressed artifacts.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
-// own retries reuse. Scope (remote profile): bap:browser.observe.
+// own retries reuse. Scope (remote profile): bap:browser.observe. The server may also answer 200
+// with InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) CaptureEvidence(ctx context.Context, sessionID string, body CaptureEvidenceRequest, opts ...CallOption) (*CaptureEvidenceResponse, error) {
 	req := &request{op: "capture_evidence", method: http.MethodPost, path: "/bap/v1/browser-sessions/" + url.PathEscape(sessionID) + "/evidence", body: body, hasBody: true, mutating: true}
 	out := new(CaptureEvidenceResponse)
@@ -143,6 +209,20 @@ func (c *Client) CaptureEvidence(ctx context.Context, sessionID string, body Cap
 		return nil, err
 	}
 	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when capture_evidence answered it (status 200)
+// instead of its result, and false otherwise. Replay of an Idempotency-Key whose command a crash
+// interrupted between its record and its receipt: only the receipt, whose outcome is
+// `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+// side-effecting one; a reconciliation is open and the command never runs again). No other property
+// is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it
+// stands beside requires a property besides `receipt`. Then only Receipt is set here.
+func (r *CaptureEvidenceResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
 // Extract calls extract (POST /bap/v1/browser-sessions/{session_id}/extract): Extract data.
@@ -165,7 +245,9 @@ func (c *Client) Extract(ctx context.Context, sessionID string, body ExtractRequ
 // origin_not_allowed` and nothing is loaded.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
-// own retries reuse. Scope (remote profile): bap:browser.act.
+// own retries reuse. Scope (remote profile): bap:browser.act. The server may also answer 200 with
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) Navigate(ctx context.Context, sessionID string, body NavigateRequest, opts ...CallOption) (*NavigateResponse, error) {
 	req := &request{op: "navigate", method: http.MethodPost, path: "/bap/v1/browser-sessions/" + url.PathEscape(sessionID) + "/navigate", body: body, hasBody: true, mutating: true}
 	out := new(NavigateResponse)
@@ -173,6 +255,20 @@ func (c *Client) Navigate(ctx context.Context, sessionID string, body NavigateRe
 		return nil, err
 	}
 	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when navigate answered it (status 200) instead
+// of its result, and false otherwise. Replay of an Idempotency-Key whose command a crash
+// interrupted between its record and its receipt: only the receipt, whose outcome is
+// `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+// side-effecting one; a reconciliation is open and the command never runs again). No other property
+// is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it
+// stands beside requires a property besides `receipt`. Then only Receipt is set here.
+func (r *NavigateResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
 // Observe calls observe (POST /bap/v1/browser-sessions/{session_id}/observe): Observe the page.
@@ -214,9 +310,8 @@ func (c *Client) QueryNodes(ctx context.Context, sessionID string, body QueryNod
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:tasks.write. The server may also answer 200 with
-// InterruptedCommandResponse (Replay of an Idempotency-Key whose command a crash interrupted: only
-// the receipt (`unknown_outcome` or `reconciliation_required`)); the result then holds only the
-// fields the two share, and WithResponseMeta gives the status and the raw body to decode.
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) CreateTask(ctx context.Context, body CreateTaskRequest, opts ...CallOption) (*CreateTaskResponse, error) {
 	req := &request{op: "create_task", method: http.MethodPost, path: "/bap/v1/tasks", body: body, hasBody: true, mutating: true}
 	out := new(CreateTaskResponse)
@@ -224,6 +319,17 @@ func (c *Client) CreateTask(ctx context.Context, body CreateTaskRequest, opts ..
 		return nil, err
 	}
 	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when create_task answered it (status 200)
+// instead of its result, and false otherwise. Replay of an Idempotency-Key whose command a crash
+// interrupted: only the receipt (`unknown_outcome` or `reconciliation_required`). Then only Receipt
+// is set here.
+func (r *CreateTaskResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
 // GetTask calls get_task (GET /bap/v1/tasks/{task_id}): Get a task.
@@ -248,9 +354,8 @@ func (c *Client) GetTask(ctx context.Context, taskID string, opts ...CallOption)
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:approvals.request. The server may also answer 200
-// with InterruptedCommandResponse (Replay of an Idempotency-Key whose command a crash interrupted:
-// only the receipt (`unknown_outcome` or `reconciliation_required`)); the result then holds only
-// the fields the two share, and WithResponseMeta gives the status and the raw body to decode.
+// with InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) RequestApproval(ctx context.Context, taskID string, body RequestApprovalRequest, opts ...CallOption) (*RequestApprovalResponse, error) {
 	req := &request{op: "request_approval", method: http.MethodPost, path: "/bap/v1/tasks/" + url.PathEscape(taskID) + "/approvals", body: body, hasBody: true, mutating: true}
 	out := new(RequestApprovalResponse)
@@ -258,6 +363,17 @@ func (c *Client) RequestApproval(ctx context.Context, taskID string, body Reques
 		return nil, err
 	}
 	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when request_approval answered it (status 200)
+// instead of its result, and false otherwise. Replay of an Idempotency-Key whose command a crash
+// interrupted: only the receipt (`unknown_outcome` or `reconciliation_required`). Then only Receipt
+// is set here.
+func (r *RequestApprovalResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
 // CreateBrowserSession calls create_browser_session (POST /bap/v1/tasks/{task_id}/browser-sessions): Open a browser session.
@@ -271,9 +387,8 @@ func (c *Client) RequestApproval(ctx context.Context, taskID string, body Reques
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:browser.act. The server may also answer 200 with
-// InterruptedCommandResponse (Replay of an Idempotency-Key whose command a crash interrupted: only
-// the receipt (`unknown_outcome` or `reconciliation_required`)); the result then holds only the
-// fields the two share, and WithResponseMeta gives the status and the raw body to decode.
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) CreateBrowserSession(ctx context.Context, taskID string, body CreateBrowserSessionRequest, opts ...CallOption) (*CreateBrowserSessionResponse, error) {
 	req := &request{op: "create_browser_session", method: http.MethodPost, path: "/bap/v1/tasks/" + url.PathEscape(taskID) + "/browser-sessions", body: body, hasBody: true, mutating: true}
 	out := new(CreateBrowserSessionResponse)
@@ -283,13 +398,26 @@ func (c *Client) CreateBrowserSession(ctx context.Context, taskID string, body C
 	return out, nil
 }
 
+// Interrupted returns the InterruptedCommandResponse when create_browser_session answered it
+// (status 200) instead of its result, and false otherwise. Replay of an Idempotency-Key whose
+// command a crash interrupted: only the receipt (`unknown_outcome` or `reconciliation_required`).
+// Then only Receipt is set here.
+func (r *CreateBrowserSessionResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
+}
+
 // CancelTask calls cancel_task (POST /bap/v1/tasks/{task_id}/cancel): Cancel a task.
 //
 // Moves any non-terminal task to `cancelled`: stops in-flight browser I/O, cancels pending
 // approvals and records the outcome class of the interrupted command, within a bounded time.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
-// own retries reuse. Scope (remote profile): bap:tasks.write.
+// own retries reuse. Scope (remote profile): bap:tasks.write. The server may also answer 200 with
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) CancelTask(ctx context.Context, taskID string, body CancelTaskRequest, opts ...CallOption) (*CancelTaskResponse, error) {
 	req := &request{op: "cancel_task", method: http.MethodPost, path: "/bap/v1/tasks/" + url.PathEscape(taskID) + "/cancel", body: body, hasBody: true, mutating: true}
 	out := new(CancelTaskResponse)
@@ -297,6 +425,20 @@ func (c *Client) CancelTask(ctx context.Context, taskID string, body CancelTaskR
 		return nil, err
 	}
 	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when cancel_task answered it (status 200)
+// instead of its result, and false otherwise. Replay of an Idempotency-Key whose command a crash
+// interrupted between its record and its receipt: only the receipt, whose outcome is
+// `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+// side-effecting one; a reconciliation is open and the command never runs again). No other property
+// is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it
+// stands beside requires a property besides `receipt`. Then only Receipt is set here.
+func (r *CancelTaskResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
 // CloseTask calls close_task (POST /bap/v1/tasks/{task_id}/close): Close a task.
@@ -355,7 +497,9 @@ func (c *Client) ListTaskEvents(ctx context.Context, taskID string, after int, l
 // run it.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
-// own retries reuse. Scope (remote profile): bap:tasks.write.
+// own retries reuse. Scope (remote profile): bap:tasks.write. The server may also answer 200 with
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
 func (c *Client) ResumeTask(ctx context.Context, taskID string, body ResumeTaskRequest, opts ...CallOption) (*ResumeTaskResponse, error) {
 	req := &request{op: "resume_task", method: http.MethodPost, path: "/bap/v1/tasks/" + url.PathEscape(taskID) + "/resume", body: body, hasBody: true, mutating: true}
 	out := new(ResumeTaskResponse)
@@ -363,6 +507,20 @@ func (c *Client) ResumeTask(ctx context.Context, taskID string, body ResumeTaskR
 		return nil, err
 	}
 	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when resume_task answered it (status 200)
+// instead of its result, and false otherwise. Replay of an Idempotency-Key whose command a crash
+// interrupted between its record and its receipt: only the receipt, whose outcome is
+// `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+// side-effecting one; a reconciliation is open and the command never runs again). No other property
+// is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it
+// stands beside requires a property besides `receipt`. Then only Receipt is set here.
+func (r *ResumeTaskResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
 // ListTaskSecrets calls list_task_secrets (GET /bap/v1/tasks/{task_id}/secrets): List the secrets usable on a task.

@@ -30,6 +30,8 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -358,4 +360,17 @@ func jsonUnmarshal(b []byte, v any) error {
 		return errors.New("bap: empty body")
 	}
 	return json.Unmarshal(b, v)
+}
+
+// onlyFields reports whether every field of the struct v points to is its zero value, but the
+// fields named keep: how a result type tells that it was decoded from a closed alternative answer
+// (the InterruptedCommandResponse of a replayed key holds only Receipt).
+func onlyFields(v any, keep ...string) bool {
+	rv := reflect.ValueOf(v).Elem()
+	for i := range rv.NumField() {
+		if !slices.Contains(keep, rv.Type().Field(i).Name) && !rv.Field(i).IsZero() {
+			return false
+		}
+	}
+	return true
 }

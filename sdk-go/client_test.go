@@ -349,6 +349,73 @@ func TestAlternativeAnswerThroughMeta(t *testing.T) {
 	}
 }
 
+// TestInterruptedReplayIsTyped: the replay of a key whose command a crash interrupted (200 with
+// only the receipt) is told from the operation's result by the result's Interrupted method, for
+// an operation whose result shares the 200 (act, cancel_task, navigate) and one whose result is
+// a 201 (create_task); a normal result, and act's 202 pending approval (whose decoded result also
+// holds only the receipt), are not taken for it.
+func TestInterruptedReplayIsTyped(t *testing.T) {
+	const rc = `{"receipt_id":"rcp_1","command_id":"cmd_1","task_id":"tsk_1","operation":"act","outcome":"%s","issued_at":"2026-11-20T09:15:02Z"}`
+	receipt := func(outcome string) string { return strings.Replace(rc, "%s", outcome, 1) }
+	task := `{"task_id":"tsk_1","state":"cancelled","goal":"g","policy":{"allowed_origins":["https://a.example"]},"created_at":"2026-11-20T09:15:00Z","updated_at":"2026-11-20T09:15:02Z"}`
+	type answer interface {
+		Interrupted() (*InterruptedCommandResponse, bool)
+	}
+	cases := []struct {
+		name    string
+		status  int
+		body    string
+		call    func(c *Client) (answer, error)
+		outcome ReceiptOutcome // "" when the answer is the operation's result
+	}{
+		{"act interrupted", 200, `{"receipt":` + receipt("reconciliation_required") + `}`, func(c *Client) (answer, error) {
+			return c.Act(context.Background(), "bs_1", ActRequest{Action: ActActionClick})
+		}, ReceiptOutcomeReconciliationRequired},
+		{"act result", 200, `{"receipt":` + receipt("applied") + `,"epoch_id":"ep_1","navigated":false}`, func(c *Client) (answer, error) {
+			return c.Act(context.Background(), "bs_1", ActRequest{Action: ActActionClick})
+		}, ""},
+		{"act held for approval", 202, `{"approval":{"approval_id":"apr_1","state":"pending"},"receipt":` + receipt("pending_approval") + `}`, func(c *Client) (answer, error) {
+			return c.Act(context.Background(), "bs_1", ActRequest{Action: ActActionClick})
+		}, ""},
+		{"navigate interrupted", 200, `{"receipt":` + receipt("unknown_outcome") + `}`, func(c *Client) (answer, error) {
+			return c.Navigate(context.Background(), "bs_1", NavigateRequest{Url: "https://a.example/"})
+		}, ReceiptOutcomeUnknownOutcome},
+		{"cancel_task interrupted", 200, `{"receipt":` + receipt("unknown_outcome") + `}`, func(c *Client) (answer, error) {
+			return c.CancelTask(context.Background(), "tsk_1", CancelTaskRequest{})
+		}, ReceiptOutcomeUnknownOutcome},
+		{"cancel_task result", 200, `{"task":` + task + `,"receipt":` + receipt("applied") + `}`, func(c *Client) (answer, error) {
+			return c.CancelTask(context.Background(), "tsk_1", CancelTaskRequest{})
+		}, ""},
+		{"create_task interrupted", 200, `{"receipt":` + receipt("unknown_outcome") + `}`, func(c *Client) (answer, error) {
+			return c.CreateTask(context.Background(), CreateTaskRequest{Goal: "g"})
+		}, ReceiptOutcomeUnknownOutcome},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, f := newTestClient(t)
+			f.push(tc.status, tc.body)
+			res, err := tc.call(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := res.Interrupted()
+			if ok != (tc.outcome != "") {
+				t.Fatalf("Interrupted() = %+v, %v; want interrupted=%v", got, ok, tc.outcome != "")
+			}
+			if ok && (got.Receipt.Outcome != tc.outcome || got.Receipt.ReceiptId != "rcp_1") {
+				t.Fatalf("Interrupted() = %+v", got)
+			}
+			if !ok && got != nil {
+				t.Fatalf("Interrupted() = %+v, false", got)
+			}
+		})
+	}
+	var none *CancelTaskResponse
+	if got, ok := none.Interrupted(); ok || got != nil {
+		t.Fatalf("a nil result is interrupted: %+v", got)
+	}
+}
+
 func TestEventDecodeData(t *testing.T) {
 	var e Event
 	if err := json.Unmarshal([]byte(`{"event_id":"evt_1","task_id":"tsk_1","seq":3,"type":"task.state_changed","time":"2026-11-20T09:15:02Z","data":{"from":"admitted","to":"running"}}`), &e); err != nil {

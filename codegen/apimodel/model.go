@@ -57,13 +57,21 @@ type Param struct {
 	Schema      map[string]any
 }
 
-// Response is one 2xx answer.
+// Response is one 2xx answer. A status whose schema is a oneOf of named schemas gives one
+// Response per member, in the oneOf's order: the operation's result first, then the closed
+// shapes that may stand in its place (InterruptedCommandResponse).
 type Response struct {
 	Status      int
 	Description string
 	MediaType   string // application/json, text/event-stream, */* …
 	Schema      string // component name of a JSON answer ("" when inline, e.g. bytes)
 	Headers     []string
+	// Only lists, for a closed schema (additionalProperties: false), the properties it admits:
+	// when it shares its status with another answer (a oneOf, see Shaped), a body of that status
+	// is this answer exactly when its keys are among them. Nil for an open schema.
+	Only []string
+	// Required lists, with Only, the properties the closed schema requires.
+	Required []string
 }
 
 // JSON reports whether the answer is a JSON document.
@@ -87,16 +95,28 @@ func (o *Operation) Primary() Response {
 }
 
 // Alternatives are the other 2xx answers (e.g. act's 202 ActPendingApprovalResponse, or the
-// 200 InterruptedCommandResponse of a replayed create_task).
+// 200 InterruptedCommandResponse of a replayed create_task or act: the latter shares act's
+// status and is told apart by its shape, Only).
 func (o *Operation) Alternatives() []Response {
 	p := o.Primary()
 	var out []Response
 	for _, r := range o.Responses {
-		if r.Status != p.Status {
+		if r.Status != p.Status || r.Schema != p.Schema {
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// Shaped reports whether r shares its status with another answer of o, so that a client tells
+// it apart by its shape (r.Only) rather than by the status.
+func (o *Operation) Shaped(r Response) bool {
+	for _, x := range o.Responses {
+		if x.Status == r.Status && x.Schema != r.Schema {
+			return r.Only != nil
+		}
+	}
+	return false
 }
 
 // Binary reports whether the primary answer is raw bytes (get_artifact).
@@ -308,17 +328,28 @@ func (d *Document) parseOperation(route, method string, op, params map[string]an
 			return nil, fmt.Errorf("%s: response %s needs exactly one media type", o.ID, code)
 		}
 		resp := Response{Status: status, Description: strings.TrimSpace(str(r["description"]))}
+		var schema map[string]any
 		for mt, c := range content {
 			resp.MediaType = mt
-			resp.Schema, _ = refName(obj(obj(c)["schema"]))
+			schema = obj(obj(c)["schema"])
+			resp.Schema, _ = refName(schema)
 		}
 		for h := range obj(r["headers"]) {
 			resp.Headers = append(resp.Headers, h)
 		}
 		sort.Strings(resp.Headers)
+		if resp.JSON() && schema["oneOf"] != nil {
+			members, err := d.oneOf(schema, resp)
+			if err != nil {
+				return nil, fmt.Errorf("%s: response %s: %w", o.ID, code, err)
+			}
+			o.Responses = append(o.Responses, members...)
+			continue
+		}
 		if resp.JSON() && resp.Schema == "" {
 			return nil, fmt.Errorf("%s: JSON response %s must $ref a named schema", o.ID, code)
 		}
+		resp.Only, resp.Required = d.shape(resp.Schema)
 		o.Responses = append(o.Responses, resp)
 	}
 	if len(o.Responses) == 0 {
@@ -338,6 +369,82 @@ func (d *Document) parseOperation(route, method string, op, params map[string]an
 		}
 	}
 	return o, nil
+}
+
+// oneOf reads a 2xx answer whose schema is a oneOf: each member $refs a named schema; the first
+// is open (the operation's result), every other one is closed (additionalProperties: false), and
+// each closed one is told apart from every other member by its shape: each other member requires
+// a property the closed one does not admit. So a client picks the answer without trying to
+// validate, and no body matches two members. A closed member's description is its schema's.
+func (d *Document) oneOf(schema map[string]any, base Response) ([]Response, error) {
+	if len(schema) != 1 {
+		return nil, fmt.Errorf("a oneOf answer takes no other keyword")
+	}
+	var out []Response
+	for i, m := range arr(schema["oneOf"]) {
+		name, ok := refName(obj(m))
+		if !ok || d.Schemas[name] == nil {
+			return nil, fmt.Errorf("oneOf[%d] must $ref a named schema", i)
+		}
+		r := base
+		r.Schema = name
+		s := d.Schemas[name]
+		closed := s["additionalProperties"] == false
+		if (i == 0) == closed {
+			return nil, fmt.Errorf("oneOf[%d] %s: the first member must be open and the others closed (additionalProperties: false)", i, name)
+		}
+		if closed {
+			r.Description = strings.TrimSpace(str(s["description"]))
+			if r.Only, r.Required = d.shape(name); len(r.Required) == 0 {
+				return nil, fmt.Errorf("oneOf[%d] %s: a closed member must require a property", i, name)
+			}
+		}
+		out = append(out, r)
+	}
+	if len(out) < 2 {
+		return nil, fmt.Errorf("a oneOf answer needs two members")
+	}
+	for _, c := range out[1:] {
+		admits := map[string]bool{}
+		for _, p := range c.Only {
+			admits[p] = true
+		}
+		for _, x := range out {
+			if x.Schema == c.Schema {
+				continue
+			}
+			told := false
+			for _, q := range arr(d.Schemas[x.Schema]["required"]) {
+				told = told || !admits[str(q)]
+			}
+			if !told {
+				return nil, fmt.Errorf("%s requires no property that %s does not admit, so a body could match both", x.Schema, c.Schema)
+			}
+		}
+	}
+	return out, nil
+}
+
+// shape returns the properties a closed schema (additionalProperties: false) admits and those it
+// requires; nil for an open one.
+func (d *Document) shape(name string) (only, required []string) {
+	s := d.Schemas[name]
+	if s["additionalProperties"] != false {
+		return nil, nil
+	}
+	for _, q := range arr(s["required"]) {
+		required = append(required, str(q))
+	}
+	return sortedKeys(obj(s["properties"])), required
+}
+
+func sortedKeys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // described checks that a component schema and each of its properties (those of its allOf,

@@ -1,6 +1,8 @@
 package apimodel
 
 import (
+	"fmt"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -121,5 +123,77 @@ func TestRejectsBrokenConventions(t *testing.T) {
 	ok := `{"operationId":"x","x-bap-mutating":false,"parameters":[{"name":"id","in":"path","required":true}],"requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XRequest"}}}},"responses":{"200":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XResponse"}}}}}}`
 	if _, err := ParseOpenAPI([]byte(strings.Replace(base, "%s", ok, 1))); err != nil {
 		t.Errorf("valid document rejected: %v", err)
+	}
+}
+
+// TestOneOfAnswers: a 2xx answer whose schema is a oneOf becomes one Response per member, the
+// closed ones told apart by their shape (Only), and the model refuses a oneOf whose members a
+// body could match twice, or whose order or form the generators cannot read.
+func TestOneOfAnswers(t *testing.T) {
+	const doc = `{"info":{"title":"t","version":"1"},"components":{"schemas":{` +
+		`"XRequest":{"description":"x","type":"object"},` +
+		`"XResponse":{"description":"x","type":"object","required":%s,"properties":{"r":{"description":"r","type":"string"},"a":{"description":"a","type":"string"}}},` +
+		`"Closed":{"description":"only r","type":"object","required":["r"],"additionalProperties":false,"properties":{"r":{"description":"r","type":"string"}}},` +
+		`"Open":{"description":"open","type":"object","required":["r"],"properties":{"r":{"description":"r","type":"string"}}}}},` +
+		`"paths":{"/x":{"post":{"operationId":"x","x-bap-mutating":false,"requestBody":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/XRequest"}}}},` +
+		`"responses":{"200":{"description":"d","content":{"application/json":{"schema":%s}}}}}}}}`
+	parse := func(required, schema string) (*Operation, error) {
+		d, err := ParseOpenAPI([]byte(fmt.Sprintf(doc, required, schema)))
+		if err != nil {
+			return nil, err
+		}
+		return d.Operations[0], nil
+	}
+	o, err := parse(`["r","a"]`, `{"oneOf":[{"$ref":"#/components/schemas/XResponse"},{"$ref":"#/components/schemas/Closed"}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alts := o.Alternatives()
+	if p := o.Primary(); p.Schema != "XResponse" || p.Only != nil || o.Shaped(p) {
+		t.Errorf("primary %+v", p)
+	}
+	if len(alts) != 1 || alts[0].Schema != "Closed" || alts[0].Status != 200 || !o.Shaped(alts[0]) ||
+		fmt.Sprint(alts[0].Only, alts[0].Required) != "[r] [r]" || alts[0].Description != "only r" {
+		t.Errorf("alternatives %+v", alts)
+	}
+	for name, c := range map[string][2]string{
+		"ambiguous: the result requires only what the closed one admits": {`["r"]`, `{"oneOf":[{"$ref":"#/components/schemas/XResponse"},{"$ref":"#/components/schemas/Closed"}]}`},
+		"closed member first": {`["r","a"]`, `{"oneOf":[{"$ref":"#/components/schemas/Closed"},{"$ref":"#/components/schemas/XResponse"}]}`},
+		"two open members":    {`["r","a"]`, `{"oneOf":[{"$ref":"#/components/schemas/XResponse"},{"$ref":"#/components/schemas/Open"}]}`},
+		"inline member":       {`["r","a"]`, `{"oneOf":[{"$ref":"#/components/schemas/XResponse"},{"type":"object"}]}`},
+		"one member":          {`["r","a"]`, `{"oneOf":[{"$ref":"#/components/schemas/XResponse"}]}`},
+		"another keyword":     {`["r","a"]`, `{"oneOf":[{"$ref":"#/components/schemas/XResponse"},{"$ref":"#/components/schemas/Closed"}],"description":"d"}`},
+	} {
+		if _, err := parse(c[0], c[1]); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestInterruptedAnswers: the operations the server may answer with the replay of an interrupted
+// command — those whose commands run in two phases (app.runTwoPhase), whose claim outlives the
+// transaction that takes it — admit InterruptedCommandResponse, and no other operation does.
+func TestInterruptedAnswers(t *testing.T) {
+	d, err := LoadOpenAPI(bundlePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range d.Operations {
+		for _, a := range o.Alternatives() {
+			if a.Schema == "InterruptedCommandResponse" {
+				if a.Status != 200 || a.Only == nil {
+					t.Errorf("%s: interrupted answer %+v", o.ID, a)
+				}
+				got = append(got, fmt.Sprintf("%s:%v", o.ID, o.Shaped(a)))
+			}
+		}
+	}
+	sort.Strings(got)
+	want := "act:true,cancel_task:true,capture_evidence:true,checkpoint_browser_session:true,close_browser_session:true," +
+		"create_browser_session:false,create_task:false,hand_back_task:true,navigate:true,request_approval:false," +
+		"resolve_approval:true,resume_task:true"
+	if strings.Join(got, ",") != want {
+		t.Errorf("interrupted answers\n got %s\nwant %s", strings.Join(got, ","), want)
 	}
 }

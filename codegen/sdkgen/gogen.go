@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/originweave/bap/codegen/apimodel"
@@ -26,12 +28,12 @@ func GoClient(d *apimodel.Document) ([]byte, error) {
 	var body bytes.Buffer
 	imports := map[string]bool{"context": true, "net/http": true, "net/url": true}
 	for _, o := range d.ContractOperations() {
-		if err := goMethod(&body, o, imports); err != nil {
+		if err := goMethod(&body, d, o, imports); err != nil {
 			return nil, fmt.Errorf("%s: %w", o.ID, err)
 		}
 	}
 	b.WriteString("package bap\n\nimport (\n")
-	for _, imp := range []string{"context", "net/http", "net/url", "strconv"} {
+	for _, imp := range []string{"context", "net/http", "net/url", "slices", "strconv"} {
 		if imports[imp] {
 			fmt.Fprintf(&b, "\t%q\n", imp)
 		}
@@ -41,7 +43,7 @@ func GoClient(d *apimodel.Document) ([]byte, error) {
 	return gofmt(b.Bytes())
 }
 
-func goMethod(b *bytes.Buffer, o *apimodel.Operation, imports map[string]bool) error {
+func goMethod(b *bytes.Buffer, d *apimodel.Document, o *apimodel.Operation, imports map[string]bool) error {
 	name := o.PascalID()
 	// Doc comment.
 	fmt.Fprintf(b, "// %s calls %s (%s %s): %s\n", name, o.ID, o.Method, o.Path, sentence(o.Summary))
@@ -63,6 +65,10 @@ func goMethod(b *bytes.Buffer, o *apimodel.Operation, imports map[string]bool) e
 		notes = append(notes, fmt.Sprintf("%s: %s Its zero value is not sent (the server's default applies).", apimodel.GoLocal(p.Name), sentence(p.Description)))
 	}
 	for _, alt := range o.Alternatives() {
+		if alt.Only != nil {
+			notes = append(notes, fmt.Sprintf("The server may also answer %d with %s; the result then holds only %s, and its %s method returns it.", alt.Status, alt.Schema, strings.Join(goFields(alt.Only), " and "), goAccessor(alt.Schema)))
+			continue
+		}
 		notes = append(notes, fmt.Sprintf("The server may also answer %d with %s (%s); the result then holds only the fields the two share, and WithResponseMeta gives the status and the raw body to decode.", alt.Status, alt.Schema, strings.TrimSuffix(alt.Description, ".")))
 	}
 	b.WriteString(wrap(strings.Join(notes, " "), "// ", 100))
@@ -117,7 +123,117 @@ func goMethod(b *bytes.Buffer, o *apimodel.Operation, imports map[string]bool) e
 		return nil
 	}
 	fmt.Fprintf(b, "\tout := new(%s)\n\tif err := c.call(ctx, req, out, opts); err != nil {\n\t\treturn nil, err\n\t}\n\treturn out, nil\n}\n\n", o.Primary().Schema)
+	for _, alt := range o.Alternatives() {
+		if alt.Only != nil {
+			if err := goAccessorMethod(b, d, o, alt, imports); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// goAccessor names the method of an operation's result that returns a closed alternative answer
+// (InterruptedCommandResponse → Interrupted): the schema's name without Response and Command.
+func goAccessor(schema string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(schema, "Response"), "Command")
+}
+
+// goFields are the Go field names oapi-codegen gives snake_case properties (context_id →
+// ContextId).
+func goFields(props []string) []string {
+	out := make([]string, len(props))
+	for i, p := range props {
+		out[i] = apimodel.Pascal(p)
+	}
+	return out
+}
+
+// goAccessorMethod renders the method of o's result type that says whether the answer was the
+// closed alternative alt (only alt.Only set) and returns it. A Go result cannot remember which
+// body it was decoded from, so the method reads it back from the fields, and the generator
+// checks that this is exact: the result requires a property alt does not admit whose Go value is
+// never zero in a valid body (an object, an array, a patterned or non-empty string), alt's
+// properties are the result's own, of the same schemas, and an enum alt puts on a nested
+// property (the interrupted receipt's outcome) is checked too, which is what tells alt from
+// another alternative that decodes to the same fields (act's 202, whose receipt is
+// pending_approval).
+func goAccessorMethod(b *bytes.Buffer, d *apimodel.Document, o *apimodel.Operation, alt apimodel.Response, imports map[string]bool) error {
+	primary := o.Primary().Schema
+	ps, as := obj(d.Schemas[primary]["properties"]), obj(d.Schemas[alt.Schema]["properties"])
+	admits := map[string]bool{}
+	var checks []string
+	for _, p := range alt.Only {
+		admits[p] = true
+		pr, ar := obj(ps[p]), obj(as[p])
+		if pr == nil || pr["$ref"] == nil || pr["$ref"] != ar["$ref"] {
+			return fmt.Errorf("%s: property %s of %s must be a property of %s with the same $ref", o.ID, p, alt.Schema, primary)
+		}
+		nested := obj(ar["properties"])
+		for _, k := range slices.Sorted(maps.Keys(nested)) {
+			enum := arr(obj(nested[k])["enum"])
+			if len(enum) == 0 {
+				return fmt.Errorf("%s: %s.%s.%s: only an enum may narrow a nested property", o.ID, alt.Schema, p, k)
+			}
+			vals := make([]string, len(enum))
+			for i, v := range enum {
+				vals[i] = fmt.Sprintf("%q", str(v))
+			}
+			checks = append(checks, fmt.Sprintf("!slices.Contains([]string{%s}, string(r.%s.%s))", strings.Join(vals, ", "), apimodel.Pascal(p), apimodel.Pascal(k)))
+		}
+	}
+	told := func(schema string) bool {
+		sp := obj(d.Schemas[schema]["properties"])
+		for _, q := range arr(d.Schemas[schema]["required"]) {
+			if ps[str(q)] != nil && !admits[str(q)] && neverZero(d, obj(sp[str(q)])) {
+				return true
+			}
+		}
+		return false
+	}
+	if !told(primary) {
+		return fmt.Errorf("%s: %s requires no property besides %s's whose Go value is never zero, so its %s method could not tell them apart", o.ID, primary, alt.Schema, goAccessor(alt.Schema))
+	}
+	for _, other := range o.Alternatives() {
+		if other.Schema != alt.Schema && !told(other.Schema) && len(checks) == 0 {
+			return fmt.Errorf("%s: %s decodes into %s with only %s's fields set, and %s narrows none of them", o.ID, other.Schema, primary, alt.Schema, alt.Schema)
+		}
+	}
+	fields := goFields(alt.Only)
+	keep := make([]string, len(fields))
+	set := make([]string, len(fields))
+	for i, f := range fields {
+		keep[i] = fmt.Sprintf("%q", f)
+		set[i] = fmt.Sprintf("%s: r.%s", f, f)
+	}
+	cond := append([]string{"r == nil", fmt.Sprintf("!onlyFields(r, %s)", strings.Join(keep, ", "))}, checks...)
+	if len(checks) > 0 {
+		imports["slices"] = true
+	}
+	m := goAccessor(alt.Schema)
+	doc := fmt.Sprintf("%s returns the %s when %s answered it (status %d) instead of its result, and false otherwise. %s Then only %s is set here.",
+		m, alt.Schema, o.ID, alt.Status, sentence(alt.Description), strings.Join(fields, " and "))
+	b.WriteString(wrap(doc, "// ", 100))
+	fmt.Fprintf(b, "func (r *%s) %s() (*%s, bool) {\n", primary, m, alt.Schema)
+	fmt.Fprintf(b, "\tif %s {\n\t\treturn nil, false\n\t}\n", strings.Join(cond, " || "))
+	fmt.Fprintf(b, "\treturn &%s{%s}, true\n}\n\n", alt.Schema, strings.Join(set, ", "))
+	return nil
+}
+
+// neverZero reports whether a valid value of the property schema p decodes into a Go value that
+// is not its type's zero value.
+func neverZero(d *apimodel.Document, p map[string]any) bool {
+	if name, ok := apimodel.Ref(p); ok {
+		p = d.Schemas[name]
+	}
+	switch p["type"] {
+	case "object", "array":
+		return true
+	case "string":
+		min, _ := p["minLength"].(float64)
+		return p["pattern"] != nil || min > 0
+	}
+	return false
 }
 
 // goQueryType maps a query parameter to a Go argument type whose zero value means "absent".

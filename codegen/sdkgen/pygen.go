@@ -38,7 +38,8 @@ as the TypedDicts say); use bap.Client, which supplies the transport.
 """
 
 import typing
-from typing import Any, Literal, NotRequired, Optional, TypedDict, Union
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, Optional, TypedDict, TypeGuard, Union
 from urllib.parse import quote as _quote
 
 if typing.TYPE_CHECKING:
@@ -48,6 +49,9 @@ if typing.TYPE_CHECKING:
 	all := []string{"SPEC_VERSION", "Operations", "TaskEvent", "EVENT_TYPES", "EVENT_DATA_TYPES"}
 	for n := range d.Schemas {
 		all = append(all, n)
+	}
+	for _, a := range closedAnswers(d) {
+		all = append(all, "is_"+pySnake(a.Schema))
 	}
 	sort.Strings(all)
 	b.WriteString("__all__ = [\n")
@@ -66,6 +70,12 @@ if typing.TYPE_CHECKING:
 		if err := pySchema(&b, d, n); err != nil {
 			return nil, fmt.Errorf("schema %s: %w", n, err)
 		}
+	}
+
+	for _, a := range closedAnswers(d) {
+		fmt.Fprintf(&b, "\n\ndef is_%s(answer: Mapping[str, object]) -> TypeGuard[%s]:\n", pySnake(a.Schema), pyStr(a.Schema))
+		b.WriteString(pyDocstring(fmt.Sprintf("Whether ``answer`` is the %s answer, which an operation may return instead of its result: a dict whose keys are only among %s, with %s.", a.Schema, mapJoin(a.Only, func(n string) string { return "``" + n + "``" }, ", "), mapJoin(a.Required, func(n string) string { return "``" + n + "``" }, ", ")), "    "))
+		fmt.Fprintf(&b, "    return len(answer) > 0 and all(k in %s for k in answer) and all(k in answer for k in %s)\n", "("+mapJoin(a.Only, pyStr, ", ")+",)", "("+mapJoin(a.Required, pyStr, ", ")+",)")
 	}
 
 	// Events.
@@ -568,4 +578,20 @@ func arr(v any) []any {
 func str(v any) string {
 	s, _ := v.(string)
 	return s
+}
+
+// pySnake turns a PascalCase schema name into snake_case: InterruptedCommandResponse →
+// interrupted_command_response.
+func pySnake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -121,7 +121,7 @@ func answerVariant(schema string) string {
 func (g *rsGen) answer(b *bytes.Buffer, o *apimodel.Operation) error {
 	name := answerName(o)
 	all := append([]apimodel.Response{o.Primary()}, o.Alternatives()...)
-	fmt.Fprintf(b, "\n/// The answers of `%s`, by HTTP status: the primary one first.\n", o.ID)
+	fmt.Fprintf(b, "\n/// The answers of `%s`, by HTTP status (and by shape where two share one): the primary one first.\n", o.ID)
 	b.WriteString("#[derive(Debug, Clone, PartialEq, Serialize)]\n#[serde(untagged)]\n")
 	fmt.Fprintf(b, "pub enum %s {\n", name)
 	seen := map[string]bool{}
@@ -150,8 +150,19 @@ func (g *rsGen) answer(b *bytes.Buffer, o *apimodel.Operation) error {
 	fmt.Fprintf(b, "    pub fn primary(self) -> Option<%s> {\n        match self {\n            %s::%s(v) => Some(v),\n", p.Schema, name, answerVariant(p.Schema))
 	b.WriteString("            #[allow(unreachable_patterns)]\n            _ => None,\n        }\n    }\n\n")
 	fmt.Fprintf(b, "    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {\n        match status {\n")
-	for _, r := range o.Alternatives() {
-		fmt.Fprintf(b, "            %d => serde_json::from_slice(body).map(%s::%s),\n", r.Status, name, answerVariant(r.Schema))
+	// An answer sharing its status with another (a oneOf) is told apart by its keys, first.
+	alts := o.Alternatives()
+	sort.SliceStable(alts, func(i, j int) bool { return o.Shaped(alts[i]) && !o.Shaped(alts[j]) })
+	for _, r := range alts {
+		guard := ""
+		if o.Shaped(r) {
+			keys := make([]string, len(r.Only))
+			for i, k := range r.Only {
+				keys[i] = rsStr(k)
+			}
+			guard = fmt.Sprintf(" if crate::transport::only_keys(body, &[%s])", strings.Join(keys, ", "))
+		}
+		fmt.Fprintf(b, "            %d%s => serde_json::from_slice(body).map(%s::%s),\n", r.Status, guard, name, answerVariant(r.Schema))
 	}
 	fmt.Fprintf(b, "            _ => serde_json::from_slice(body).map(%s::%s),\n", name, answerVariant(p.Schema))
 	b.WriteString("        }\n    }\n}\n")

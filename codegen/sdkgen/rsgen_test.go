@@ -15,8 +15,9 @@ func TestRust(t *testing.T) {
 		t.Errorf("%d methods, want 40 (20 and their _with twins)", n)
 	}
 	for _, want := range []string{
-		"    pub fn navigate(&self, session_id: &str, body: &NavigateRequest) -> Result<NavigateResponse, Error> {",
-		"    pub fn navigate_with(&self, session_id: &str, body: &NavigateRequest, opts: &CallOptions) -> Result<NavigateResponse, Error> {",
+		"    pub fn navigate(&self, session_id: &str, body: &NavigateRequest) -> Result<NavigateAnswer, Error> {",
+		"    pub fn navigate_with(&self, session_id: &str, body: &NavigateRequest, opts: &CallOptions) -> Result<NavigateAnswer, Error> {",
+		"    pub fn close_task(&self, task_id: &str, body: &CloseTaskRequest) -> Result<CloseTaskResponse, Error> {",
 		"    pub fn create_task(&self, body: &CreateTaskRequest) -> Result<CreateTaskAnswer, Error> {",
 		"    pub fn get_task(&self, task_id: &str) -> Result<GetTaskResponse, Error> {",
 		"    pub fn list_task_events(&self, task_id: &str, after: Option<i64>, limit: Option<i64>) -> Result<ListTaskEventsResponse, Error> {",
@@ -35,6 +36,9 @@ func TestRust(t *testing.T) {
 	types := gen(t, func() ([]byte, error) { return RustTypes(d, ev) })
 	for _, want := range []string{
 		"pub struct Receipt {",
+		`            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(ActAnswer::InterruptedCommand),`,
+		"            202 => serde_json::from_slice(body).map(ActAnswer::ActPendingApproval),",
+		`            200 => serde_json::from_slice(body).map(CreateTaskAnswer::InterruptedCommand),`,
 		"pub enum ApprovalDecision {",
 		"    Unknown(String),",
 		"impl Serialize for TaskState {",

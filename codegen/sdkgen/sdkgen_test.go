@@ -56,10 +56,20 @@ func TestGoClient(t *testing.T) {
 		"func (c *Client) ListTaskEvents(ctx context.Context, taskID string, after int, limit int, opts ...CallOption) (*ListTaskEventsResponse, error)",
 		"func (c *Client) GetArtifact(ctx context.Context, artifactID string, opts ...CallOption) (*Blob, error)",
 		"func (c *Client) ResolveApproval(ctx context.Context, approvalID string, body ResolveApprovalRequest, opts ...CallOption) (*ResolveApprovalResponse, error)",
+		// The interrupted replay: every operation that may answer it, whatever its status.
+		"func (r *ActResponse) Interrupted() (*InterruptedCommandResponse, bool) {",
+		"func (r *CreateTaskResponse) Interrupted() (*InterruptedCommandResponse, bool) {",
+		`	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {`,
 	} {
 		if !strings.Contains(src, sig) {
 			t.Errorf("missing %s", sig)
 		}
+	}
+	if n := count(src, `(?m)\) Interrupted\(\) `); n != 11 {
+		t.Errorf("%d Interrupted methods, want 11 (the 8 two-phase contract operations, create_task, request_approval, create_browser_session)", n)
+	}
+	if strings.Contains(src, "func (r *CloseTaskResponse) Interrupted") {
+		t.Error("close_task runs in one transaction and is never interrupted")
 	}
 	if strings.Contains(src, "StreamTaskEvents") || strings.Contains(src, "GetHealthz") {
 		t.Error("a non-contract operation became a method")
@@ -91,7 +101,10 @@ func TestPython(t *testing.T) {
 		"    def get_task(\n        self,\n        task_id: str,\n        *,\n        timeout: Optional[float] = None,\n    ) -> \"GetTaskResponse\":",
 		"    def list_task_events(\n        self,\n        task_id: str,\n        *,\n        after: Optional[int] = None,\n        limit: Optional[int] = None,",
 		"    def close_task(\n        self,\n        task_id: str,\n        body: Optional[\"CloseTaskRequest\"] = None,",
-		") -> Union[\"ActResponse\", \"ActPendingApprovalResponse\"]:",
+		") -> Union[\"ActResponse\", \"InterruptedCommandResponse\", \"ActPendingApprovalResponse\"]:",
+		") -> Union[\"CancelTaskResponse\", \"InterruptedCommandResponse\"]:",
+		"def is_interrupted_command_response(answer: Mapping[str, object]) -> TypeGuard[\"InterruptedCommandResponse\"]:",
+		"    return len(answer) > 0 and all(k in (\"receipt\",) for k in answer) and all(k in answer for k in (\"receipt\",))",
 		"class Receipt(TypedDict):",
 		"TaskStateChangedData = TypedDict(", // `from` is a keyword: functional syntax
 		"\"task.state_changed\": TaskStateChangedData,",
@@ -109,7 +122,9 @@ func TestTypeScript(t *testing.T) {
 		t.Errorf("%d methods, want 20", n)
 	}
 	for _, want := range []string{
-		"  navigate(sessionId: string, body: NavigateRequest, options?: CallOptions): Promise<NavigateResponse> {",
+		"  navigate(sessionId: string, body: NavigateRequest, options?: CallOptions): Promise<NavigateResponse | InterruptedCommandResponse> {",
+		"  act(sessionId: string, body: ActRequest, options?: CallOptions): Promise<ActResponse | InterruptedCommandResponse | ActPendingApprovalResponse> {",
+		"export function isInterruptedCommandResponse(answer: object): answer is InterruptedCommandResponse {",
 		"  createTask(body: CreateTaskRequest, options?: CallOptions): Promise<CreateTaskResponse | InterruptedCommandResponse> {",
 		"  listTaskEvents(taskId: string, query?: { after?: number; limit?: number }, options?: CallOptions): Promise<ListTaskEventsResponse> {",
 		"  closeTask(taskId: string, body: CloseTaskRequest = {}, options?: CallOptions): Promise<CloseTaskResponse> {",

@@ -8,7 +8,10 @@
 package sdkgen
 
 import (
+	"sort"
 	"strings"
+
+	"github.com/originweave/bap/codegen/apimodel"
 )
 
 // wrap breaks text into lines of at most width characters (words are never split), keeping
@@ -46,4 +49,32 @@ func sentence(s string) string {
 		return s
 	}
 	return s + "."
+}
+
+// closedAnswers returns, once per schema and sorted by name, the closed answers (additionalProperties:
+// false, Only set) that contract operations may give instead of their result: each SDK renders a
+// test of its shape (isInterruptedCommandResponse, is_interrupted_command_response) beside the
+// union the operations return.
+func closedAnswers(d *apimodel.Document) []apimodel.Response {
+	seen := map[string]bool{}
+	var out []apimodel.Response
+	for _, o := range d.ContractOperations() {
+		for _, a := range o.Alternatives() {
+			if a.Only != nil && !seen[a.Schema] {
+				seen[a.Schema] = true
+				out = append(out, a)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Schema < out[j].Schema })
+	return out
+}
+
+// mapJoin joins f of each name with sep.
+func mapJoin(names []string, f func(string) string, sep string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = f(n)
+	}
+	return strings.Join(out, sep)
 }

@@ -3,6 +3,8 @@ package sdkgen
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -30,11 +32,34 @@ func TSClient(d *apimodel.Document) ([]byte, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	closed := map[string]apimodel.Response{}
+	for _, a := range closedAnswers(d) {
+		closed[a.Schema] = a
+	}
 	for _, n := range names {
-		if desc := strings.TrimSpace(str(d.Schemas[n]["description"])); desc != "" {
-			b.WriteString(tsDoc(desc, ""))
+		desc := strings.TrimSpace(str(d.Schemas[n]["description"]))
+		a, isClosed := closed[n]
+		if !isClosed {
+			if desc != "" {
+				b.WriteString(tsDoc(desc, ""))
+			}
+			fmt.Fprintf(&b, "export type %s = S[%s];\n", n, tsStr(n))
+			continue
 		}
-		fmt.Fprintf(&b, "export type %s = S[%s];\n", n, tsStr(n))
+		// TypeScript object types are open: without the absent properties, every result holding
+		// `receipt` would match it too, and narrowing the union an operation returns would fail.
+		var absent []string
+		for _, k := range besideKeys(d, a) {
+			absent = append(absent, "  "+k+"?: never;\n")
+		}
+		b.WriteString(tsDoc(desc+"\n\nNone of the properties of the answers it stands beside is set (they are listed as `never`), so it narrows apart from them.", ""))
+		fmt.Fprintf(&b, "export type %s = S[%s] & {\n%s};\n", n, tsStr(n), strings.Join(absent, ""))
+	}
+	for _, a := range closedAnswers(d) {
+		only := mapJoin(a.Only, func(n string) string { return "`" + n + "`" }, ", ")
+		fmt.Fprintf(&b, "\n%s", tsDoc(fmt.Sprintf("Whether `answer` is the %s answer, which an operation may return instead of its result: an object whose keys are only among %s, with %s. Narrows the union the operation returns.", a.Schema, only, mapJoin(a.Required, func(n string) string { return "`" + n + "`" }, ", ")), ""))
+		fmt.Fprintf(&b, "export function is%s(answer: object): answer is %s {\n", a.Schema, a.Schema)
+		fmt.Fprintf(&b, "  const keys = Object.keys(answer);\n  return keys.length > 0 && keys.every((k) => %s.includes(k)) && %s.every((k) => keys.includes(k));\n}\n", "["+mapJoin(a.Only, tsStr, ", ")+"]", "["+mapJoin(a.Required, tsStr, ", ")+"]")
 	}
 	b.WriteString(`
 /** One method per BAP operation; ` + "`Client`" + ` supplies the transport. */
@@ -195,4 +220,27 @@ func tsDoc(text, indent string) string {
 		}
 	}
 	return indent + "/**\n" + body + indent + " */\n"
+}
+
+// besideKeys returns, sorted, the properties of every answer of the operations that may give the
+// closed answer a, except a's own.
+func besideKeys(d *apimodel.Document, a apimodel.Response) []string {
+	own := map[string]bool{}
+	for _, k := range a.Only {
+		own[k] = true
+	}
+	keys := map[string]bool{}
+	for _, o := range d.ContractOperations() {
+		if !slices.ContainsFunc(o.Alternatives(), func(r apimodel.Response) bool { return r.Schema == a.Schema }) {
+			continue
+		}
+		for _, r := range o.Responses {
+			for k := range obj(d.Schemas[r.Schema]["properties"]) {
+				if !own[k] {
+					keys[k] = true
+				}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(keys))
 }

@@ -7,7 +7,8 @@ as the TypedDicts say); use bap.Client, which supplies the transport.
 """
 
 import typing
-from typing import Any, Literal, NotRequired, Optional, TypedDict, Union
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, Optional, TypedDict, TypeGuard, Union
 from urllib.parse import quote as _quote
 
 if typing.TYPE_CHECKING:
@@ -207,6 +208,7 @@ __all__ = [
     "VerifyArtifactRequest",
     "VerifyArtifactResponse",
     "WaitUntil",
+    "is_interrupted_command_response",
 ]
 
 SPEC_VERSION = "1.0.0"
@@ -1707,11 +1709,15 @@ class HeldRequest(TypedDict):
 
 
 class InterruptedCommandResponse(TypedDict):
-    """Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome
-    `unknown_outcome` or `reconciliation_required`).
+    """Replay of an Idempotency-Key whose command a crash interrupted between its record and its
+    receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new
+    key) or `reconciliation_required` (a side-effecting one; a reconciliation is open and the
+    command never runs again). No other property is admitted, so it is never mistaken for an
+    operation's result: every `<Operation>Response` it stands beside requires a property besides
+    `receipt`.
     """
 
-    #: The interrupted command's receipt.
+    #: The interrupted command's receipt, as recovery classified it.
     receipt: "Receipt"
 
 
@@ -3262,6 +3268,13 @@ WaitUntil = Literal["commit", "domcontentloaded", "load", "networkidle"]
 """Document readiness a navigation waits for (default `load`)."""
 
 
+def is_interrupted_command_response(answer: Mapping[str, object]) -> TypeGuard["InterruptedCommandResponse"]:
+    """Whether ``answer`` is the InterruptedCommandResponse answer, which an operation may return
+    instead of its result: a dict whose keys are only among ``receipt``, with ``receipt``.
+    """
+    return len(answer) > 0 and all(k in ("receipt",) for k in answer) and all(k in answer for k in ("receipt",))
+
+
 # Events (AsyncAPI messages).
 
 TaskEvent = Union[
@@ -3396,7 +3409,7 @@ class Operations:
         *,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> "ResolveApprovalResponse":
+    ) -> Union["ResolveApprovalResponse", "InterruptedCommandResponse"]:
         """Resolve an approval.
 
         Approves or denies a pending approval as the authenticated caller. `approve` runs a held
@@ -3416,7 +3429,13 @@ class Operations:
         approval_not_pending` (state `expired`) and its held action never runs.
 
         ``POST /bap/v1/approvals/{approval_id}/resolve`` (mutating: sends ``idempotency_key``, or a
-        new UUID that the client's own retries reuse); scope ``bap:approvals.resolve``.
+        new UUID that the client's own retries reuse); scope ``bap:approvals.resolve``. May also
+        answer 200 with InterruptedCommandResponse: Replay of an Idempotency-Key whose command a
+        crash interrupted between its record and its receipt: only the receipt, whose outcome is
+        `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+        side-effecting one; a reconciliation is open and the command never runs again). No other
+        property is admitted, so it is never mistaken for an operation's result: every
+        `<Operation>Response` it stands beside requires a property besides `receipt`.
         """
         return self._request(
             "resolve_approval",
@@ -3479,7 +3498,7 @@ class Operations:
         *,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> Union["ActResponse", "ActPendingApprovalResponse"]:
+    ) -> Union["ActResponse", "InterruptedCommandResponse", "ActPendingApprovalResponse"]:
         """Act on the page.
 
         Performs one action on a node handle or a query. An action held by an approval rule answers
@@ -3497,10 +3516,16 @@ class Operations:
 
         ``POST /bap/v1/browser-sessions/{session_id}/act`` (mutating: sends ``idempotency_key``, or
         a new UUID that the client's own retries reuse); scope ``bap:browser.act``. May also answer
-        202 with ActPendingApprovalResponse: Held by an approval rule: the action has not run; the
-        task waits in `waiting_for_approval`. A separate approver resolves the approval (never the
-        caller that was held) before its `expires_at` (the rule's `ttl`, default 15 minutes);
-        expired, the action never runs.
+        200 with InterruptedCommandResponse: Replay of an Idempotency-Key whose command a crash
+        interrupted between its record and its receipt: only the receipt, whose outcome is
+        `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+        side-effecting one; a reconciliation is open and the command never runs again). No other
+        property is admitted, so it is never mistaken for an operation's result: every
+        `<Operation>Response` it stands beside requires a property besides `receipt`. May also
+        answer 202 with ActPendingApprovalResponse: Held by an approval rule: the action has not
+        run; the task waits in `waiting_for_approval`. A separate approver resolves the approval
+        (never the caller that was held) before its `expires_at` (the rule's `ttl`, default 15
+        minutes); expired, the action never runs.
         """
         return self._request(
             "act",
@@ -3520,7 +3545,7 @@ class Operations:
         *,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> "CheckpointBrowserSessionResponse":
+    ) -> Union["CheckpointBrowserSessionResponse", "InterruptedCommandResponse"]:
         """Checkpoint a browser session.
 
         Stores the session's restorable state — cookies (HttpOnly too), local storage of every
@@ -3535,7 +3560,12 @@ class Operations:
 
         ``POST /bap/v1/browser-sessions/{session_id}/checkpoint`` (mutating: sends
         ``idempotency_key``, or a new UUID that the client's own retries reuse); scope
-        ``bap:browser.act``.
+        ``bap:browser.act``. May also answer 200 with InterruptedCommandResponse: Replay of an
+        Idempotency-Key whose command a crash interrupted between its record and its receipt: only
+        the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+        `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+        never runs again). No other property is admitted, so it is never mistaken for an operation's
+        result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
         """
         return self._request(
             "checkpoint_browser_session",
@@ -3555,13 +3585,19 @@ class Operations:
         *,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> "CloseBrowserSessionResponse":
+    ) -> Union["CloseBrowserSessionResponse", "InterruptedCommandResponse"]:
         """Close a browser session.
 
         Closes the session and its browsing contexts.
 
         ``POST /bap/v1/browser-sessions/{session_id}/close`` (mutating: sends ``idempotency_key``,
-        or a new UUID that the client's own retries reuse); scope ``bap:browser.act``.
+        or a new UUID that the client's own retries reuse); scope ``bap:browser.act``. May also
+        answer 200 with InterruptedCommandResponse: Replay of an Idempotency-Key whose command a
+        crash interrupted between its record and its receipt: only the receipt, whose outcome is
+        `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+        side-effecting one; a reconciliation is open and the command never runs again). No other
+        property is admitted, so it is never mistaken for an operation's result: every
+        `<Operation>Response` it stands beside requires a property besides `receipt`.
         """
         return self._request(
             "close_browser_session",
@@ -3581,14 +3617,19 @@ class Operations:
         *,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> "CaptureEvidenceResponse":
+    ) -> Union["CaptureEvidenceResponse", "InterruptedCommandResponse"]:
         """Capture evidence.
 
         Stores screenshots and DOM / accessibility snapshots as content-addressed artifacts.
 
         ``POST /bap/v1/browser-sessions/{session_id}/evidence`` (mutating: sends
         ``idempotency_key``, or a new UUID that the client's own retries reuse); scope
-        ``bap:browser.observe``.
+        ``bap:browser.observe``. May also answer 200 with InterruptedCommandResponse: Replay of an
+        Idempotency-Key whose command a crash interrupted between its record and its receipt: only
+        the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+        `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+        never runs again). No other property is admitted, so it is never mistaken for an operation's
+        result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
         """
         return self._request(
             "capture_evidence",
@@ -3631,7 +3672,7 @@ class Operations:
         *,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> "NavigateResponse":
+    ) -> Union["NavigateResponse", "InterruptedCommandResponse"]:
         """Navigate.
 
         Loads a URL in a browsing context of the session. Origins outside the task policy answer
@@ -3639,7 +3680,12 @@ class Operations:
 
         ``POST /bap/v1/browser-sessions/{session_id}/navigate`` (mutating: sends
         ``idempotency_key``, or a new UUID that the client's own retries reuse); scope
-        ``bap:browser.act``.
+        ``bap:browser.act``. May also answer 200 with InterruptedCommandResponse: Replay of an
+        Idempotency-Key whose command a crash interrupted between its record and its receipt: only
+        the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+        `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+        never runs again). No other property is admitted, so it is never mistaken for an operation's
+        result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
         """
         return self._request(
             "navigate",
@@ -3820,14 +3866,20 @@ class Operations:
         *,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> "CancelTaskResponse":
+    ) -> Union["CancelTaskResponse", "InterruptedCommandResponse"]:
         """Cancel a task.
 
         Moves any non-terminal task to `cancelled`: stops in-flight browser I/O, cancels pending
         approvals and records the outcome class of the interrupted command, within a bounded time.
 
         ``POST /bap/v1/tasks/{task_id}/cancel`` (mutating: sends ``idempotency_key``, or a new UUID
-        that the client's own retries reuse); scope ``bap:tasks.write``.
+        that the client's own retries reuse); scope ``bap:tasks.write``. May also answer 200 with
+        InterruptedCommandResponse: Replay of an Idempotency-Key whose command a crash interrupted
+        between its record and its receipt: only the receipt, whose outcome is `unknown_outcome` (a
+        safe command; retry with a new key) or `reconciliation_required` (a side-effecting one; a
+        reconciliation is open and the command never runs again). No other property is admitted, so
+        it is never mistaken for an operation's result: every `<Operation>Response` it stands beside
+        requires a property besides `receipt`.
         """
         return self._request(
             "cancel_task",
@@ -3897,7 +3949,7 @@ class Operations:
         *,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
-    ) -> "ResumeTaskResponse":
+    ) -> Union["ResumeTaskResponse", "InterruptedCommandResponse"]:
         """Resume a checkpointed task.
 
         Restores a `checkpointed` task from a compatible checkpoint into a new browser session
@@ -3912,7 +3964,13 @@ class Operations:
         engine: `503 browser_unavailable` names it when this node does not run it.
 
         ``POST /bap/v1/tasks/{task_id}/resume`` (mutating: sends ``idempotency_key``, or a new UUID
-        that the client's own retries reuse); scope ``bap:tasks.write``.
+        that the client's own retries reuse); scope ``bap:tasks.write``. May also answer 200 with
+        InterruptedCommandResponse: Replay of an Idempotency-Key whose command a crash interrupted
+        between its record and its receipt: only the receipt, whose outcome is `unknown_outcome` (a
+        safe command; retry with a new key) or `reconciliation_required` (a side-effecting one; a
+        reconciliation is open and the command never runs again). No other property is admitted, so
+        it is never mistaken for an operation's result: every `<Operation>Response` it stands beside
+        requires a property besides `receipt`.
         """
         return self._request(
             "resume_task",

@@ -242,6 +242,41 @@ class UnixSocketTests(unittest.TestCase):
                 server.server_close()
 
 
+class InterruptedReplayTests(TCPCase):
+    """The replay of a key whose command a crash interrupted (200 with only the receipt) is told
+    from the operation's result by bap.is_interrupted_command_response."""
+
+    @staticmethod
+    def receipt(outcome):
+        return {
+            "receipt_id": "rcp_1",
+            "command_id": "cmd_1",
+            "task_id": "tsk_1",
+            "operation": "act",
+            "outcome": outcome,
+            "issued_at": "2026-11-20T09:15:02Z",
+        }
+
+    def test_interrupted_and_normal_answers(self):
+        act = lambda c: c.act("bs_1", {"action": "click", "node_id": "nd_1"})  # noqa: E731
+        cancel = lambda c: c.cancel_task("tsk_1")  # noqa: E731
+        cases = [
+            ("act interrupted", 200, {"receipt": self.receipt("reconciliation_required")}, act, True),
+            ("act result", 200, {"receipt": self.receipt("applied"), "epoch_id": "ep_1", "navigated": False}, act, False),
+            ("act held", 202, {"approval": {"approval_id": "apr_1"}, "receipt": self.receipt("pending_approval")}, act, False),
+            ("cancel_task interrupted", 200, {"receipt": self.receipt("unknown_outcome")}, cancel, True),
+            ("cancel_task result", 200, {"task": {"task_id": "tsk_1"}, "receipt": self.receipt("applied")}, cancel, False),
+            ("empty object", 200, {}, cancel, False),
+        ]
+        for name, status, body, call, interrupted in cases:
+            with self.subTest(name):
+                self.reply(status, body)
+                answer = call(self.client)
+                self.assertIs(bap.is_interrupted_command_response(answer), interrupted)
+                if interrupted:
+                    self.assertEqual(answer["receipt"]["outcome"], body["receipt"]["outcome"])
+
+
 class GeneratedTests(unittest.TestCase):
     def test_operations(self):
         ops = [n for n in dir(bap.Operations) if not n.startswith("_")]

@@ -30,18 +30,23 @@ impl Client {
     ///
     /// `POST /bap/v1/approvals/{approval_id}/resolve` (mutating: it sends an `Idempotency-Key`, the
     /// one of `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
-    /// `bap:approvals.resolve`.
-    pub fn resolve_approval(&self, approval_id: &str, body: &ResolveApprovalRequest) -> Result<ResolveApprovalResponse, Error> {
+    /// `bap:approvals.resolve`. May also answer 200 with InterruptedCommandResponse: Replay of an
+    /// Idempotency-Key whose command a crash interrupted between its record and its receipt: only
+    /// the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+    /// `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+    /// never runs again). No other property is admitted, so it is never mistaken for an operation's
+    /// result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
+    pub fn resolve_approval(&self, approval_id: &str, body: &ResolveApprovalRequest) -> Result<ResolveApprovalAnswer, Error> {
         self.resolve_approval_with(approval_id, body, &CallOptions::default())
     }
 
     /// [`Client::resolve_approval`] with per-call options (idempotency key, timeout, headers).
-    pub fn resolve_approval_with(&self, approval_id: &str, body: &ResolveApprovalRequest, opts: &CallOptions) -> Result<ResolveApprovalResponse, Error> {
+    pub fn resolve_approval_with(&self, approval_id: &str, body: &ResolveApprovalRequest, opts: &CallOptions) -> Result<ResolveApprovalAnswer, Error> {
         let mut call = Call::new("resolve_approval", "POST", format!("/bap/v1/approvals/{}/resolve", path_escape(approval_id)));
         call.body = Some(self.encode(call.op, body)?);
         call.mutating = true;
         let (status, answer) = self.call(&call, opts)?;
-        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+        ResolveApprovalAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
     /// Get artifact bytes.
@@ -94,10 +99,16 @@ impl Client {
     ///
     /// `POST /bap/v1/browser-sessions/{session_id}/act` (mutating: it sends an `Idempotency-Key`,
     /// the one of `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
-    /// `bap:browser.act`. May also answer 202 with ActPendingApprovalResponse: Held by an approval
-    /// rule: the action has not run; the task waits in `waiting_for_approval`. A separate approver
-    /// resolves the approval (never the caller that was held) before its `expires_at` (the rule's
-    /// `ttl`, default 15 minutes); expired, the action never runs.
+    /// `bap:browser.act`. May also answer 200 with InterruptedCommandResponse: Replay of an
+    /// Idempotency-Key whose command a crash interrupted between its record and its receipt: only
+    /// the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+    /// `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+    /// never runs again). No other property is admitted, so it is never mistaken for an operation's
+    /// result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
+    /// May also answer 202 with ActPendingApprovalResponse: Held by an approval rule: the action
+    /// has not run; the task waits in `waiting_for_approval`. A separate approver resolves the
+    /// approval (never the caller that was held) before its `expires_at` (the rule's `ttl`, default
+    /// 15 minutes); expired, the action never runs.
     pub fn act(&self, session_id: &str, body: &ActRequest) -> Result<ActAnswer, Error> {
         self.act_with(session_id, body, &CallOptions::default())
     }
@@ -125,18 +136,23 @@ impl Client {
     ///
     /// `POST /bap/v1/browser-sessions/{session_id}/checkpoint` (mutating: it sends an
     /// `Idempotency-Key`, the one of `CallOptions` or a new UUID v7, that the client's own retries
-    /// reuse); scope `bap:browser.act`.
-    pub fn checkpoint_browser_session(&self, session_id: &str, body: &CheckpointBrowserSessionRequest) -> Result<CheckpointBrowserSessionResponse, Error> {
+    /// reuse); scope `bap:browser.act`. May also answer 200 with InterruptedCommandResponse: Replay
+    /// of an Idempotency-Key whose command a crash interrupted between its record and its receipt:
+    /// only the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key)
+    /// or `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+    /// never runs again). No other property is admitted, so it is never mistaken for an operation's
+    /// result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
+    pub fn checkpoint_browser_session(&self, session_id: &str, body: &CheckpointBrowserSessionRequest) -> Result<CheckpointBrowserSessionAnswer, Error> {
         self.checkpoint_browser_session_with(session_id, body, &CallOptions::default())
     }
 
     /// [`Client::checkpoint_browser_session`] with per-call options (idempotency key, timeout, headers).
-    pub fn checkpoint_browser_session_with(&self, session_id: &str, body: &CheckpointBrowserSessionRequest, opts: &CallOptions) -> Result<CheckpointBrowserSessionResponse, Error> {
+    pub fn checkpoint_browser_session_with(&self, session_id: &str, body: &CheckpointBrowserSessionRequest, opts: &CallOptions) -> Result<CheckpointBrowserSessionAnswer, Error> {
         let mut call = Call::new("checkpoint_browser_session", "POST", format!("/bap/v1/browser-sessions/{}/checkpoint", path_escape(session_id)));
         call.body = Some(self.encode(call.op, body)?);
         call.mutating = true;
         let (status, answer) = self.call(&call, opts)?;
-        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+        CheckpointBrowserSessionAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
     /// Close a browser session.
@@ -145,18 +161,23 @@ impl Client {
     ///
     /// `POST /bap/v1/browser-sessions/{session_id}/close` (mutating: it sends an `Idempotency-Key`,
     /// the one of `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
-    /// `bap:browser.act`.
-    pub fn close_browser_session(&self, session_id: &str, body: &CloseBrowserSessionRequest) -> Result<CloseBrowserSessionResponse, Error> {
+    /// `bap:browser.act`. May also answer 200 with InterruptedCommandResponse: Replay of an
+    /// Idempotency-Key whose command a crash interrupted between its record and its receipt: only
+    /// the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+    /// `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+    /// never runs again). No other property is admitted, so it is never mistaken for an operation's
+    /// result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
+    pub fn close_browser_session(&self, session_id: &str, body: &CloseBrowserSessionRequest) -> Result<CloseBrowserSessionAnswer, Error> {
         self.close_browser_session_with(session_id, body, &CallOptions::default())
     }
 
     /// [`Client::close_browser_session`] with per-call options (idempotency key, timeout, headers).
-    pub fn close_browser_session_with(&self, session_id: &str, body: &CloseBrowserSessionRequest, opts: &CallOptions) -> Result<CloseBrowserSessionResponse, Error> {
+    pub fn close_browser_session_with(&self, session_id: &str, body: &CloseBrowserSessionRequest, opts: &CallOptions) -> Result<CloseBrowserSessionAnswer, Error> {
         let mut call = Call::new("close_browser_session", "POST", format!("/bap/v1/browser-sessions/{}/close", path_escape(session_id)));
         call.body = Some(self.encode(call.op, body)?);
         call.mutating = true;
         let (status, answer) = self.call(&call, opts)?;
-        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+        CloseBrowserSessionAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
     /// Capture evidence.
@@ -165,18 +186,24 @@ impl Client {
     ///
     /// `POST /bap/v1/browser-sessions/{session_id}/evidence` (mutating: it sends an
     /// `Idempotency-Key`, the one of `CallOptions` or a new UUID v7, that the client's own retries
-    /// reuse); scope `bap:browser.observe`.
-    pub fn capture_evidence(&self, session_id: &str, body: &CaptureEvidenceRequest) -> Result<CaptureEvidenceResponse, Error> {
+    /// reuse); scope `bap:browser.observe`. May also answer 200 with InterruptedCommandResponse:
+    /// Replay of an Idempotency-Key whose command a crash interrupted between its record and its
+    /// receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a
+    /// new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open and
+    /// the command never runs again). No other property is admitted, so it is never mistaken for an
+    /// operation's result: every `<Operation>Response` it stands beside requires a property besides
+    /// `receipt`.
+    pub fn capture_evidence(&self, session_id: &str, body: &CaptureEvidenceRequest) -> Result<CaptureEvidenceAnswer, Error> {
         self.capture_evidence_with(session_id, body, &CallOptions::default())
     }
 
     /// [`Client::capture_evidence`] with per-call options (idempotency key, timeout, headers).
-    pub fn capture_evidence_with(&self, session_id: &str, body: &CaptureEvidenceRequest, opts: &CallOptions) -> Result<CaptureEvidenceResponse, Error> {
+    pub fn capture_evidence_with(&self, session_id: &str, body: &CaptureEvidenceRequest, opts: &CallOptions) -> Result<CaptureEvidenceAnswer, Error> {
         let mut call = Call::new("capture_evidence", "POST", format!("/bap/v1/browser-sessions/{}/evidence", path_escape(session_id)));
         call.body = Some(self.encode(call.op, body)?);
         call.mutating = true;
         let (status, answer) = self.call(&call, opts)?;
-        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+        CaptureEvidenceAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
     /// Extract data.
@@ -204,18 +231,23 @@ impl Client {
     ///
     /// `POST /bap/v1/browser-sessions/{session_id}/navigate` (mutating: it sends an
     /// `Idempotency-Key`, the one of `CallOptions` or a new UUID v7, that the client's own retries
-    /// reuse); scope `bap:browser.act`.
-    pub fn navigate(&self, session_id: &str, body: &NavigateRequest) -> Result<NavigateResponse, Error> {
+    /// reuse); scope `bap:browser.act`. May also answer 200 with InterruptedCommandResponse: Replay
+    /// of an Idempotency-Key whose command a crash interrupted between its record and its receipt:
+    /// only the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key)
+    /// or `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+    /// never runs again). No other property is admitted, so it is never mistaken for an operation's
+    /// result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
+    pub fn navigate(&self, session_id: &str, body: &NavigateRequest) -> Result<NavigateAnswer, Error> {
         self.navigate_with(session_id, body, &CallOptions::default())
     }
 
     /// [`Client::navigate`] with per-call options (idempotency key, timeout, headers).
-    pub fn navigate_with(&self, session_id: &str, body: &NavigateRequest, opts: &CallOptions) -> Result<NavigateResponse, Error> {
+    pub fn navigate_with(&self, session_id: &str, body: &NavigateRequest, opts: &CallOptions) -> Result<NavigateAnswer, Error> {
         let mut call = Call::new("navigate", "POST", format!("/bap/v1/browser-sessions/{}/navigate", path_escape(session_id)));
         call.body = Some(self.encode(call.op, body)?);
         call.mutating = true;
         let (status, answer) = self.call(&call, opts)?;
-        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+        NavigateAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
     /// Observe the page.
@@ -355,18 +387,23 @@ impl Client {
     ///
     /// `POST /bap/v1/tasks/{task_id}/cancel` (mutating: it sends an `Idempotency-Key`, the one of
     /// `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
-    /// `bap:tasks.write`.
-    pub fn cancel_task(&self, task_id: &str, body: &CancelTaskRequest) -> Result<CancelTaskResponse, Error> {
+    /// `bap:tasks.write`. May also answer 200 with InterruptedCommandResponse: Replay of an
+    /// Idempotency-Key whose command a crash interrupted between its record and its receipt: only
+    /// the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+    /// `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+    /// never runs again). No other property is admitted, so it is never mistaken for an operation's
+    /// result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
+    pub fn cancel_task(&self, task_id: &str, body: &CancelTaskRequest) -> Result<CancelTaskAnswer, Error> {
         self.cancel_task_with(task_id, body, &CallOptions::default())
     }
 
     /// [`Client::cancel_task`] with per-call options (idempotency key, timeout, headers).
-    pub fn cancel_task_with(&self, task_id: &str, body: &CancelTaskRequest, opts: &CallOptions) -> Result<CancelTaskResponse, Error> {
+    pub fn cancel_task_with(&self, task_id: &str, body: &CancelTaskRequest, opts: &CallOptions) -> Result<CancelTaskAnswer, Error> {
         let mut call = Call::new("cancel_task", "POST", format!("/bap/v1/tasks/{}/cancel", path_escape(task_id)));
         call.body = Some(self.encode(call.op, body)?);
         call.mutating = true;
         let (status, answer) = self.call(&call, opts)?;
-        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+        CancelTaskAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
     /// Close a task.
@@ -431,18 +468,23 @@ impl Client {
     ///
     /// `POST /bap/v1/tasks/{task_id}/resume` (mutating: it sends an `Idempotency-Key`, the one of
     /// `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
-    /// `bap:tasks.write`.
-    pub fn resume_task(&self, task_id: &str, body: &ResumeTaskRequest) -> Result<ResumeTaskResponse, Error> {
+    /// `bap:tasks.write`. May also answer 200 with InterruptedCommandResponse: Replay of an
+    /// Idempotency-Key whose command a crash interrupted between its record and its receipt: only
+    /// the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+    /// `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+    /// never runs again). No other property is admitted, so it is never mistaken for an operation's
+    /// result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
+    pub fn resume_task(&self, task_id: &str, body: &ResumeTaskRequest) -> Result<ResumeTaskAnswer, Error> {
         self.resume_task_with(task_id, body, &CallOptions::default())
     }
 
     /// [`Client::resume_task`] with per-call options (idempotency key, timeout, headers).
-    pub fn resume_task_with(&self, task_id: &str, body: &ResumeTaskRequest, opts: &CallOptions) -> Result<ResumeTaskResponse, Error> {
+    pub fn resume_task_with(&self, task_id: &str, body: &ResumeTaskRequest, opts: &CallOptions) -> Result<ResumeTaskAnswer, Error> {
         let mut call = Call::new("resume_task", "POST", format!("/bap/v1/tasks/{}/resume", path_escape(task_id)));
         call.body = Some(self.encode(call.op, body)?);
         call.mutating = true;
         let (status, answer) = self.call(&call, opts)?;
-        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+        ResumeTaskAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
     /// List the secrets usable on a task.

@@ -240,6 +240,52 @@ fn alternative_answers_decode_by_status() {
 }
 
 #[test]
+fn an_interrupted_replay_decodes_by_its_shape() {
+    let receipt = |outcome: &str| RECEIPT.replace("create_task", "act").replace("applied", outcome);
+    let interrupted = format!(r#"{{"receipt":{}}}"#, receipt("reconciliation_required"));
+    let acted = format!(r#"{{"receipt":{},"epoch_id":"ep_1","navigated":false}}"#, receipt("applied"));
+    let cancelled_replay = format!(r#"{{"receipt":{}}}"#, receipt("unknown_outcome"));
+    let cancelled = format!(r#"{{"task":{},"receipt":{}}}"#, TASK, receipt("applied"));
+    let bodies = vec![interrupted, acted, cancelled_replay, cancelled];
+    let (base, _) = serve(move |i, _| (200, vec![], bodies[i].clone()), 4);
+    let c = fast(&base);
+    let req = ActRequest {
+        node_id: Some("nd_1".into()),
+        ..ActRequest::new(ActAction::Click)
+    };
+    match c.act("bs_1", &req).unwrap() {
+        ActAnswer::InterruptedCommand(r) => {
+            assert_eq!(r.receipt.outcome, ReceiptOutcome::ReconciliationRequired)
+        }
+        other => panic!("{:?}", other),
+    }
+    match c.act("bs_1", &req).unwrap() {
+        ActAnswer::Act(r) => assert_eq!(r.epoch_id, "ep_1"),
+        other => panic!("{:?}", other),
+    }
+    let replay = c.cancel_task("tsk_1", &CancelTaskRequest::default()).unwrap();
+    assert_eq!(replay.status(), 200);
+    match replay {
+        CancelTaskAnswer::InterruptedCommand(r) => {
+            assert_eq!(r.receipt.outcome, ReceiptOutcome::UnknownOutcome)
+        }
+        other => panic!("{:?}", other),
+    }
+    let done = c.cancel_task("tsk_1", &CancelTaskRequest::default()).unwrap();
+    assert_eq!(done.primary().map(|r| r.task.task_id), Some("tsk_1".to_owned()));
+}
+
+#[test]
+fn only_keys_needs_an_object_of_those_keys() {
+    use crate::transport::only_keys;
+    assert!(only_keys(br#"{"receipt":{}}"#, &["receipt"]));
+    assert!(!only_keys(br#"{"receipt":{},"task":{}}"#, &["receipt"]));
+    assert!(!only_keys(b"{}", &["receipt"]));
+    assert!(!only_keys(b"[]", &["receipt"]));
+    assert!(!only_keys(b"not json", &["receipt"]));
+}
+
+#[test]
 fn enums_keep_unknown_values_and_structs_ignore_unknown_fields() {
     let d: ApprovalDecision = serde_json::from_str(r#""maybe""#).unwrap();
     assert_eq!(d, ApprovalDecision::Unknown("maybe".into()));

@@ -270,3 +270,14 @@ pub(crate) fn backoff(base: Duration, n: u32) -> Duration {
     };
     d + Duration::from_nanos(jitter)
 }
+
+/// Reports whether `body` is a JSON object with at least one key, every key among `keys`: how an
+/// answer that shares its status with another (the `InterruptedCommandResponse` of a replayed
+/// key beside an operation's result) is told apart. Anything else — another shape, not JSON — is
+/// left to the primary answer, whose decoding then says what is wrong.
+pub(crate) fn only_keys(body: &[u8], keys: &[&str]) -> bool {
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body) {
+        Ok(m) => !m.is_empty() && m.keys().all(|k| keys.contains(&k.as_str())),
+        Err(_) => false,
+    }
+}

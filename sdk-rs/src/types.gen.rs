@@ -3343,11 +3343,15 @@ pub struct HeldRequest {
     pub url: String,
 }
 
-/// Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome
-/// `unknown_outcome` or `reconciliation_required`).
+/// Replay of an Idempotency-Key whose command a crash interrupted between its record and its
+/// receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new
+/// key) or `reconciliation_required` (a side-effecting one; a reconciliation is open and the
+/// command never runs again). No other property is admitted, so it is never mistaken for an
+/// operation's result: every `<Operation>Response` it stands beside requires a property besides
+/// `receipt`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InterruptedCommandResponse {
-    /// The interrupted command's receipt.
+    /// The interrupted command's receipt, as recovery classified it.
     pub receipt: Receipt,
 }
 
@@ -6243,14 +6247,70 @@ impl<'de> Deserialize<'de> for WaitUntil {
     }
 }
 
-/// The answers of `act`, by HTTP status: the primary one first.
+/// The answers of `resolve_approval`, by HTTP status (and by shape where two share one): the primary one first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ResolveApprovalAnswer {
+    /// 200: OK: the command's result (ResolveApprovalResponse). A replayed Idempotency-Key answers
+    /// the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a
+    /// crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}`
+    /// instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe
+    /// command (retry with a new key) or `reconciliation_required` for a side-effecting one (a
+    /// reconciliation is open; the command never runs again).
+    ResolveApproval(ResolveApprovalResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted between its record and
+    /// its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry
+    /// with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open
+    /// and the command never runs again). No other property is admitted, so it is never mistaken
+    /// for an operation's result: every `<Operation>Response` it stands beside requires a property
+    /// besides `receipt`.
+    InterruptedCommand(InterruptedCommandResponse),
+}
+
+impl ResolveApprovalAnswer {
+    /// The HTTP status this answer comes with.
+    pub fn status(&self) -> u16 {
+        match self {
+            ResolveApprovalAnswer::ResolveApproval(_) => 200,
+            ResolveApprovalAnswer::InterruptedCommand(_) => 200,
+        }
+    }
+
+    /// The primary answer (200 ResolveApprovalResponse), or `None` for another one.
+    pub fn primary(self) -> Option<ResolveApprovalResponse> {
+        match self {
+            ResolveApprovalAnswer::ResolveApproval(v) => Some(v),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
+        match status {
+            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(ResolveApprovalAnswer::InterruptedCommand),
+            _ => serde_json::from_slice(body).map(ResolveApprovalAnswer::ResolveApproval),
+        }
+    }
+}
+
+/// The answers of `act`, by HTTP status (and by shape where two share one): the primary one first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum ActAnswer {
-    /// 200: OK. A replayed Idempotency-Key answers the first response again with
-    /// `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers
-    /// `200` with only `{"receipt"}` (InterruptedCommandResponse).
+    /// 200: OK: the command's result (ActResponse). A replayed Idempotency-Key answers the first
+    /// response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash
+    /// interrupted (between its record and its receipt) answers `200` with only `{"receipt"}`
+    /// instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe
+    /// command (retry with a new key) or `reconciliation_required` for a side-effecting one (a
+    /// reconciliation is open; the command never runs again).
     Act(ActResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted between its record and
+    /// its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry
+    /// with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open
+    /// and the command never runs again). No other property is admitted, so it is never mistaken
+    /// for an operation's result: every `<Operation>Response` it stands beside requires a property
+    /// besides `receipt`.
+    InterruptedCommand(InterruptedCommandResponse),
     /// 202: Held by an approval rule: the action has not run; the task waits in
     /// `waiting_for_approval`. A separate approver resolves the approval (never the caller that was
     /// held) before its `expires_at` (the rule's `ttl`, default 15 minutes); expired, the action
@@ -6263,6 +6323,7 @@ impl ActAnswer {
     pub fn status(&self) -> u16 {
         match self {
             ActAnswer::Act(_) => 200,
+            ActAnswer::InterruptedCommand(_) => 200,
             ActAnswer::ActPendingApproval(_) => 202,
         }
     }
@@ -6278,13 +6339,198 @@ impl ActAnswer {
 
     pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
         match status {
+            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(ActAnswer::InterruptedCommand),
             202 => serde_json::from_slice(body).map(ActAnswer::ActPendingApproval),
             _ => serde_json::from_slice(body).map(ActAnswer::Act),
         }
     }
 }
 
-/// The answers of `create_task`, by HTTP status: the primary one first.
+/// The answers of `checkpoint_browser_session`, by HTTP status (and by shape where two share one): the primary one first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum CheckpointBrowserSessionAnswer {
+    /// 200: OK: the command's result (CheckpointBrowserSessionResponse). A replayed Idempotency-Key
+    /// answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a
+    /// command a crash interrupted (between its record and its receipt) answers `200` with only
+    /// `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome
+    /// `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for
+    /// a side-effecting one (a reconciliation is open; the command never runs again).
+    CheckpointBrowserSession(CheckpointBrowserSessionResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted between its record and
+    /// its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry
+    /// with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open
+    /// and the command never runs again). No other property is admitted, so it is never mistaken
+    /// for an operation's result: every `<Operation>Response` it stands beside requires a property
+    /// besides `receipt`.
+    InterruptedCommand(InterruptedCommandResponse),
+}
+
+impl CheckpointBrowserSessionAnswer {
+    /// The HTTP status this answer comes with.
+    pub fn status(&self) -> u16 {
+        match self {
+            CheckpointBrowserSessionAnswer::CheckpointBrowserSession(_) => 200,
+            CheckpointBrowserSessionAnswer::InterruptedCommand(_) => 200,
+        }
+    }
+
+    /// The primary answer (200 CheckpointBrowserSessionResponse), or `None` for another one.
+    pub fn primary(self) -> Option<CheckpointBrowserSessionResponse> {
+        match self {
+            CheckpointBrowserSessionAnswer::CheckpointBrowserSession(v) => Some(v),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
+        match status {
+            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(CheckpointBrowserSessionAnswer::InterruptedCommand),
+            _ => serde_json::from_slice(body).map(CheckpointBrowserSessionAnswer::CheckpointBrowserSession),
+        }
+    }
+}
+
+/// The answers of `close_browser_session`, by HTTP status (and by shape where two share one): the primary one first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum CloseBrowserSessionAnswer {
+    /// 200: OK: the command's result (CloseBrowserSessionResponse). A replayed Idempotency-Key
+    /// answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a
+    /// command a crash interrupted (between its record and its receipt) answers `200` with only
+    /// `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome
+    /// `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for
+    /// a side-effecting one (a reconciliation is open; the command never runs again).
+    CloseBrowserSession(CloseBrowserSessionResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted between its record and
+    /// its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry
+    /// with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open
+    /// and the command never runs again). No other property is admitted, so it is never mistaken
+    /// for an operation's result: every `<Operation>Response` it stands beside requires a property
+    /// besides `receipt`.
+    InterruptedCommand(InterruptedCommandResponse),
+}
+
+impl CloseBrowserSessionAnswer {
+    /// The HTTP status this answer comes with.
+    pub fn status(&self) -> u16 {
+        match self {
+            CloseBrowserSessionAnswer::CloseBrowserSession(_) => 200,
+            CloseBrowserSessionAnswer::InterruptedCommand(_) => 200,
+        }
+    }
+
+    /// The primary answer (200 CloseBrowserSessionResponse), or `None` for another one.
+    pub fn primary(self) -> Option<CloseBrowserSessionResponse> {
+        match self {
+            CloseBrowserSessionAnswer::CloseBrowserSession(v) => Some(v),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
+        match status {
+            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(CloseBrowserSessionAnswer::InterruptedCommand),
+            _ => serde_json::from_slice(body).map(CloseBrowserSessionAnswer::CloseBrowserSession),
+        }
+    }
+}
+
+/// The answers of `capture_evidence`, by HTTP status (and by shape where two share one): the primary one first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum CaptureEvidenceAnswer {
+    /// 200: OK: the command's result (CaptureEvidenceResponse). A replayed Idempotency-Key answers
+    /// the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a
+    /// crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}`
+    /// instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe
+    /// command (retry with a new key) or `reconciliation_required` for a side-effecting one (a
+    /// reconciliation is open; the command never runs again).
+    CaptureEvidence(CaptureEvidenceResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted between its record and
+    /// its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry
+    /// with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open
+    /// and the command never runs again). No other property is admitted, so it is never mistaken
+    /// for an operation's result: every `<Operation>Response` it stands beside requires a property
+    /// besides `receipt`.
+    InterruptedCommand(InterruptedCommandResponse),
+}
+
+impl CaptureEvidenceAnswer {
+    /// The HTTP status this answer comes with.
+    pub fn status(&self) -> u16 {
+        match self {
+            CaptureEvidenceAnswer::CaptureEvidence(_) => 200,
+            CaptureEvidenceAnswer::InterruptedCommand(_) => 200,
+        }
+    }
+
+    /// The primary answer (200 CaptureEvidenceResponse), or `None` for another one.
+    pub fn primary(self) -> Option<CaptureEvidenceResponse> {
+        match self {
+            CaptureEvidenceAnswer::CaptureEvidence(v) => Some(v),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
+        match status {
+            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(CaptureEvidenceAnswer::InterruptedCommand),
+            _ => serde_json::from_slice(body).map(CaptureEvidenceAnswer::CaptureEvidence),
+        }
+    }
+}
+
+/// The answers of `navigate`, by HTTP status (and by shape where two share one): the primary one first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum NavigateAnswer {
+    /// 200: OK: the command's result (NavigateResponse). A replayed Idempotency-Key answers the
+    /// first response again with `Idempotent-Replayed: true`. Replaying the key of a command a
+    /// crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}`
+    /// instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe
+    /// command (retry with a new key) or `reconciliation_required` for a side-effecting one (a
+    /// reconciliation is open; the command never runs again).
+    Navigate(NavigateResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted between its record and
+    /// its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry
+    /// with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open
+    /// and the command never runs again). No other property is admitted, so it is never mistaken
+    /// for an operation's result: every `<Operation>Response` it stands beside requires a property
+    /// besides `receipt`.
+    InterruptedCommand(InterruptedCommandResponse),
+}
+
+impl NavigateAnswer {
+    /// The HTTP status this answer comes with.
+    pub fn status(&self) -> u16 {
+        match self {
+            NavigateAnswer::Navigate(_) => 200,
+            NavigateAnswer::InterruptedCommand(_) => 200,
+        }
+    }
+
+    /// The primary answer (200 NavigateResponse), or `None` for another one.
+    pub fn primary(self) -> Option<NavigateResponse> {
+        match self {
+            NavigateAnswer::Navigate(v) => Some(v),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
+        match status {
+            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(NavigateAnswer::InterruptedCommand),
+            _ => serde_json::from_slice(body).map(NavigateAnswer::Navigate),
+        }
+    }
+}
+
+/// The answers of `create_task`, by HTTP status (and by shape where two share one): the primary one first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum CreateTaskAnswer {
@@ -6322,7 +6568,7 @@ impl CreateTaskAnswer {
     }
 }
 
-/// The answers of `request_approval`, by HTTP status: the primary one first.
+/// The answers of `request_approval`, by HTTP status (and by shape where two share one): the primary one first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum RequestApprovalAnswer {
@@ -6360,7 +6606,7 @@ impl RequestApprovalAnswer {
     }
 }
 
-/// The answers of `create_browser_session`, by HTTP status: the primary one first.
+/// The answers of `create_browser_session`, by HTTP status (and by shape where two share one): the primary one first.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum CreateBrowserSessionAnswer {
@@ -6394,6 +6640,98 @@ impl CreateBrowserSessionAnswer {
         match status {
             200 => serde_json::from_slice(body).map(CreateBrowserSessionAnswer::InterruptedCommand),
             _ => serde_json::from_slice(body).map(CreateBrowserSessionAnswer::CreateBrowserSession),
+        }
+    }
+}
+
+/// The answers of `cancel_task`, by HTTP status (and by shape where two share one): the primary one first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum CancelTaskAnswer {
+    /// 200: OK: the command's result (CancelTaskResponse). A replayed Idempotency-Key answers the
+    /// first response again with `Idempotent-Replayed: true`. Replaying the key of a command a
+    /// crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}`
+    /// instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe
+    /// command (retry with a new key) or `reconciliation_required` for a side-effecting one (a
+    /// reconciliation is open; the command never runs again).
+    CancelTask(CancelTaskResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted between its record and
+    /// its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry
+    /// with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open
+    /// and the command never runs again). No other property is admitted, so it is never mistaken
+    /// for an operation's result: every `<Operation>Response` it stands beside requires a property
+    /// besides `receipt`.
+    InterruptedCommand(InterruptedCommandResponse),
+}
+
+impl CancelTaskAnswer {
+    /// The HTTP status this answer comes with.
+    pub fn status(&self) -> u16 {
+        match self {
+            CancelTaskAnswer::CancelTask(_) => 200,
+            CancelTaskAnswer::InterruptedCommand(_) => 200,
+        }
+    }
+
+    /// The primary answer (200 CancelTaskResponse), or `None` for another one.
+    pub fn primary(self) -> Option<CancelTaskResponse> {
+        match self {
+            CancelTaskAnswer::CancelTask(v) => Some(v),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
+        match status {
+            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(CancelTaskAnswer::InterruptedCommand),
+            _ => serde_json::from_slice(body).map(CancelTaskAnswer::CancelTask),
+        }
+    }
+}
+
+/// The answers of `resume_task`, by HTTP status (and by shape where two share one): the primary one first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ResumeTaskAnswer {
+    /// 200: OK: the command's result (ResumeTaskResponse). A replayed Idempotency-Key answers the
+    /// first response again with `Idempotent-Replayed: true`. Replaying the key of a command a
+    /// crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}`
+    /// instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe
+    /// command (retry with a new key) or `reconciliation_required` for a side-effecting one (a
+    /// reconciliation is open; the command never runs again).
+    ResumeTask(ResumeTaskResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted between its record and
+    /// its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry
+    /// with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open
+    /// and the command never runs again). No other property is admitted, so it is never mistaken
+    /// for an operation's result: every `<Operation>Response` it stands beside requires a property
+    /// besides `receipt`.
+    InterruptedCommand(InterruptedCommandResponse),
+}
+
+impl ResumeTaskAnswer {
+    /// The HTTP status this answer comes with.
+    pub fn status(&self) -> u16 {
+        match self {
+            ResumeTaskAnswer::ResumeTask(_) => 200,
+            ResumeTaskAnswer::InterruptedCommand(_) => 200,
+        }
+    }
+
+    /// The primary answer (200 ResumeTaskResponse), or `None` for another one.
+    pub fn primary(self) -> Option<ResumeTaskResponse> {
+        match self {
+            ResumeTaskAnswer::ResumeTask(v) => Some(v),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
+        match status {
+            200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(ResumeTaskAnswer::InterruptedCommand),
+            _ => serde_json::from_slice(body).map(ResumeTaskAnswer::ResumeTask),
         }
     }
 }

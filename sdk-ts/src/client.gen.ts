@@ -299,10 +299,33 @@ export type HealthStatus = S["HealthStatus"];
  */
 export type HeldRequest = S["HeldRequest"];
 /**
- * Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome
- * `unknown_outcome` or `reconciliation_required`).
+ * Replay of an Idempotency-Key whose command a crash interrupted between its record and its
+ * receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new
+ * key) or `reconciliation_required` (a side-effecting one; a reconciliation is open and the command
+ * never runs again). No other property is admitted, so it is never mistaken for an operation's
+ * result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
+ *
+ * None of the properties of the answers it stands beside is set (they are listed as `never`), so it
+ * narrows apart from them.
  */
-export type InterruptedCommandResponse = S["InterruptedCommandResponse"];
+export type InterruptedCommandResponse = S["InterruptedCommandResponse"] & {
+  action_receipt?: never;
+  approval?: never;
+  artifacts?: never;
+  checkpoint?: never;
+  context_id?: never;
+  dialogs?: never;
+  downloads?: never;
+  effect?: never;
+  epoch_id?: never;
+  navigated?: never;
+  new_contexts?: never;
+  session?: never;
+  status?: never;
+  task?: never;
+  title?: never;
+  url?: never;
+};
 /**
  * Answer of list_approvals: the tenant's approvals in the state asked for, oldest request first.
  */
@@ -611,6 +634,16 @@ export type VerifyArtifactResponse = S["VerifyArtifactResponse"];
 /** Document readiness a navigation waits for (default `load`). */
 export type WaitUntil = S["WaitUntil"];
 
+/**
+ * Whether `answer` is the InterruptedCommandResponse answer, which an operation may return instead
+ * of its result: an object whose keys are only among `receipt`, with `receipt`. Narrows the union
+ * the operation returns.
+ */
+export function isInterruptedCommandResponse(answer: object): answer is InterruptedCommandResponse {
+  const keys = Object.keys(answer);
+  return keys.length > 0 && keys.every((k) => ["receipt"].includes(k)) && ["receipt"].every((k) => keys.includes(k));
+}
+
 /** One method per BAP operation; `Client` supplies the transport. */
 export abstract class Operations {
   protected abstract request<T>(spec: RequestSpec, options?: CallOptions): Promise<T>;
@@ -637,10 +670,15 @@ export abstract class Operations {
    *
    * `POST /bap/v1/approvals/{approval_id}/resolve` (`resolve_approval`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope
-   * `bap:approvals.resolve`).
+   * `bap:approvals.resolve`). May also answer 200 with InterruptedCommandResponse: Replay of an
+   * Idempotency-Key whose command a crash interrupted between its record and its receipt: only the
+   * receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+   * `reconciliation_required` (a side-effecting one; a reconciliation is open and the command never
+   * runs again). No other property is admitted, so it is never mistaken for an operation's result:
+   * every `<Operation>Response` it stands beside requires a property besides `receipt`.
    */
-  resolveApproval(approvalId: string, body: ResolveApprovalRequest, options?: CallOptions): Promise<ResolveApprovalResponse> {
-    return this.request<ResolveApprovalResponse>({ op: "resolve_approval", method: "POST", path: `/bap/v1/approvals/${encodeURIComponent(approvalId)}/resolve`, body, mutating: true }, options);
+  resolveApproval(approvalId: string, body: ResolveApprovalRequest, options?: CallOptions): Promise<ResolveApprovalResponse | InterruptedCommandResponse> {
+    return this.request<ResolveApprovalResponse | InterruptedCommandResponse>({ op: "resolve_approval", method: "POST", path: `/bap/v1/approvals/${encodeURIComponent(approvalId)}/resolve`, body, mutating: true }, options);
   }
 
   /**
@@ -684,13 +722,19 @@ export abstract class Operations {
    *
    * `POST /bap/v1/browser-sessions/{session_id}/act` (`act`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope
-   * `bap:browser.act`). May also answer 202 with ActPendingApprovalResponse: Held by an approval
-   * rule: the action has not run; the task waits in `waiting_for_approval`. A separate approver
-   * resolves the approval (never the caller that was held) before its `expires_at` (the rule's
-   * `ttl`, default 15 minutes); expired, the action never runs.
+   * `bap:browser.act`). May also answer 200 with InterruptedCommandResponse: Replay of an
+   * Idempotency-Key whose command a crash interrupted between its record and its receipt: only the
+   * receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+   * `reconciliation_required` (a side-effecting one; a reconciliation is open and the command never
+   * runs again). No other property is admitted, so it is never mistaken for an operation's result:
+   * every `<Operation>Response` it stands beside requires a property besides `receipt`. May also
+   * answer 202 with ActPendingApprovalResponse: Held by an approval rule: the action has not run;
+   * the task waits in `waiting_for_approval`. A separate approver resolves the approval (never the
+   * caller that was held) before its `expires_at` (the rule's `ttl`, default 15 minutes); expired,
+   * the action never runs.
    */
-  act(sessionId: string, body: ActRequest, options?: CallOptions): Promise<ActResponse | ActPendingApprovalResponse> {
-    return this.request<ActResponse | ActPendingApprovalResponse>({ op: "act", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/act`, body, mutating: true }, options);
+  act(sessionId: string, body: ActRequest, options?: CallOptions): Promise<ActResponse | InterruptedCommandResponse | ActPendingApprovalResponse> {
+    return this.request<ActResponse | InterruptedCommandResponse | ActPendingApprovalResponse>({ op: "act", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/act`, body, mutating: true }, options);
   }
 
   /**
@@ -707,10 +751,15 @@ export abstract class Operations {
    *
    * `POST /bap/v1/browser-sessions/{session_id}/checkpoint` (`checkpoint_browser_session`;
    * mutating: sends `options.idempotencyKey`, or a new UUID that the client's own retries reuse;
-   * scope `bap:browser.act`).
+   * scope `bap:browser.act`). May also answer 200 with InterruptedCommandResponse: Replay of an
+   * Idempotency-Key whose command a crash interrupted between its record and its receipt: only the
+   * receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+   * `reconciliation_required` (a side-effecting one; a reconciliation is open and the command never
+   * runs again). No other property is admitted, so it is never mistaken for an operation's result:
+   * every `<Operation>Response` it stands beside requires a property besides `receipt`.
    */
-  checkpointBrowserSession(sessionId: string, body: CheckpointBrowserSessionRequest = {}, options?: CallOptions): Promise<CheckpointBrowserSessionResponse> {
-    return this.request<CheckpointBrowserSessionResponse>({ op: "checkpoint_browser_session", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/checkpoint`, body, mutating: true }, options);
+  checkpointBrowserSession(sessionId: string, body: CheckpointBrowserSessionRequest = {}, options?: CallOptions): Promise<CheckpointBrowserSessionResponse | InterruptedCommandResponse> {
+    return this.request<CheckpointBrowserSessionResponse | InterruptedCommandResponse>({ op: "checkpoint_browser_session", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/checkpoint`, body, mutating: true }, options);
   }
 
   /**
@@ -720,10 +769,15 @@ export abstract class Operations {
    *
    * `POST /bap/v1/browser-sessions/{session_id}/close` (`close_browser_session`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope
-   * `bap:browser.act`).
+   * `bap:browser.act`). May also answer 200 with InterruptedCommandResponse: Replay of an
+   * Idempotency-Key whose command a crash interrupted between its record and its receipt: only the
+   * receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+   * `reconciliation_required` (a side-effecting one; a reconciliation is open and the command never
+   * runs again). No other property is admitted, so it is never mistaken for an operation's result:
+   * every `<Operation>Response` it stands beside requires a property besides `receipt`.
    */
-  closeBrowserSession(sessionId: string, body: CloseBrowserSessionRequest = {}, options?: CallOptions): Promise<CloseBrowserSessionResponse> {
-    return this.request<CloseBrowserSessionResponse>({ op: "close_browser_session", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/close`, body, mutating: true }, options);
+  closeBrowserSession(sessionId: string, body: CloseBrowserSessionRequest = {}, options?: CallOptions): Promise<CloseBrowserSessionResponse | InterruptedCommandResponse> {
+    return this.request<CloseBrowserSessionResponse | InterruptedCommandResponse>({ op: "close_browser_session", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/close`, body, mutating: true }, options);
   }
 
   /**
@@ -733,10 +787,15 @@ export abstract class Operations {
    *
    * `POST /bap/v1/browser-sessions/{session_id}/evidence` (`capture_evidence`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope
-   * `bap:browser.observe`).
+   * `bap:browser.observe`). May also answer 200 with InterruptedCommandResponse: Replay of an
+   * Idempotency-Key whose command a crash interrupted between its record and its receipt: only the
+   * receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+   * `reconciliation_required` (a side-effecting one; a reconciliation is open and the command never
+   * runs again). No other property is admitted, so it is never mistaken for an operation's result:
+   * every `<Operation>Response` it stands beside requires a property besides `receipt`.
    */
-  captureEvidence(sessionId: string, body: CaptureEvidenceRequest, options?: CallOptions): Promise<CaptureEvidenceResponse> {
-    return this.request<CaptureEvidenceResponse>({ op: "capture_evidence", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/evidence`, body, mutating: true }, options);
+  captureEvidence(sessionId: string, body: CaptureEvidenceRequest, options?: CallOptions): Promise<CaptureEvidenceResponse | InterruptedCommandResponse> {
+    return this.request<CaptureEvidenceResponse | InterruptedCommandResponse>({ op: "capture_evidence", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/evidence`, body, mutating: true }, options);
   }
 
   /**
@@ -759,10 +818,15 @@ export abstract class Operations {
    *
    * `POST /bap/v1/browser-sessions/{session_id}/navigate` (`navigate`; mutating: sends
    * `options.idempotencyKey`, or a new UUID that the client's own retries reuse; scope
-   * `bap:browser.act`).
+   * `bap:browser.act`). May also answer 200 with InterruptedCommandResponse: Replay of an
+   * Idempotency-Key whose command a crash interrupted between its record and its receipt: only the
+   * receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or
+   * `reconciliation_required` (a side-effecting one; a reconciliation is open and the command never
+   * runs again). No other property is admitted, so it is never mistaken for an operation's result:
+   * every `<Operation>Response` it stands beside requires a property besides `receipt`.
    */
-  navigate(sessionId: string, body: NavigateRequest, options?: CallOptions): Promise<NavigateResponse> {
-    return this.request<NavigateResponse>({ op: "navigate", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/navigate`, body, mutating: true }, options);
+  navigate(sessionId: string, body: NavigateRequest, options?: CallOptions): Promise<NavigateResponse | InterruptedCommandResponse> {
+    return this.request<NavigateResponse | InterruptedCommandResponse>({ op: "navigate", method: "POST", path: `/bap/v1/browser-sessions/${encodeURIComponent(sessionId)}/navigate`, body, mutating: true }, options);
   }
 
   /**
@@ -864,10 +928,16 @@ export abstract class Operations {
    * approvals and records the outcome class of the interrupted command, within a bounded time.
    *
    * `POST /bap/v1/tasks/{task_id}/cancel` (`cancel_task`; mutating: sends `options.idempotencyKey`,
-   * or a new UUID that the client's own retries reuse; scope `bap:tasks.write`).
+   * or a new UUID that the client's own retries reuse; scope `bap:tasks.write`). May also answer
+   * 200 with InterruptedCommandResponse: Replay of an Idempotency-Key whose command a crash
+   * interrupted between its record and its receipt: only the receipt, whose outcome is
+   * `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+   * side-effecting one; a reconciliation is open and the command never runs again). No other
+   * property is admitted, so it is never mistaken for an operation's result: every
+   * `<Operation>Response` it stands beside requires a property besides `receipt`.
    */
-  cancelTask(taskId: string, body: CancelTaskRequest = {}, options?: CallOptions): Promise<CancelTaskResponse> {
-    return this.request<CancelTaskResponse>({ op: "cancel_task", method: "POST", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/cancel`, body, mutating: true }, options);
+  cancelTask(taskId: string, body: CancelTaskRequest = {}, options?: CallOptions): Promise<CancelTaskResponse | InterruptedCommandResponse> {
+    return this.request<CancelTaskResponse | InterruptedCommandResponse>({ op: "cancel_task", method: "POST", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/cancel`, body, mutating: true }, options);
   }
 
   /**
@@ -910,10 +980,16 @@ export abstract class Operations {
    * node does not run it.
    *
    * `POST /bap/v1/tasks/{task_id}/resume` (`resume_task`; mutating: sends `options.idempotencyKey`,
-   * or a new UUID that the client's own retries reuse; scope `bap:tasks.write`).
+   * or a new UUID that the client's own retries reuse; scope `bap:tasks.write`). May also answer
+   * 200 with InterruptedCommandResponse: Replay of an Idempotency-Key whose command a crash
+   * interrupted between its record and its receipt: only the receipt, whose outcome is
+   * `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a
+   * side-effecting one; a reconciliation is open and the command never runs again). No other
+   * property is admitted, so it is never mistaken for an operation's result: every
+   * `<Operation>Response` it stands beside requires a property besides `receipt`.
    */
-  resumeTask(taskId: string, body: ResumeTaskRequest, options?: CallOptions): Promise<ResumeTaskResponse> {
-    return this.request<ResumeTaskResponse>({ op: "resume_task", method: "POST", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/resume`, body, mutating: true }, options);
+  resumeTask(taskId: string, body: ResumeTaskRequest, options?: CallOptions): Promise<ResumeTaskResponse | InterruptedCommandResponse> {
+    return this.request<ResumeTaskResponse | InterruptedCommandResponse>({ op: "resume_task", method: "POST", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/resume`, body, mutating: true }, options);
   }
 
   /**

@@ -3144,7 +3144,7 @@ export interface components {
         };
         /**
          * InterruptedCommandResponse
-         * @description Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome `unknown_outcome` or `reconciliation_required`).
+         * @description Replay of an Idempotency-Key whose command a crash interrupted between its record and its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open and the command never runs again). No other property is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
          * @example {
          *       "receipt": {
          *         "command_id": "cmd_1hJ3kL5mN7pQ",
@@ -3158,7 +3158,7 @@ export interface components {
          *     }
          */
         InterruptedCommandResponse: {
-            /** @description The interrupted command's receipt. */
+            /** @description The interrupted command's receipt, as recovery classified it. */
             receipt: components["schemas"]["Receipt"];
         };
         /**
@@ -5822,14 +5822,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK: the command's result (ResolveApprovalResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ResolveApprovalResponse"];
+                    "application/json": components["schemas"]["ResolveApprovalResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -5944,14 +5944,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK: the command's result (ActResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ActResponse"];
+                    "application/json": components["schemas"]["ActResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             /** @description Held by an approval rule: the action has not run; the task waits in `waiting_for_approval`. A separate approver resolves the approval (never the caller that was held) before its `expires_at` (the rule's `ttl`, default 15 minutes); expired, the action never runs. */
@@ -6004,14 +6004,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK: the command's result (CheckpointBrowserSessionResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["CheckpointBrowserSessionResponse"];
+                    "application/json": components["schemas"]["CheckpointBrowserSessionResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -6053,14 +6053,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK: the command's result (CloseBrowserSessionResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["CloseBrowserSessionResponse"];
+                    "application/json": components["schemas"]["CloseBrowserSessionResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -6100,14 +6100,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK: the command's result (CaptureEvidenceResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["CaptureEvidenceResponse"];
+                    "application/json": components["schemas"]["CaptureEvidenceResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -6189,14 +6189,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK: the command's result (NavigateResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["NavigateResponse"];
+                    "application/json": components["schemas"]["NavigateResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -6717,14 +6717,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK: the command's result (CancelTaskResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["CancelTaskResponse"];
+                    "application/json": components["schemas"]["CancelTaskResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -6765,7 +6765,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
@@ -6901,14 +6901,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. */
+            /** @description OK: the command's result (HandBackTaskResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["HandBackTaskResponse"];
+                    "application/json": components["schemas"]["HandBackTaskResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -6948,14 +6948,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description OK. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted answers `200` with only `{"receipt"}` (InterruptedCommandResponse). */
+            /** @description OK: the command's result (ResumeTaskResponse). A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. Replaying the key of a command a crash interrupted (between its record and its receipt) answers `200` with only `{"receipt"}` instead (InterruptedCommandResponse, no other field): outcome `unknown_outcome` for a safe command (retry with a new key) or `reconciliation_required` for a side-effecting one (a reconciliation is open; the command never runs again). */
             200: {
                 headers: {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ResumeTaskResponse"];
+                    "application/json": components["schemas"]["ResumeTaskResponse"] | components["schemas"]["InterruptedCommandResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

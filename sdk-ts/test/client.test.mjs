@@ -3,7 +3,7 @@ import { test, before, after, beforeEach } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
 import { createHash } from "node:crypto";
-import { Client, ProblemError, DigestMismatchError, EVENT_TYPES, Operations } from "../dist/index.js";
+import { Client, ProblemError, DigestMismatchError, EVENT_TYPES, Operations, isInterruptedCommandResponse } from "../dist/index.js";
 
 let server;
 let baseUrl;
@@ -173,6 +173,24 @@ test("abort signal stops the call", async () => {
   const ac = new AbortController();
   setTimeout(() => ac.abort(new Error("stop")), 20);
   await assert.rejects(client().getTask("tsk_1", { signal: ac.signal }), /stop/);
+});
+
+test("an interrupted replay is told from the result by isInterruptedCommandResponse", async () => {
+  const receipt = (outcome) => ({ receipt_id: "rcp_1", command_id: "cmd_1", task_id: "tsk_1", operation: "act", outcome, issued_at: "2026-11-20T09:15:02Z" });
+  const cases = [
+    { name: "act interrupted", status: 200, body: { receipt: receipt("reconciliation_required") }, call: (c) => c.act("bs_1", { action: "click", node_id: "nd_1" }), interrupted: true },
+    { name: "act result", status: 200, body: { receipt: receipt("applied"), epoch_id: "ep_1", navigated: false }, call: (c) => c.act("bs_1", { action: "click", node_id: "nd_1" }), interrupted: false },
+    { name: "act held", status: 202, body: { approval: { approval_id: "apr_1" }, receipt: receipt("pending_approval") }, call: (c) => c.act("bs_1", { action: "click", node_id: "nd_1" }), interrupted: false },
+    { name: "cancelTask interrupted", status: 200, body: { receipt: receipt("unknown_outcome") }, call: (c) => c.cancelTask("tsk_1"), interrupted: true },
+    { name: "cancelTask result", status: 200, body: { task: { task_id: "tsk_1" }, receipt: receipt("applied") }, call: (c) => c.cancelTask("tsk_1"), interrupted: false },
+    { name: "empty object", status: 200, body: {}, call: (c) => c.navigate("bs_1", { url: "https://a.example/" }), interrupted: false },
+  ];
+  for (const tc of cases) {
+    push(tc.status, tc.body);
+    const res = await tc.call(client());
+    assert.equal(isInterruptedCommandResponse(res), tc.interrupted, tc.name);
+    if (tc.interrupted) assert.equal(res.receipt.outcome, tc.body.receipt.outcome, tc.name);
+  }
 });
 
 test("generated surface", () => {

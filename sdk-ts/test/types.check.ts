@@ -1,7 +1,7 @@
 // Compile-time checks of the built declarations (tsc --noEmit -p test/tsconfig.json after the
 // build); never run.
-import { Client } from "../dist/index.js";
-import type { ActResponse, ActPendingApprovalResponse, TaskEvent, EventDataMap, NavigateRequest } from "../dist/index.js";
+import { Client, isInterruptedCommandResponse } from "../dist/index.js";
+import type { ActResponse, ActPendingApprovalResponse, InterruptedCommandResponse, ReceiptOutcome, TaskEvent, EventDataMap, NavigateRequest } from "../dist/index.js";
 
 declare const client: Client;
 
@@ -13,11 +13,26 @@ export const withCredentials = new Client({
 export async function signatures(): Promise<void> {
   const req: NavigateRequest = { url: "https://example.com/" };
   const nav = await client.navigate("bs_1", req, { idempotencyKey: "k" });
+  // @ts-expect-error the replay of an interrupted navigate has only its receipt
+  const unsure: string = nav.epoch_id;
+  void unsure;
+  if (isInterruptedCommandResponse(nav)) {
+    const outcome: ReceiptOutcome = nav.receipt.outcome;
+    // Narrowed to InterruptedCommandResponse: no result field is set.
+    const none: undefined = nav.epoch_id;
+    void outcome, none;
+    return;
+  }
   const epoch: string = nav.epoch_id;
-  const acted: ActResponse | ActPendingApprovalResponse = await client.act("bs_1", { action: "click", node_id: "nd_1" });
+  const acted: ActResponse | ActPendingApprovalResponse | InterruptedCommandResponse = await client.act("bs_1", { action: "click", node_id: "nd_1" });
   if ("approval" in acted) {
     const id: string = acted.approval.approval_id;
     void id;
+  }
+  if (!isInterruptedCommandResponse(acted)) {
+    // Narrowed to the result or the held approval, the interrupted replay ruled out.
+    const either: ActResponse | ActPendingApprovalResponse = acted;
+    void either;
   }
   await client.closeTask("tsk_1");
   const page = await client.listTaskEvents("tsk_1", { after: 0, limit: 10 });

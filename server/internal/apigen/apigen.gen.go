@@ -3295,11 +3295,11 @@ type HeldRequest struct {
 	Url string `json:"url"`
 }
 
-// InterruptedCommandResponse Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (outcome `unknown_outcome` or `reconciliation_required`).
+// InterruptedCommandResponse Replay of an Idempotency-Key whose command a crash interrupted between its record and its receipt: only the receipt, whose outcome is `unknown_outcome` (a safe command; retry with a new key) or `reconciliation_required` (a side-effecting one; a reconciliation is open and the command never runs again). No other property is admitted, so it is never mistaken for an operation's result: every `<Operation>Response` it stands beside requires a property besides `receipt`.
 //
 // Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"act","outcome":"reconciliation_required","receipt_id":"rcp_9rS1tU3vW5xY","reconciliation_id":"rec_7mN9pQ1rS3tU","task_id":"tsk_7Hq2ZkP9xW3m"}}
 type InterruptedCommandResponse struct {
-	// Receipt The interrupted command's receipt.
+	// Receipt The interrupted command's receipt, as recovery classified it.
 	//
 	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
 	Receipt Receipt `json:"receipt"`
@@ -5404,10 +5404,20 @@ type ResolveApprovalParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// ResolveApproval200JSONResponseBody defines parameters for ResolveApproval.
+type ResolveApproval200JSONResponseBody struct {
+	union json.RawMessage
+}
+
 // ActParams defines parameters for Act.
 type ActParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// Act200JSONResponseBody defines parameters for Act.
+type Act200JSONResponseBody struct {
+	union json.RawMessage
 }
 
 // CheckpointBrowserSessionParams defines parameters for CheckpointBrowserSession.
@@ -5416,10 +5426,20 @@ type CheckpointBrowserSessionParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// CheckpointBrowserSession200JSONResponseBody defines parameters for CheckpointBrowserSession.
+type CheckpointBrowserSession200JSONResponseBody struct {
+	union json.RawMessage
+}
+
 // CloseBrowserSessionParams defines parameters for CloseBrowserSession.
 type CloseBrowserSessionParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// CloseBrowserSession200JSONResponseBody defines parameters for CloseBrowserSession.
+type CloseBrowserSession200JSONResponseBody struct {
+	union json.RawMessage
 }
 
 // CaptureEvidenceParams defines parameters for CaptureEvidence.
@@ -5428,10 +5448,20 @@ type CaptureEvidenceParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// CaptureEvidence200JSONResponseBody defines parameters for CaptureEvidence.
+type CaptureEvidence200JSONResponseBody struct {
+	union json.RawMessage
+}
+
 // NavigateParams defines parameters for Navigate.
 type NavigateParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// Navigate200JSONResponseBody defines parameters for Navigate.
+type Navigate200JSONResponseBody struct {
+	union json.RawMessage
 }
 
 // StreamEventsParams defines parameters for StreamEvents.
@@ -5485,6 +5515,11 @@ type CancelTaskParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// CancelTask200JSONResponseBody defines parameters for CancelTask.
+type CancelTask200JSONResponseBody struct {
+	union json.RawMessage
+}
+
 // CloseTaskParams defines parameters for CloseTask.
 type CloseTaskParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
@@ -5515,10 +5550,20 @@ type HandBackTaskParams struct {
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 }
 
+// HandBackTask200JSONResponseBody defines parameters for HandBackTask.
+type HandBackTask200JSONResponseBody struct {
+	union json.RawMessage
+}
+
 // ResumeTaskParams defines parameters for ResumeTask.
 type ResumeTaskParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
+// ResumeTask200JSONResponseBody defines parameters for ResumeTask.
+type ResumeTask200JSONResponseBody struct {
+	union json.RawMessage
 }
 
 // TakeOverTaskParams defines parameters for TakeOverTask.
@@ -5726,6 +5771,564 @@ func (t Clause) MarshalJSON() ([]byte, error) {
 }
 
 func (t *Clause) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsResolveApprovalResponse returns the union data inside the ResolveApproval200JSONResponseBody as a ResolveApprovalResponse
+func (t ResolveApproval200JSONResponseBody) AsResolveApprovalResponse() (ResolveApprovalResponse, error) {
+	var body ResolveApprovalResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromResolveApprovalResponse overwrites any union data inside the ResolveApproval200JSONResponseBody as the provided ResolveApprovalResponse
+func (t *ResolveApproval200JSONResponseBody) FromResolveApprovalResponse(v ResolveApprovalResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeResolveApprovalResponse performs a merge with any union data inside the ResolveApproval200JSONResponseBody, using the provided ResolveApprovalResponse
+func (t *ResolveApproval200JSONResponseBody) MergeResolveApprovalResponse(v ResolveApprovalResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the ResolveApproval200JSONResponseBody as a InterruptedCommandResponse
+func (t ResolveApproval200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the ResolveApproval200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *ResolveApproval200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the ResolveApproval200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *ResolveApproval200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ResolveApproval200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ResolveApproval200JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsActResponse returns the union data inside the Act200JSONResponseBody as a ActResponse
+func (t Act200JSONResponseBody) AsActResponse() (ActResponse, error) {
+	var body ActResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromActResponse overwrites any union data inside the Act200JSONResponseBody as the provided ActResponse
+func (t *Act200JSONResponseBody) FromActResponse(v ActResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeActResponse performs a merge with any union data inside the Act200JSONResponseBody, using the provided ActResponse
+func (t *Act200JSONResponseBody) MergeActResponse(v ActResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the Act200JSONResponseBody as a InterruptedCommandResponse
+func (t Act200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the Act200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *Act200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the Act200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *Act200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Act200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Act200JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsCheckpointBrowserSessionResponse returns the union data inside the CheckpointBrowserSession200JSONResponseBody as a CheckpointBrowserSessionResponse
+func (t CheckpointBrowserSession200JSONResponseBody) AsCheckpointBrowserSessionResponse() (CheckpointBrowserSessionResponse, error) {
+	var body CheckpointBrowserSessionResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCheckpointBrowserSessionResponse overwrites any union data inside the CheckpointBrowserSession200JSONResponseBody as the provided CheckpointBrowserSessionResponse
+func (t *CheckpointBrowserSession200JSONResponseBody) FromCheckpointBrowserSessionResponse(v CheckpointBrowserSessionResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeCheckpointBrowserSessionResponse performs a merge with any union data inside the CheckpointBrowserSession200JSONResponseBody, using the provided CheckpointBrowserSessionResponse
+func (t *CheckpointBrowserSession200JSONResponseBody) MergeCheckpointBrowserSessionResponse(v CheckpointBrowserSessionResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the CheckpointBrowserSession200JSONResponseBody as a InterruptedCommandResponse
+func (t CheckpointBrowserSession200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the CheckpointBrowserSession200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *CheckpointBrowserSession200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the CheckpointBrowserSession200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *CheckpointBrowserSession200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t CheckpointBrowserSession200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *CheckpointBrowserSession200JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsCloseBrowserSessionResponse returns the union data inside the CloseBrowserSession200JSONResponseBody as a CloseBrowserSessionResponse
+func (t CloseBrowserSession200JSONResponseBody) AsCloseBrowserSessionResponse() (CloseBrowserSessionResponse, error) {
+	var body CloseBrowserSessionResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCloseBrowserSessionResponse overwrites any union data inside the CloseBrowserSession200JSONResponseBody as the provided CloseBrowserSessionResponse
+func (t *CloseBrowserSession200JSONResponseBody) FromCloseBrowserSessionResponse(v CloseBrowserSessionResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeCloseBrowserSessionResponse performs a merge with any union data inside the CloseBrowserSession200JSONResponseBody, using the provided CloseBrowserSessionResponse
+func (t *CloseBrowserSession200JSONResponseBody) MergeCloseBrowserSessionResponse(v CloseBrowserSessionResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the CloseBrowserSession200JSONResponseBody as a InterruptedCommandResponse
+func (t CloseBrowserSession200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the CloseBrowserSession200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *CloseBrowserSession200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the CloseBrowserSession200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *CloseBrowserSession200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t CloseBrowserSession200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *CloseBrowserSession200JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsCaptureEvidenceResponse returns the union data inside the CaptureEvidence200JSONResponseBody as a CaptureEvidenceResponse
+func (t CaptureEvidence200JSONResponseBody) AsCaptureEvidenceResponse() (CaptureEvidenceResponse, error) {
+	var body CaptureEvidenceResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCaptureEvidenceResponse overwrites any union data inside the CaptureEvidence200JSONResponseBody as the provided CaptureEvidenceResponse
+func (t *CaptureEvidence200JSONResponseBody) FromCaptureEvidenceResponse(v CaptureEvidenceResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeCaptureEvidenceResponse performs a merge with any union data inside the CaptureEvidence200JSONResponseBody, using the provided CaptureEvidenceResponse
+func (t *CaptureEvidence200JSONResponseBody) MergeCaptureEvidenceResponse(v CaptureEvidenceResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the CaptureEvidence200JSONResponseBody as a InterruptedCommandResponse
+func (t CaptureEvidence200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the CaptureEvidence200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *CaptureEvidence200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the CaptureEvidence200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *CaptureEvidence200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t CaptureEvidence200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *CaptureEvidence200JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsNavigateResponse returns the union data inside the Navigate200JSONResponseBody as a NavigateResponse
+func (t Navigate200JSONResponseBody) AsNavigateResponse() (NavigateResponse, error) {
+	var body NavigateResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromNavigateResponse overwrites any union data inside the Navigate200JSONResponseBody as the provided NavigateResponse
+func (t *Navigate200JSONResponseBody) FromNavigateResponse(v NavigateResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeNavigateResponse performs a merge with any union data inside the Navigate200JSONResponseBody, using the provided NavigateResponse
+func (t *Navigate200JSONResponseBody) MergeNavigateResponse(v NavigateResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the Navigate200JSONResponseBody as a InterruptedCommandResponse
+func (t Navigate200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the Navigate200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *Navigate200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the Navigate200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *Navigate200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Navigate200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Navigate200JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsCancelTaskResponse returns the union data inside the CancelTask200JSONResponseBody as a CancelTaskResponse
+func (t CancelTask200JSONResponseBody) AsCancelTaskResponse() (CancelTaskResponse, error) {
+	var body CancelTaskResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCancelTaskResponse overwrites any union data inside the CancelTask200JSONResponseBody as the provided CancelTaskResponse
+func (t *CancelTask200JSONResponseBody) FromCancelTaskResponse(v CancelTaskResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeCancelTaskResponse performs a merge with any union data inside the CancelTask200JSONResponseBody, using the provided CancelTaskResponse
+func (t *CancelTask200JSONResponseBody) MergeCancelTaskResponse(v CancelTaskResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the CancelTask200JSONResponseBody as a InterruptedCommandResponse
+func (t CancelTask200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the CancelTask200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *CancelTask200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the CancelTask200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *CancelTask200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t CancelTask200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *CancelTask200JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsHandBackTaskResponse returns the union data inside the HandBackTask200JSONResponseBody as a HandBackTaskResponse
+func (t HandBackTask200JSONResponseBody) AsHandBackTaskResponse() (HandBackTaskResponse, error) {
+	var body HandBackTaskResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHandBackTaskResponse overwrites any union data inside the HandBackTask200JSONResponseBody as the provided HandBackTaskResponse
+func (t *HandBackTask200JSONResponseBody) FromHandBackTaskResponse(v HandBackTaskResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeHandBackTaskResponse performs a merge with any union data inside the HandBackTask200JSONResponseBody, using the provided HandBackTaskResponse
+func (t *HandBackTask200JSONResponseBody) MergeHandBackTaskResponse(v HandBackTaskResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the HandBackTask200JSONResponseBody as a InterruptedCommandResponse
+func (t HandBackTask200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the HandBackTask200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *HandBackTask200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the HandBackTask200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *HandBackTask200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t HandBackTask200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *HandBackTask200JSONResponseBody) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsResumeTaskResponse returns the union data inside the ResumeTask200JSONResponseBody as a ResumeTaskResponse
+func (t ResumeTask200JSONResponseBody) AsResumeTaskResponse() (ResumeTaskResponse, error) {
+	var body ResumeTaskResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromResumeTaskResponse overwrites any union data inside the ResumeTask200JSONResponseBody as the provided ResumeTaskResponse
+func (t *ResumeTask200JSONResponseBody) FromResumeTaskResponse(v ResumeTaskResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeResumeTaskResponse performs a merge with any union data inside the ResumeTask200JSONResponseBody, using the provided ResumeTaskResponse
+func (t *ResumeTask200JSONResponseBody) MergeResumeTaskResponse(v ResumeTaskResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsInterruptedCommandResponse returns the union data inside the ResumeTask200JSONResponseBody as a InterruptedCommandResponse
+func (t ResumeTask200JSONResponseBody) AsInterruptedCommandResponse() (InterruptedCommandResponse, error) {
+	var body InterruptedCommandResponse
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromInterruptedCommandResponse overwrites any union data inside the ResumeTask200JSONResponseBody as the provided InterruptedCommandResponse
+func (t *ResumeTask200JSONResponseBody) FromInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeInterruptedCommandResponse performs a merge with any union data inside the ResumeTask200JSONResponseBody, using the provided InterruptedCommandResponse
+func (t *ResumeTask200JSONResponseBody) MergeInterruptedCommandResponse(v InterruptedCommandResponse) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ResumeTask200JSONResponseBody) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ResumeTask200JSONResponseBody) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }

@@ -10,7 +10,8 @@ import (
 
 // TestCheckIsStrict: the check refuses an undeclared field, a missing required one, a status the
 // spec does not list and a media type it does not list; it admits the interrupted replay the
-// contract gives (only the receipt, classified by recovery) and nothing that merely looks like it.
+// contract gives (only the receipt, classified by recovery) because the operation's 200 schema
+// does (oneOf with InterruptedCommandResponse), and nothing that merely looks like it.
 func TestCheckIsStrict(t *testing.T) {
 	t.Parallel()
 	r, err := spectest.New(apigen.OpenAPI)
@@ -31,6 +32,10 @@ func TestCheckIsStrict(t *testing.T) {
 		{"missing field", "POST", act, "application/json", `{"receipt":` + rc("applied") + `,"navigated":false}`, 200, "epoch_id"},
 		{"interrupted replay", "POST", act, "application/json", `{"receipt":` + rc("reconciliation_required") + `}`, 200, ""},
 		{"receipt only but applied", "POST", act, "application/json", `{"receipt":` + rc("applied") + `}`, 200, "epoch_id"},
+		{"interrupted replay of a safe command", "POST", act, "application/json", `{"receipt":` + rc("unknown_outcome") + `}`, 200, ""},
+		{"interrupted replay with another field", "POST", act, "application/json", `{"receipt":` + rc("unknown_outcome") + `,"epoch_id":"ep_1"}`, 200, "navigated"},
+		{"interrupted replay of cancel_task", "POST", "/bap/v1/tasks/tsk_x/cancel", "application/json", `{"receipt":` + rc("unknown_outcome") + `}`, 200, ""},
+		{"interrupted replay of close_task", "POST", "/bap/v1/tasks/tsk_x/close", "application/json", `{"receipt":` + rc("unknown_outcome") + `}`, 200, "task"},
 		{"unlisted status", "POST", act, "application/json", `{}`, 418, "418"},
 		{"problem", "GET", "/bap/v1/tasks/tsk_x", "application/problem+json", `{"type":"about:blank","title":"Not found","status":404,"code":"not_found","detail":"no such task"}`, 404, ""},
 		{"not JSON at all", "GET", "/bap/v1/tasks/tsk_x", "application/json", `{`, 200, "not JSON"},
