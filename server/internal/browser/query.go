@@ -5,21 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 type queryArgs struct {
-	Role        string `json:"role,omitempty"`
-	Name        string `json:"name,omitempty"`
-	Text        string `json:"text,omitempty"`
-	Label       string `json:"label,omitempty"`
-	Placeholder string `json:"placeholder,omitempty"`
-	TestID      string `json:"testId,omitempty"`
-	Exact       bool   `json:"exact,omitempty"`
-	Within      int    `json:"within,omitempty"`
-	Limit       int    `json:"limit,omitempty"`
+	pagekit.QueryArgs
 	// AX is the browser's view of the elements a first walk asked about.
 	AX map[int]axState `json:"ax,omitempty"`
 }
@@ -38,12 +31,7 @@ type match struct {
 	rec   *handleRec
 }
 
-func validQuery(q Query) error {
-	if q.Role == "" && q.Name == "" && q.Text == "" && q.Label == "" && q.Placeholder == "" && q.TestID == "" {
-		return fmt.Errorf("%w: a query needs at least one of role, name, text, label, placeholder, test_id", ErrInvalidRequest)
-	}
-	return nil
-}
+func validQuery(q Query) error { return pagekit.ValidQuery(q) }
 
 // QueryNodes finds the nodes matching the query in every frame of the
 // browsing context (or within a node), best match first: exact matches
@@ -96,10 +84,7 @@ func (s *Session) query(ctx context.Context, t *tab, q Query, limit int) ([]matc
 }
 
 func (s *Session) queryOnce(ctx context.Context, t *tab, q Query, limit int) ([]match, string, error) {
-	args := queryArgs{
-		Role: strings.ToLower(strings.TrimSpace(q.Role)), Name: q.Name, Text: q.Text, Label: q.Label,
-		Placeholder: q.Placeholder, TestID: q.TestID, Exact: q.Exact, Limit: limit,
-	}
+	args := queryArgs{QueryArgs: pagekit.NewQueryArgs(q, limit)}
 	s.mu.Lock()
 	epoch := t.epoch
 	var frames []*frameState

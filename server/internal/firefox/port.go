@@ -178,7 +178,8 @@ type snapResult struct {
 const defaultMaxNodes = 5000
 
 // Observe returns a snapshot of the tab's document: the same nodes, handles and shape the CDP
-// adapter answers. Deltas (since), cursors and max_bytes are not kept by this adapter yet.
+// adapter answers. Budgets, cursors and deltas are the observation keeper's, which the engine
+// registry puts in front of every engine's sessions (ADR 0028): the adapter refuses them itself.
 func (s *Session) Observe(ctx context.Context, req page.ObserveRequest) (*page.Snapshot, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -248,25 +249,7 @@ func (s *Session) lookup(h string) (handle, error) {
 	return s.docs.lookup(h)
 }
 
-// queryArgs is the agent's query (agent.js).
-type queryArgs struct {
-	Role        string `json:"role,omitempty"`
-	Name        string `json:"name,omitempty"`
-	Text        string `json:"text,omitempty"`
-	Label       string `json:"label,omitempty"`
-	Placeholder string `json:"placeholder,omitempty"`
-	TestID      string `json:"testId,omitempty"`
-	Exact       bool   `json:"exact,omitempty"`
-	Within      int    `json:"within,omitempty"`
-	Limit       int    `json:"limit,omitempty"`
-}
-
-func validQuery(q page.Query) error {
-	if q.Role == "" && q.Name == "" && q.Text == "" && q.Label == "" && q.Placeholder == "" && q.TestID == "" {
-		return fmt.Errorf("%w: a query needs at least one of role, name, text, label, placeholder, test_id", page.ErrInvalidRequest)
-	}
-	return nil
-}
+func validQuery(q page.Query) error { return pagekit.ValidQuery(q) }
 
 // QueryNodes finds the nodes matching the query, best match first (the agent's ranking).
 func (s *Session) QueryNodes(ctx context.Context, req page.QueryRequest) (*page.QueryResult, error) {
@@ -293,8 +276,7 @@ func (s *Session) QueryNodes(ctx context.Context, req page.QueryRequest) (*page.
 }
 
 func (s *Session) query(ctx context.Context, q page.Query, limit int) ([]page.Node, string, error) {
-	a := queryArgs{Role: strings.ToLower(strings.TrimSpace(q.Role)), Name: q.Name, Text: q.Text, Label: q.Label,
-		Placeholder: q.Placeholder, TestID: q.TestID, Exact: q.Exact, Limit: limit}
+	a := pagekit.NewQueryArgs(q, limit)
 	doc := ""
 	if q.Within != "" {
 		h, err := s.lookup(q.Within)

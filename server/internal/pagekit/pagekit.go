@@ -10,6 +10,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/originweave/bap/server/internal/page"
@@ -240,4 +241,31 @@ func RedactURL(u string) string {
 		u = u[:cut] + "…"
 	}
 	return u
+}
+
+// QueryArgs is the page agent's query (agent.js's query).
+type QueryArgs struct {
+	Role        string `json:"role,omitempty"`
+	Name        string `json:"name,omitempty"`
+	Text        string `json:"text,omitempty"`
+	Label       string `json:"label,omitempty"`
+	Placeholder string `json:"placeholder,omitempty"`
+	TestID      string `json:"testId,omitempty"`
+	Exact       bool   `json:"exact,omitempty"`
+	Within      int    `json:"within,omitempty"` // the agent index of the within node (0: the document)
+	Limit       int    `json:"limit,omitempty"`
+}
+
+// NewQueryArgs is the agent's query for q, at most limit matches.
+func NewQueryArgs(q page.Query, limit int) QueryArgs {
+	return QueryArgs{Role: strings.ToLower(strings.TrimSpace(q.Role)), Name: q.Name, Text: q.Text, Label: q.Label,
+		Placeholder: q.Placeholder, TestID: q.TestID, Exact: q.Exact, Limit: limit}
+}
+
+// ValidQuery refuses a query that names nothing to match.
+func ValidQuery(q page.Query) error {
+	if q.Role == "" && q.Name == "" && q.Text == "" && q.Label == "" && q.Placeholder == "" && q.TestID == "" {
+		return fmt.Errorf("%w: a query needs at least one of role, name, text, label, placeholder, test_id", page.ErrInvalidRequest)
+	}
+	return nil
 }
