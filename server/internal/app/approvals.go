@@ -295,6 +295,11 @@ func (c *commandCtx) resumeIfNonePending(ctx context.Context, cause string) erro
 	if err := c.transition(ctx, c.t, task.ApprovalResolved, cause); err != nil {
 		return err
 	}
+	// A side effect interrupted while it waited (another command's, a crash) opened a
+	// reconciliation without moving it: it waits for the operator now, not runs (task.AfterWaits).
+	if err := c.followWaits(ctx, cause); err != nil {
+		return err
+	}
 	// Its sessions may have been lost while it waited (a node died with the held action): a
 	// task with a checkpoint then waits in checkpointed for resume_task, as if they had been
 	// lost while it ran. Resuming restores the browser, never the approval (issue #23 item 3).

@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -206,5 +208,68 @@ func TestRecoveryDuringDispatch(t *testing.T) {
 	if err := b.db.QueryRow(ctx, `SELECT count(*) FROM task_receipt r JOIN task_command c USING (command_id)
 		WHERE c.task_id = $1 AND c.operation = 'act'`, tk.ID).Scan(&receipts); err != nil || receipts != 1 {
 		t.Fatalf("%d receipts for the command (%v), want 1", receipts, err)
+	}
+}
+
+// A side effect interrupted while its task waits for an approval (a request_approval came in while
+// the command ran, then the node died) opens its reconciliation without a transition; resolving
+// the last approval does not let the task run with the reconciliation open: it waits for the
+// operator, and runs once the reconciliation is settled.
+func TestApprovalResolvedWithAReconciliationOpen(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *app.Config) { c.InterruptedResponse = interrupted })
+	ctx := context.Background()
+	tk := b.create(t, app.CreateTaskInput{})
+	dispatch := func(context.Context) (any, error) { return nil, nil }
+	if _, err := b.svc.RunTwoPhaseForTest(ctx, b.call(t, "act", []string{"bs_x"}, "pay"), tk.ID, &recorder{}, true, dispatch, true); err == nil {
+		t.Fatal("phase 3 was meant to fail")
+	}
+	req := b.call(t, "request_approval", []string{tk.ID}, "why")
+	req.Actor.Subject = "agent:local" // the operator (b.actor) resolves: separation of duties
+	r := &recorder{}
+	if _, err := b.svc.RequestApproval(ctx, req, tk.ID, "why", r); err != nil {
+		t.Fatal(err)
+	}
+	apr := r.result.(*app.ApprovalResult).Approval
+	if err := store.New(b.db).StopNode(ctx, "node_test"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.svc.RecoverInterrupted(ctx, time.Now()); err != nil || n != 1 {
+		t.Fatalf("recovered %d (%v), want 1", n, err)
+	}
+	state := func() task.State {
+		got, err := b.svc.GetTask(ctx, b.actor, tk.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.State
+	}
+	if st := state(); st != task.WaitingForApproval {
+		t.Fatalf("with the approval pending and the reconciliation open: %s", st)
+	}
+	if _, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{apr.ID}, "approve"), apr.ID, "approve", "", &recorder{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(); st != task.WaitingForExternalInput {
+		t.Fatalf("after the last approval, with the reconciliation open: %s, want waiting_for_external_input", st)
+	}
+	recs, err := b.svc.ListReconciliations(ctx, false)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("open reconciliations: %v %+v", err, recs)
+	}
+	if _, err := b.svc.ResolveReconciliation(ctx, "operator:test", recs[0].ID, "no_side_effect", "nothing reached the site"); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(); st != task.Running {
+		t.Fatalf("after the settlement: %s", st)
+	}
+	var triggers []string
+	for _, e := range b.events(t, tk.ID) {
+		if e.Type == "task.state_changed" {
+			triggers = append(triggers, fmt.Sprint(e.Data["trigger"]))
+		}
+	}
+	if want := "admit,start,await_approval,approval_resolved,await_external_input,external_input_resolved"; strings.Join(triggers, ",") != want {
+		t.Fatalf("transitions %v, want %s", triggers, want)
 	}
 }

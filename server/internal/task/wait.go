@@ -28,8 +28,10 @@ func (w Waits) Any() bool { return w.HandedOff || w.Reconciliations > 0 }
 // stays handed off; settling that reconciliation while the handoff is open keeps the task with
 // the person; and a hand-back that leaves a reconciliation open keeps the task waiting until an
 // operator settles it. In any other state the wait is recorded (the reconciliation, the handoff
-// row) without moving the task: a task waiting for approval runs again through
-// approval_resolved, a checkpointed one through resume, and a final state stays final.
+// row) without moving the task: a task waiting for approval leaves through approval_resolved and
+// then, running, asks again (a reconciliation opened meanwhile moves it on to
+// waiting_for_external_input), a checkpointed one leaves through resume, and a final state stays
+// final.
 // transition is false whenever trigger is "".
 func AfterWaits(from State, w Waits) (to State, trigger Trigger, transition bool) {
 	switch {
