@@ -878,18 +878,7 @@ func (s *Session) flushEvents() {
 
 // ---- helpers ----
 
-func clipString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !isRuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+func clipString(s string, n int) string { return pagekit.Clip(s, n) }
 
 // redactURL returns u without userinfo, query and fragment, for events and
 // errors (a query string may carry secrets).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/bidi"
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // knownActions are the spec's actions this adapter carries out; upload_file needs the
@@ -177,7 +178,7 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 		return nil, err
 	}
 	s.mu.Lock()
-	doc0, started0 := s.docs.doc, s.navStarted
+	doc0, started0, dialogs0 := s.docs.doc, s.navStarted, len(s.dialogs)
 	s.mu.Unlock()
 	if err := s.perform(ctx, tg, req); err != nil {
 		if err := s.check(); err != nil {
@@ -197,6 +198,11 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 		return nil, err
 	}
 	res.Effect, res.Origin = c.Effect, c.Origin
+	s.mu.Lock()
+	if len(s.dialogs) > dialogs0 {
+		res.Dialogs = append([]page.Dialog(nil), s.dialogs[dialogs0:]...)
+	}
+	s.mu.Unlock()
 	return res, nil
 }
 
@@ -206,24 +212,46 @@ const settleWait = 10 * time.Second
 // frameWait bounds the wait for the frames after an input.
 const frameWait = 300 * time.Millisecond
 
-// noteNavigation counts a navigation of the tab that started or ended.
+// noteNavigation records that a navigation of the tab started or ended: the tab's navigation
+// events are numbered, and the tab is settled when its latest is an end (a redirect can start a
+// navigation twice and load it once).
 func (s *Session) noteNavigation(started bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.navSeq++
 	if started {
 		s.navStarted++
+		s.navLastStart = s.navSeq
 	} else {
-		s.navEnded++
+		s.navLastEnd = s.navSeq
 	}
 	close(s.navCh)
 	s.navCh = make(chan struct{})
 }
 
-// navState is the tab's navigation counters and the channel of their next change.
-func (s *Session) navState() (started, ended int, changed <-chan struct{}) {
+// maxDialogMessage bounds a dialog's message as the CDP adapter bounds it.
+const maxDialogMessage = 2000
+
+// notePrompt records a dialog the tab's user context answered (dismissed, a beforeunload
+// accepted) and reports it as the CDP adapter does.
+func (s *Session) notePrompt(ev bidi.BrowsingContextUserPromptOpenedParameters) {
+	d := page.Dialog{Type: string(ev.Type), Message: pagekit.Clip(ev.Message, maxDialogMessage),
+		Accepted: ev.Handler == bidi.SessionUserPromptHandlerTypeAccept}
+	s.mu.Lock()
+	s.dialogs = append(s.dialogs, d)
+	url := s.docs.url
+	s.mu.Unlock()
+	s.emit(page.Event{Type: page.EventDialogHandled, ContextID: s.ctxID, URL: url, Data: map[string]any{
+		"type": d.Type, "message": d.Message, "accepted": d.Accepted,
+	}})
+}
+
+// navState is how many navigations of the tab started, whether the latest has ended, and the
+// channel of the next change.
+func (s *Session) navState() (started int, ended bool, changed <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.navStarted, s.navEnded, s.navCh
+	return s.navStarted, s.navLastEnd > s.navLastStart, s.navCh
 }
 
 // settle waits until a navigation the action started (navigations counted past started0) has
@@ -238,7 +266,7 @@ func (s *Session) settle(ctx context.Context, doc0 string, started0 int) (*page.
 	fcancel()
 	for {
 		started, ended, changed := s.navState()
-		if started == started0 || ended >= started {
+		if started == started0 || ended {
 			break
 		}
 		select {

@@ -77,13 +77,18 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
 	}
-	d := newDriver(cfg, log, b, e)
+	d, err := newDriver(cfg, log, b, e)
+	if err != nil {
+		_ = e.Close(ctx)
+		_ = b.Close()
+		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
+	}
 	d.owned = true
 	return d, nil
 }
 
 // newDriver is a driver over a running browser and its engine.
-func newDriver(cfg Config, log *slog.Logger, b *Browser, e *Engine) *Driver {
+func newDriver(cfg Config, log *slog.Logger, b *Browser, e *Engine) (*Driver, error) {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 16
 	}
@@ -94,14 +99,16 @@ func newDriver(cfg Config, log *slog.Logger, b *Browser, e *Engine) *Driver {
 		name = "Firefox"
 	}
 	d.product = name + "/" + version
-	d.follow()
+	if err := d.follow(); err != nil {
+		return nil, err
+	}
 	go d.watch()
-	return d
+	return d, nil
 }
 
-// follow subscribes to the navigations of the sessions' tabs: an act tells from them whether its
-// input started one and waits for it to end (act.go's settle).
-func (d *Driver) follow() {
+// follow subscribes to the navigations of the sessions' tabs (an act tells from them whether its
+// input started one and waits for it to end, act.go's settle) and to their dialogs.
+func (d *Driver) follow() error {
 	nav := func(started bool) func(bidi.BrowsingContextNavigationInfo) {
 		return func(ev bidi.BrowsingContextNavigationInfo) {
 			d.mu.Lock()
@@ -114,18 +121,30 @@ func (d *Driver) follow() {
 	}
 	d.e.c.OnBrowsingContextNavigationStarted(nav(true))
 	for _, on := range []func(func(bidi.BrowsingContextNavigationInfo)) func(){
-		d.e.c.OnBrowsingContextLoad, d.e.c.OnBrowsingContextNavigationFailed, d.e.c.OnBrowsingContextNavigationAborted,
+		d.e.c.OnBrowsingContextLoad, d.e.c.OnBrowsingContextNavigationFailed,
 	} {
 		on(nav(false))
 	}
+	d.e.c.OnBrowsingContextUserPromptOpened(func(ev bidi.BrowsingContextUserPromptOpenedParameters) {
+		d.mu.Lock()
+		s := d.byTop[ev.Context]
+		d.mu.Unlock()
+		if s != nil {
+			s.notePrompt(ev)
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := d.e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{Events: []string{
 		bidi.EventBrowsingContextNavigationStarted, bidi.EventBrowsingContextLoad,
-		bidi.EventBrowsingContextNavigationFailed, bidi.EventBrowsingContextNavigationAborted,
+		bidi.EventBrowsingContextNavigationFailed, bidi.EventBrowsingContextUserPromptOpened,
 	}}); err != nil {
-		d.log.Warn("firefox: subscribing to navigations", "err", err)
+		// Without them an act cannot tell what its input did: no driver rather than one that
+		// guesses. (Firefox refuses a whole subscription for one event name it does not know:
+		// 153 ESR has no navigationAborted.)
+		return fmt.Errorf("firefox: subscribing to navigations and dialogs: %w", err)
 	}
+	return nil
 }
 
 // watch marks every session lost when the browser or its connection goes away.
@@ -212,10 +231,11 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting the session's egress proxy: %w", page.ErrUnavailable, err)
 	}
-	dismiss := bidi.SessionUserPromptHandlerTypeDismiss
+	// Dialogs are answered as the CDP adapter answers them: dismissed, except a beforeunload,
+	// accepted so that the navigation asked for goes on; each is reported (notePrompt).
 	s, err := d.e.newSession(ctx, bidi.BrowserCreateUserContextParameters{
-		Proxy:                   &bidi.SessionProxyConfiguration{ProxyType: "manual", HttpProxy: px.Addr(), SslProxy: px.Addr()},
-		UnhandledPromptBehavior: &bidi.SessionUserPromptHandler{Default: dismiss},
+		Proxy: &bidi.SessionProxyConfiguration{ProxyType: "manual", HttpProxy: px.Addr(), SslProxy: px.Addr()},
+		UnhandledPromptBehavior: &bidi.SessionUserPromptHandler{Default: bidi.SessionUserPromptHandlerTypeDismiss},
 	})
 	if err != nil {
 		_ = px.Close()

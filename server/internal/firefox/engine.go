@@ -91,10 +91,12 @@ type Session struct {
 	closed bool
 	lost   bool
 	docs   documents // the tab's documents, epochs and node handles (handles.go)
-	// navigations started and ended (loaded, failed or aborted) in the tab, and a channel closed
-	// (and replaced) at each change
-	navStarted, navEnded int
-	navCh                chan struct{}
+	// the tab's navigation events (act.go's noteNavigation): how many started, the numbers of
+	// the latest start and end, and a channel closed (and replaced) at each
+	navStarted                       int
+	navSeq, navLastStart, navLastEnd uint64
+	navCh                            chan struct{}
+	dialogs                          []page.Dialog // every dialog the tab answered, in order
 }
 
 // NewSession creates a user context and a tab in it (with no proxy: the driver's OpenSession

@@ -96,7 +96,10 @@ func portSession(t *testing.T, ctx context.Context, ev *events, origins ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := newDriver(Config{}, slog.New(slog.DiscardHandler), browser, engine(t, ctx))
+	d, err := newDriver(Config{}, slog.New(slog.DiscardHandler), browser, engine(t, ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, ev.add)
 	if err != nil {
 		t.Fatal(err)
@@ -242,5 +245,41 @@ func TestPortOriginPolicy(t *testing.T) {
 	}
 	if blocked < 3 {
 		t.Fatalf("request.blocked events: %+v, want the navigation, the page's requests and the redirect", ev.all())
+	}
+}
+
+// TestPortDialogs: a dialog an act opens is answered as on Chromium — dismissed (the confirm's
+// "no" path runs) — and reported in the act's result and a dialog.handled event.
+func TestPortDialogs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := servePage(t, `<!doctype html><title>Dialogs</title><p id="out">none</p>
+<button onclick="document.getElementById('out').textContent = confirm('Delete everything?') ? 'deleted' : 'kept'">Delete</button>`)
+	ev := &events{}
+	s := portSession(t, ctx, ev, srv.URL)
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Act(ctx, page.ActRequest{Action: page.ActionClick, Query: &page.Query{Role: "button", Name: "Delete"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Dialogs) != 1 || res.Dialogs[0].Type != "confirm" || res.Dialogs[0].Message != "Delete everything?" || res.Dialogs[0].Accepted {
+		t.Fatalf("act dialogs: %+v", res.Dialogs)
+	}
+	var r struct {
+		V string `json:"v"`
+	}
+	if err := s.Agent(ctx, &r, "visibleText", 0); err != nil || !strings.Contains(r.V, "kept") {
+		t.Fatalf("page after the dismissed confirm: %q %v", r.V, err)
+	}
+	handled := 0
+	for _, e := range ev.all() {
+		if e.Type == page.EventDialogHandled && e.Data["type"] == "confirm" && e.Data["accepted"] == false {
+			handled++
+		}
+	}
+	if handled != 1 {
+		t.Fatalf("dialog.handled events: %+v", ev.all())
 	}
 }

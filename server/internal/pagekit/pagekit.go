@@ -233,14 +233,19 @@ func RedactURL(u string) string {
 			u = u[:i+3] + rest[at+1:]
 		}
 	}
-	if len(u) > 500 {
-		cut := 500
-		for cut > 0 && u[cut]&0xC0 == 0x80 {
-			cut--
-		}
-		u = u[:cut] + "…"
+	return Clip(u, 500)
+}
+
+// Clip cuts s to n bytes on a rune boundary, with an ellipsis when it cut.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return u
+	cut := n
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // QueryArgs is the page agent's query (agent.js's query).
