@@ -234,7 +234,7 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 	// Dialogs are answered as the CDP adapter answers them: dismissed, except a beforeunload,
 	// accepted so that the navigation asked for goes on; each is reported (notePrompt).
 	s, err := d.e.newSession(ctx, bidi.BrowserCreateUserContextParameters{
-		Proxy: &bidi.SessionProxyConfiguration{ProxyType: "manual", HttpProxy: px.Addr(), SslProxy: px.Addr()},
+		Proxy:                   &bidi.SessionProxyConfiguration{ProxyType: "manual", HttpProxy: px.Addr(), SslProxy: px.Addr()},
 		UnhandledPromptBehavior: &bidi.SessionUserPromptHandler{Default: bidi.SessionUserPromptHandlerTypeDismiss},
 	})
 	if err != nil {
