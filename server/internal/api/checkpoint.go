@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
 
 	"github.com/originweave/bap/server/internal/apigen"
@@ -23,11 +22,7 @@ func toCheckpoint(c *app.Checkpoint) apigen.Checkpoint {
 	return out
 }
 
-var checkpointResponder = responder{status: 200, render: func(result any) (any, error) {
-	res, ok := result.(*app.CheckpointResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected result %T", result)
-	}
+var checkpointResponder = responder[*app.CheckpointResult]{status: 200, render: func(res *app.CheckpointResult) (any, error) {
 	return apigen.CheckpointBrowserSessionResponse{Checkpoint: toCheckpoint(res.Checkpoint), Receipt: toReceipt(res.Receipt)}, nil
 }}
 

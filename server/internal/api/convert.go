@@ -312,23 +312,24 @@ func fromCreateTask(in apigen.CreateTaskRequest) (app.CreateTaskInput, error) {
 	return out, nil
 }
 
-// responder renders one operation's results for the app, which stores them with the command.
-type responder struct {
+// responder renders one operation's results (of type R) for the app, which stores them with the
+// command.
+type responder[R any] struct {
 	status int
-	render func(result any) (any, error)
+	render func(result R) (any, error)
+	// accepted, when set, tells a result that answers 202 instead of status (an act held for
+	// approval).
+	accepted func(result R) bool
 }
 
-// accepted marks a rendered result that answers 202 instead of the operation's usual status.
-type accepted struct{ v any }
-
-func (r responder) Success(result any) (app.Response, error) {
+func (r responder[R]) Success(result R) (app.Response, error) {
 	v, err := r.render(result)
 	if err != nil {
 		return app.Response{}, err
 	}
 	status := r.status
-	if a, ok := v.(accepted); ok {
-		v, status = a.v, http.StatusAccepted
+	if r.accepted != nil && r.accepted(result) {
+		status = http.StatusAccepted
 	}
 	body, err := json.Marshal(v)
 	if err != nil {
@@ -337,7 +338,7 @@ func (r responder) Success(result any) (app.Response, error) {
 	return app.Response{Status: status, Body: body}, nil
 }
 
-func (r responder) Failure(e *app.Error, rc *app.Receipt) (app.Response, error) {
+func (r responder[R]) Failure(e *app.Error, rc *app.Receipt) (app.Response, error) {
 	status, p := newProblem(e)
 	if rc != nil {
 		p.Receipt = toReceipt(rc)
@@ -349,30 +350,22 @@ func (r responder) Failure(e *app.Error, rc *app.Receipt) (app.Response, error) 
 	return app.Response{Status: status, Body: body}, nil
 }
 
-func taskReceipt(result any) (apigen.Task, apigen.Receipt, error) {
-	res, ok := result.(*app.TaskResult)
-	if !ok {
-		return apigen.Task{}, apigen.Receipt{}, fmt.Errorf("unexpected result %T", result)
-	}
+func taskReceipt(res *app.TaskResult) (apigen.Task, apigen.Receipt, error) {
 	t, err := toTask(res.Task)
 	return t, toReceipt(res.Receipt), err
 }
 
-var createTaskResponder = responder{status: 201, render: func(result any) (any, error) {
-	t, rc, err := taskReceipt(result)
+var createTaskResponder = responder[*app.TaskResult]{status: 201, render: func(res *app.TaskResult) (any, error) {
+	t, rc, err := taskReceipt(res)
 	return apigen.CreateTaskResponse{Task: t, Receipt: rc}, err
 }}
 
-var cancelTaskResponder = responder{status: 200, render: func(result any) (any, error) {
-	t, rc, err := taskReceipt(result)
+var cancelTaskResponder = responder[*app.TaskResult]{status: 200, render: func(res *app.TaskResult) (any, error) {
+	t, rc, err := taskReceipt(res)
 	return apigen.CancelTaskResponse{Task: t, Receipt: rc}, err
 }}
 
-var closeTaskResponder = responder{status: 200, render: func(result any) (any, error) {
-	res, ok := result.(*app.CloseResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected result %T", result)
-	}
+var closeTaskResponder = responder[*app.CloseResult]{status: 200, render: func(res *app.CloseResult) (any, error) {
 	t, err := toTask(res.Task)
 	if err != nil {
 		return nil, err
@@ -396,11 +389,7 @@ var closeTaskResponder = responder{status: 200, render: func(result any) (any, e
 	}, nil
 }}
 
-var resumeTaskResponder = responder{status: 200, render: func(result any) (any, error) {
-	res, ok := result.(*app.ResumeResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected result %T", result)
-	}
+var resumeTaskResponder = responder[*app.ResumeResult]{status: 200, render: func(res *app.ResumeResult) (any, error) {
 	t, err := toTask(res.Task)
 	if err != nil {
 		return nil, err
@@ -408,19 +397,11 @@ var resumeTaskResponder = responder{status: 200, render: func(result any) (any, 
 	return apigen.ResumeTaskResponse{Task: t, Session: toSession(res.Session), Receipt: toReceipt(res.Receipt)}, nil
 }}
 
-var requestApprovalResponder = responder{status: 201, render: func(result any) (any, error) {
-	res, ok := result.(*app.ApprovalResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected result %T", result)
-	}
+var requestApprovalResponder = responder[*app.ApprovalResult]{status: 201, render: func(res *app.ApprovalResult) (any, error) {
 	return apigen.RequestApprovalResponse{Approval: toApproval(res.Approval), Receipt: toReceipt(res.Receipt)}, nil
 }}
 
-var resolveApprovalResponder = responder{status: 200, render: func(result any) (any, error) {
-	res, ok := result.(*app.ApprovalResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected result %T", result)
-	}
+var resolveApprovalResponder = responder[*app.ApprovalResult]{status: 200, render: func(res *app.ApprovalResult) (any, error) {
 	out := apigen.ResolveApprovalResponse{Approval: toApproval(res.Approval), Receipt: toReceipt(res.Receipt)}
 	if res.ActionReceipt != nil {
 		out.ActionReceipt = ptr(toReceipt(res.ActionReceipt))
@@ -502,12 +483,8 @@ func toSession(rec *app.SessionRecord) apigen.BrowserSession {
 	}
 }
 
-func sessionResponder(status int, create bool) responder {
-	return responder{status: status, render: func(result any) (any, error) {
-		res, ok := result.(*app.SessionResult)
-		if !ok {
-			return nil, fmt.Errorf("unexpected result %T", result)
-		}
+func sessionResponder(status int, create bool) responder[*app.SessionResult] {
+	return responder[*app.SessionResult]{status: status, render: func(res *app.SessionResult) (any, error) {
 		if create {
 			return apigen.CreateBrowserSessionResponse{Session: toSession(res.Session), Receipt: toReceipt(res.Receipt)}, nil
 		}
@@ -515,11 +492,7 @@ func sessionResponder(status int, create bool) responder {
 	}}
 }
 
-var navigateResponder = responder{status: 200, render: func(result any) (any, error) {
-	res, ok := result.(*app.NavigateResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected result %T", result)
-	}
+var navigateResponder = responder[*app.NavigateResult]{status: 200, render: func(res *app.NavigateResult) (any, error) {
 	out := apigen.NavigateResponse{ContextId: res.ContextID, EpochId: res.EpochID, Url: res.URL, Title: nonEmpty(res.Title),
 		Receipt: toReceipt(res.Receipt)}
 	if res.Status != 0 {
@@ -528,14 +501,11 @@ var navigateResponder = responder{status: 200, render: func(result any) (any, er
 	return out, nil
 }}
 
-var actResponder = responder{status: 200, render: func(result any) (any, error) {
-	if h, ok := result.(*app.HeldResult); ok {
-		return accepted{apigen.ActPendingApprovalResponse{Approval: toApproval(h.Approval), Receipt: toReceipt(h.Receipt)}}, nil
+var actResponder = responder[*app.ActOutcome]{status: 200, accepted: func(o *app.ActOutcome) bool { return o.Held != nil }, render: func(o *app.ActOutcome) (any, error) {
+	if h := o.Held; h != nil {
+		return apigen.ActPendingApprovalResponse{Approval: toApproval(h.Approval), Receipt: toReceipt(h.Receipt)}, nil
 	}
-	res, ok := result.(*app.ActResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected result %T", result)
-	}
+	res := o.Done
 	out := apigen.ActResponse{ContextId: nonEmpty(res.ContextID), EpochId: res.EpochID, Navigated: res.Navigated,
 		Url: nonEmpty(res.URL), Receipt: toReceipt(res.Receipt)}
 	if len(res.NewContexts) > 0 {

@@ -3,7 +3,6 @@ package api
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"net/http"
 	"strconv"
 
@@ -27,11 +26,7 @@ func toArtifact(a *app.Artifact) apigen.Artifact {
 	return out
 }
 
-var evidenceResponder = responder{status: 200, render: func(result any) (any, error) {
-	res, ok := result.(*app.EvidenceResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected result %T", result)
-	}
+var evidenceResponder = responder[*app.EvidenceResult]{status: 200, render: func(res *app.EvidenceResult) (any, error) {
 	out := apigen.CaptureEvidenceResponse{Artifacts: make([]apigen.Artifact, 0, len(res.Artifacts)), Receipt: toReceipt(res.Receipt)}
 	for _, a := range res.Artifacts {
 		out.Artifacts = append(out.Artifacts, toArtifact(a))

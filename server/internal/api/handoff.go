@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
 	"time"
 
@@ -21,25 +20,16 @@ func toHandoff(h *app.Handoff) apigen.Handoff {
 	return out
 }
 
-func handoffParts(result any) (*app.HandoffResult, apigen.Task, error) {
-	res, ok := result.(*app.HandoffResult)
-	if !ok {
-		return nil, apigen.Task{}, fmt.Errorf("unexpected result %T", result)
-	}
+var takeOverResponder = responder[*app.HandoffResult]{status: 200, render: func(res *app.HandoffResult) (any, error) {
 	t, err := toTask(res.Task)
-	return res, t, err
-}
-
-var takeOverResponder = responder{status: 200, render: func(result any) (any, error) {
-	res, t, err := handoffParts(result)
 	if err != nil {
 		return nil, err
 	}
 	return apigen.TakeOverTaskResponse{Task: t, Handoff: toHandoff(res.Handoff), Receipt: toReceipt(res.Receipt)}, nil
 }}
 
-var handBackResponder = responder{status: 200, render: func(result any) (any, error) {
-	res, t, err := handoffParts(result)
+var handBackResponder = responder[*app.HandoffResult]{status: 200, render: func(res *app.HandoffResult) (any, error) {
+	t, err := toTask(res.Task)
 	if err != nil {
 		return nil, err
 	}

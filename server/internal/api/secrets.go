@@ -1,7 +1,7 @@
 package api
 
 import (
-	"fmt"
+	"errors"
 	"net/http"
 
 	"github.com/originweave/bap/server/internal/apigen"
@@ -25,11 +25,10 @@ func toSecret(s *app.SecretInfo) apigen.Secret {
 	return out
 }
 
-func secretResponder(status int, deleted bool) responder {
-	return responder{status: status, render: func(result any) (any, error) {
-		res, ok := result.(*app.SecretResult)
-		if !ok || res.Secret == nil {
-			return nil, fmt.Errorf("unexpected result %T", result)
+func secretResponder(status int, deleted bool) responder[*app.SecretResult] {
+	return responder[*app.SecretResult]{status: status, render: func(res *app.SecretResult) (any, error) {
+		if res.Secret == nil {
+			return nil, errors.New("a secret command answered no secret")
 		}
 		if deleted {
 			return apigen.DeleteSecretResponse{SecretId: res.Secret.ID, Deleted: true}, nil

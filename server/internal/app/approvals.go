@@ -58,40 +58,40 @@ type ApprovalRef struct {
 
 // RequestApproval asks a person to approve the task's next step; the task waits in
 // waiting_for_approval until every pending approval is resolved.
-func (s *Service) RequestApproval(ctx context.Context, call Call, taskID, reason string, r Responder) (Response, error) {
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+func (s *Service) RequestApproval(ctx context.Context, call Call, taskID, reason string, r Responder[*ApprovalResult]) (Response, error) {
+	return runCommand(ctx, s, call, r, func(ctx context.Context, tx Tx, cmd *Command) (*ApprovalResult, *refusal, error) {
 		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if err := c.rejectHandedOff(ctx); err != nil {
-			return nil, err
+		if rf, err := c.rejectHandedOff(ctx); rf != nil || err != nil {
+			return nil, rf, err
 		}
 		switch c.t.State {
 		case task.Admitted:
 			// request_approval is the task's first command: it starts running, then waits.
 			if err := c.transition(ctx, c.t, task.Start, "request_approval"); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if err := c.transition(ctx, c.t, task.AwaitApproval, "request_approval"); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		default:
 			// Already waiting (for approval, or for the person who took the task over): one more
 			// approval joins the pending set; a running task waits for it.
 			if err := c.hold(ctx, "request_approval"); err != nil {
-				return nil, c.reject(ctx, AsError(err))
+				return refused[*ApprovalResult](c.reject(ctx, AsError(err)))
 			}
 		}
 		a := c.newApproval(call, reason, "", nil)
 		if err := c.insertApproval(ctx, a, "request_approval", nil); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &ApprovalResult{Approval: a, Receipt: rc}, nil
+		return &ApprovalResult{Approval: a, Receipt: rc}, nil, nil
 	})
 }
 
@@ -138,7 +138,7 @@ func (c *commandCtx) insertApproval(ctx context.Context, a *Approval, cause stri
 
 // ResolveApproval records the authenticated caller's decision on a pending approval. When it was
 // the task's last pending approval, the task runs again.
-func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, decision, reason string, r Responder) (Response, error) {
+func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, decision, reason string, r Responder[*ApprovalResult]) (Response, error) {
 	if decision != "approve" && decision != "deny" {
 		return Response{}, Errorf(CodeInvalidRequest, "decision must be approve or deny")
 	}
@@ -154,29 +154,29 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 			s.forgetHeld(ctx, approvalID)
 		}
 	}()
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+	return runCommand(ctx, s, call, r, func(ctx context.Context, tx Tx, cmd *Command) (*ApprovalResult, *refusal, error) {
 		// Lock the task before the approval: the same order as cancel_task, so the two never deadlock.
 		peek, err := tx.GetApproval(ctx, call.Actor.Tenant, approvalID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		c, err := s.beginOnTask(ctx, tx, cmd, peek.TaskID, false)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		a, err := c.decide(ctx, call, approvalID, decision, reason)
-		var refused *Error
-		if errors.As(err, &refused) {
-			return nil, c.reject(ctx, refused) // recorded, with whatever decide wrote (an expiry)
+		var e *Error
+		if errors.As(err, &e) {
+			return refused[*ApprovalResult](c.reject(ctx, e)) // recorded, with whatever decide wrote (an expiry)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &ApprovalResult{Approval: a, Receipt: rc}, nil
+		return &ApprovalResult{Approval: a, Receipt: rc}, nil, nil
 	})
 }
 

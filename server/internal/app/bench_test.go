@@ -74,7 +74,7 @@ func BenchmarkCreateTask(b *testing.B) {
 	var keys atomic.Int64 // shared by all sub-benchmarks: keys stay unique in the one database
 	create := func(ctx context.Context, svc *app.Service) error {
 		call := app.Call{Actor: bn.actor, Operation: "create_task", IdempotencyKey: fmt.Sprintf("bench-%d", keys.Add(1)), Fingerprint: fp}
-		_, err := svc.CreateTask(ctx, call, in, &recorder{})
+		_, err := svc.CreateTask(ctx, call, in, &recorder[*app.TaskResult]{})
 		return err
 	}
 	// Warm up, then analyse, as a running server's autovacuum soon would: on never-analysed tables

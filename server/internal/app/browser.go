@@ -298,13 +298,19 @@ type SessionRequest struct {
 
 // CreateBrowserSession opens an isolated browser session for a task; the task's first session
 // starts it.
-func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID string, req SessionRequest, r Responder) (Response, error) {
-	return s.openSession(ctx, call, taskID, req.FromCheckpoint, req.Engine, false, r)
+func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID string, req SessionRequest, r Responder[*SessionResult]) (Response, error) {
+	return openSession(ctx, s, call, taskID, req.FromCheckpoint, req.Engine, false, r,
+		func(_ *Task, rec *SessionRecord, rc *Receipt) *SessionResult {
+			return &SessionResult{Session: rec, Receipt: rc}
+		})
 }
 
 // openSession opens a session on engine ("" for the default), fresh or restored from a
-// checkpoint; resume also moves a checkpointed task back to running (resume_task).
-func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpointID, engine string, resume bool, r Responder) (Response, error) {
+// checkpoint; resume also moves a checkpointed task back to running (resume_task). result makes
+// the command's result of the opened session.
+func openSession[R any](ctx context.Context, s *Service, call Call, taskID, checkpointID, engine string, resume bool, r Responder[R],
+	result func(t *Task, rec *SessionRecord, rc *Receipt) R,
+) (Response, error) {
 	var cp *Checkpoint
 	var state *page.StorageState
 	if checkpointID != "" {
@@ -328,7 +334,7 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 	b := s.cfg.Browser
 	adm := &sessionAdmission{} // held until the session's row is committed (limits.go)
 	defer adm.done()
-	resp, err := runTwoPhase(ctx, s, call, taskID, r, twoPhase[*openPlan, *opened]{
+	resp, err := runTwoPhase(ctx, s, call, taskID, r, twoPhase[*openPlan, *opened, R]{
 		prepare: func(ctx context.Context, c *commandCtx) (*openPlan, error) {
 			if resume {
 				if _, err := task.Next(c.t.State, task.Resume); err != nil {
@@ -382,15 +388,15 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 			}
 			return &opened{sess: sess, restored: res}, nil
 		},
-		finish: func(ctx context.Context, c *commandCtx, p *openPlan, o *opened, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, p *openPlan, o *opened, dispatchErr error) (none R, _ task.Outcome, _ error) {
 			if dispatchErr != nil {
 				if e, outcome := browserProblem(dispatchErr, false); e != nil {
-					return nil, outcome, e
+					return none, outcome, e
 				}
 				if p.state != nil {
-					return nil, task.Rejected, Errorf(CodeBrowserUnavailable, "the checkpoint could not be restored: %v", dispatchErr)
+					return none, task.Rejected, Errorf(CodeBrowserUnavailable, "the checkpoint could not be restored: %v", dispatchErr)
 				}
-				return nil, "", dispatchErr
+				return none, "", dispatchErr
 			}
 			rec := &SessionRecord{ID: p.id, Tenant: c.t.Tenant, TaskID: c.t.ID, NodeID: s.cfg.NodeID, State: SessionOpen,
 				ContextID: o.sess.DefaultContext(), CreatedAt: c.now, Engine: eng.Name, EngineVersion: s.engineVersion(eng)}
@@ -398,10 +404,10 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 				rec.FromCheckpoint = cp.ID
 			}
 			if err := c.tx.InsertSession(ctx, rec); err != nil {
-				return nil, "", err
+				return none, "", err
 			}
 			if err := c.tx.RecordContext(ctx, rec.Tenant, rec.ID, rec.ContextID, ""); err != nil {
-				return nil, "", err
+				return none, "", err
 			}
 			data := map[string]any{"session_id": rec.ID, "context_id": rec.ContextID, "engine": rec.Engine}
 			if rec.EngineVersion != "" {
@@ -411,11 +417,11 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 				data["from_checkpoint"] = cp.ID
 			}
 			if err := c.emit(ctx, c.t, "browser_session.opened", c.cmd.Operation, data); err != nil {
-				return nil, "", err
+				return none, "", err
 			}
 			if o.restored != nil {
 				if err := c.tx.RecordEpoch(ctx, rec.Tenant, rec.ID, o.restored.ContextID, o.restored.EpochID, o.restored.URL); err != nil {
-					return nil, "", err
+					return none, "", err
 				}
 				s.noteUse(c.t.ID, rec.ID, o.restored.ContextID)
 				// The checkpoint's other tabs, reopened: recorded as opened from the primary one
@@ -423,30 +429,27 @@ func (s *Service) openSession(ctx context.Context, call Call, taskID, checkpoint
 				for _, r := range o.restored.Contexts {
 					ev := page.Event{Type: page.EventContextOpened, ContextID: r.ContextID, Data: map[string]any{"opener": rec.ContextID}}
 					if _, err := c.recordBrowserEvent(ctx, c.t, rec.ID, ev, c.cmd.Operation); err != nil {
-						return nil, "", err
+						return none, "", err
 					}
 				}
 				// What the restore's navigations reported: held back by the browser until the
 				// session they belong to is recorded (now).
 				for _, ev := range o.restored.Events {
 					if _, err := c.recordBrowserEvent(ctx, c.t, rec.ID, ev, c.cmd.Operation); err != nil {
-						return nil, "", err
+						return none, "", err
 					}
 				}
 			}
 			if resume {
 				if err := c.transition(ctx, c.t, task.Resume, "resume_task"); err != nil {
-					return nil, "", err
+					return none, "", err
 				}
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {
-				return nil, "", err
+				return none, "", err
 			}
-			if resume {
-				return &ResumeResult{Task: c.t, Session: rec, Receipt: rc}, "", nil
-			}
-			return &SessionResult{Session: rec, Receipt: rc}, "", nil
+			return result(c.t, rec, rc), "", nil
 		},
 	})
 	return resp, refusalProblem(err)
@@ -497,12 +500,12 @@ func (s *Service) sessionOf(ctx context.Context, actor Actor, sessionID string) 
 }
 
 // CloseBrowserSession closes a session and its browsing contexts.
-func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID string, r Responder) (Response, error) {
+func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID string, r Responder[*SessionResult]) (Response, error) {
 	taskID, err := s.sessionTask(ctx, call.Actor, sessionID)
 	if err != nil {
 		return Response{}, err
 	}
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*SessionRecord, struct{}]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*SessionRecord, struct{}, *SessionResult]{
 		prepare: func(ctx context.Context, c *commandCtx) (*SessionRecord, error) {
 			if err := c.refuseHandedOff(ctx); err != nil {
 				return nil, err
@@ -529,7 +532,7 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 			}
 			return struct{}{}, nil
 		},
-		finish: func(ctx context.Context, c *commandCtx, plan *SessionRecord, _ struct{}, _ error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *SessionRecord, _ struct{}, _ error) (*SessionResult, task.Outcome, error) {
 			rec, err := c.tx.LockSession(ctx, c.cmd.Tenant, plan.ID)
 			if err != nil {
 				return nil, "", err
@@ -561,7 +564,7 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 
 // Navigate loads a URL in a browsing context of the session. The origin policy is enforced by
 // the browser for the navigation and everything it loads.
-func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req page.NavigateRequest, timeoutMs int, r Responder) (Response, error) {
+func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req page.NavigateRequest, timeoutMs int, r Responder[*NavigateResult]) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
@@ -569,16 +572,16 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 	if err != nil {
 		return Response{}, err
 	}
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *page.NavigateResult]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *page.NavigateResult, *NavigateResult]{
 		sideEffecting: false, // a GET navigation is safe (CONTRACT "Mutating requests")
 		prepare:       notingOrigin(req.URL, prepareSession(sessionID, timeoutOf(timeoutMs))),
 		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (*page.NavigateResult, error) {
 			req.Timeout = p.timeout
 			return sess.Navigate(ctx, req)
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.NavigateResult, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.NavigateResult, dispatchErr error) (*NavigateResult, task.Outcome, error) {
 			if dispatchErr != nil {
-				return s.finishFailed(ctx, c, plan.rec, dispatchErr, false)
+				return finishFailed[*NavigateResult](ctx, c, plan.rec, dispatchErr, false)
 			}
 			s.noteUse(c.t.ID, plan.rec.ID, res.ContextID)
 			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, plan.rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
@@ -595,16 +598,16 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 
 // finishFailed records a browser command that failed: its problem, the loss of the session, and
 // for an interrupted side effect a reconciliation.
-func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionRecord, err error, sideEffecting bool) (any, task.Outcome, error) {
+func finishFailed[R any](ctx context.Context, c *commandCtx, rec *SessionRecord, err error, sideEffecting bool) (none R, _ task.Outcome, _ error) {
 	e, outcome := browserProblem(err, sideEffecting)
 	if e == nil {
-		return nil, "", err
+		return none, "", err
 	}
 	if e.Code == CodeBrowserSessionLost {
 		// Read it again: the dispatch may have found it gone and recorded that already.
 		cur, err := c.tx.LockSession(ctx, rec.Tenant, rec.ID)
 		if err != nil {
-			return nil, "", err
+			return none, "", err
 		}
 		rec = cur
 	}
@@ -612,34 +615,34 @@ func (s *Service) finishFailed(ctx context.Context, c *commandCtx, rec *SessionR
 		end := c.now
 		rec.State, rec.EndedAt = SessionLost, &end
 		if err := c.tx.UpdateSession(ctx, rec); err != nil {
-			return nil, "", err
+			return none, "", err
 		}
 		if err := c.emit(ctx, c.t, "browser_session.lost", c.cmd.Operation, map[string]any{"session_id": rec.ID}); err != nil {
-			return nil, "", err
+			return none, "", err
 		}
 		if outcome != task.ReconciliationRequired {
 			if err := c.afterSessionLost(ctx, c.t, c.cmd.Operation); err != nil {
-				return nil, "", err
+				return none, "", err
 			}
 		}
 	}
 	if outcome == task.ReconciliationRequired {
 		recID := ids.New(ids.Reconciliation)
 		if err := c.tx.OpenReconciliation(ctx, c.t.Tenant, recID, c.t.ID, c.cmd.ID); err != nil {
-			return nil, "", err
+			return none, "", err
 		}
 		if err := c.emit(ctx, c.t, "reconciliation.opened", c.cmd.Operation, map[string]any{
 			"reconciliation_id": recID, "command_id": c.cmd.ID, "operation": c.cmd.Operation,
 		}); err != nil {
-			return nil, "", err
+			return none, "", err
 		}
 		// A running task waits for the operator; one a person holds stays with them, the
 		// reconciliation beside the handoff (task.AfterWaits).
 		if err := c.followWaits(ctx, "reconciliation"); err != nil {
-			return nil, "", err
+			return none, "", err
 		}
 	}
-	return nil, outcome, e
+	return none, outcome, e
 }
 
 // actSession reads the session an act targets (held by this node) and, for upload_file, attaches
@@ -669,7 +672,7 @@ func (s *Service) actSession(ctx context.Context, call Call, sessionID string, r
 
 // Act performs an action on the page. It is recorded before it is dispatched and its receipt
 // after, so a retry with the same key never acts twice.
-func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, r Responder) (Response, error) {
+func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, r Responder[*ActOutcome]) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
@@ -700,7 +703,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 				fmt.Sprintf("approval rule %d holds this %s (%s)", rule, req.Action, effect), spec, r)
 		}
 	}
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, actOut]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, actOut, *ActOutcome]{
 		sideEffecting: true,
 		prepare:       prepareSession(sessionID, timeoutOf(timeoutMs)),
 		// The action's own timeout bounds the actionability wait; the extra margin lets the
@@ -716,16 +719,20 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			}
 			return actOut{res: res}, nil
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, out actOut, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, out actOut, dispatchErr error) (*ActOutcome, task.Outcome, error) {
 			rec := plan.rec
 			if dispatchErr != nil {
 				if so := (*page.SecretOriginError)(nil); errors.As(dispatchErr, &so) {
 					s.recordSecretUse(ctx, call.Actor, req, "refuse", so.Origin, c.t.ID, c.cmd.ID, "origin")
 				}
-				return s.finishFailed(ctx, c, rec, dispatchErr, true)
+				return finishFailed[*ActOutcome](ctx, c, rec, dispatchErr, true)
 			}
 			if out.held != nil {
-				return s.holdRequest(ctx, c, call, rec, req, timeoutMs, out.held)
+				h, outcome, err := s.holdRequest(ctx, c, call, rec, req, timeoutMs, out.held)
+				if err != nil {
+					return nil, outcome, err
+				}
+				return &ActOutcome{Held: h}, outcome, nil
 			}
 			res := out.res
 			c.cmd.note.origin = res.Origin
@@ -737,7 +744,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			if err != nil {
 				return nil, "", err
 			}
-			return &ActResult{ActResult: *res, Receipt: rc, DownloadArtifacts: stored}, "", nil
+			return &ActOutcome{Done: &ActResult{ActResult: *res, Receipt: rc, DownloadArtifacts: stored}}, "", nil
 		},
 	})
 }

@@ -22,9 +22,9 @@ func TestCancelTaskStopsInFlightCommands(t *testing.T) {
 
 	// A navigation that stops when told to, before anything reached the page.
 	polite := make(chan struct{})
-	navDone := make(chan *recorder, 1)
+	navDone := make(chan *recorder[*app.TaskResult], 1)
 	go func() {
-		r := &recorder{}
+		r := &recorder[*app.TaskResult]{}
 		_, err := b.svc.RunTwoPhaseForTest(ctx, b.call(t, "navigate", []string{"bs_x"}, "polite"), tk.ID, r, false,
 			func(ctx context.Context) (any, error) {
 				close(polite)
@@ -40,10 +40,10 @@ func TestCancelTaskStopsInFlightCommands(t *testing.T) {
 	stuck := make(chan struct{})
 	sawCancel := make(chan struct{})
 	release := make(chan struct{})
-	actDone := make(chan *recorder, 1)
+	actDone := make(chan *recorder[*app.TaskResult], 1)
 	go func() {
 		<-polite
-		r := &recorder{}
+		r := &recorder[*app.TaskResult]{}
 		_, err := b.svc.RunTwoPhaseForTest(ctx, b.call(t, "act", []string{"bs_x"}, "stuck"), tk.ID, r, true,
 			func(ctx context.Context) (any, error) {
 				close(stuck)
@@ -60,7 +60,7 @@ func TestCancelTaskStopsInFlightCommands(t *testing.T) {
 	<-stuck
 
 	cancelDone := make(chan time.Duration, 1)
-	cancelRec := &recorder{}
+	cancelRec := &recorder[*app.TaskResult]{}
 	begin := time.Now()
 	go func() {
 		if _, err := b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{tk.ID}, "cancel"), tk.ID, "", cancelRec); err != nil {
@@ -71,7 +71,7 @@ func TestCancelTaskStopsInFlightCommands(t *testing.T) {
 	<-sawCancel // the cancellation is under way
 
 	// Recorded now, this command is never dispatched.
-	late := &recorder{}
+	late := &recorder[*app.TaskResult]{}
 	if _, err := b.svc.RunTwoPhaseForTest(ctx, b.call(t, "navigate", []string{"bs_x"}, "late"), tk.ID, late, false,
 		func(ctx context.Context) (any, error) {
 			t.Error("a command recorded during cancel_task was dispatched")
@@ -91,7 +91,7 @@ func TestCancelTaskStopsInFlightCommands(t *testing.T) {
 	if took < deadline || took > deadline+5*time.Second {
 		t.Fatalf("cancel_task took %s with a command ignoring it; want about the deadline %s", took, deadline)
 	}
-	if cancelRec.result == nil || cancelRec.result.(*app.TaskResult).Task.State != task.Cancelled {
+	if cancelRec.result == nil || cancelRec.result.Task.State != task.Cancelled {
 		t.Fatalf("cancel_task: %+v %+v", cancelRec.result, cancelRec.problem)
 	}
 	// The stuck action ends later; its receipt is still recorded, never as applied.

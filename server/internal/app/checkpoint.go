@@ -87,7 +87,7 @@ func policyDigest(t *Task) (string, error) {
 
 // CheckpointBrowserSession stores the restorable state of an open session of a running task.
 // Reading the state changes nothing in the browser.
-func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessionID string, r Responder) (Response, error) {
+func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessionID string, r Responder[*CheckpointResult]) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
@@ -95,15 +95,15 @@ func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessi
 	if err != nil {
 		return Response{}, err
 	}
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *page.StorageState]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *page.StorageState, *CheckpointResult]{
 		prepare: prepareSession(sessionID, defaultCommandTimeout),
 		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, _ *sessionPlan) (*page.StorageState, error) {
 			return sess.ExportState(ctx)
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, st *page.StorageState, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, st *page.StorageState, dispatchErr error) (*CheckpointResult, task.Outcome, error) {
 			rec := plan.rec
 			if dispatchErr != nil {
-				return s.finishFailed(ctx, c, rec, dispatchErr, false)
+				return finishFailed[*CheckpointResult](ctx, c, rec, dispatchErr, false)
 			}
 			cp, err := c.storeCheckpoint(ctx, rec, st)
 			if err != nil {
@@ -170,8 +170,11 @@ func (c *commandCtx) storeCheckpoint(ctx context.Context, rec *SessionRecord, st
 
 // ResumeTask restores a checkpointed task from a compatible checkpoint into a new browser session
 // and moves it back to running.
-func (s *Service) ResumeTask(ctx context.Context, call Call, taskID, checkpointID string, r Responder) (Response, error) {
-	return s.openSession(ctx, call, taskID, checkpointID, "", true, r)
+func (s *Service) ResumeTask(ctx context.Context, call Call, taskID, checkpointID string, r Responder[*ResumeResult]) (Response, error) {
+	return openSession(ctx, s, call, taskID, checkpointID, "", true, r,
+		func(t *Task, rec *SessionRecord, rc *Receipt) *ResumeResult {
+			return &ResumeResult{Task: t, Session: rec, Receipt: rc}
+		})
 }
 
 // loadCheckpoint reads a checkpoint of the actor's tenant and decodes its state.

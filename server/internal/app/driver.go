@@ -96,7 +96,7 @@ func (s *Service) OpenStep(t *Task, i int) (PlanStep, *Error) {
 // HoldActForSafety holds an act for a person's approval whatever the approval rules say: the
 // autonomous loop's safety role asked for it (gating.go).
 func (s *Service) HoldActForSafety(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string,
-	timeoutMs int, reason string, r Responder,
+	timeoutMs int, reason string, r Responder[*ActOutcome],
 ) (Response, error) {
 	return s.holdActForSafety(ctx, call, sessionID, req, artifactID, timeoutMs, reason, r)
 }

@@ -80,7 +80,7 @@ func sha256Hex(b []byte) string {
 
 // CaptureEvidence captures screenshots, DOM (MHTML) and accessibility snapshots of a browsing
 // context and stores them as artifacts with their provenance.
-func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID string, req EvidenceRequest, r Responder) (Response, error) {
+func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID string, req EvidenceRequest, r Responder[*EvidenceResult]) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
@@ -107,16 +107,16 @@ func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID stri
 			return Response{}, err
 		}
 	}
-	return runTwoPhase(ctx, s, call, rec.TaskID, r, twoPhase[*sessionPlan, *evidenceOut]{
+	return runTwoPhase(ctx, s, call, rec.TaskID, r, twoPhase[*sessionPlan, *evidenceOut, *EvidenceResult]{
 		sideEffecting: false, // reading the page changes nothing
 		prepare:       prepareSession(sessionID, defaultCommandTimeout),
 		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, _ *sessionPlan) (*evidenceOut, error) {
 			return captureEvidence(ctx, sess, req)
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, ev *evidenceOut, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, ev *evidenceOut, dispatchErr error) (*EvidenceResult, task.Outcome, error) {
 			rec := plan.rec
 			if dispatchErr != nil {
-				return s.finishFailed(ctx, c, rec, dispatchErr, false)
+				return finishFailed[*EvidenceResult](ctx, c, rec, dispatchErr, false)
 			}
 			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, rec.ID, ev.contextID, ev.epochID, ev.url); err != nil {
 				return nil, "", err

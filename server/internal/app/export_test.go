@@ -8,10 +8,10 @@ import (
 
 // RunTwoPhaseForTest exposes the two-phase command machinery to the external tests, with a
 // dispatch function standing in for the browser.
-func (s *Service) RunTwoPhaseForTest(ctx context.Context, call Call, taskID string, r Responder, sideEffecting bool,
+func (s *Service) RunTwoPhaseForTest(ctx context.Context, call Call, taskID string, r Responder[*TaskResult], sideEffecting bool,
 	dispatch func(ctx context.Context) (any, error), finishFails bool,
 ) (Response, error) {
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[struct{}, any]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[struct{}, any, *TaskResult]{
 		sideEffecting: sideEffecting,
 		prepare: func(ctx context.Context, c *commandCtx) (struct{}, error) {
 			if c.t.State == task.Admitted {
@@ -25,7 +25,7 @@ func (s *Service) RunTwoPhaseForTest(ctx context.Context, call Call, taskID stri
 			return struct{}{}, nil
 		},
 		dispatch: func(ctx context.Context, _ struct{}) (any, error) { return dispatch(ctx) },
-		finish: func(ctx context.Context, c *commandCtx, _ struct{}, out any, err error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, _ struct{}, out any, err error) (*TaskResult, task.Outcome, error) {
 			if finishFails {
 				return nil, "", context.DeadlineExceeded // not an *Error: phase 3 rolls back, as in a crash
 			}

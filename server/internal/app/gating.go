@@ -37,6 +37,13 @@ type HeldResult struct {
 	Receipt  *Receipt
 }
 
+// ActOutcome is the result of an act: exactly one of Done (it ran, 200) and Held (held for a
+// person's approval, 202).
+type ActOutcome struct {
+	Done *ActResult
+	Held *HeldResult
+}
+
 func (s *Service) heldAction(approvalID string) (held, bool) {
 	v, ok := s.held.Load(approvalID)
 	if !ok {
@@ -103,21 +110,21 @@ func (s *Service) actionDigest(sessionID string, req page.ActRequest) []byte {
 
 // holdAction records a held act: its command with outcome pending_approval, a pending approval
 // (shaped by rule; nil for a safety hold: the defaults), and the task waiting for it.
-func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, effect, reason string, rule *ApprovalRuleSpec, r Responder) (Response, error) {
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, effect, reason string, rule *ApprovalRuleSpec, r Responder[*ActOutcome]) (Response, error) {
+	return runCommand(ctx, s, call, r, func(ctx context.Context, tx Tx, cmd *Command) (*ActOutcome, *refusal, error) {
 		c, err := s.beginOnTask(ctx, tx, cmd, rec.TaskID, true)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if _, err := c.prepareOnSession(ctx, rec.ID); err != nil {
 			var e *Error
 			if errors.As(err, &e) {
-				return nil, c.reject(ctx, e)
+				return refused[*ActOutcome](c.reject(ctx, e))
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		if err := c.hold(ctx, "approval_rule"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		a := c.newApproval(call, reason, effect, rule)
 		a.Digest = s.actionDigest(rec.ID, req)
@@ -126,14 +133,14 @@ func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord,
 			data["effect"] = effect
 		}
 		if err := c.insertApproval(ctx, a, "act", data); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rc, err := c.receipt(ctx, task.PendingApproval, "", "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		s.held.Store(a.ID, held{tenant: c.t.Tenant, taskID: c.t.ID, sessionID: rec.ID, req: req, timeoutMs: timeoutMs, expiresAt: a.ExpiresAt})
-		return &HeldResult{Approval: a, Receipt: rc}, nil
+		return &ActOutcome{Held: &HeldResult{Approval: a, Receipt: rc}}, nil, nil
 	})
 }
 
@@ -141,7 +148,7 @@ func (s *Service) holdAction(ctx context.Context, call Call, rec *SessionRecord,
 // the autonomous loop's safety role asked for it (a model can only make a task stricter, never
 // permit what policy forbids). Approving runs it once, denying never runs it — exactly as an act
 // an approval rule holds.
-func (s *Service) holdActForSafety(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, reason string, r Responder) (Response, error) {
+func (s *Service) holdActForSafety(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, reason string, r Responder[*ActOutcome]) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
@@ -166,12 +173,12 @@ func (s *Service) holdActForSafety(ctx context.Context, call Call, sessionID str
 // approveHeldAction records the approval and runs the held action, once: phase 1 records the
 // decision (a second resolve finds the approval no longer pending and never dispatches), phase 2
 // acts, phase 3 records its receipt, which the response carries as action_receipt.
-func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, reason string, h held, r Responder) (Response, error) {
+func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, reason string, h held, r Responder[*ApprovalResult]) (Response, error) {
 	if h.tenant != call.Actor.Tenant {
 		return Response{}, ErrNotFound
 	}
 	var approval *Approval
-	return runTwoPhase(ctx, s, call, h.taskID, r, twoPhase[*sessionPlan, *page.ActResult]{
+	return runTwoPhase(ctx, s, call, h.taskID, r, twoPhase[*sessionPlan, *page.ActResult, *ApprovalResult]{
 		sideEffecting: true,
 		prepare: func(ctx context.Context, c *commandCtx) (*sessionPlan, error) {
 			a, err := c.decide(ctx, call, approvalID, "approve", reason)
@@ -204,13 +211,13 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			req.Approved = true // a person approved this act: the requests it sends are not held again
 			return sess.Act(ctx, req)
 		},
-		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.ActResult, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.ActResult, dispatchErr error) (*ApprovalResult, task.Outcome, error) {
 			// Dispatch forgets the held action; a cancel_task that stopped this command before its
 			// dispatch leaves that to here, so the action never lingers in memory.
 			s.forgetHeld(ctx, approvalID)
 			rec := plan.rec
 			if dispatchErr != nil {
-				return s.finishFailed(ctx, c, rec, dispatchErr, true)
+				return finishFailed[*ApprovalResult](ctx, c, rec, dispatchErr, true)
 			}
 			if _, err := s.recordAction(ctx, c, rec, h.req, res, "resolve_approval", map[string]any{"approval_id": approvalID}); err != nil {
 				return nil, "", err

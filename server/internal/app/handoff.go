@@ -91,31 +91,31 @@ func handoffLease(d time.Duration) (time.Duration, error) {
 }
 
 // TakeOverTask hands a running task over to the calling person on one of its open sessions.
-func (s *Service) TakeOverTask(ctx context.Context, call Call, taskID, sessionID string, lease time.Duration, r Responder) (Response, error) {
+func (s *Service) TakeOverTask(ctx context.Context, call Call, taskID, sessionID string, lease time.Duration, r Responder[*HandoffResult]) (Response, error) {
 	lease, err := handoffLease(lease)
 	if err != nil {
 		return Response{}, err
 	}
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+	return runCommand(ctx, s, call, r, func(ctx context.Context, tx Tx, cmd *Command) (*HandoffResult, *refusal, error) {
 		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if e := mayHandOff(call, c.t); e != nil {
-			return nil, c.reject(ctx, e)
+			return refused[*HandoffResult](c.reject(ctx, e))
 		}
 		if c.t.State != task.Running {
-			return nil, c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; only a running task is taken over", c.t.State))
+			return refused[*HandoffResult](c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; only a running task is taken over", c.t.State)))
 		}
 		rec, err := tx.LockSession(ctx, cmd.Tenant, sessionID)
 		if errors.Is(err, ErrNotFound) || (err == nil && rec.TaskID != c.t.ID) {
-			return nil, c.reject(ctx, &Error{Code: CodeNotFound, Detail: "the task has no such browser session"})
+			return refused[*HandoffResult](c.reject(ctx, &Error{Code: CodeNotFound, Detail: "the task has no such browser session"}))
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if rec.State != SessionOpen {
-			return nil, c.reject(ctx, Errorf(CodeInvalidTransition, "the browser session is %s; a person takes over an open one", rec.State))
+			return refused[*HandoffResult](c.reject(ctx, Errorf(CodeInvalidTransition, "the browser session is %s; a person takes over an open one", rec.State)))
 		}
 		via := call.Via
 		if via == "" {
@@ -126,22 +126,22 @@ func (s *Service) TakeOverTask(ctx context.Context, call Call, taskID, sessionID
 			State: HandoffOpen, StartedAt: c.now, LeaseExpiresAt: c.now.Add(lease), StartedCommand: cmd.ID,
 		}
 		if err := tx.InsertHandoff(ctx, h); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := c.transition(ctx, c.t, task.AwaitExternalInput, "take_over_task"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := c.emit(ctx, c.t, "handoff.started", "take_over_task", map[string]any{
 			"handoff_id": h.ID, "session_id": h.SessionID, "holder": h.Holder, "via": h.Via,
 			"lease_expires_at": h.LeaseExpiresAt.UTC().Format(time.RFC3339Nano),
 		}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &HandoffResult{Task: c.t, Handoff: h, Receipt: rc}, nil
+		return &HandoffResult{Task: c.t, Handoff: h, Receipt: rc}, nil, nil
 	})
 }
 
@@ -159,11 +159,11 @@ type handedBack struct {
 }
 
 // HandBackTask closes the task's open handoff: checkpoint, a new document epoch, running again.
-func (s *Service) HandBackTask(ctx context.Context, call Call, taskID string, r Responder) (Response, error) {
+func (s *Service) HandBackTask(ctx context.Context, call Call, taskID string, r Responder[*HandoffResult]) (Response, error) {
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*handBackPlan, *handedBack]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*handBackPlan, *handedBack, *HandoffResult]{
 		prepare: func(ctx context.Context, c *commandCtx) (*handBackPlan, error) {
 			if e := mayHandOff(call, c.t); e != nil {
 				return nil, e
@@ -209,9 +209,9 @@ func (s *Service) HandBackTask(ctx context.Context, call Call, taskID string, r 
 				return &handedBack{state: st, nav: nav}, nil
 			})(ctx, &p.sessionPlan)
 		},
-		finish: func(ctx context.Context, c *commandCtx, p *handBackPlan, out *handedBack, dispatchErr error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, p *handBackPlan, out *handedBack, dispatchErr error) (*HandoffResult, task.Outcome, error) {
 			if dispatchErr != nil {
-				return s.finishFailed(ctx, c, p.rec, dispatchErr, false)
+				return finishFailed[*HandoffResult](ctx, c, p.rec, dispatchErr, false)
 			}
 			h := p.handoff
 			res := &HandoffResult{Handoff: h}
@@ -347,13 +347,13 @@ func (c *commandCtx) refuseHandedOff(ctx context.Context) error {
 
 // rejectHandedOff is refuseHandedOff for a command outside runTwoPhase: the refusal is recorded
 // as the command's rejected receipt.
-func (c *commandCtx) rejectHandedOff(ctx context.Context) error {
+func (c *commandCtx) rejectHandedOff(ctx context.Context) (*refusal, error) {
 	err := c.refuseHandedOff(ctx)
 	var e *Error
 	if errors.As(err, &e) {
 		return c.reject(ctx, e)
 	}
-	return err
+	return nil, err
 }
 
 // hold records what an approval's hold of an act does to c's task (task.Hold): a running task

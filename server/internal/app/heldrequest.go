@@ -55,7 +55,7 @@ func (s *Service) requestDigest(sessionID string, h *page.HeldRequest) []byte {
 // holdRequest records, in an act's phase 3, the request the browser held: the screenshot as an
 // artifact, a pending approval shaped by the rule that holds it, the task waiting for it, and the
 // act's receipt (pending_approval). The response is 202 with the approval.
-func (s *Service) holdRequest(ctx context.Context, c *commandCtx, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, h *heldAct) (any, task.Outcome, error) {
+func (s *Service) holdRequest(ctx context.Context, c *commandCtx, call Call, rec *SessionRecord, req page.ActRequest, timeoutMs int, h *heldAct) (*HeldResult, task.Outcome, error) {
 	hr := h.res.Held
 	var spec *ApprovalRuleSpec
 	if hr.Rule >= 0 && hr.Rule < len(c.t.Policy.ApprovalRules) {

@@ -30,8 +30,8 @@ func TestIdempotencyFingerprintsAreKeyedAndLegacyRecordsStillReplay(t *testing.T
 	call := func(k string, fp, old idempotency.Fingerprint) app.Call {
 		return app.Call{Actor: b.actor, Operation: "create_task", IdempotencyKey: k, Fingerprint: fp, LegacyFingerprint: old}
 	}
-	create := func(c app.Call) (*recorder, app.Response, error) {
-		r := &recorder{}
+	create := func(c app.Call) (*recorder[*app.TaskResult], app.Response, error) {
+		r := &recorder[*app.TaskResult]{}
 		resp, err := b.svc.CreateTask(ctx, c, in, r)
 		return r, resp, err
 	}

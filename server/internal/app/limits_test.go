@@ -81,7 +81,7 @@ func TestSessionCapsRefuseWithoutRecording(t *testing.T) {
 		b.actor = actor
 		call := b.call(t, "create_browser_session", []string{taskID}, map[string]any{}, key)
 		b.actor = saved
-		r := &recorder{}
+		r := &recorder[*app.SessionResult]{}
 		resp, err := b.svc.CreateBrowserSession(ctx, call, taskID, app.SessionRequest{}, r)
 		if err != nil {
 			return nil, err
@@ -89,7 +89,7 @@ func TestSessionCapsRefuseWithoutRecording(t *testing.T) {
 		if resp.Replayed || r.result == nil {
 			t.Fatalf("key %s: replayed %v, problem %v", key, resp.Replayed, r.problem)
 		}
-		return r.result.(*app.SessionResult), nil
+		return r.result, nil
 	}
 	refusal := func(err error, code app.Code) {
 		t.Helper()
@@ -123,7 +123,7 @@ func TestSessionCapsRefuseWithoutRecording(t *testing.T) {
 
 	// Close one of local's sessions: the key refused with 429 now opens a session (not a replay).
 	if _, err := b.svc.CloseBrowserSession(ctx, b.call(t, "close_browser_session", []string{first.Session.ID}, map[string]any{}),
-		first.Session.ID, &recorder{}); err != nil {
+		first.Session.ID, &recorder[*app.SessionResult]{}); err != nil {
 		t.Fatal(err)
 	}
 	br.drop(first.Session.ID)

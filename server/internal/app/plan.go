@@ -173,57 +173,87 @@ func toStored(rc *Receipt) *StoredReceipt {
 	return &StoredReceipt{ReceiptID: rc.ID, CommandID: rc.CommandID, Outcome: rc.Outcome, ProblemCode: rc.ProblemCode}
 }
 
-// resultReceipt finds the receipt of a use-case's result.
-func resultReceipt(result any) *Receipt {
-	switch r := result.(type) {
-	case *NavigateResult:
-		return r.Receipt
-	case *ActResult:
-		return r.Receipt
-	case *HeldResult:
-		return r.Receipt
-	case *EvidenceResult:
-		return r.Receipt
-	case *SessionResult:
-		return r.Receipt
-	case *ResumeResult:
-		return r.Receipt
-	case *CheckpointResult:
-		return r.Receipt
-	case *CloseResult:
-		return r.Receipt
-	case *TaskResult:
-		return r.Receipt
-	}
-	return nil
+// Result is a command result a worker reads (ForPlan): it names its receipt and the references
+// the plan run follows, so the worker's responder needs no type switch.
+type Result interface {
+	planRefs() planRefs
 }
 
-// Success keeps what the worker needs of result and renders the stored reply.
-func (p *PlanResponder) Success(result any) (Response, error) {
+// planRefs is what PlanResponder keeps of a result.
+type planRefs struct {
+	receipt *Receipt
+	// approvalID is the approval the result holds (held: a 202, stored in the reply) or asked for.
+	approvalID string
+	held       bool
+	// sessionID (stored in the reply), checkpointID and artifactID are what the command made.
+	sessionID, checkpointID, artifactID string
+}
+
+func (r *NavigateResult) planRefs() planRefs { return planRefs{receipt: r.Receipt} }
+
+func (r *ActOutcome) planRefs() planRefs {
+	if r.Held != nil {
+		return r.Held.planRefs()
+	}
+	return planRefs{receipt: r.Done.Receipt}
+}
+
+func (r *HeldResult) planRefs() planRefs {
+	return planRefs{receipt: r.Receipt, approvalID: r.Approval.ID, held: true}
+}
+
+func (r *EvidenceResult) planRefs() planRefs {
+	refs := planRefs{receipt: r.Receipt}
+	if len(r.Artifacts) > 0 {
+		refs.artifactID = r.Artifacts[0].ID
+	}
+	return refs
+}
+
+func (r *SessionResult) planRefs() planRefs {
+	return planRefs{receipt: r.Receipt, sessionID: r.Session.ID}
+}
+
+func (r *ResumeResult) planRefs() planRefs {
+	return planRefs{receipt: r.Receipt, sessionID: r.Session.ID}
+}
+
+func (r *CheckpointResult) planRefs() planRefs {
+	return planRefs{receipt: r.Receipt, checkpointID: r.Checkpoint.ID}
+}
+
+func (r *CloseResult) planRefs() planRefs { return planRefs{receipt: r.Receipt} }
+
+func (r *TaskResult) planRefs() planRefs { return planRefs{receipt: r.Receipt} }
+
+// planRefs of request_approval's result: the approval. (Its receipt stays out of the stored
+// reply, as it always has: the worker reads only the approval.)
+func (r *ApprovalResult) planRefs() planRefs {
+	var refs planRefs
+	if r.Approval != nil {
+		refs.approvalID = r.Approval.ID
+	}
+	return refs
+}
+
+// ForPlan is p as the responder of a command whose result is R.
+func ForPlan[R Result](p *PlanResponder) Responder[R] { return planAs[R]{p} }
+
+type planAs[R Result] struct{ p *PlanResponder }
+
+func (a planAs[R]) Success(result R) (Response, error) { return a.p.success(result.planRefs()) }
+
+func (a planAs[R]) Failure(e *Error, rc *Receipt) (Response, error) { return a.p.Failure(e, rc) }
+
+// success keeps what the worker needs of a result and renders the stored reply.
+func (p *PlanResponder) success(refs planRefs) (Response, error) {
 	p.Answered = true
-	p.Receipt = resultReceipt(result)
-	reply := StoredReply{Receipt: toStored(p.Receipt)}
+	p.Receipt = refs.receipt
+	p.ApprovalID, p.SessionID, p.CheckpointID, p.ArtifactID = refs.approvalID, refs.sessionID, refs.checkpointID, refs.artifactID
+	reply := StoredReply{Receipt: toStored(p.Receipt), SessionID: refs.sessionID}
 	status := 200
-	switch r := result.(type) {
-	case *HeldResult:
-		status, reply.ApprovalID = 202, r.Approval.ID
-		p.ApprovalID = r.Approval.ID
-	case *ApprovalResult:
-		if r.Approval != nil {
-			p.ApprovalID = r.Approval.ID
-		}
-	case *SessionResult:
-		reply.SessionID = r.Session.ID
-		p.SessionID = r.Session.ID
-	case *ResumeResult:
-		reply.SessionID = r.Session.ID
-		p.SessionID = r.Session.ID
-	case *CheckpointResult:
-		p.CheckpointID = r.Checkpoint.ID
-	case *EvidenceResult:
-		if len(r.Artifacts) > 0 {
-			p.ArtifactID = r.Artifacts[0].ID
-		}
+	if refs.held {
+		status, reply.ApprovalID = 202, refs.approvalID
 	}
 	body, err := json.Marshal(reply)
 	return Response{Status: status, Body: body}, err

@@ -172,12 +172,12 @@ func TestCommandWireCost(t *testing.T) {
 	n := 0
 	create := func(key string) (*app.Task, app.Response) {
 		t.Helper()
-		rec := &recorder{}
+		rec := &recorder[*app.TaskResult]{}
 		resp, err := svc.CreateTask(t.Context(), app.Call{Actor: actor, Operation: "create_task", IdempotencyKey: key, Fingerprint: fp}, in, rec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, _ := rec.result.(*app.TaskResult)
+		res := rec.result
 		if res == nil {
 			return nil, resp
 		}
@@ -212,7 +212,7 @@ func TestCommandWireCost(t *testing.T) {
 			w.reset() // only the cancel
 			n++
 			if _, err := svc.CancelTask(t.Context(), app.Call{Actor: actor, Operation: "cancel_task", IdempotencyKey: fmt.Sprintf("count-%d", n)},
-				tk.ID, "done", &recorder{}); err != nil {
+				tk.ID, "done", &recorder[*app.TaskResult]{}); err != nil {
 				t.Fatal(err)
 			}
 		}),
@@ -262,12 +262,12 @@ func TestReplayWinsOverALaterFailure(t *testing.T) {
 	deadline := b.now.Load().Add(time.Minute)
 	in := app.CreateTaskInput{Goal: "buy milk", Deadline: &deadline}
 	call := b.call(t, "create_task", nil, map[string]any{"goal": "buy milk", "deadline": deadline}, "replay-after-deadline")
-	first, err := b.svc.CreateTask(t.Context(), call, in, &recorder{})
+	first, err := b.svc.CreateTask(t.Context(), call, in, &recorder[*app.TaskResult]{})
 	if err != nil || first.Replayed {
 		t.Fatalf("first create_task: %+v, %v", first, err)
 	}
 	b.advance(2 * time.Minute) // the same request now fails validation: its deadline is past
-	again, err := b.svc.CreateTask(t.Context(), call, in, &recorder{})
+	again, err := b.svc.CreateTask(t.Context(), call, in, &recorder[*app.TaskResult]{})
 	if err != nil {
 		t.Fatalf("the repeated request failed (%v); want the replay of %s", err, first.Body)
 	}
@@ -275,7 +275,7 @@ func TestReplayWinsOverALaterFailure(t *testing.T) {
 		t.Fatalf("repeated request answered %d %s (replayed %v); want the replay %d %s", again.Status, again.Body, again.Replayed, first.Status, first.Body)
 	}
 	other := b.call(t, "create_task", nil, map[string]any{"goal": "buy milk", "deadline": deadline})
-	if _, err := b.svc.CreateTask(t.Context(), other, in, &recorder{}); err == nil {
+	if _, err := b.svc.CreateTask(t.Context(), other, in, &recorder[*app.TaskResult]{}); err == nil {
 		t.Fatal("a fresh key with a past deadline succeeded; want invalid_request")
 	}
 }
@@ -294,7 +294,7 @@ func TestAFailedPipelineLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	call := app.Call{Actor: actor, Operation: "create_task", IdempotencyKey: "failed-pipeline", Fingerprint: fp}
-	if _, err := svc.CreateTask(t.Context(), call, app.CreateTaskInput{Goal: long}, &recorder{}); err == nil {
+	if _, err := svc.CreateTask(t.Context(), call, app.CreateTaskInput{Goal: long}, &recorder[*app.TaskResult]{}); err == nil {
 		t.Fatal("a 2001-character goal was stored; want the database's CHECK to refuse it")
 	}
 	for _, table := range []string{"agent_task", "agent_task_event", "task_command", "task_receipt", "outbox_event", "idempotency_record"} {
@@ -311,7 +311,7 @@ func TestAFailedPipelineLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	call.Fingerprint = fp
-	resp, err := svc.CreateTask(t.Context(), call, app.CreateTaskInput{Goal: "short"}, &recorder{})
+	resp, err := svc.CreateTask(t.Context(), call, app.CreateTaskInput{Goal: "short"}, &recorder[*app.TaskResult]{})
 	if err != nil || resp.Replayed {
 		t.Fatalf("the corrected request with the same key: %+v, %v; want a fresh answer", resp, err)
 	}

@@ -173,18 +173,18 @@ type SecretResult struct {
 // secretCommand runs an operator's secret write as an idempotent command: the write and the
 // key's first answer commit together, so a retry with the key replays the answer and writes
 // nothing again. It is not a task command (no receipt).
-func (s *Service) secretCommand(ctx context.Context, call Call, r Responder, write func(ctx context.Context, tx SecretTx) (*SecretInfo, error)) (Response, error) {
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, _ *Command) (any, error) {
+func (s *Service) secretCommand(ctx context.Context, call Call, r Responder[*SecretResult], write func(ctx context.Context, tx SecretTx) (*SecretInfo, error)) (Response, error) {
+	return runCommand(ctx, s, call, r, func(ctx context.Context, tx Tx, _ *Command) (*SecretResult, *refusal, error) {
 		info, err := write(ctx, tx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &SecretResult{Secret: info}, nil
+		return &SecretResult{Secret: info}, nil, nil
 	})
 }
 
 // CreateSecret is create_secret: PutSecret as an idempotent command of the operator's API.
-func (s *Service) CreateSecret(ctx context.Context, call Call, in SecretInput, r Responder) (Response, error) {
+func (s *Service) CreateSecret(ctx context.Context, call Call, in SecretInput, r Responder[*SecretResult]) (Response, error) {
 	info, sealed, err := s.newSecret(call.Actor, in)
 	if err != nil {
 		return Response{}, err
@@ -198,7 +198,7 @@ func (s *Service) CreateSecret(ctx context.Context, call Call, in SecretInput, r
 }
 
 // RotateSecretCommand is rotate_secret: RotateSecret as an idempotent command.
-func (s *Service) RotateSecretCommand(ctx context.Context, call Call, id string, value []byte, r Responder) (Response, error) {
+func (s *Service) RotateSecretCommand(ctx context.Context, call Call, id string, value []byte, r Responder[*SecretResult]) (Response, error) {
 	if err := checkSecretValue(value); err != nil {
 		return Response{}, err
 	}
@@ -216,7 +216,7 @@ func (s *Service) RotateSecretCommand(ctx context.Context, call Call, id string,
 }
 
 // DeleteSecretCommand is delete_secret: DeleteSecret as an idempotent command.
-func (s *Service) DeleteSecretCommand(ctx context.Context, call Call, id string, r Responder) (Response, error) {
+func (s *Service) DeleteSecretCommand(ctx context.Context, call Call, id string, r Responder[*SecretResult]) (Response, error) {
 	return s.secretCommand(ctx, call, r, func(ctx context.Context, tx SecretTx) (*SecretInfo, error) {
 		if _, err := liveSecretIn(ctx, tx, call.Actor.Tenant, id); err != nil {
 			return nil, err

@@ -174,29 +174,34 @@ type Response struct {
 
 // Responder renders a command's outcome into the transport's response bytes. It is called inside
 // the command's transaction so that the stored first response and the command commit together;
-// it must be deterministic and free of side effects.
-type Responder interface {
+// it must be deterministic and free of side effects. R is the command's result type: each command
+// takes the responder of its own result, so no assertion recovers it.
+type Responder[R any] interface {
 	// Success renders the result of an accepted command.
-	Success(result any) (Response, error)
+	Success(result R) (Response, error)
 	// Failure renders a refusal that was recorded with the rejected receipt rc.
 	Failure(e *Error, rc *Receipt) (Response, error)
 }
 
-// rejection marks a command refused by the task's state or policy: it is recorded (rejected
-// receipt, stored response) rather than rolled back.
-type rejection struct {
+// refusal is a command refused by the task's state or policy and recorded (its rejected receipt,
+// its stored response): it commits, where a plain error rolls the command back.
+type refusal struct {
 	err     *Error
 	receipt *Receipt
 }
 
-func (r *rejection) Error() string { return r.err.Error() }
+// refused is exec's answer of a recorded refusal: reject's (refusal, error) as runCommand's
+// (result, refusal, error).
+func refused[R any](rf *refusal, err error) (none R, _ *refusal, _ error) { return none, rf, err }
 
 // runCommand executes one mutating request: claim the key, run exec, store the rendered response,
-// all in one transaction. exec records the command and its receipt. An *Error returned by exec
-// (or any other error) rolls everything back — the request was refused before it became a command
-// and is not recorded under its key.
-func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
-	exec func(ctx context.Context, tx Tx, cmd *Command) (any, error),
+// all in one transaction. exec records the command and its receipt and returns exactly one of:
+// a result (rendered by r.Success), a recorded refusal (rendered by r.Failure; both commit), or an
+// error, which rolls everything back — an *Error then means the request was refused before it
+// became a command and is not recorded under its key. (A function, not a method: Go methods take
+// no type parameters.)
+func runCommand[R any](ctx context.Context, s *Service, call Call, r Responder[R],
+	exec func(ctx context.Context, tx Tx, cmd *Command) (R, *refusal, error),
 ) (Response, error) {
 	ctx, sp := s.startCommand(ctx, call, "")
 	var resp Response
@@ -209,13 +214,12 @@ func (s *Service) runCommand(ctx context.Context, call Call, r Responder,
 			resp = replay
 			return err
 		}
-		result, err := exec(ctx, tx, cmd)
-		var rej *rejection
+		result, refused, err := exec(ctx, tx, cmd)
 		switch {
-		case errors.As(err, &rej):
-			resp, err = r.Failure(rej.err, rej.receipt)
 		case err != nil:
 			return err
+		case refused != nil:
+			resp, err = r.Failure(refused.err, refused.receipt)
 		default:
 			resp, err = r.Success(result)
 		}
@@ -327,13 +331,13 @@ func (c *commandCtx) receipt(ctx context.Context, outcome task.Outcome, code Cod
 	return r, nil
 }
 
-// reject records the command as rejected with e and returns the rejection marker for runCommand.
-func (c *commandCtx) reject(ctx context.Context, e *Error) error {
+// reject records the command as rejected with e and returns the refusal to render.
+func (c *commandCtx) reject(ctx context.Context, e *Error) (*refusal, error) {
 	rc, err := c.receipt(ctx, task.Rejected, e.Code, e.Detail)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return &rejection{err: e, receipt: rc}
+	return &refusal{err: e, receipt: rc}, nil
 }
 
 // beginOnTask starts a command against an existing task: lock it, expire it if its deadline

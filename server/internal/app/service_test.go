@@ -68,20 +68,20 @@ func (b *bundle) call(t *testing.T, op string, target []string, body any, key ..
 	return app.Call{Actor: b.actor, Operation: op, IdempotencyKey: k, Fingerprint: fp}
 }
 
-// recorder is a Responder that keeps the Go result and encodes a small JSON summary.
-type recorder struct {
-	result  any
+// recorder is a Responder of R that keeps the Go result and encodes a small JSON summary.
+type recorder[R any] struct {
+	result  R
 	problem *app.Error
 	receipt *app.Receipt
 }
 
-func (r *recorder) Success(result any) (app.Response, error) {
+func (r *recorder[R]) Success(result R) (app.Response, error) {
 	r.result = result
 	body, err := json.Marshal(map[string]any{"ok": fmt.Sprintf("%T", result)})
 	return app.Response{Status: 200, Body: body}, err
 }
 
-func (r *recorder) Failure(e *app.Error, rc *app.Receipt) (app.Response, error) {
+func (r *recorder[R]) Failure(e *app.Error, rc *app.Receipt) (app.Response, error) {
 	r.problem, r.receipt = e, rc
 	body, err := json.Marshal(map[string]any{"code": e.Code, "receipt": rc.ID})
 	return app.Response{Status: 409, Body: body}, err
@@ -95,11 +95,11 @@ func (b *bundle) create(t *testing.T, in app.CreateTaskInput) *app.Task {
 	if in.Policy.AllowedOrigins == nil {
 		in.Policy.AllowedOrigins = []string{"https://example.com"}
 	}
-	r := &recorder{}
+	r := &recorder[*app.TaskResult]{}
 	if _, err := b.svc.CreateTask(context.Background(), b.call(t, "create_task", nil, in.Goal), in, r); err != nil {
 		t.Fatalf("create_task: %v", err)
 	}
-	return r.result.(*app.TaskResult).Task
+	return r.result.Task
 }
 
 func (b *bundle) events(t *testing.T, taskID string) []app.Event {
@@ -162,7 +162,7 @@ func TestCreateTaskRejectsBadInputBeforeRecording(t *testing.T) {
 	}
 	for _, tt := range tests {
 		key := fmt.Sprintf("bad-%d", len(tt.name))
-		_, err := b.svc.CreateTask(context.Background(), b.call(t, "create_task", nil, tt.name, key), tt.in, &recorder{})
+		_, err := b.svc.CreateTask(context.Background(), b.call(t, "create_task", nil, tt.name, key), tt.in, &recorder[*app.TaskResult]{})
 		if e := app.AsError(err); e == nil || e.Code != app.CodeInvalidRequest {
 			t.Errorf("%s: got %v, want invalid_request", tt.name, err)
 		}
@@ -187,7 +187,7 @@ func TestIdempotencyReplayReuseAndConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := b.svc.CreateTask(ctx, call, in, &recorder{})
+			resp, err := b.svc.CreateTask(ctx, call, in, &recorder[*app.TaskResult]{})
 			switch e := app.AsError(err); {
 			case err == nil && resp.Replayed:
 				replayed.Add(1)
@@ -212,19 +212,19 @@ func TestIdempotencyReplayReuseAndConcurrency(t *testing.T) {
 
 	// Same key, another body → reused.
 	other2 := b.call(t, "create_task", nil, "another goal", "the-key")
-	_, err := b.svc.CreateTask(ctx, other2, app.CreateTaskInput{Goal: "another goal", Policy: app.PolicySpec{AllowedOrigins: []string{}}}, &recorder{})
+	_, err := b.svc.CreateTask(ctx, other2, app.CreateTaskInput{Goal: "another goal", Policy: app.PolicySpec{AllowedOrigins: []string{}}}, &recorder[*app.TaskResult]{})
 	if e := app.AsError(err); e == nil || e.Code != app.CodeIdempotencyKeyReused {
 		t.Fatalf("got %v, want idempotency_key_reused", err)
 	}
 	// Same key, same body, another operation → reused.
 	tk := b.create(t, app.CreateTaskInput{})
 	cancelCall := b.call(t, "cancel_task", []string{tk.ID}, map[string]any{}, "the-key")
-	_, err = b.svc.CancelTask(ctx, cancelCall, tk.ID, "", &recorder{})
+	_, err = b.svc.CancelTask(ctx, cancelCall, tk.ID, "", &recorder[*app.TaskResult]{})
 	if e := app.AsError(err); e == nil || e.Code != app.CodeIdempotencyKeyReused {
 		t.Fatalf("got %v, want idempotency_key_reused for another operation", err)
 	}
 	// The first response is replayed byte for byte.
-	first, err := b.svc.CreateTask(ctx, call, in, &recorder{})
+	first, err := b.svc.CreateTask(ctx, call, in, &recorder[*app.TaskResult]{})
 	if err != nil || !first.Replayed {
 		t.Fatalf("replay: %v %+v", err, first)
 	}
@@ -249,26 +249,26 @@ func TestCancelAndRejectedReplay(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	tk := b.create(t, app.CreateTaskInput{})
-	r := &recorder{}
+	r := &recorder[*app.TaskResult]{}
 	if _, err := b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{tk.ID}, nil), tk.ID, "done", r); err != nil {
 		t.Fatal(err)
 	}
-	if s := r.result.(*app.TaskResult).Task.State; s != task.Cancelled {
+	if s := r.result.Task.State; s != task.Cancelled {
 		t.Fatalf("state %s, want cancelled", s)
 	}
 	// Cancelling again is a command refused by the task's state: recorded, rejected, replayable.
 	again := b.call(t, "cancel_task", []string{tk.ID}, nil)
-	r2 := &recorder{}
+	r2 := &recorder[*app.TaskResult]{}
 	resp, err := b.svc.CancelTask(ctx, again, tk.ID, "", r2)
 	if err != nil || r2.problem == nil || r2.problem.Code != app.CodeInvalidTransition || r2.receipt.Outcome != task.Rejected {
 		t.Fatalf("second cancel: %v %+v", err, r2)
 	}
-	replay, err := b.svc.CancelTask(ctx, again, tk.ID, "", &recorder{})
+	replay, err := b.svc.CancelTask(ctx, again, tk.ID, "", &recorder[*app.TaskResult]{})
 	if err != nil || !replay.Replayed || string(replay.Body) != string(resp.Body) || replay.Status != resp.Status {
 		t.Fatalf("rejected command must replay its problem: %v %+v vs %+v", err, replay, resp)
 	}
 	// Unknown tasks are not commands.
-	_, err = b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{"tsk_nope"}, nil), "tsk_nope", "", &recorder{})
+	_, err = b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{"tsk_nope"}, nil), "tsk_nope", "", &recorder[*app.TaskResult]{})
 	if e := app.AsError(err); e == nil || e.Code != app.CodeNotFound {
 		t.Fatalf("got %v, want not_found", err)
 	}
@@ -279,20 +279,20 @@ func TestCloseTask(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	plain := b.create(t, app.CreateTaskInput{})
-	r := &recorder{}
+	r := &recorder[*app.CloseResult]{}
 	if _, err := b.svc.CloseTask(ctx, b.call(t, "close_task", []string{plain.ID}, nil), plain.ID, r); err != nil {
 		t.Fatal(err)
 	}
-	res := r.result.(*app.CloseResult)
+	res := r.result
 	if res.Task.State != task.Succeeded || res.Task.Verification != "unverified" || !res.Postcondition.Satisfied || res.Task.EndedAt == nil {
 		t.Fatalf("no postcondition: %+v", res)
 	}
 	withPC := b.create(t, app.CreateTaskInput{Postcondition: json.RawMessage(`{"all":[{"text_present":"Thanks"},{"url_matches":"/done$"}]}`)})
-	r = &recorder{}
+	r = &recorder[*app.CloseResult]{}
 	if _, err := b.svc.CloseTask(ctx, b.call(t, "close_task", []string{withPC.ID}, nil), withPC.ID, r); err != nil {
 		t.Fatal(err)
 	}
-	res = r.result.(*app.CloseResult)
+	res = r.result
 	if res.Task.State != task.Failed || res.Task.Verification != "unmet" || res.Postcondition.Satisfied || len(res.Postcondition.Unmet) != 2 {
 		t.Fatalf("unverifiable postcondition must fail listing its clauses: %+v", res)
 	}
@@ -304,13 +304,13 @@ func TestApprovals(t *testing.T) {
 	ctx := context.Background()
 	tk := b.create(t, app.CreateTaskInput{})
 	request := func() *app.Approval {
-		r := &recorder{}
+		r := &recorder[*app.ApprovalResult]{}
 		call := b.call(t, "request_approval", []string{tk.ID}, "why")
 		call.Actor.Subject = "agent:local" // the operator (b.actor) resolves: separation of duties
 		if _, err := b.svc.RequestApproval(ctx, call, tk.ID, "why", r); err != nil {
 			t.Fatal(err)
 		}
-		return r.result.(*app.ApprovalResult).Approval
+		return r.result.Approval
 	}
 	a1, a2 := request(), request()
 	if a1.ExpiresAt.Sub(a1.RequestedAt) != 15*time.Minute || a1.RequestedBy != "agent:local" {
@@ -320,15 +320,15 @@ func TestApprovals(t *testing.T) {
 	if got.State != task.WaitingForApproval {
 		t.Fatalf("state %s, want waiting_for_approval", got.State)
 	}
-	resolve := func(id, decision string) *recorder {
-		r := &recorder{}
+	resolve := func(id, decision string) *recorder[*app.ApprovalResult] {
+		r := &recorder[*app.ApprovalResult]{}
 		if _, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{id}, decision), id, decision, "", r); err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	if r := resolve(a1.ID, "approve"); r.result.(*app.ApprovalResult).Approval.State != task.ApprovalApproved ||
-		r.result.(*app.ApprovalResult).Approval.Decision.DecidedBy != "operator:local" {
+	if r := resolve(a1.ID, "approve"); r.result.Approval.State != task.ApprovalApproved ||
+		r.result.Approval.Decision.DecidedBy != "operator:local" {
 		t.Fatalf("approve: %+v", r.result)
 	}
 	if got, _ := b.svc.GetTask(ctx, b.actor, tk.ID); got.State != task.WaitingForApproval {
@@ -343,13 +343,13 @@ func TestApprovals(t *testing.T) {
 	}
 	// Cancelling a waiting task closes its pending approvals.
 	a3 := request()
-	if _, err := b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{tk.ID}, nil), tk.ID, "", &recorder{}); err != nil {
+	if _, err := b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{tk.ID}, nil), tk.ID, "", &recorder[*app.TaskResult]{}); err != nil {
 		t.Fatal(err)
 	}
 	if r := resolve(a3.ID, "approve"); r.problem == nil || r.problem.Code != app.CodeApprovalNotPending {
 		t.Fatalf("approval of a cancelled task must not be pending: %+v", r)
 	}
-	_, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{"apr_x"}, "x"), "apr_x", "approve", "", &recorder{})
+	_, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{"apr_x"}, "x"), "apr_x", "approve", "", &recorder[*app.ApprovalResult]{})
 	if !errors.Is(err, app.ErrNotFound) && (app.AsError(err) == nil || app.AsError(err).Code != app.CodeNotFound) {
 		t.Fatalf("unknown approval: %v", err)
 	}
@@ -364,16 +364,16 @@ func TestApprovalExpiry(t *testing.T) {
 	ctx := context.Background()
 	tk := b.create(t, app.CreateTaskInput{})
 	request := func() *app.Approval {
-		r := &recorder{}
+		r := &recorder[*app.ApprovalResult]{}
 		call := b.call(t, "request_approval", []string{tk.ID}, "why")
 		call.Actor.Subject = "agent:local"
 		if _, err := b.svc.RequestApproval(ctx, call, tk.ID, "why", r); err != nil {
 			t.Fatal(err)
 		}
-		return r.result.(*app.ApprovalResult).Approval
+		return r.result.Approval
 	}
-	resolve := func(id string) *recorder {
-		r := &recorder{}
+	resolve := func(id string) *recorder[*app.ApprovalResult] {
+		r := &recorder[*app.ApprovalResult]{}
 		if _, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{id}, "approve"), id, "approve", "", r); err != nil {
 			t.Fatal(err)
 		}
@@ -460,7 +460,7 @@ func TestQuotaAdmitsWhenCapacityFrees(t *testing.T) {
 	if first.State != task.Admitted || second.State != task.Created {
 		t.Fatalf("states %s, %s; want admitted, created", first.State, second.State)
 	}
-	if _, err := b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{first.ID}, nil), first.ID, "", &recorder{}); err != nil {
+	if _, err := b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{first.ID}, nil), first.ID, "", &recorder[*app.TaskResult]{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := b.svc.GetTask(ctx, b.actor, second.ID); got.State != task.Admitted {
@@ -485,7 +485,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 	}
 	call := b.call(t, "cancel_task", []string{tk.ID}, nil)
 	call.Actor = stranger
-	if _, err := b.svc.CancelTask(ctx, call, tk.ID, "", &recorder{}); !errors.Is(err, app.ErrNotFound) {
+	if _, err := b.svc.CancelTask(ctx, call, tk.ID, "", &recorder[*app.TaskResult]{}); !errors.Is(err, app.ErrNotFound) {
 		t.Fatalf("cancel of another tenant's task: %v, want not found", err)
 	}
 }
@@ -496,7 +496,7 @@ func TestListTaskEventsPaging(t *testing.T) {
 	ctx := context.Background()
 	tk := b.create(t, app.CreateTaskInput{})
 	for i := 0; i < 3; i++ {
-		if _, err := b.svc.RequestApproval(ctx, b.call(t, "request_approval", []string{tk.ID}, i), tk.ID, "r", &recorder{}); err != nil {
+		if _, err := b.svc.RequestApproval(ctx, b.call(t, "request_approval", []string{tk.ID}, i), tk.ID, "r", &recorder[*app.ApprovalResult]{}); err != nil {
 			t.Fatal(err)
 		}
 	}

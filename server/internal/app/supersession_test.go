@@ -21,7 +21,7 @@ func TestCorrectionsSupersedeTheCurrentRecord(t *testing.T) {
 
 	t.Run("task outcome", func(t *testing.T) {
 		tk := b.create(t, app.CreateTaskInput{})
-		if _, err := b.svc.CloseTask(ctx, b.call(t, "close_task", []string{tk.ID}, nil), tk.ID, &recorder{}); err != nil {
+		if _, err := b.svc.CloseTask(ctx, b.call(t, "close_task", []string{tk.ID}, nil), tk.ID, &recorder[*app.CloseResult]{}); err != nil {
 			t.Fatal(err)
 		}
 		ended, err := b.svc.GetTask(ctx, b.actor, tk.ID)
@@ -66,15 +66,15 @@ func TestCorrectionsSupersedeTheCurrentRecord(t *testing.T) {
 		tk := b.create(t, app.CreateTaskInput{})
 		call := b.call(t, "request_approval", []string{tk.ID}, "why")
 		call.Actor.Subject = "agent:local"
-		r := &recorder{}
+		r := &recorder[*app.ApprovalResult]{}
 		if _, err := b.svc.RequestApproval(ctx, call, tk.ID, "why", r); err != nil {
 			t.Fatal(err)
 		}
-		id := r.result.(*app.ApprovalResult).Approval.ID
+		id := r.result.Approval.ID
 		if _, err := b.svc.CorrectApprovalDecision(ctx, operator, id, "x"); app.AsError(err) == nil || app.AsError(err).Code != app.CodeApprovalNotPending {
 			t.Fatalf("correcting a pending approval's decision: %v", err)
 		}
-		if _, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{id}, "approve"), id, "approve", "looks right", &recorder{}); err != nil {
+		if _, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{id}, "approve"), id, "approve", "looks right", &recorder[*app.ApprovalResult]{}); err != nil {
 			t.Fatal(err)
 		}
 		a, err := b.svc.CorrectApprovalDecision(ctx, operator, id, "approved after a call with the shop")
@@ -129,9 +129,9 @@ func TestCorrectionsSupersedeTheCurrentRecord(t *testing.T) {
 	})
 }
 
-func resolveAgain(t *testing.T, b *bundle, id string) *recorder {
+func resolveAgain(t *testing.T, b *bundle, id string) *recorder[*app.ApprovalResult] {
 	t.Helper()
-	r := &recorder{}
+	r := &recorder[*app.ApprovalResult]{}
 	if _, err := b.svc.ResolveApproval(context.Background(), b.call(t, "resolve_approval", []string{id}, "deny"), id, "deny", "", r); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func openReconciliation(t *testing.T, b *bundle, taskID string) string {
 	ctx := context.Background()
 	call := b.call(t, "act", []string{"bs_x"}, taskID)
 	dispatch := func(context.Context) (any, error) { return nil, nil }
-	if _, err := b.svc.RunTwoPhaseForTest(ctx, call, taskID, &recorder{}, true, dispatch, true); err == nil {
+	if _, err := b.svc.RunTwoPhaseForTest(ctx, call, taskID, &recorder[*app.TaskResult]{}, true, dispatch, true); err == nil {
 		t.Fatal("phase 3 was meant to fail")
 	}
 	if err := store.New(b.db).StopNode(ctx, "node_test"); err != nil {

@@ -45,7 +45,7 @@ type CloseResult struct {
 }
 
 // CreateTask records a new task and admits it when the tenant has capacity.
-func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput, r Responder) (Response, error) {
+func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput, r Responder[*TaskResult]) (Response, error) {
 	if err := validatePolicy(in.Policy); err != nil {
 		return Response{}, err
 	}
@@ -56,15 +56,15 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 	if err != nil {
 		return Response{}, err // refused before it became a command: not recorded (autonomy.go)
 	}
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+	return runCommand(ctx, s, call, r, func(ctx context.Context, tx Tx, cmd *Command) (*TaskResult, *refusal, error) {
 		now := s.cfg.Now()
 		if in.Deadline != nil && !in.Deadline.After(now) {
-			return nil, Errorf(CodeInvalidRequest, "deadline must be in the future")
+			return nil, nil, Errorf(CodeInvalidRequest, "deadline must be in the future")
 		}
 		id := ids.New(ids.Task)
 		plan, err := s.keys.sealPlan(call.Actor.Tenant, id, in.Plan) // fill values sealed (keys.go)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		t := &Task{
 			ID: id, Tenant: call.Actor.Tenant, Goal: in.Goal, State: task.Created,
@@ -77,38 +77,38 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 			t.Deadline = &d
 		}
 		if err := tx.InsertTask(ctx, t); err != nil {
-			return nil, fmt.Errorf("inserting task: %w", err)
+			return nil, nil, fmt.Errorf("inserting task: %w", err)
 		}
 		c := &commandCtx{s: s, tx: tx, cmd: cmd, now: now, t: t}
 		if err := c.emit(ctx, t, "task.created", "create_task", map[string]any{
 			"state": string(t.State), "goal": t.Goal, "delegated": t.Delegated(),
 		}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := c.record(ctx, t, false); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		admit := true
 		if max := s.cfg.MaxActiveTasksPerTenant; max > 0 {
 			n, err := tx.CountActiveTasks(ctx, t.Tenant)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			admit = n < max
 		}
 		if err := s.checkTaskQueue(ctx, tx, t, admit); err != nil {
-			return nil, err // 429, rolled back: not recorded (limits.go)
+			return nil, nil, err // 429, rolled back: not recorded (limits.go)
 		}
 		if admit {
 			if err := c.transition(ctx, t, task.Admit, "admission"); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &TaskResult{Task: t, Receipt: rc}, nil
+		return &TaskResult{Task: t, Receipt: rc}, nil, nil
 	})
 }
 
@@ -178,10 +178,10 @@ func (s *Service) ListTaskEvents(ctx context.Context, actor Actor, taskID string
 // It is a two-phase command (cancel.go): phase 1 records it (a task that cannot be cancelled is
 // refused there, and stops nothing); phase 2 stops the task's in-flight commands and waits for
 // their receipts with no row lock held; phase 3 cancels the task.
-func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason string, r Responder) (Response, error) {
+func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason string, r Responder[*TaskResult]) (Response, error) {
 	release := func() {}
 	defer func() { release() }()
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[struct{}, struct{}]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[struct{}, struct{}, *TaskResult]{
 		unregistered: true,
 		prepare: func(ctx context.Context, c *commandCtx) (struct{}, error) {
 			if err := c.refuseHandedOff(ctx); err != nil {
@@ -196,7 +196,7 @@ func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason stri
 			release = s.stopInFlight(ctx, call.Actor.Tenant, taskID)
 			return struct{}{}, nil
 		},
-		finish: func(ctx context.Context, c *commandCtx, _ struct{}, _ struct{}, _ error) (any, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, _ struct{}, _ struct{}, _ error) (*TaskResult, task.Outcome, error) {
 			cause := "cancel_task"
 			if reason != "" {
 				cause = "cancel_task: " + reason
@@ -223,7 +223,7 @@ func (s *Service) CancelTask(ctx context.Context, call Call, taskID, reason stri
 // context: succeeded (verified) when every clause holds, failed listing the unmet clauses
 // otherwise. Without a live browsing context no clause can be shown to hold; a task without a
 // postcondition closes succeeded, unverified.
-func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Responder) (Response, error) {
+func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Responder[*CloseResult]) (Response, error) {
 	// Evaluate the postcondition on the page and capture its evidence first, with no transaction
 	// open. A clause holds only with evidence of the page it held on.
 	var holds []bool
@@ -241,13 +241,13 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 			clear(holds)
 		}
 	}
-	return s.runCommand(ctx, call, r, func(ctx context.Context, tx Tx, cmd *Command) (any, error) {
+	return runCommand(ctx, s, call, r, func(ctx context.Context, tx Tx, cmd *Command) (*CloseResult, *refusal, error) {
 		c, err := s.beginOnTask(ctx, tx, cmd, taskID, false)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if err := c.rejectHandedOff(ctx); err != nil {
-			return nil, err
+		if rf, err := c.rejectHandedOff(ctx); rf != nil || err != nil {
+			return nil, rf, err
 		}
 		res := PostconditionResult{Satisfied: true, Unmet: []json.RawMessage{}}
 		verification := "unverified"
@@ -255,7 +255,7 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 		if len(c.t.Postcondition) > 0 {
 			clauses, err := postconditionClauses(c.t.Postcondition)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			res = PostconditionResult{Satisfied: true, Unmet: []json.RawMessage{}, ContextID: evaluatedOn}
 			for i, cl := range clauses {
@@ -271,29 +271,29 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 			}
 		}
 		if _, err := task.Next(c.t.State, trig); err != nil {
-			return nil, c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; close_task is not possible from that state", c.t.State))
+			return refused[*CloseResult](c.reject(ctx, Errorf(CodeInvalidTransition, "task is %s; close_task is not possible from that state", c.t.State)))
 		}
 		pc := map[string]any{"satisfied": res.Satisfied, "unmet": res.Unmet, "verification": verification}
 		if res.ContextID != "" {
 			pc["context_id"] = res.ContextID
 		}
 		if err := c.emit(ctx, c.t, "postcondition.evaluated", "close_task", pc); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		c.t.Verification = verification
 		arts, err := c.storeCloseEvidence(ctx, evidence)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := c.transition(ctx, c.t, trig, "close_task"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := c.admitWaiting(ctx, c.t); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		rc, err := c.receipt(ctx, task.Applied, "", "")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		nclauses := 0
 		if len(c.t.Postcondition) > 0 {
@@ -301,9 +301,9 @@ func (s *Service) CloseTask(ctx context.Context, call Call, taskID string, r Res
 			nclauses = len(clauses)
 		}
 		if _, err := c.recordResult(ctx, verification, nclauses, len(res.Unmet)); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &CloseResult{Task: c.t, Postcondition: res, Evidence: arts, Receipt: rc}, nil
+		return &CloseResult{Task: c.t, Postcondition: res, Evidence: arts, Receipt: rc}, nil, nil
 	})
 }
 

@@ -19,8 +19,9 @@ import (
 // the command is never run again.
 
 // twoPhase describes one two-phase command: P is what phase 1 hands the effect (the plan), O what
-// the effect hands phase 3. Both are typed, so no assertion recovers them.
-type twoPhase[P, O any] struct {
+// the effect hands phase 3, R the result phase 3 renders. All are typed, so no assertion recovers
+// them.
+type twoPhase[P, O, R any] struct {
 	// sideEffecting commands go to reconciliation when interrupted; safe ones become unknown_outcome.
 	sideEffecting bool
 	// prepare runs in phase 1's transaction after the command is recorded: check the task, load
@@ -29,8 +30,9 @@ type twoPhase[P, O any] struct {
 	// dispatch performs the effect, with no transaction open.
 	dispatch func(ctx context.Context, plan P) (out O, err error)
 	// finish runs in phase 3's transaction: record what happened (events, rows) and return the
-	// result to render, or an *Error to record as a rejection (with outcome from rejectOutcome).
-	finish func(ctx context.Context, c *commandCtx, plan P, out O, dispatchErr error) (result any, outcome task.Outcome, err error)
+	// result to render, or an *Error to record with outcome (the dispatch ran, so phase 3 always
+	// records: any other error fails the commit).
+	finish func(ctx context.Context, c *commandCtx, plan P, out O, dispatchErr error) (result R, outcome task.Outcome, err error)
 	// unregistered commands are not in the registry cancel_task stops and waits for (cancel_task
 	// itself).
 	unregistered bool
@@ -38,7 +40,7 @@ type twoPhase[P, O any] struct {
 
 // runTwoPhase executes a two-phase command for call. (A function, not a method: Go methods take
 // no type parameters.)
-func runTwoPhase[P, O any](ctx context.Context, s *Service, call Call, taskID string, r Responder, op twoPhase[P, O]) (resp Response, err error) {
+func runTwoPhase[P, O, R any](ctx context.Context, s *Service, call Call, taskID string, r Responder[R], op twoPhase[P, O, R]) (resp Response, err error) {
 	ctx, sp := s.startCommand(ctx, call, taskID) // phase 1, the effect and phase 3 are its children
 	var plan P
 	var cmd *Command
@@ -75,17 +77,15 @@ func runTwoPhase[P, O any](ctx context.Context, s *Service, call Call, taskID st
 		p, err := op.prepare(ctx, c)
 		var e *Error
 		if errors.As(err, &e) {
-			if rerr := c.reject(ctx, e); rerr != nil {
-				var rej *rejection
-				if !errors.As(rerr, &rej) {
-					return rerr
-				}
-				resp, err = r.Failure(rej.err, rej.receipt)
-				if err != nil {
-					return err
-				}
-				return tx.CompleteIdempotency(ctx, call.Actor.Tenant, call.IdempotencyKey, resp.Status, resp.Body)
+			refused, rerr := c.reject(ctx, e)
+			if rerr != nil {
+				return rerr
 			}
+			resp, err = r.Failure(refused.err, refused.receipt)
+			if err != nil {
+				return err
+			}
+			return tx.CompleteIdempotency(ctx, call.Actor.Tenant, call.IdempotencyKey, resp.Status, resp.Body)
 		}
 		if err != nil {
 			return err

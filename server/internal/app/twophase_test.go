@@ -41,7 +41,7 @@ func TestTwoPhaseDispatchesOnce(t *testing.T) {
 	}
 	first := make(chan app.Response, 1)
 	go func() {
-		resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, true, dispatch, false)
+		resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, dispatch, false)
 		if err != nil {
 			t.Error(err)
 		}
@@ -54,7 +54,7 @@ func TestTwoPhaseDispatchesOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, true, dispatch, false)
+			_, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, dispatch, false)
 			if e := app.AsError(err); e != nil && e.Code == app.CodeIdempotencyInFlight && e.RetryAfter > 0 {
 				inFlight.Add(1)
 			} else {
@@ -70,7 +70,7 @@ func TestTwoPhaseDispatchesOnce(t *testing.T) {
 		replays.Add(1)
 		go func() {
 			defer replays.Done()
-			r, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, true, dispatch, false)
+			r, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, dispatch, false)
 			if err != nil || !r.Replayed || string(r.Body) != string(resp.Body) {
 				t.Errorf("after completion: %v %+v", err, r)
 			}
@@ -106,11 +106,11 @@ func TestRecoveryClassifiesInterruptedCommands(t *testing.T) {
 			call := b.call(t, "act", []string{"bs_x"}, tt.name, "crash-key")
 			var dispatched atomic.Int64
 			dispatch := func(context.Context) (any, error) { dispatched.Add(1); return nil, nil }
-			if _, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, tt.sideEffecting, dispatch, true); err == nil {
+			if _, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, tt.sideEffecting, dispatch, true); err == nil {
 				t.Fatal("phase 3 was meant to fail")
 			}
 			// Until the node is known dead, the key is in flight.
-			if _, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, tt.sideEffecting, dispatch, false); app.AsError(err) == nil ||
+			if _, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, tt.sideEffecting, dispatch, false); app.AsError(err) == nil ||
 				app.AsError(err).Code != app.CodeIdempotencyInFlight {
 				t.Fatalf("before recovery: %v", err)
 			}
@@ -123,7 +123,7 @@ func TestRecoveryClassifiesInterruptedCommands(t *testing.T) {
 			if n, err := b.svc.RecoverInterrupted(ctx, time.Now()); err != nil || n != 1 {
 				t.Fatalf("recovered %d (%v), want 1", n, err)
 			}
-			resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, tt.sideEffecting, dispatch, false)
+			resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, tt.sideEffecting, dispatch, false)
 			var body struct {
 				Receipt struct{ Outcome task.Outcome } `json:"receipt"`
 			}
@@ -196,7 +196,7 @@ func TestRecoveryDuringDispatch(t *testing.T) {
 		}
 		return nil, nil
 	}
-	resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder{}, true, dispatch, false)
+	resp, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, dispatch, false)
 	var body struct {
 		Receipt struct{ Outcome task.Outcome } `json:"receipt"`
 	}
@@ -221,16 +221,16 @@ func TestApprovalResolvedWithAReconciliationOpen(t *testing.T) {
 	ctx := context.Background()
 	tk := b.create(t, app.CreateTaskInput{})
 	dispatch := func(context.Context) (any, error) { return nil, nil }
-	if _, err := b.svc.RunTwoPhaseForTest(ctx, b.call(t, "act", []string{"bs_x"}, "pay"), tk.ID, &recorder{}, true, dispatch, true); err == nil {
+	if _, err := b.svc.RunTwoPhaseForTest(ctx, b.call(t, "act", []string{"bs_x"}, "pay"), tk.ID, &recorder[*app.TaskResult]{}, true, dispatch, true); err == nil {
 		t.Fatal("phase 3 was meant to fail")
 	}
 	req := b.call(t, "request_approval", []string{tk.ID}, "why")
 	req.Actor.Subject = "agent:local" // the operator (b.actor) resolves: separation of duties
-	r := &recorder{}
+	r := &recorder[*app.ApprovalResult]{}
 	if _, err := b.svc.RequestApproval(ctx, req, tk.ID, "why", r); err != nil {
 		t.Fatal(err)
 	}
-	apr := r.result.(*app.ApprovalResult).Approval
+	apr := r.result.Approval
 	if err := store.New(b.db).StopNode(ctx, "node_test"); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestApprovalResolvedWithAReconciliationOpen(t *testing.T) {
 	if st := state(); st != task.WaitingForApproval {
 		t.Fatalf("with the approval pending and the reconciliation open: %s", st)
 	}
-	if _, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{apr.ID}, "approve"), apr.ID, "approve", "", &recorder{}); err != nil {
+	if _, err := b.svc.ResolveApproval(ctx, b.call(t, "resolve_approval", []string{apr.ID}, "approve"), apr.ID, "approve", "", &recorder[*app.ApprovalResult]{}); err != nil {
 		t.Fatal(err)
 	}
 	if st := state(); st != task.WaitingForExternalInput {

@@ -411,7 +411,7 @@ func TestStalledWorkerCommandIsFencedOut(t *testing.T) {
 	}
 	call := app.Call{Actor: app.Actor{Tenant: "local", Subject: "worker:node_e2e"}, Operation: "create_browser_session",
 		IdempotencyKey: "fenced-open", Fingerprint: fp, Lease: &app.LeaseFence{NodeID: "node_e2e", Epoch: 1}}
-	if _, err := s.svc.CreateBrowserSession(ctx, call, taskID, app.SessionRequest{}, plainResponder{}); err == nil || !strings.Contains(err.Error(), "lease") {
+	if _, err := s.svc.CreateBrowserSession(ctx, call, taskID, app.SessionRequest{}, plainResponder[*app.SessionResult]{}); err == nil || !strings.Contains(err.Error(), "lease") {
 		t.Fatalf("a fenced-out worker's command: %v, want the lease lost", err)
 	}
 	var after, keys int
@@ -426,14 +426,14 @@ func TestStalledWorkerCommandIsFencedOut(t *testing.T) {
 	}
 }
 
-// plainResponder renders results as bare JSON (the test reads only errors and rows).
-type plainResponder struct{}
+// plainResponder renders results of R as bare JSON (the test reads only errors and rows).
+type plainResponder[R any] struct{}
 
-func (plainResponder) Success(result any) (app.Response, error) {
+func (plainResponder[R]) Success(result R) (app.Response, error) {
 	b, err := json.Marshal(result)
 	return app.Response{Status: 200, Body: b}, err
 }
 
-func (plainResponder) Failure(e *app.Error, _ *app.Receipt) (app.Response, error) {
+func (plainResponder[R]) Failure(e *app.Error, _ *app.Receipt) (app.Response, error) {
 	return app.Response{Status: 409, Body: []byte(`{"code":"` + string(e.Code) + `"}`)}, nil
 }

@@ -72,8 +72,8 @@ func startNode(t *testing.T, db *pgxpool.Pool, id string, mutate ...func(*events
 
 type responder struct{}
 
-func (responder) Success(result any) (app.Response, error) {
-	body, err := json.Marshal(map[string]any{"task_id": result.(*app.TaskResult).Task.ID})
+func (responder) Success(result *app.TaskResult) (app.Response, error) {
+	body, err := json.Marshal(map[string]any{"task_id": result.Task.ID})
 	return app.Response{Status: 201, Body: body}, err
 }
 

@@ -213,7 +213,7 @@ func (r *planRun) call(op, key string, target []string, body []byte) (app.Call, 
 // command runs one of the worker's commands and reads its outcome, from the responder or, for a
 // replayed key, from the stored reply.
 func (r *planRun) command(op, key string, target []string, body []byte,
-	run func(call app.Call, rsp app.Responder) (app.Response, error),
+	run func(call app.Call, rsp *app.PlanResponder) (app.Response, error),
 ) (*app.PlanResponder, *app.StoredReply, error) {
 	call, err := r.call(op, key, target, body)
 	if err != nil {
@@ -271,16 +271,16 @@ func (r *planRun) openSession(first int) (int, error) {
 		var st *app.StoredReply
 		if t.State == task.Checkpointed {
 			body, _ := json.Marshal(map[string]string{"checkpoint_id": cp})
-			rsp, st, err = r.command("resume_task", key, []string{r.claim.TaskID}, body, func(call app.Call, rsp app.Responder) (app.Response, error) {
-				return r.s.ResumeTask(r.ctx, call, r.claim.TaskID, cp, rsp)
+			rsp, st, err = r.command("resume_task", key, []string{r.claim.TaskID}, body, func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
+				return r.s.ResumeTask(r.ctx, call, r.claim.TaskID, cp, app.ForPlan[*app.ResumeResult](rsp))
 			})
 		} else {
 			body := []byte("{}")
 			if cp != "" {
 				body, _ = json.Marshal(map[string]string{"from_checkpoint": cp})
 			}
-			rsp, st, err = r.command("create_browser_session", key, []string{r.claim.TaskID}, body, func(call app.Call, rsp app.Responder) (app.Response, error) {
-				return r.s.CreateBrowserSession(r.ctx, call, r.claim.TaskID, app.SessionRequest{FromCheckpoint: cp}, rsp)
+			rsp, st, err = r.command("create_browser_session", key, []string{r.claim.TaskID}, body, func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
+				return r.s.CreateBrowserSession(r.ctx, call, r.claim.TaskID, app.SessionRequest{FromCheckpoint: cp}, app.ForPlan[*app.SessionResult](rsp))
 			})
 		}
 		if err != nil {
@@ -407,8 +407,8 @@ func (r *planRun) exec(i int, key string) *stepResult {
 		if e := decodeArgs(st, &a); e != nil {
 			return &stepResult{problem: e}
 		}
-		return r.commandResult(r.command("navigate", key, target, args, func(call app.Call, rsp app.Responder) (app.Response, error) {
-			return r.s.Navigate(r.ctx, call, sid, page.NavigateRequest{ContextID: a.ContextID, URL: a.URL, WaitUntil: a.WaitUntil}, a.TimeoutMs, rsp)
+		return r.commandResult(r.command("navigate", key, target, args, func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
+			return r.s.Navigate(r.ctx, call, sid, page.NavigateRequest{ContextID: a.ContextID, URL: a.URL, WaitUntil: a.WaitUntil}, a.TimeoutMs, app.ForPlan[*app.NavigateResult](rsp))
 		}))
 	case "act":
 		var a actArgs
@@ -418,19 +418,19 @@ func (r *planRun) exec(i int, key string) *stepResult {
 		req := page.ActRequest{ContextID: a.ContextID, Action: a.Action, NodeID: a.NodeID, Query: a.Query, Value: a.Value,
 			SecretRef: a.SecretRef, Values: a.Values, Key: a.Key}
 		hold := r.holdReason
-		return r.commandResult(r.command("act", key, target, args, func(call app.Call, rsp app.Responder) (app.Response, error) {
+		return r.commandResult(r.command("act", key, target, args, func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
 			if hold != "" {
-				return r.s.HoldActForSafety(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, hold, rsp)
+				return r.s.HoldActForSafety(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, hold, app.ForPlan[*app.ActOutcome](rsp))
 			}
-			return r.s.Act(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, rsp)
+			return r.s.Act(r.ctx, call, sid, req, a.ArtifactID, a.TimeoutMs, app.ForPlan[*app.ActOutcome](rsp))
 		}))
 	case "capture_evidence":
 		var a evidenceArgs
 		if e := decodeArgs(st, &a); e != nil {
 			return &stepResult{problem: e}
 		}
-		res := r.commandResult(r.command("capture_evidence", key, target, args, func(call app.Call, rsp app.Responder) (app.Response, error) {
-			return r.s.CaptureEvidence(r.ctx, call, sid, app.EvidenceRequest{ContextID: a.ContextID, Kinds: a.Kinds, FullPage: a.FullPage, NodeID: a.NodeID}, rsp)
+		res := r.commandResult(r.command("capture_evidence", key, target, args, func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
+			return r.s.CaptureEvidence(r.ctx, call, sid, app.EvidenceRequest{ContextID: a.ContextID, Kinds: a.Kinds, FullPage: a.FullPage, NodeID: a.NodeID}, app.ForPlan[*app.EvidenceResult](rsp))
 		}))
 		return res
 	case "observe":
@@ -803,8 +803,8 @@ func (r *planRun) checkpoint(i int) string {
 	}
 	sid := r.sessionID
 	rsp, st, err := r.command("checkpoint_browser_session", planKey(r.claim.TaskID, r.claim.Epoch, fmt.Sprintf("checkpoint:%d", i)),
-		[]string{sid}, []byte("{}"), func(call app.Call, rsp app.Responder) (app.Response, error) {
-			return r.s.CheckpointBrowserSession(r.ctx, call, sid, rsp)
+		[]string{sid}, []byte("{}"), func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
+			return r.s.CheckpointBrowserSession(r.ctx, call, sid, app.ForPlan[*app.CheckpointResult](rsp))
 		})
 	if err != nil || rsp.Problem != nil || st != nil {
 		r.log.Warn("checkpoint after a plan step failed", "task_id", r.claim.TaskID, "step", i, "err", err)
@@ -821,8 +821,8 @@ func (r *planRun) deadLetter(i, attempts int, e *app.Error, reason string, res *
 	if r.sessionLive() {
 		sid := r.sessionID
 		rsp, _, err := r.command("capture_evidence", planKey(r.claim.TaskID, r.claim.Epoch, fmt.Sprintf("dead_letter:%d", i)),
-			[]string{sid}, []byte(`{"kinds":["screenshot"]}`), func(call app.Call, rsp app.Responder) (app.Response, error) {
-				return r.s.CaptureEvidence(r.ctx, call, sid, app.EvidenceRequest{Kinds: []string{app.EvidenceScreenshot}}, rsp)
+			[]string{sid}, []byte(`{"kinds":["screenshot"]}`), func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
+				return r.s.CaptureEvidence(r.ctx, call, sid, app.EvidenceRequest{Kinds: []string{app.EvidenceScreenshot}}, app.ForPlan[*app.EvidenceResult](rsp))
 			})
 		if err == nil && rsp.Problem == nil {
 			artifactID = rsp.ArtifactID
@@ -894,8 +894,8 @@ func (r *planRun) deadLetter(i, attempts int, e *app.Error, reason string, res *
 func (r *planRun) close() (bool, time.Duration) {
 	for try := 0; ; try++ {
 		key := planKey(r.claim.TaskID, r.claim.Epoch, fmt.Sprintf("close:%d", try))
-		rsp, _, err := r.command("close_task", key, []string{r.claim.TaskID}, []byte("{}"), func(call app.Call, rsp app.Responder) (app.Response, error) {
-			return r.s.CloseTask(r.ctx, call, r.claim.TaskID, rsp)
+		rsp, _, err := r.command("close_task", key, []string{r.claim.TaskID}, []byte("{}"), func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
+			return r.s.CloseTask(r.ctx, call, r.claim.TaskID, app.ForPlan[*app.CloseResult](rsp))
 		})
 		if err != nil {
 			return r.internal(err)

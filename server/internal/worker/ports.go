@@ -43,16 +43,16 @@ type Service interface {
 	BeginModelCall(ctx context.Context, tenant, taskID string) (context.Context, func())
 
 	// The commands, as a transport calls them.
-	CreateBrowserSession(ctx context.Context, call app.Call, taskID string, req app.SessionRequest, r app.Responder) (app.Response, error)
-	ResumeTask(ctx context.Context, call app.Call, taskID, checkpointID string, r app.Responder) (app.Response, error)
-	CheckpointBrowserSession(ctx context.Context, call app.Call, sessionID string, r app.Responder) (app.Response, error)
-	Navigate(ctx context.Context, call app.Call, sessionID string, req page.NavigateRequest, timeoutMs int, r app.Responder) (app.Response, error)
-	Act(ctx context.Context, call app.Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, r app.Responder) (app.Response, error)
+	CreateBrowserSession(ctx context.Context, call app.Call, taskID string, req app.SessionRequest, r app.Responder[*app.SessionResult]) (app.Response, error)
+	ResumeTask(ctx context.Context, call app.Call, taskID, checkpointID string, r app.Responder[*app.ResumeResult]) (app.Response, error)
+	CheckpointBrowserSession(ctx context.Context, call app.Call, sessionID string, r app.Responder[*app.CheckpointResult]) (app.Response, error)
+	Navigate(ctx context.Context, call app.Call, sessionID string, req page.NavigateRequest, timeoutMs int, r app.Responder[*app.NavigateResult]) (app.Response, error)
+	Act(ctx context.Context, call app.Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, r app.Responder[*app.ActOutcome]) (app.Response, error)
 	HoldActForSafety(ctx context.Context, call app.Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int,
-		reason string, r app.Responder) (app.Response, error)
-	CaptureEvidence(ctx context.Context, call app.Call, sessionID string, req app.EvidenceRequest, r app.Responder) (app.Response, error)
-	RequestApproval(ctx context.Context, call app.Call, taskID, reason string, r app.Responder) (app.Response, error)
-	CloseTask(ctx context.Context, call app.Call, taskID string, r app.Responder) (app.Response, error)
+		reason string, r app.Responder[*app.ActOutcome]) (app.Response, error)
+	CaptureEvidence(ctx context.Context, call app.Call, sessionID string, req app.EvidenceRequest, r app.Responder[*app.EvidenceResult]) (app.Response, error)
+	RequestApproval(ctx context.Context, call app.Call, taskID, reason string, r app.Responder[*app.ApprovalResult]) (app.Response, error)
+	CloseTask(ctx context.Context, call app.Call, taskID string, r app.Responder[*app.CloseResult]) (app.Response, error)
 	Observe(ctx context.Context, actor app.Actor, sessionID string, req page.ObserveRequest) (*page.Snapshot, error)
 	Extract(ctx context.Context, actor app.Actor, sessionID string, req page.ExtractRequest) (*page.ExtractResult, error)
 }

@@ -276,8 +276,8 @@ func (a *autoRun) gate(index int, reason string) *stepResult {
 	if err != nil {
 		return &stepResult{err: err}
 	}
-	rsp, _, err := a.command("request_approval", key, []string{a.claim.TaskID}, body, func(call app.Call, rsp app.Responder) (app.Response, error) {
-		return a.s.RequestApproval(a.ctx, call, a.claim.TaskID, reason, rsp)
+	rsp, _, err := a.command("request_approval", key, []string{a.claim.TaskID}, body, func(call app.Call, rsp *app.PlanResponder) (app.Response, error) {
+		return a.s.RequestApproval(a.ctx, call, a.claim.TaskID, reason, app.ForPlan[*app.ApprovalResult](rsp))
 	})
 	if err != nil {
 		return errResult(err)
