@@ -77,7 +77,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
 	}
-	d, err := newDriver(cfg, log, b, e)
+	d, err := newDriver(ctx, cfg, log, b, e)
 	if err != nil {
 		_ = e.Close(ctx)
 		_ = b.Close()
@@ -88,7 +88,7 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 }
 
 // newDriver is a driver over a running browser and its engine.
-func newDriver(cfg Config, log *slog.Logger, b *Browser, e *Engine) (*Driver, error) {
+func newDriver(ctx context.Context, cfg Config, log *slog.Logger, b *Browser, e *Engine) (*Driver, error) {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 16
 	}
@@ -99,7 +99,7 @@ func newDriver(cfg Config, log *slog.Logger, b *Browser, e *Engine) (*Driver, er
 		name = "Firefox"
 	}
 	d.product = name + "/" + version
-	if err := d.follow(); err != nil {
+	if err := d.follow(ctx); err != nil {
 		return nil, err
 	}
 	go d.watch()
@@ -108,7 +108,7 @@ func newDriver(cfg Config, log *slog.Logger, b *Browser, e *Engine) (*Driver, er
 
 // follow subscribes to the navigations of the sessions' tabs (an act tells from them whether its
 // input started one and waits for it to end, act.go's settle) and to their dialogs.
-func (d *Driver) follow() error {
+func (d *Driver) follow(ctx context.Context) error {
 	nav := func(started bool) func(bidi.BrowsingContextNavigationInfo) {
 		return func(ev bidi.BrowsingContextNavigationInfo) {
 			d.mu.Lock()
@@ -133,7 +133,7 @@ func (d *Driver) follow() error {
 			s.notePrompt(ev)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := d.e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{Events: []string{
 		bidi.EventBrowsingContextNavigationStarted, bidi.EventBrowsingContextLoad,
@@ -231,8 +231,8 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting the session's egress proxy: %w", page.ErrUnavailable, err)
 	}
-	// Dialogs are answered as the CDP adapter answers them: dismissed, except a beforeunload,
-	// accepted so that the navigation asked for goes on; each is reported (notePrompt).
+	// Dialogs are dismissed, as the CDP adapter dismisses them, and each is reported
+	// (notePrompt). Setting beforeUnload apart made Firefox 153 drop pointer input.
 	s, err := d.e.newSession(ctx, bidi.BrowserCreateUserContextParameters{
 		Proxy:                   &bidi.SessionProxyConfiguration{ProxyType: "manual", HttpProxy: px.Addr(), SslProxy: px.Addr()},
 		UnhandledPromptBehavior: &bidi.SessionUserPromptHandler{Default: bidi.SessionUserPromptHandlerTypeDismiss},

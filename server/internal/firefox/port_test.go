@@ -96,7 +96,7 @@ func portSession(t *testing.T, ctx context.Context, ev *events, origins ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := newDriver(Config{}, slog.New(slog.DiscardHandler), browser, engine(t, ctx))
+	d, err := newDriver(ctx, Config{}, slog.New(slog.DiscardHandler), browser, engine(t, ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
