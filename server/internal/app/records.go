@@ -125,4 +125,9 @@ type MCPTaskRecord struct {
 	Outcome          []byte
 	Created, Updated time.Time
 	Expires          time.Time
+	// NodeID is the node that runs the task (written at bind; "" for tasks bound before it was
+	// recorded). RunnerGone, on a read, says that node stopped or missed its heartbeats: a task
+	// it left unended will never be ended by it.
+	NodeID     string
+	RunnerGone bool
 }

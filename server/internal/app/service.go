@@ -15,6 +15,10 @@ import (
 	"github.com/originweave/bap/server/internal/task"
 )
 
+// DefaultNodeStaleAfter is how long a node may miss heartbeats before it is taken for dead: its
+// in-flight commands are classified as interrupted, and the MCP tasks it ran are ended.
+const DefaultNodeStaleAfter = 10 * time.Second
+
 // Config tunes the runtime's use-cases.
 type Config struct {
 	// NodeID identifies this process in claims and commands.
@@ -42,7 +46,8 @@ type Config struct {
 	// Refusals counts capacity refusals by reason for /metrics (nil: not counted).
 	Refusals *admission.Refusals
 	// NodeStaleAfter is how long a node may miss heartbeats before its in-flight commands are
-	// classified as interrupted (default 10 s; the heartbeat runs every upkeep round).
+	// classified as interrupted (default DefaultNodeStaleAfter; the heartbeat runs every upkeep
+	// round).
 	NodeStaleAfter time.Duration
 	// SoftwareVersion and ProtocolVersion are this build's versions, recorded with each
 	// checkpoint; a checkpoint restores only under the same major.minor of both.
@@ -74,7 +79,7 @@ func (c *Config) setDefaults() {
 		c.InFlightRetryAfter = time.Second
 	}
 	if c.NodeStaleAfter <= 0 {
-		c.NodeStaleAfter = 10 * time.Second
+		c.NodeStaleAfter = DefaultNodeStaleAfter
 	}
 	if c.CheckpointMaxAge <= 0 {
 		c.CheckpointMaxAge = 24 * time.Hour

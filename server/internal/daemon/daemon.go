@@ -252,7 +252,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer audit.Stop()
 		opts.Audit = audit
 	}
-	setMCPAPI, err := mountMCP(cfg, &opts, log, keys.mcp, store.New(db.Pool))
+	setMCPAPI, err := mountMCP(cfg, &opts, log, keys.mcp, store.New(db.Pool), nodeID)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func (m mcpAuth) Challenge(err error, scope string) string {
 // mountMCP mounts the MCP adapter at /mcp (and, with --mcp-conformance-fixtures, the conformance
 // fixtures at /mcp-conformance) in the transport's options. Tool calls are in-process requests
 // to the BAP API, which api.New builds after this: call the returned function with it.
-func mountMCP(cfg Config, o *api.Options, log *slog.Logger, secret []byte, tasks mcpserver.TaskRecords) (func(http.Handler), error) {
+func mountMCP(cfg Config, o *api.Options, log *slog.Logger, secret []byte, tasks mcpserver.TaskRecords, nodeID string) (func(http.Handler), error) {
 	var apiHandler atomic.Pointer[http.Handler]
 	dispatch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := apiHandler.Load()
@@ -55,7 +55,7 @@ func mountMCP(cfg Config, o *api.Options, log *slog.Logger, secret []byte, tasks
 	}
 	mo := mcpserver.Options{API: dispatch, Authenticator: mcpAuth{o.Authenticator}, Logger: log.With("adapter", "mcp"),
 		MaxBodyBytes: cfg.MaxBodyBytes + 1<<20, Secret: secret, // shared by every node (cluster.go)
-		Tasks: tasks} // tasks/get answers on every node (protocol_session_binding)
+		Tasks: tasks, NodeID: nodeID} // tasks/get answers on every node (protocol_session_binding)
 	h, err := mcpserver.New(mo)
 	if err != nil {
 		return nil, err

@@ -57,7 +57,7 @@ func New(o Options) (http.Handler, error) {
 	}
 	b := &bapServer{o: o, routes: routes, disp: dispatcher{api: o.API}}
 	b.tasks = &taskEngine{store: newTaskStore(o.Now, o.TaskTTL, o.TaskPollInterval), tools: map[string]*taskTool{},
-		records: o.Tasks, log: o.Logger}
+		records: o.Tasks, nodeID: o.NodeID, staleAfter: o.NodeStaleAfter, now: o.Now, log: o.Logger}
 
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}}
 	caps.AddExtension(tasksExtension, nil)

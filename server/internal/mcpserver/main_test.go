@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/originweave/bap/server/internal/api"
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/mcpserver"
@@ -67,6 +69,7 @@ func (m mcpAuth) Authenticate(r *http.Request) (mcpserver.Caller, error) {
 func (m mcpAuth) Challenge(err error, scope string) string { return m.a.Challenge(err, scope) }
 
 type bundle struct {
+	db       *pgxpool.Pool
 	srv      *httptest.Server
 	apiCalls atomic.Int64 // in-process requests the adapter sent to the API
 }
@@ -94,7 +97,7 @@ func setup(t *testing.T, opts ...option) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bundle{}
+	b := &bundle{db: db}
 	dispatch := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.apiCalls.Add(1)
 		if c, ok := mcpserver.CallerFrom(r.Context()); ok {
@@ -105,7 +108,8 @@ func setup(t *testing.T, opts ...option) *bundle {
 		apiHandler.ServeHTTP(w, r)
 	})
 	o := mcpserver.Options{API: dispatch, Authenticator: mcpAuth{}, Logger: quiet, MaxBodyBytes: 128 << 10, TaskSyncWindow: -1,
-		TaskPollInterval: 50 * time.Millisecond, ApprovalPoll: 20 * time.Millisecond}
+		TaskPollInterval: 50 * time.Millisecond, ApprovalPoll: 20 * time.Millisecond,
+		Tasks: store.New(db), NodeID: "node_mcp"} // durable MCP tasks, as the daemon wires them
 	for _, f := range opts {
 		f(&o)
 	}

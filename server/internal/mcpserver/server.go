@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/version"
 )
 
@@ -48,6 +49,11 @@ type Options struct {
 	// Tasks, when set, keeps the MCP tasks that outlive TaskSyncWindow in the database, so that
 	// every node of a cluster answers their tasks/get (nil: this node's memory only).
 	Tasks TaskRecords
+	// NodeID is this node's id, recorded as the runner of the tasks it binds (required with Tasks).
+	NodeID string
+	// NodeStaleAfter is how long a node may miss heartbeats before a task it runs is taken for
+	// abandoned (default app.DefaultNodeStaleAfter, the bound the use-cases classify by).
+	NodeStaleAfter time.Duration
 }
 
 func (o *Options) setDefaults() error {
@@ -86,6 +92,12 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Tasks != nil && o.NodeID == "" {
+		return errors.New("mcpserver: NodeID is required with Tasks (the runner of the tasks it binds)")
+	}
+	if o.NodeStaleAfter <= 0 {
+		o.NodeStaleAfter = app.DefaultNodeStaleAfter
 	}
 	return nil
 }

@@ -107,7 +107,8 @@ type TaskRecords interface {
 	// FinishMCPTask records a bound task's end (a task already ended keeps its first end).
 	FinishMCPTask(ctx context.Context, r app.MCPTaskRecord) error
 	// MCPTask reads a task of tenant's subject; app.ErrNotFound when unknown, expired or not theirs.
-	MCPTask(ctx context.Context, tenant, subject, id string) (*app.MCPTaskRecord, error)
+	// Its RunnerGone says the node that runs it stopped or has not beaten since staleBefore.
+	MCPTask(ctx context.Context, tenant, subject, id string, staleBefore time.Time) (*app.MCPTaskRecord, error)
 }
 
 // taskStore holds the tasks of this node.
@@ -445,7 +446,12 @@ type taskEngine struct {
 	tools map[string]*taskTool
 	// records, when set, makes the tasks that outlive the window durable (TaskRecords).
 	records TaskRecords
-	log     *slog.Logger
+	// nodeID is recorded as the runner of the tasks this node binds; a recorded task whose runner
+	// has not beaten for staleAfter is taken for abandoned (fromRecord).
+	nodeID     string
+	staleAfter time.Duration
+	now        func() time.Time
+	log        *slog.Logger
 }
 
 // declaresTasks reports whether the request's capabilities declare the extension.
@@ -583,7 +589,9 @@ func (e *taskEngine) bindLocked(caller Caller, t *task) (app.MCPTaskRecord, bool
 		return app.MCPTaskRecord{}, false
 	}
 	t.bound = make(chan struct{})
-	return recordOf(caller, t), true
+	r := recordOf(caller, t)
+	r.NodeID = e.nodeID
+	return r, true
 }
 
 // recordOf is t's durable record (s.mu held).
@@ -671,7 +679,7 @@ func (e *taskEngine) get(ctx context.Context, _ *mcp.ServerSession, p *taskIDPar
 	t, err := e.resolve(ctx, p.GetMeta(), p.TaskID)
 	if err != nil {
 		if rec, ok := e.recorded(ctx, err, p.TaskID); ok {
-			return e.fromRecord(rec)
+			return e.fromRecord(e.abandoned(ctx, rec))
 		}
 		return nil, err
 	}
@@ -734,7 +742,7 @@ func (e *taskEngine) recorded(ctx context.Context, resolveErr error, id *string)
 	if !ok || caller.Actor.Tenant == "" {
 		return nil, false
 	}
-	rec, err := e.records.MCPTask(ctx, caller.Actor.Tenant, caller.Actor.Subject, *id)
+	rec, err := e.records.MCPTask(ctx, caller.Actor.Tenant, caller.Actor.Subject, *id, e.now().Add(-e.staleAfter))
 	if err != nil {
 		if !errors.Is(err, app.ErrNotFound) {
 			e.log.Warn("mcp: reading a recorded task", "err", err)
@@ -742,6 +750,41 @@ func (e *taskEngine) recorded(ctx context.Context, resolveErr error, id *string)
 		return nil, false
 	}
 	return rec, true
+}
+
+// abandoned ends a recorded task whose runner is gone (stopped, or its heartbeats missed for
+// staleAfter) while it was still working: that node will never record its end, and answering
+// `working` until the task expires would leave the client polling a dead run. It fails, and the
+// failure says where the authority is: the BAP command the call ran, classified by recovery
+// (unknown_outcome, reconciliation_required…), which the same call with the same idempotency_key
+// replays, and the task's history. Recorded (the first end is kept), so every node answers alike.
+func (e *taskEngine) abandoned(ctx context.Context, r *app.MCPTaskRecord) *app.MCPTaskRecord {
+	if terminal(r.Status) || !r.RunnerGone {
+		return r
+	}
+	end := *r
+	end.Status, end.Updated = statusFailed, e.now()
+	end.Message = "the node that ran this task stopped before it ended"
+	outcome, err := json.Marshal(struct {
+		Error *jsonrpc.Error `json:"error"`
+	}{&jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the node that ran this task stopped before it ended; " +
+		"the BAP command it ran is classified by recovery: call the tool again with the same idempotency_key for its receipt, " +
+		"or read the task's events (list_task_events)"}})
+	if err != nil {
+		return r
+	}
+	end.Outcome = outcome
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.records.FinishMCPTask(fctx, end); err != nil {
+		e.log.Warn("mcp: recording the end of an abandoned task", "task", r.ID, "err", err)
+		return &end
+	}
+	// The first recorded end is kept: the runner may have recorded its own just before dying.
+	if stored, err := e.records.MCPTask(fctx, r.Tenant, r.Subject, r.ID, e.now().Add(-e.staleAfter)); err == nil && terminal(stored.Status) {
+		return stored
+	}
+	return &end
 }
 
 // fromRecord is tasks/get's answer from a recorded task (one another node runs or ran).

@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/mcpserver"
+	"github.com/originweave/bap/server/internal/store"
 
 	"github.com/originweave/bap/server/internal/waitfor"
 )
@@ -84,6 +87,49 @@ func TestTaskProjectsOneBAPCommand(t *testing.T) {
 	b.rpc(t, "/mcp", "tasks/cancel", map[string]any{"taskId": created.TaskID, "_meta": meta(taskCaps)}).result(t, &ack)
 	if ack["resultType"] != "complete" || ack["taskId"] != nil || b.taskGet(t, created.TaskID).Status != "completed" {
 		t.Errorf("cancel of a completed task: %v", ack)
+	}
+}
+
+// TestAbandonedTaskFails: a task another node bound and still runs is answered working from the
+// database; once that node stopped (or missed its heartbeats), the task it left unended fails on
+// any node that is asked, naming where the authority is (the BAP command's classified outcome),
+// and that end is recorded, so every node answers alike. Never `working` until it expires.
+func TestAbandonedTaskFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	taskID := field(t, b.call(t, "create_task", args(t, createArgs, "idempotency_key", "k-ab")).StructuredContent, "task", "task_id")
+	st := store.New(b.db)
+	now := time.Now().UTC()
+	for _, node := range []string{"node_other", "node_gone"} {
+		if err := st.RegisterNode(ctx, app.NodeInfo{ID: node, SoftwareVersion: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.BindMCPTask(ctx, app.MCPTaskRecord{Tenant: "acme", Subject: "client:acme", ID: "mtk_on_" + node, BAPTaskID: taskID,
+			Status: "working", Created: now, Updated: now, Expires: now.Add(time.Hour), NodeID: node}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.taskGet(t, "mtk_on_node_other", "X-Test-Tenant", "acme"); got.Status != "working" {
+		t.Fatalf("a task a live node runs: %+v", got)
+	}
+	if _, err := b.db.Exec(ctx, `UPDATE runtime_node SET stopped_at = now() WHERE node_id = 'node_gone'`); err != nil {
+		t.Fatal(err)
+	}
+	got := b.taskGet(t, "mtk_on_node_gone", "X-Test-Tenant", "acme")
+	if got.Status != "failed" || got.Error == nil || got.Error.Code != -32603 || !strings.Contains(got.StatusMessage, "stopped") {
+		t.Fatalf("a task whose node stopped: %+v", got)
+	}
+	var status string
+	if err := b.db.QueryRow(ctx, `SELECT status FROM protocol_session_binding WHERE external_ref = 'mtk_on_node_gone'`).Scan(&status); err != nil || status != "failed" {
+		t.Fatalf("the recorded end: %q %v", status, err)
+	}
+	// A node that missed its heartbeats is as gone as a stopped one.
+	if _, err := b.db.Exec(ctx, `UPDATE runtime_node SET heartbeat_at = now() - interval '1 hour' WHERE node_id = 'node_other'`); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.taskGet(t, "mtk_on_node_other", "X-Test-Tenant", "acme"); got.Status != "failed" {
+		t.Fatalf("a task whose node went silent: %+v", got)
 	}
 }
 

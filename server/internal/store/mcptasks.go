@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/originweave/bap/server/internal/app"
 )
@@ -19,13 +20,13 @@ var errUnboundMCPTask = errors.New("the call names no task or session of its ten
 // before (the same task id) is kept as it is.
 func (s *Store) BindMCPTask(ctx context.Context, r app.MCPTaskRecord) error {
 	tag, err := s.pool.Exec(ctx, `INSERT INTO protocol_session_binding (tenant_id, adapter_id, external_ref, task_id, session_id,
-			subject, status, status_message, outcome, created_at, updated_at, expires_at)
-		SELECT $1, 'mcp', $2, t.task_id, nullif($4, ''), $5, $6, $7, $11, $8, $9, $10
+			subject, status, status_message, outcome, created_at, updated_at, expires_at, node_id)
+		SELECT $1, 'mcp', $2, t.task_id, nullif($4, ''), $5, $6, $7, $11, $8, $9, $10, nullif($12, '')
 		FROM agent_task t
 		WHERE t.tenant_id = $1 AND t.task_id = coalesce(nullif($3, ''),
 			(SELECT bs.task_id FROM browser_session bs WHERE bs.tenant_id = $1 AND bs.session_id = $4))
 		ON CONFLICT (tenant_id, adapter_id, external_ref) DO NOTHING`,
-		r.Tenant, r.ID, r.BAPTaskID, r.SessionID, r.Subject, r.Status, r.Message, r.Created, r.Updated, r.Expires, r.Outcome)
+		r.Tenant, r.ID, r.BAPTaskID, r.SessionID, r.Subject, r.Status, r.Message, r.Created, r.Updated, r.Expires, r.Outcome, r.NodeID)
 	if err != nil {
 		return fmt.Errorf("binding MCP task: %w", err)
 	}
@@ -57,15 +58,17 @@ func (s *Store) FinishMCPTask(ctx context.Context, r app.MCPTaskRecord) error {
 }
 
 // MCPTask reads the MCP task id of tenant's subject; app.ErrNotFound for an unknown id, an
-// expired one, or one of another tenant or subject (the answers do not differ).
-func (s *Store) MCPTask(ctx context.Context, tenant, subject, id string) (*app.MCPTaskRecord, error) {
+// expired one, or one of another tenant or subject (the answers do not differ). RunnerGone is
+// set when the node that runs it stopped or has not beaten since staleBefore.
+func (s *Store) MCPTask(ctx context.Context, tenant, subject, id string, staleBefore time.Time) (*app.MCPTaskRecord, error) {
 	r := app.MCPTaskRecord{Tenant: tenant, Subject: subject, ID: id}
-	err := s.pool.QueryRow(ctx, `SELECT task_id, coalesce(session_id, ''), status, status_message, outcome,
-			created_at, updated_at, expires_at
-		FROM protocol_session_binding
-		WHERE tenant_id = $1 AND adapter_id = 'mcp' AND external_ref = $2 AND subject = $3 AND expires_at > now()`,
-		tenant, id, subject).
-		Scan(&r.BAPTaskID, &r.SessionID, &r.Status, &r.Message, &r.Outcome, &r.Created, &r.Updated, &r.Expires)
+	err := s.pool.QueryRow(ctx, `SELECT b.task_id, coalesce(b.session_id, ''), b.status, b.status_message, b.outcome,
+			b.created_at, b.updated_at, b.expires_at, coalesce(b.node_id, ''),
+			b.node_id IS NOT NULL AND (n.stopped_at IS NOT NULL OR n.heartbeat_at < $4)
+		FROM protocol_session_binding b LEFT JOIN runtime_node n ON n.node_id = b.node_id
+		WHERE b.tenant_id = $1 AND b.adapter_id = 'mcp' AND b.external_ref = $2 AND b.subject = $3 AND b.expires_at > now()`,
+		tenant, id, subject, staleBefore).
+		Scan(&r.BAPTaskID, &r.SessionID, &r.Status, &r.Message, &r.Outcome, &r.Created, &r.Updated, &r.Expires, &r.NodeID, &r.RunnerGone)
 	if err != nil {
 		return nil, translate(err)
 	}

@@ -45,13 +45,13 @@ func TestMCPTaskBindingsAreTenantScoped(t *testing.T) {
 			t.Fatalf("bound %+v", r)
 		}
 	}
-	got, err := st.MCPTask(ctx, "local", "client:a", "mtk_session")
+	got, err := st.MCPTask(ctx, "local", "client:a", "mtk_session", now.Add(-time.Minute))
 	if err != nil || got.BAPTaskID != "tsk_m" || got.SessionID != "bs_m" || got.Status != "working" || got.Outcome != nil {
 		t.Fatalf("read back: %+v %v", got, err)
 	}
 	// Another tenant, another subject, an unknown id: not found alike.
 	for _, who := range [][3]string{{"globex", "client:a", "mtk_session"}, {"local", "client:b", "mtk_session"}, {"local", "client:a", "mtk_never"}} {
-		if _, err := st.MCPTask(ctx, who[0], who[1], who[2]); !errors.Is(err, app.ErrNotFound) {
+		if _, err := st.MCPTask(ctx, who[0], who[1], who[2], now.Add(-time.Minute)); !errors.Is(err, app.ErrNotFound) {
 			t.Fatalf("%v: %v, want not found", who, err)
 		}
 	}
@@ -66,7 +66,7 @@ func TestMCPTaskBindingsAreTenantScoped(t *testing.T) {
 	if err := st.FinishMCPTask(ctx, late); err != nil {
 		t.Fatal(err)
 	}
-	got, err = st.MCPTask(ctx, "local", "client:a", "mtk_session")
+	got, err = st.MCPTask(ctx, "local", "client:a", "mtk_session", now.Add(-time.Minute))
 	if err != nil || got.Status != "completed" || string(got.Outcome) != `{"result": {"content": []}}` || !got.Updated.Equal(end.Updated) {
 		t.Fatalf("after the end: %+v %s %v", got, got.Outcome, err)
 	}
@@ -78,7 +78,38 @@ func TestMCPTaskBindingsAreTenantScoped(t *testing.T) {
 	if _, err := db.Exec(ctx, `UPDATE protocol_session_binding SET expires_at = now() - interval '1 second' WHERE external_ref = 'mtk_task'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.MCPTask(ctx, "local", "client:a", "mtk_task"); !errors.Is(err, app.ErrNotFound) {
+	if _, err := st.MCPTask(ctx, "local", "client:a", "mtk_task", now.Add(-time.Minute)); !errors.Is(err, app.ErrNotFound) {
 		t.Fatalf("expired: %v", err)
+	}
+	// The runner: a task bound by a live node is not gone; by a stopped node, or one whose last
+	// heartbeat is older than the bound, it is; a task bound without a runner (before it was
+	// recorded) is never taken for abandoned.
+	for _, n := range []struct{ id, sql string }{
+		{"node_live", ""},
+		{"node_stopped", `UPDATE runtime_node SET stopped_at = now() WHERE node_id = 'node_stopped'`},
+		{"node_silent", `UPDATE runtime_node SET heartbeat_at = now() - interval '1 hour' WHERE node_id = 'node_silent'`},
+	} {
+		if err := st.RegisterNode(ctx, app.NodeInfo{ID: n.id, SoftwareVersion: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		if n.sql != "" {
+			if _, err := db.Exec(ctx, n.sql); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		id, node string
+		gone     bool
+	}{{"mtk_r_live", "node_live", false}, {"mtk_r_stopped", "node_stopped", true}, {"mtk_r_silent", "node_silent", true}, {"mtk_r_none", "", false}} {
+		r := rec("local", c.id, "tsk_m", "")
+		r.NodeID = c.node
+		if err := st.BindMCPTask(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.MCPTask(ctx, "local", "client:a", c.id, time.Now().Add(-time.Minute))
+		if err != nil || got.NodeID != c.node || got.RunnerGone != c.gone {
+			t.Fatalf("%s (runner %q): %+v %v, want gone=%v", c.id, c.node, got, err, c.gone)
+		}
 	}
 }
