@@ -4123,7 +4123,7 @@ type ProblemViolation struct {
 //
 // Examples: {"adapter_id":"cdp","implementation":"Chrome/131.0.6778.85","name":"Chrome DevTools Protocol","protocol_version":"1.3"}
 type ProtocolAdapter struct {
-	// AdapterId Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the Chrome DevTools Protocol to this node's browser).
+	// AdapterId Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the Chrome DevTools Protocol to this node's Chromium), `bidi` (WebDriver BiDi to its Firefox ESR).
 	AdapterId string `json:"adapter_id"`
 
 	// Implementation What implements it on this node when that is not BAP itself: the browser's product and version (for example `Chrome/131.0.6778.85`).
@@ -4132,7 +4132,7 @@ type ProtocolAdapter struct {
 	// Name What the adapter speaks, for people.
 	Name string `json:"name"`
 
-	// ProtocolVersion The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools protocol version).
+	// ProtocolVersion The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools protocol version; `W3C draft` for WebDriver BiDi, which has no version numbers).
 	ProtocolVersion string `json:"protocol_version"`
 }
 

@@ -2421,7 +2421,8 @@ class ProtocolAdapter(TypedDict):
     """
 
     #: Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the
-    #: Chrome DevTools Protocol to this node's browser).
+    #: Chrome DevTools Protocol to this node's Chromium), `bidi` (WebDriver BiDi to its Firefox
+    #: ESR).
     adapter_id: str
     #: What implements it on this node when that is not BAP itself: the browser's product and
     #: version (for example `Chrome/131.0.6778.85`).
@@ -2429,7 +2430,7 @@ class ProtocolAdapter(TypedDict):
     #: What the adapter speaks, for people.
     name: str
     #: The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools protocol
-    #: version).
+    #: version; `W3C draft` for WebDriver BiDi, which has no version numbers).
     protocol_version: str
 
 

@@ -4664,7 +4664,8 @@ pub struct ProblemViolation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ProtocolAdapter {
     /// Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the
-    /// Chrome DevTools Protocol to this node's browser).
+    /// Chrome DevTools Protocol to this node's Chromium), `bidi` (WebDriver BiDi to its Firefox
+    /// ESR).
     pub adapter_id: String,
     /// What implements it on this node when that is not BAP itself: the browser's product and
     /// version (for example `Chrome/131.0.6778.85`).
@@ -4673,7 +4674,7 @@ pub struct ProtocolAdapter {
     /// What the adapter speaks, for people.
     pub name: String,
     /// The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools
-    /// protocol version).
+    /// protocol version; `W3C draft` for WebDriver BiDi, which has no version numbers).
     pub protocol_version: String,
 }
 

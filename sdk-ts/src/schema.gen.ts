@@ -4162,13 +4162,13 @@ export interface components {
          *     }
          */
         ProtocolAdapter: {
-            /** @description Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the Chrome DevTools Protocol to this node's browser). */
+            /** @description Adapter identifier: `bap-http` (BAP over HTTP), `mcp` (the MCP server at `/mcp`), `cdp` (the Chrome DevTools Protocol to this node's Chromium), `bidi` (WebDriver BiDi to its Firefox ESR). */
             adapter_id: string;
             /** @description What implements it on this node when that is not BAP itself: the browser's product and version (for example `Chrome/131.0.6778.85`). */
             implementation?: string;
             /** @description What the adapter speaks, for people. */
             name: string;
-            /** @description The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools protocol version). */
+            /** @description The protocol version it speaks (BAP `1.0.x`, MCP revision `2026-07-28`, the DevTools protocol version; `W3C draft` for WebDriver BiDi, which has no version numbers). */
             protocol_version: string;
         };
         /**
