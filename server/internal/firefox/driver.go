@@ -125,6 +125,10 @@ func (d *Driver) follow(ctx context.Context) error {
 	} {
 		on(nav(false))
 	}
+	// A navigation that turns into a download (refused: no downloads capability) ends there.
+	d.e.c.OnBrowsingContextDownloadWillBegin(func(ev bidi.BrowsingContextDownloadWillBeginParams) {
+		nav(false)(bidi.BrowsingContextNavigationInfo{Context: ev.Context})
+	})
 	d.e.c.OnBrowsingContextUserPromptOpened(func(ev bidi.BrowsingContextUserPromptOpenedParameters) {
 		d.mu.Lock()
 		s := d.byTop[ev.Context]
@@ -138,6 +142,7 @@ func (d *Driver) follow(ctx context.Context) error {
 	if _, err := d.e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{Events: []string{
 		bidi.EventBrowsingContextNavigationStarted, bidi.EventBrowsingContextLoad,
 		bidi.EventBrowsingContextNavigationFailed, bidi.EventBrowsingContextUserPromptOpened,
+		bidi.EventBrowsingContextDownloadWillBegin,
 	}}); err != nil {
 		// Without them an act cannot tell what its input did: no driver rather than one that
 		// guesses. (Firefox refuses a whole subscription for one event name it does not know:
@@ -241,7 +246,14 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 		_ = px.Close()
 		return nil, openErr(err)
 	}
-	s.id, s.pol, s.onEvent, s.proxy = id, pol, onEvent, px
+	s.proxy = px
+	// No downloads capability: the browser refuses them rather than write files nobody keeps.
+	if err := d.e.c.BrowserSetDownloadBehavior(ctx, bidi.BrowserSetDownloadBehaviorParameters{
+		DownloadBehavior: &bidi.BrowserDownloadBehavior{Type: "denied"}, UserContexts: []bidi.BrowserUserContext{s.uc}}); err != nil {
+		_ = s.Close(context.WithoutCancel(ctx))
+		return nil, openErr(fmt.Errorf("firefox: refusing downloads: %w", err))
+	}
+	s.id, s.pol, s.onEvent = id, pol, onEvent
 	smu.Lock()
 	sess = s
 	smu.Unlock()

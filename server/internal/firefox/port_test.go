@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -281,5 +283,51 @@ func TestPortDialogs(t *testing.T) {
 	}
 	if handled != 1 {
 		t.Fatalf("dialog.handled events: %+v", ev.all())
+	}
+}
+
+// TestPortRefusesDownloads: Firefox has no downloads capability, so a session's browser refuses a
+// download (nothing is written) instead of keeping a file nobody gets; the page stays usable.
+func TestPortRefusesDownloads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	served := make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(`<!doctype html><title>Files</title><a href="/report.bin">Report</a>`))
+	})
+	mux.HandleFunc("GET /report.bin", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="report.bin"`)
+		_, _ = w.Write([]byte("REPORT-CONTENT"))
+		served <- struct{}{}
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	s := portSession(t, ctx, &events{}, srv.URL)
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Act(ctx, page.ActRequest{Action: page.ActionClick, Query: &page.Query{Role: "link", Name: "Report"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Downloads) != 0 {
+		t.Fatalf("downloads reported: %+v", res.Downloads)
+	}
+	waitfor.Receive(t, 10*time.Second, "the download's request", served)
+	found := ""
+	_ = filepath.WalkDir(browser.dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasPrefix(d.Name(), "report") {
+			found = p
+		}
+		return nil
+	})
+	if found != "" {
+		t.Fatalf("the refused download was written: %s", found)
+	}
+	if _, err := s.QueryNodes(ctx, page.QueryRequest{Query: page.Query{Role: "link", Name: "Report"}}); err != nil {
+		t.Fatalf("the page after the refused download: %v", err)
 	}
 }
