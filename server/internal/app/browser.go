@@ -428,14 +428,14 @@ func openSession[R any](ctx context.Context, s *Service, call Call, taskID, chec
 				// (their old openers died with the old session), which stays the session's first.
 				for _, r := range o.restored.Contexts {
 					ev := page.Event{Type: page.EventContextOpened, ContextID: r.ContextID, Data: map[string]any{"opener": rec.ContextID}}
-					if _, err := c.recordBrowserEvent(ctx, c.t, rec.ID, ev, c.cmd.Operation); err != nil {
+					if _, err := c.recordBrowserEvent(ctx, rec.ID, ev, c.cmd.Operation); err != nil {
 						return none, "", err
 					}
 				}
 				// What the restore's navigations reported: held back by the browser until the
 				// session they belong to is recorded (now).
 				for _, ev := range o.restored.Events {
-					if _, err := c.recordBrowserEvent(ctx, c.t, rec.ID, ev, c.cmd.Operation); err != nil {
+					if _, err := c.recordBrowserEvent(ctx, rec.ID, ev, c.cmd.Operation); err != nil {
 						return none, "", err
 					}
 				}
@@ -612,33 +612,15 @@ func finishFailed[R any](ctx context.Context, c *commandCtx, rec *SessionRecord,
 		rec = cur
 	}
 	if e.Code == CodeBrowserSessionLost && rec.State == SessionOpen {
-		end := c.now
-		rec.State, rec.EndedAt = SessionLost, &end
-		if err := c.tx.UpdateSession(ctx, rec); err != nil {
+		// An interrupted side effect leaves the task to the reconciliation (below), not to the
+		// loss of its session.
+		data := map[string]any{"session_id": rec.ID}
+		if err := c.loseSession(ctx, rec, c.cmd.Operation, data, outcome != task.ReconciliationRequired); err != nil {
 			return none, "", err
-		}
-		if err := c.emit(ctx, c.t, "browser_session.lost", c.cmd.Operation, map[string]any{"session_id": rec.ID}); err != nil {
-			return none, "", err
-		}
-		if outcome != task.ReconciliationRequired {
-			if err := c.afterSessionLost(ctx, c.t, c.cmd.Operation); err != nil {
-				return none, "", err
-			}
 		}
 	}
 	if outcome == task.ReconciliationRequired {
-		recID := ids.New(ids.Reconciliation)
-		if err := c.tx.OpenReconciliation(ctx, c.t.Tenant, recID, c.t.ID, c.cmd.ID); err != nil {
-			return none, "", err
-		}
-		if err := c.emit(ctx, c.t, "reconciliation.opened", c.cmd.Operation, map[string]any{
-			"reconciliation_id": recID, "command_id": c.cmd.ID, "operation": c.cmd.Operation,
-		}); err != nil {
-			return none, "", err
-		}
-		// A running task waits for the operator; one a person holds stays with them, the
-		// reconciliation beside the handoff (task.AfterWaits).
-		if err := c.followWaits(ctx, "reconciliation"); err != nil {
+		if err := c.openReconciliation(ctx, c.cmd.ID, c.cmd.Operation, c.cmd.Operation); err != nil {
 			return none, "", err
 		}
 	}
@@ -893,6 +875,42 @@ func (s *Service) readError(ctx context.Context, actor Actor, sessionID string, 
 	return e
 }
 
+// loseSession records that c's task's open session rec is gone, under cause: the session lost,
+// the browser_session.lost event (data), and — with follow — what the loss does to the task
+// (afterSessionLost). It is the one place a session is marked lost.
+func (c *commandCtx) loseSession(ctx context.Context, rec *SessionRecord, cause string, data map[string]any, follow bool) error {
+	end := c.now
+	rec.State, rec.EndedAt = SessionLost, &end
+	if err := c.tx.UpdateSession(ctx, rec); err != nil {
+		return err
+	}
+	if err := c.emit(ctx, c.t, "browser_session.lost", cause, data); err != nil {
+		return err
+	}
+	if !follow {
+		return nil
+	}
+	return c.afterSessionLost(ctx, c.t, cause)
+}
+
+// openReconciliation opens a reconciliation of c's task for its interrupted side-effecting
+// command commandID (operation), under cause, and moves the task as the reconciliation makes it
+// wait: a running task waits for the operator; one a person holds stays with them, the
+// reconciliation beside the handoff (task.AfterWaits). It is the one place a reconciliation is
+// opened.
+func (c *commandCtx) openReconciliation(ctx context.Context, commandID, operation, cause string) error {
+	recID := ids.New(ids.Reconciliation)
+	if err := c.tx.OpenReconciliation(ctx, c.t.Tenant, recID, c.t.ID, commandID); err != nil {
+		return err
+	}
+	if err := c.emit(ctx, c.t, "reconciliation.opened", cause, map[string]any{
+		"reconciliation_id": recID, "command_id": commandID, "operation": operation,
+	}); err != nil {
+		return err
+	}
+	return c.followWaits(ctx, "reconciliation")
+}
+
 // markSessionLost records that an open session is gone.
 func (s *Service) markSessionLost(ctx context.Context, tenant, sessionID, why string) error {
 	return s.store.InTx(ctx, func(tx Tx) error {
@@ -909,15 +927,7 @@ func (s *Service) markSessionLost(ctx context.Context, tenant, sessionID, why st
 			return err
 		}
 		c := &commandCtx{s: s, tx: tx, cmd: &Command{Actor: systemActor, Tenant: tenant, Operation: "browser"}, t: t, now: s.cfg.Now()}
-		end := c.now
-		rec.State, rec.EndedAt = SessionLost, &end
-		if err := tx.UpdateSession(ctx, rec); err != nil {
-			return err
-		}
-		if err := c.emit(ctx, t, "browser_session.lost", why, map[string]any{"session_id": sessionID}); err != nil {
-			return err
-		}
-		if err := c.afterSessionLost(ctx, t, why); err != nil {
+		if err := c.loseSession(ctx, rec, why, map[string]any{"session_id": sessionID}, true); err != nil {
 			return err
 		}
 		return tx.UpdateTask(ctx, t)

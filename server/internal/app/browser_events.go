@@ -60,7 +60,7 @@ func (s *Service) recordBrowserEvent(ctx context.Context, be browserEvent) error
 			return err
 		}
 		c := &commandCtx{s: s, tx: tx, cmd: &Command{Actor: systemActor, Tenant: be.tenant, Operation: "browser"}, t: t, now: s.cfg.Now()}
-		recorded, err := c.recordBrowserEvent(ctx, t, be.sessionID, be.ev, "browser")
+		recorded, err := c.recordBrowserEvent(ctx, be.sessionID, be.ev, "browser")
 		if err != nil || !recorded {
 			return err
 		}
@@ -68,10 +68,10 @@ func (s *Service) recordBrowserEvent(ctx context.Context, be browserEvent) error
 	})
 }
 
-// recordBrowserEvent writes ev of the session into t's history in c's transaction, with what it
-// records besides (a context, a document epoch, a lost session), under cause. It reports false
-// when there was nothing to record. The caller updates t.
-func (c *commandCtx) recordBrowserEvent(ctx context.Context, t *Task, sessionID string, ev page.Event, cause string) (bool, error) {
+// recordBrowserEvent writes ev of the session into c's task's history in c's transaction, with
+// what it records besides (a context, a document epoch, a lost session), under cause. It reports
+// false when there was nothing to record. The caller updates the task.
+func (c *commandCtx) recordBrowserEvent(ctx context.Context, sessionID string, ev page.Event, cause string) (bool, error) {
 	typ, ok := historyType[ev.Type]
 	if !ok {
 		return false, nil
@@ -93,36 +93,30 @@ func (c *commandCtx) recordBrowserEvent(ctx context.Context, t *Task, sessionID 
 	switch ev.Type {
 	case page.EventContextOpened:
 		opener, _ := ev.Data["opener"].(string)
-		if err := tx.RecordContext(ctx, t.Tenant, sessionID, ev.ContextID, opener); err != nil {
+		if err := tx.RecordContext(ctx, c.t.Tenant, sessionID, ev.ContextID, opener); err != nil {
 			return false, err
 		}
 	case page.EventNavigationCommitted:
 		if ev.EpochID != "" {
-			if err := tx.RecordEpoch(ctx, t.Tenant, sessionID, ev.ContextID, ev.EpochID, ev.URL); err != nil {
+			if err := tx.RecordEpoch(ctx, c.t.Tenant, sessionID, ev.ContextID, ev.EpochID, ev.URL); err != nil {
 				return false, err
 			}
 		}
 	case page.EventSessionLost:
-		rec, err := tx.LockSession(ctx, t.Tenant, sessionID)
+		rec, err := tx.LockSession(ctx, c.t.Tenant, sessionID)
 		if err != nil {
 			return false, err
 		}
 		if rec.State != SessionOpen {
 			return false, nil
 		}
-		end := c.now
-		rec.State, rec.EndedAt = SessionLost, &end
-		if err := tx.UpdateSession(ctx, rec); err != nil {
+		if err := c.loseSession(ctx, rec, cause, data, true); err != nil {
 			return false, err
 		}
+		return true, nil
 	}
-	if err := c.emit(ctx, t, typ, cause, data); err != nil {
+	if err := c.emit(ctx, c.t, typ, cause, data); err != nil {
 		return false, err
-	}
-	if ev.Type == page.EventSessionLost {
-		if err := c.afterSessionLost(ctx, t, cause); err != nil {
-			return false, err
-		}
 	}
 	return true, nil
 }

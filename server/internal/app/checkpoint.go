@@ -264,15 +264,7 @@ func (s *Service) RecoverLostSessions(ctx context.Context, staleBefore time.Time
 				return err
 			}
 			c := &commandCtx{s: s, tx: tx, cmd: &Command{Actor: systemActor, Tenant: rec.Tenant, Operation: "recovery"}, t: t, now: s.cfg.Now()}
-			end := c.now
-			cur.State, cur.EndedAt = SessionLost, &end
-			if err := tx.UpdateSession(ctx, cur); err != nil {
-				return err
-			}
-			if err := c.emit(ctx, t, "browser_session.lost", "node_stopped", map[string]any{"session_id": rec.ID}); err != nil {
-				return err
-			}
-			if err := c.afterSessionLost(ctx, t, "node_stopped"); err != nil {
+			if err := c.loseSession(ctx, cur, "node_stopped", map[string]any{"session_id": rec.ID}, true); err != nil {
 				return err
 			}
 			return tx.UpdateTask(ctx, t)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/idempotency"
-	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/task"
 )
 
@@ -246,16 +245,7 @@ func (s *Service) RecoverInterrupted(ctx context.Context, staleBefore time.Time)
 			outcome := task.ClassifyInterrupted(cmd.SideEffecting)
 			detail := "the node running this command stopped before its outcome was recorded"
 			if cmd.SideEffecting {
-				recID := ids.New(ids.Reconciliation)
-				if err := tx.OpenReconciliation(ctx, cl.Tenant, recID, t.ID, cmd.ID); err != nil {
-					return err
-				}
-				if err := c.emit(ctx, t, "reconciliation.opened", "interrupted", map[string]any{
-					"reconciliation_id": recID, "command_id": cmd.ID, "operation": cmd.Operation,
-				}); err != nil {
-					return err
-				}
-				if err := c.followWaits(ctx, "reconciliation"); err != nil {
+				if err := c.openReconciliation(ctx, cmd.ID, cmd.Operation, "interrupted"); err != nil {
 					return err
 				}
 			}
