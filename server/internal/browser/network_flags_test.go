@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -85,6 +86,61 @@ func TestWebRTCSendsNoUDPAroundTheProxy(t *testing.T) {
 }
 
 // netlogLookups returns, per probe name, whether Chromium's net-log at path
+// netLog is what the tests read of a Chromium net-log.
+type netLog struct {
+	Constants struct {
+		LogEventTypes map[string]int `json:"logEventTypes"`
+	} `json:"constants"`
+	Events []netLogEvent `json:"events"`
+}
+
+type netLogEvent struct {
+	Type   int             `json:"type"`
+	Params json.RawMessage `json:"params"`
+}
+
+// readNetLog decodes a net-log event by event. Chromium writes the file as it goes and closes
+// its events array only when it exits in time; a browser killed after its grace period (a busy
+// machine) leaves the last event cut off. Such a log is read up to its last whole event (as
+// Chromium's own net-log viewer does); the caller checks that it covers what it looks at.
+func readNetLog(raw []byte) (*netLog, error) {
+	var log netLog
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("not a net-log object: %v %v", tok, err)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		switch tok {
+		case "constants":
+			if err := dec.Decode(&log.Constants); err != nil {
+				return nil, fmt.Errorf("constants: %w", err)
+			}
+		case "events":
+			if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+				return nil, fmt.Errorf("events: %v %v", tok, err)
+			}
+			for dec.More() {
+				var e netLogEvent
+				if err := dec.Decode(&e); err != nil {
+					return &log, nil // cut off at the browser's exit: the events before it are whole
+				}
+				log.Events = append(log.Events, e)
+			}
+			return &log, nil
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return &log, nil
+}
+
 // mentions it at all and whether a host-resolution or DNS event does.
 func netlogLookups(t *testing.T, path string, probes []string) (mentioned, resolved map[string]bool) {
 	t.Helper()
@@ -92,16 +148,8 @@ func netlogLookups(t *testing.T, path string, probes []string) (mentioned, resol
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log struct {
-		Constants struct {
-			LogEventTypes map[string]int `json:"logEventTypes"`
-		} `json:"constants"`
-		Events []struct {
-			Type   int             `json:"type"`
-			Params json.RawMessage `json:"params"`
-		} `json:"events"`
-	}
-	if err := json.Unmarshal(raw, &log); err != nil {
+	log, err := readNetLog(raw)
+	if err != nil {
 		t.Fatalf("net-log %s: %v", path, err)
 	}
 	names := map[int]string{}
@@ -186,7 +234,40 @@ func TestResourceHintsResolveNoNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The log must reach past the page's load (it may be cut off at the browser's exit): it
+	// names the hints page, whose hints are parsed as it loads.
+	if raw, err := os.ReadFile(netlog); err != nil || !bytes.Contains(raw, []byte("/hints.html")) {
+		t.Fatalf("the net-log does not cover the page's load (%v)", err)
+	}
 	if _, resolved := netlogLookups(t, netlog, probes); len(resolved) > 0 {
 		t.Errorf("the browser resolved the names of a page's resource hints: %v", resolved)
+	}
+}
+
+// A net-log cut off at the browser's exit is read up to its last whole event.
+func TestReadNetLog(t *testing.T) {
+	t.Parallel()
+	whole := `{"constants":{"logEventTypes":{"HOST_RESOLVER_DNS_TASK":7}},"events":[{"type":7,"params":{"host":"a"}},{"type":7,"params":{"host":"b"}}]}`
+	for _, tt := range []struct {
+		name, raw string
+		events    int
+		fails     bool
+	}{
+		{"whole", whole, 2, false},
+		{"cut inside the last event", whole[:strings.LastIndex(whole, `"host":"b"`)], 1, false},
+		{"cut after a comma", whole[:strings.LastIndex(whole, `{"type":7,"params":{"host":"b"`)], 1, false},
+		{"no events yet", `{"constants":{"logEventTypes":{}},"events":[`, 0, false},
+		{"not a log", `[1,2]`, 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			log, err := readNetLog([]byte(tt.raw))
+			if (err != nil) != tt.fails {
+				t.Fatalf("err %v, want failure %v", err, tt.fails)
+			}
+			if err == nil && (len(log.Events) != tt.events || log.Constants.LogEventTypes == nil) {
+				t.Fatalf("%d events, constants %v; want %d", len(log.Events), log.Constants.LogEventTypes, tt.events)
+			}
+		})
 	}
 }
