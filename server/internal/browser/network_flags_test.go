@@ -106,8 +106,10 @@ type netLogEvent struct {
 func readNetLog(raw []byte) (*netLog, error) {
 	var log netLog
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, fmt.Errorf("not a net-log object: %v %v", tok, err)
+	if tok, err := dec.Token(); err != nil {
+		return nil, err
+	} else if tok != json.Delim('{') {
+		return nil, fmt.Errorf("not a net-log object: starts with %v", tok)
 	}
 	for dec.More() {
 		tok, err := dec.Token()
@@ -120,8 +122,10 @@ func readNetLog(raw []byte) (*netLog, error) {
 				return nil, fmt.Errorf("constants: %w", err)
 			}
 		case "events":
-			if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
-				return nil, fmt.Errorf("events: %v %v", tok, err)
+			if tok, err := dec.Token(); err != nil {
+				return nil, fmt.Errorf("events: %w", err)
+			} else if tok != json.Delim('[') {
+				return nil, fmt.Errorf("events: %v, not an array", tok)
 			}
 			for dec.More() {
 				var e netLogEvent
