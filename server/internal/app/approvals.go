@@ -151,7 +151,7 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 	defer func() {
 		// Denied (or found closed): whatever it held never runs.
 		if a, err := s.store.GetApproval(context.WithoutCancel(ctx), call.Actor.Tenant, approvalID); err == nil && a.State != task.ApprovalPending {
-			s.forgetHeld(ctx, approvalID)
+			s.denyHeld(ctx, approvalID)
 		}
 	}()
 	return runCommand(ctx, s, call, r, func(ctx context.Context, tx Tx, cmd *Command) (*ApprovalResult, *refusal, error) {

@@ -102,30 +102,48 @@ func (s *Service) holdRequest(ctx context.Context, c *commandCtx, call Call, rec
 
 // forgetHeld drops a held action or request whose approval closed without approve (denied,
 // expired, cancelled, its task ended): a request held inside the browser is failed there, so the
-// page learns it will never be sent. The failing runs after the caller's command, so it keeps
-// ctx's values (its trace) but not its cancellation.
+// page learns it will never be sent. The failing runs after the caller's command (in the
+// background: callers inside a transaction must not wait on the browser), so it keeps ctx's
+// values (its trace) but not its cancellation.
 func (s *Service) forgetHeld(ctx context.Context, approvalID string) {
+	if h, ok := s.takeHeld(approvalID); ok {
+		go s.failHeld(ctx, approvalID, h)
+	}
+}
+
+// denyHeld is forgetHeld for resolve_approval's deny: the held request is failed in the browser
+// before the decision is answered. Failed in the background, it could still be pending when the
+// client's next act began, and that act's settle window would then find a non-safe request it
+// never sent and hold it as its own (seen on a busy machine).
+func (s *Service) denyHeld(ctx context.Context, approvalID string) {
+	if h, ok := s.takeHeld(approvalID); ok {
+		s.failHeld(ctx, approvalID, h)
+	}
+}
+
+// takeHeld removes and returns a held request (not a held action: it has no browser hold).
+func (s *Service) takeHeld(approvalID string) (held, bool) {
 	v, ok := s.held.LoadAndDelete(approvalID)
 	if !ok {
-		return
+		return held{}, false
 	}
 	h := v.(held)
-	if h.holdID == "" {
+	return h, h.holdID != ""
+}
+
+// failHeld fails h's request inside its session's browser, if the session is still open.
+func (s *Service) failHeld(ctx context.Context, approvalID string, h held) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	rec, err := s.store.GetSession(ctx, h.tenant, h.sessionID)
+	if err != nil || rec.State != SessionOpen {
+		return // the session is gone, and its held request with it
+	}
+	sess, err := s.liveSession(ctx, rec)
+	if err != nil {
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		rec, err := s.store.GetSession(ctx, h.tenant, h.sessionID)
-		if err != nil || rec.State != SessionOpen {
-			return // the session is gone, and its held request with it
-		}
-		sess, err := s.liveSession(ctx, rec)
-		if err != nil {
-			return
-		}
-		if err := sess.Deny(ctx, h.holdID); err != nil {
-			s.cfg.Logger.Debug("failing a held request", "approval_id", approvalID, "err", err)
-		}
-	}()
+	if err := sess.Deny(ctx, h.holdID); err != nil {
+		s.cfg.Logger.Debug("failing a held request", "approval_id", approvalID, "err", err)
+	}
 }
