@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -23,12 +26,7 @@ func TestRestartOnTheSameAddressTakesOverAtOnce(t *testing.T) {
 	b := start(t, bin, dirB)
 	dbURL := databaseURLOf(t, dirB)
 	env := []string{"BAP_DATABASE_URL=" + dbURL, "BAP_MASTER_KEY_FILE=" + filepath.Join(dirB, "master.key")}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := portOutsideEphemeralRange(t)
 	dirA := dataDir(t)
 	a, ready := serveProcess(t, bin, dirA, env, "--listen", addr)
 	oldID, _ := ready["node_id"].(string)
@@ -65,4 +63,37 @@ func TestRestartOnTheSameAddressTakesOverAtOnce(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), `SELECT stopped_at IS NOT NULL FROM runtime_node WHERE node_id = $1`, oldID).Scan(&stopped); err != nil || !stopped {
 		t.Fatalf("the killed node %s is not marked stopped once a node started on its address (%v)", oldID, err)
 	}
+}
+
+// portOutsideEphemeralRange returns a loopback address whose port is free now and below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768–60999 by default). A test that
+// must bind the same port twice (a restart on the same address) cannot take one from :0: between
+// the kill and the restart the kernel may hand the freed port to any of the suite's outgoing
+// connections as its source port, and the restart then fails with "address already in use".
+func portOutsideEphemeralRange(t *testing.T) string {
+	t.Helper()
+	low := 32768
+	if raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(raw)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	start := 20000
+	if low <= start+1000 {
+		t.Fatalf("the ephemeral port range starts at %d: no room below it for a fixed test port", low)
+	}
+	for i := range 500 {
+		port := start + (i*7919+os.Getpid())%(low-start) // spread parallel suites apart
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		_ = l.Close()
+		return addr
+	}
+	t.Fatal("no free loopback port below the ephemeral range")
+	return ""
 }
