@@ -26,7 +26,7 @@ import (
 func (s *stack) startWorkers(t *testing.T) *worker.Workers {
 	t.Helper()
 	w := worker.New(s.svc, s.orch, worker.Config{Workers: 2, LeaseTTL: 10 * time.Second, Poll: 100 * time.Millisecond,
-		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second})
+		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second, Logger: testLogger(t)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
@@ -353,7 +353,7 @@ func TestDelegatedPlanWithoutABrowserFailsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry()})
+	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry(), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

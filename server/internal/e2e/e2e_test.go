@@ -187,7 +187,8 @@ func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
 		t.Fatal(err)
 	}
 	cfg := app.Config{NodeID: "node_e2e", Browser: daemon.Chromium(shared),
-		InterruptedResponse: api.InterruptedResponse, SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0"}
+		InterruptedResponse: api.InterruptedResponse, SoftwareVersion: "1.2.3", ProtocolVersion: "1.0.0",
+		Logger: testLogger(t)}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -202,7 +203,7 @@ func newStack(t *testing.T, opts ...func(*app.Config)) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(audit.Stop)
-	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry(), Audit: audit})
+	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry(), Audit: audit, Logger: cfg.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func newTracedStack(t *testing.T, tr app.Tracer) *stack {
 	}
 	go svc.RunBrowserEvents(ctx)
 	go svc.RunSessionCloser(ctx)
-	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry(), Tracer: tr})
+	h, err := api.New(api.Options{Service: svc, Authenticator: api.Local{}, Registry: prometheus.NewRegistry(), Tracer: tr, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
