@@ -137,7 +137,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	wlog := watermill.NewSlogLoggerWithLevelMapping(r.cfg.Logger.With("component", "relay"),
 		map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
 	pos := r.pos
-	sub, err := wsql.NewSubscriber(r.cfg.DB, wsql.SubscriberConfig{
+	sub, err := wsql.NewSubscriber(statementReads{r.cfg.DB}, wsql.SubscriberConfig{
 		ConsumerGroup:  r.group,
 		SchemaAdapter:  Schema{BatchSize: batchSize, pos: pos},
 		OffsetsAdapter: Offsets{pos: pos, persistEvery: persistEvery},
@@ -360,32 +360,52 @@ func (r *Relay) Prune(ctx context.Context) (int64, error) {
 }
 
 // waker is the subscriber's BackoffManager: instead of sleeping a poll interval when there was
-// nothing to read, it waits for a wake-up. A wake-up that finds nothing readable means the new
-// rows wait for an older transaction (of any database of the cluster) to end: the relay then
-// reads again after short, growing pauses (at most pendingPoll apart) for pendingFor, and only
-// then falls back to IdlePoll.
+// nothing to read, it waits for a wake-up. Each read also tells whether committed messages wait
+// behind an older transaction that still runs (position.pending): those are read again after
+// short pauses (1, 2, 4, 8, then 16 ms; 250 ms once they have waited a second), since that
+// transaction may hold no events and never wake the relay. With nothing pending the relay waits
+// for the next wake-up, and polls every IdlePoll only in case a wake-up was missed (a NOTIFY
+// lost with its connection): a wake-up whose messages an earlier read already took costs one
+// read, not a series of retries.
 type waker struct {
 	r            *Relay
-	retry        int       // index into retryPauses
-	pendingUntil time.Time // until then, poll at most pendingPoll apart
+	retry        int       // index into retryPauses while messages are pending
+	pendingSince time.Time // when the current pending spell began (zero: nothing pending)
 	lastRead     time.Time // when the last read after a wait started
 }
 
-var retryPauses = []time.Duration{
-	time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond,
-	32 * time.Millisecond, 64 * time.Millisecond, 128 * time.Millisecond,
-}
+var retryPauses = []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond}
 
 const (
 	// batchSize is how many outbox messages one read takes.
-	batchSize   = 100
+	batchSize = 100
+	// pendingPoll is the pause between reads once messages have been pending for pendingFast.
 	pendingPoll = 250 * time.Millisecond
-	pendingFor  = 15 * time.Second
+	pendingFast = time.Second
 	// readGap is the least time between two reads caused by wake-ups.
 	readGap = 2 * time.Millisecond
 	// persistEvery is how often the relay writes its position (for pruning).
 	persistEvery = time.Second
 )
+
+// pause is how long to wait for a wake-up before reading again.
+func (w *waker) pause(now time.Time) time.Duration {
+	if !w.r.pos.isPending() {
+		w.pendingSince, w.retry = time.Time{}, 0
+		return w.r.cfg.IdlePoll
+	}
+	if w.pendingSince.IsZero() {
+		w.pendingSince = now
+	}
+	switch {
+	case now.Sub(w.pendingSince) >= pendingFast:
+		return min(pendingPoll, w.r.cfg.IdlePoll)
+	case w.retry < len(retryPauses):
+		return min(retryPauses[w.retry], w.r.cfg.IdlePoll)
+	default:
+		return min(retryPauses[len(retryPauses)-1], w.r.cfg.IdlePoll)
+	}
+}
 
 // HandleError implements wsql.BackoffManager. It blocks (rather than returning a pause) so that a
 // wake-up can cut the wait short; it returns at once when the relay stops.
@@ -399,36 +419,21 @@ func (w *waker) HandleError(logger watermill.LoggerAdapter, noMsg bool, err erro
 		logger.Error("reading the outbox failed", err, nil)
 		return pendingPoll
 	}
-	if !noMsg {
-		if w.r.handled.Swap(0) >= batchSize {
-			return 0 // a full batch: more may be waiting
-		}
-		// The batch drained what was readable. Commits made meanwhile have left a wake-up, so
-		// wait for one rather than spend a read that is likely empty.
-		w.retry = len(retryPauses)
+	if !noMsg && w.r.handled.Swap(0) >= batchSize {
+		return 0 // a full batch: more may be waiting
 	}
-	pause := w.r.cfg.IdlePoll
-	switch {
-	case w.retry < len(retryPauses):
-		pause = retryPauses[w.retry]
-	case time.Now().Before(w.pendingUntil):
-		pause = min(pendingPoll, pause)
-	}
-	t := time.NewTimer(pause)
+	t := time.NewTimer(w.pause(time.Now()))
 	defer t.Stop()
 	select {
 	case <-w.r.wake:
 		w.retry = 0
-		w.pendingUntil = time.Now().Add(pendingFor)
 		// Under a stream of commits, gather a few into one read: at most one read per readGap.
 		if d := readGap - time.Since(w.lastRead); d > 0 {
 			w.lastRead = time.Now().Add(d)
 			return d
 		}
 	case <-t.C:
-		if w.retry < len(retryPauses) {
-			w.retry++
-		}
+		w.retry++
 	case <-w.r.stop:
 	}
 	w.lastRead = time.Now()

@@ -45,6 +45,21 @@ type position struct {
 	offset    int64
 	seq       int64
 	persisted time.Time // when the position was last written to outbox_consumer_offset
+	// pending: the last read saw committed messages that an older transaction still running
+	// keeps unreadable (see SelectQuery).
+	pending bool
+}
+
+func (p *position) setPending(v bool) {
+	p.mu.Lock()
+	p.pending = v
+	p.mu.Unlock()
+}
+
+func (p *position) isPending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pending
 }
 
 func (p *position) get() (xid string, offset, seq int64, ok bool) {
@@ -106,12 +121,21 @@ func (s Schema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 			args = append(append([]any(nil), args...), xid, off, seq)
 		}
 	}
+	// One statement, one snapshot: the batch, and whether committed messages wait behind a
+	// transaction that is still running (pending; then the relay reads again soon, since that
+	// transaction may never wake it). With no readable message the statement returns one row of
+	// NULLs carrying the flag (UnmarshalMessage answers sql.ErrNoRows for it: nothing to read).
 	q := `WITH last_processed AS (` + next.Query + `)
-		SELECT "offset", order_xid::text, order_offset, last_seq, uuid, payload, metadata FROM outbox_event
-		WHERE (order_xid, order_offset, seq) > (SELECT order_xid, order_offset, seq FROM last_processed)` + after + `
-		  AND order_xid < pg_snapshot_xmin(pg_current_snapshot())
-		ORDER BY order_xid, order_offset, seq
-		LIMIT ` + strconv.Itoa(batch)
+		SELECT b."offset", b.order_xid::text, b.order_offset, b.last_seq, b.uuid, b.payload, b.metadata, p.pending
+		FROM (SELECT EXISTS (SELECT 1 FROM outbox_event
+		                     WHERE order_xid >= pg_snapshot_xmin(pg_current_snapshot())) AS pending) AS p
+		LEFT JOIN LATERAL (
+			SELECT "offset", order_xid, order_offset, seq, last_seq, uuid, payload, metadata FROM outbox_event
+			WHERE (order_xid, order_offset, seq) > (SELECT order_xid, order_offset, seq FROM last_processed)` + after + `
+			  AND order_xid < pg_snapshot_xmin(pg_current_snapshot())
+			ORDER BY order_xid, order_offset, seq
+			LIMIT ` + strconv.Itoa(batch) + `) AS b ON true
+		ORDER BY b.order_xid, b.order_offset, b.seq`
 	return wsql.Query{Query: q, Args: args}, nil
 }
 
@@ -119,11 +143,24 @@ func (s Schema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 // metadata (order_xid, order_offset) and to the row's ExtraData for the ack.
 func (s Schema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
 	var r wsql.Row
-	var xid, uuid string
-	var orderOffset, lastSeq int64
-	if err := params.Row.Scan(&r.Offset, &xid, &orderOffset, &lastSeq, &uuid, &r.Payload, &r.Metadata); err != nil {
+	var offset, orderOffset, lastSeq *int64
+	var xid, uuid *string
+	var pending bool
+	if err := params.Row.Scan(&offset, &xid, &orderOffset, &lastSeq, &uuid, &r.Payload, &r.Metadata, &pending); err != nil {
 		return wsql.Row{}, fmt.Errorf("scanning an outbox row: %w", err)
 	}
+	if s.pos != nil {
+		s.pos.setPending(pending)
+	}
+	if offset == nil || xid == nil || orderOffset == nil || lastSeq == nil || uuid == nil {
+		return wsql.Row{}, sql.ErrNoRows // the flag row: nothing readable
+	}
+	return s.row(r, *offset, *xid, *orderOffset, *lastSeq, *uuid)
+}
+
+// row completes a scanned outbox row.
+func (s Schema) row(r wsql.Row, offset int64, xid string, orderOffset, lastSeq int64, uuid string) (wsql.Row, error) {
+	r.Offset = offset
 	r.UUID = []byte(uuid)
 	msg := message.NewMessage(uuid, r.Payload)
 	if len(r.Metadata) > 0 {
@@ -180,7 +217,7 @@ func (o Offsets) AckMessageQuery(params wsql.AckMessageQueryParams) (wsql.Query,
 		}
 		o.pos.mu.Unlock()
 		if skip {
-			return wsql.Query{Query: `SELECT 1`}, nil
+			return wsql.Query{}, nil // nothing to write (the relay's reads skip an empty statement)
 		}
 	}
 	return wsql.Query{
