@@ -547,7 +547,12 @@ row "CPU-cost ratio pgbench / create_task" "$cpu_ratio" "(the throughput ratio a
 if [[ $streams_json != "[]" ]]; then
 	for line in "${stream_items[@]}"; do
 		label="events: $(jget "$line" subscribers) sub(s), $([[ $(jget "$line" target_events_per_s) == "" ]] && echo "max rate" || echo "$(jget "$line" target_events_per_s)/s")"
-		row "$label (events/s)" "$(jget "$line" events_per_s)" "delivery from response p50 $(jget "$line" from_response_p50_ms) / p99 $(jget "$line" from_response_p99_ms) ms; from request p99 $(jget "$line" from_request_p99_ms) ms; missing $(jget "$line" missing), duplicates $(jget "$line" duplicates)"
+		row "$label (events/s)" "$(jget "$line" events_per_s)" "delivery from response p50 $(jget "$line" from_response_p50_ms) / p90 $(jget "$line" from_response_p90_ms) / p99 $(jget "$line" from_response_p99_ms) / max $(jget "$line" from_response_max_ms) ms; from request p99 $(jget "$line" from_request_p99_ms) ms; missing $(jget "$line" missing), duplicates $(jget "$line" duplicates)"
+		hist=""
+		for b in 1 2 5 10 20 50 100 200 500; do
+			hist+="≤${b}: $(jget "$line" "le_$b" | grep . || echo 0)  "
+		done
+		row "  histogram (deliveries, ms from response)" "" "${hist}more: $(jget "$line" inf | grep . || echo 0)"
 	done
 fi
 if [[ $noisy == true ]]; then

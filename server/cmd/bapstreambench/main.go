@@ -28,6 +28,8 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,12 +57,18 @@ type result struct {
 	Missing       int     `json:"missing"`
 	Duplicates    int     `json:"duplicates"`
 	FromRespP50ms float64 `json:"from_response_p50_ms"`
+	FromRespP90ms float64 `json:"from_response_p90_ms"`
 	FromRespP99ms float64 `json:"from_response_p99_ms"`
-	FromSendP50ms float64 `json:"from_request_p50_ms"`
-	FromSendP99ms float64 `json:"from_request_p99_ms"`
-	FromSendMaxMs float64 `json:"from_request_max_ms"`
-	CommandP50ms  float64 `json:"command_p50_ms"`
-	CommandP99ms  float64 `json:"command_p99_ms"`
+	FromRespMaxMs float64 `json:"from_response_max_ms"`
+	// FromRespHist counts deliveries by latency from the response: bucket i holds those at most
+	// histBounds[i] ms (the last, "inf", the rest).
+	FromRespHist  map[string]int `json:"from_response_histogram_ms"`
+	FromSendP50ms float64        `json:"from_request_p50_ms"`
+	FromSendP90ms float64        `json:"from_request_p90_ms"`
+	FromSendP99ms float64        `json:"from_request_p99_ms"`
+	FromSendMaxMs float64        `json:"from_request_max_ms"`
+	CommandP50ms  float64        `json:"command_p50_ms"`
+	CommandP99ms  float64        `json:"command_p99_ms"`
 }
 
 // command is one create_task the writers sent in the measured window.
@@ -201,8 +209,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	res.DeliveredPerS = float64(delivered) / duration.Seconds()
-	res.FromRespP50ms, res.FromRespP99ms = pct(fromResp, 50), pct(fromResp, 99)
-	res.FromSendP50ms, res.FromSendP99ms, res.FromSendMaxMs = pct(fromSend, 50), pct(fromSend, 99), pct(fromSend, 100)
+	res.FromRespP50ms, res.FromRespP90ms, res.FromRespP99ms, res.FromRespMaxMs = pct(fromResp, 50), pct(fromResp, 90), pct(fromResp, 99), pct(fromResp, 100)
+	res.FromRespHist = histogram(fromResp)
+	res.FromSendP50ms, res.FromSendP90ms, res.FromSendP99ms, res.FromSendMaxMs = pct(fromSend, 50), pct(fromSend, 90), pct(fromSend, 99), pct(fromSend, 100)
 	res.CommandP50ms, res.CommandP99ms = pct(cmdLat, 50), pct(cmdLat, 99)
 	out, _ := json.Marshal(res)
 	fmt.Fprintln(stdout, string(out))
@@ -310,6 +319,23 @@ func createTask(ctx context.Context, hc *http.Client, base string) (string, erro
 		return "", err
 	}
 	return body.Task.TaskID, nil
+}
+
+// histBounds are the histogram's bucket bounds in ms.
+var histBounds = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500}
+
+// histogram counts v into histBounds' buckets, keyed "≤<bound>" and "inf".
+func histogram(v []float64) map[string]int {
+	h := map[string]int{}
+	for _, x := range v {
+		i := sort.SearchFloat64s(histBounds, x) // first bound >= x
+		if i == len(histBounds) {
+			h["inf"]++
+		} else {
+			h["le_"+strconv.FormatFloat(histBounds[i], 'f', -1, 64)]++
+		}
+	}
+	return h
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -64,6 +64,9 @@ func (e *eventDelivery) registerMetrics(reg *prometheus.Registry) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_events_relayed_total",
 			Help: "Outbox messages the relay handed to this node's subscribers."},
 			func() float64 { return float64(e.relay.Relayed()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_relay_reads_total",
+			Help: "Reads of the outbox by this node's relay (one statement each)."},
+			func() float64 { return float64(e.relay.Reads()) }),
 	)
 }
 

@@ -76,8 +76,8 @@ func (c *RelayConfig) Validate() error {
 // Relay moves committed outbox messages to this node's Broker: a watermill Router handler over a
 // watermill-sql subscriber of the outbox, in feed order, acknowledging its position in
 // outbox_consumer_offset. It reads when woken — by a local commit (Wake) or another node's NOTIFY
-// (Woken) — retries briefly when what woke it is not yet readable (an older transaction still
-// runs), and otherwise polls every IdlePoll. Start/Stop follow the daemon's service contract.
+// (Woken) — re-reads within milliseconds while committed messages are pending behind an older
+// transaction that still runs, and otherwise polls every IdlePoll (in case a wake-up was missed). Start/Stop follow the daemon's service contract.
 type Relay struct {
 	cfg    RelayConfig
 	group  string
@@ -90,6 +90,7 @@ type Relay struct {
 	// handled counts the messages of the current read, so that the waker knows a full batch.
 	handled atomic.Int64
 	relayed atomic.Int64
+	reads   atomic.Int64
 
 	router *message.Router
 	sub    *wsql.Subscriber
@@ -213,6 +214,13 @@ func (r *Relay) handle(m *message.Message) error {
 
 // Relayed reports how many outbox messages the relay has handed to the broker.
 func (r *Relay) Relayed() int64 { return r.relayed.Load() }
+
+// Reads reports how many reads of the outbox the relay has made.
+func (r *Relay) Reads() int64 { return r.reads.Load() }
+
+// Pending reports whether the relay's last read saw committed messages that a transaction still
+// running (older than theirs) keeps unreadable; the relay then reads again within milliseconds.
+func (r *Relay) Pending() bool { return r.pos.isPending() }
 
 // position reads the consumer group's acked position.
 func (r *Relay) position(ctx context.Context) (app.FeedPosition, error) {
@@ -410,6 +418,7 @@ func (w *waker) pause(now time.Time) time.Duration {
 // HandleError implements wsql.BackoffManager. It blocks (rather than returning a pause) so that a
 // wake-up can cut the wait short; it returns at once when the relay stops.
 func (w *waker) HandleError(logger watermill.LoggerAdapter, noMsg bool, err error) time.Duration {
+	w.r.reads.Add(1)
 	if err != nil {
 		select {
 		case <-w.r.stop:

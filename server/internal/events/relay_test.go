@@ -341,3 +341,60 @@ func TestPruneDropsDeadGroupsThenReadMessages(t *testing.T) {
 		t.Fatalf("pruned %d messages, %d left, %d groups; want 3, 0 and only node_a's group", deleted, left, groups)
 	}
 }
+
+// TestCommitsPendingBehindARunningTransactionArriveWhenItEnds: a commit whose outbox message an
+// older transaction (one that writes no events, so it never wakes the relay) keeps unreadable is
+// seen as pending by the read its wake-up causes, and arrives once that transaction ends — by
+// the relay's own re-reads, since its idle poll is an hour away.
+func TestCommitsPendingBehindARunningTransactionArriveWhenItEnds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	n := startNode(t, db, "node_a", func(c *events.RelayConfig) { c.IdlePoll = time.Hour })
+	sub, _ := n.broker.Subscribe("local", "")
+	older, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = older.Rollback(ctx) }()
+	if _, err := older.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // takes its xid now
+		t.Fatal(err)
+	}
+	reads := n.relay.Reads()
+	n.createTask(t)
+	waitfor.True(t, 30*time.Second, "the relay to see the commit pending behind the older transaction", func() bool {
+		return n.relay.Reads() > reads && n.relay.Pending()
+	})
+	select {
+	case e := <-sub.C():
+		t.Fatalf("event %s (%s) delivered while an older transaction still ran", e.ID, e.Type)
+	default:
+	}
+	if err := older.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkFeed(t, collect(t, sub, 4))
+	waitfor.True(t, 30*time.Second, "nothing pending once delivered", func() bool { return !n.relay.Pending() })
+}
+
+// TestMissedWakeUpIsDeliveredByThePoll: a commit that wakes no relay (its node's wake-up or
+// NOTIFY lost) is still delivered, by the idle poll.
+func TestMissedWakeUpIsDeliveredByThePoll(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	n := startNode(t, db, "node_a", func(c *events.RelayConfig) { c.IdlePoll = 100 * time.Millisecond })
+	sub, _ := n.broker.Subscribe("local", "")
+	// A second writer on the same database whose commits wake nobody.
+	silent := store.New(db, store.Options{Outbox: events.NewOutbox()})
+	svc, err := app.NewService(silent, app.Config{NodeID: "node_a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := &node{id: "node_a", svc: svc, store: silent}
+	before := n.relay.Relayed()
+	quiet.createTask(t)
+	checkFeed(t, collect(t, sub, 4))
+	if n.relay.Relayed() <= before {
+		t.Fatal("the events arrived without the relay reading them")
+	}
+}
