@@ -11,6 +11,7 @@ import (
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/originweave/bap/server/internal/app"
@@ -256,6 +257,22 @@ func TestEveryNodeSeesEveryNodesEvents(t *testing.T) {
 	}
 }
 
+// olderTransaction opens a transaction that has taken its xid (and so holds back every later
+// commit's outbox messages until it ends); the test's cleanup rolls it back if it is still open.
+func olderTransaction(t *testing.T, db *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	older, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = older.Rollback(ctx) })
+	if _, err := older.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // takes its xid now
+		t.Fatal(err)
+	}
+	return older
+}
+
 // TestFeedOrderFollowsTaskOrderNotXidOrder builds the case xid ordering gets wrong: a transaction
 // that took its xid first commits its event of a task after a younger transaction's earlier
 // event of the same task. The feed must still give seq n before n+1.
@@ -266,14 +283,7 @@ func TestFeedOrderFollowsTaskOrderNotXidOrder(t *testing.T) {
 	sub, _ := n.broker.Subscribe("local", "")
 	id := n.createTask(t) // seq 1..4
 	ctx := context.Background()
-	older, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = older.Rollback(ctx) }()
-	if _, err := older.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // takes its xid now
-		t.Fatal(err)
-	}
+	older := olderTransaction(t, db)
 	write := func(exec func(string, ...any) error, seq int64) {
 		t.Helper()
 		evID := fmt.Sprintf("evt_order%d", seq)
@@ -352,14 +362,7 @@ func TestCommitsPendingBehindARunningTransactionArriveWhenItEnds(t *testing.T) {
 	db := pgtest.NewDB(t)
 	n := startNode(t, db, "node_a", func(c *events.RelayConfig) { c.IdlePoll = time.Hour })
 	sub, _ := n.broker.Subscribe("local", "")
-	older, err := db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = older.Rollback(ctx) }()
-	if _, err := older.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil { // takes its xid now
-		t.Fatal(err)
-	}
+	older := olderTransaction(t, db)
 	reads := n.relay.Reads()
 	n.createTask(t)
 	waitfor.True(t, 30*time.Second, "the relay to see the commit pending behind the older transaction", func() bool {
