@@ -323,9 +323,19 @@ func (s *Session) actionable(ctx context.Context, tg target, action string) (flo
 			}
 			return 0, 0, err
 		}
+		if r.St == "ok" {
+			// A node of a frame: its point in the tab's viewport, and nothing of a parent
+			// document over the iframe there.
+			_, _, cov, err := s.toTop(ctx, tg.doc, r.X, r.Y, action == page.ActionClick || action == page.ActionHover)
+			if err != nil {
+				return 0, 0, err
+			}
+			if cov == "" {
+				return r.X, r.Y, nil // the input goes to the node's frame (inputTo)
+			}
+			r.St, r.By = "covered", cov
+		}
 		switch r.St {
-		case "ok":
-			return r.X, r.Y, nil
 		case "nonode", "detached":
 			return 0, 0, fmt.Errorf("%w: the node is no longer in the document", page.ErrStaleNodeHandle)
 		case "covered":
@@ -364,6 +374,7 @@ func blocker(st string) string {
 
 // perform waits for actionability and dispatches the action.
 func (s *Session) perform(ctx context.Context, tg target, req page.ActRequest) error {
+	ctx = inputTo(ctx, s.frameOf(tg.doc))
 	var st struct {
 		St      string   `json:"st"`
 		V       *bool    `json:"v"`
@@ -543,7 +554,7 @@ func (s *Session) keyActions(ctx context.Context, acts []map[string]any) error {
 }
 
 func (s *Session) perform1(ctx context.Context, src bidi.InputSourceActions) error {
-	if err := s.e.c.InputPerformActions(ctx, bidi.InputPerformActionsParameters{Context: s.top, Actions: []bidi.InputSourceActions{src}}); err != nil {
+	if err := s.e.c.InputPerformActions(ctx, bidi.InputPerformActionsParameters{Context: inputFrame(ctx, s.top), Actions: []bidi.InputSourceActions{src}}); err != nil {
 		return s.mapErr(fmt.Errorf("firefox: input: %w", err))
 	}
 	return nil

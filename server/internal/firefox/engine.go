@@ -152,9 +152,16 @@ func (s *Session) Agent(ctx context.Context, out any, fn string, args ...any) er
 	return err
 }
 
-// agentIn is Agent in the document doc ("": whichever the tab shows): in another document it
-// answers page.ErrStaleNodeHandle without calling fn. It returns the document it ran in.
+// agentIn is Agent in the document doc ("": whichever the tab shows), which may be the document
+// of one of the tab's frames: in another document it answers page.ErrStaleNodeHandle without
+// calling fn. It returns the document it ran in.
 func (s *Session) agentIn(ctx context.Context, doc string, out any, fn string, args ...any) (string, error) {
+	return s.agentAt(ctx, s.frameOf(doc), doc, out, fn, args...)
+}
+
+// agentAt is agentIn in the browsing context frame (the tab or one of its frames), each with a
+// sandbox of its own.
+func (s *Session) agentAt(ctx context.Context, frame bidi.BrowsingContextBrowsingContext, doc string, out any, fn string, args ...any) (string, error) {
 	if err := s.check(); err != nil {
 		return "", err
 	}
@@ -168,7 +175,7 @@ func (s *Session) agentIn(ctx context.Context, doc string, out any, fn string, a
 		"const d = globalThis.__bapDoc; if (" + jsonString(doc) + " !== \"\" && d !== " + jsonString(doc) + ") return " + jsonString(agentStale) + "; " +
 		"return JSON.stringify({d: d, v: await " + call + "}); })()"
 	for attempt := 0; ; attempt++ {
-		v, err := s.evaluate(ctx, expr, true)
+		v, err := s.evaluateIn(ctx, frame, expr, true)
 		if err != nil {
 			return "", err
 		}
@@ -179,7 +186,7 @@ func (s *Session) agentIn(ctx context.Context, doc string, out any, fn string, a
 			if attempt > 0 {
 				return "", errors.New("firefox: the page agent could not be installed")
 			}
-			if err := s.install(ctx); err != nil {
+			if err := s.install(ctx, frame); err != nil {
 				return "", err
 			}
 			if doc != "" {
@@ -194,7 +201,11 @@ func (s *Session) agentIn(ctx context.Context, doc string, out any, fn string, a
 		if err := json.Unmarshal([]byte(v), &r); err != nil {
 			return "", fmt.Errorf("firefox: page agent: %w", err)
 		}
-		s.noteDocument(r.D)
+		if frame == s.top {
+			s.noteDocument(r.D)
+		} else {
+			s.noteFrameDocument(frame, r.D)
+		}
 		if out != nil && len(r.V) > 0 && string(r.V) != "null" {
 			if err := json.Unmarshal(r.V, out); err != nil {
 				return "", fmt.Errorf("firefox: page agent: %w", err)
@@ -204,36 +215,38 @@ func (s *Session) agentIn(ctx context.Context, doc string, out any, fn string, a
 	}
 }
 
-// install runs the agent in the tab's document and gives the document a fresh token.
-func (s *Session) install(ctx context.Context) error {
+// install runs the agent in the document of frame and gives the document a fresh token.
+func (s *Session) install(ctx context.Context, frame bidi.BrowsingContextBrowsingContext) error {
 	token := ids.New(ids.DocumentEpoch) // random; never leaves the sandbox and this package
-	if _, err := s.evaluate(ctx, s.e.agent+"\n;if (globalThis.__bapDoc === undefined) globalThis.__bapDoc = "+jsonString(token)+";\"\"", false); err != nil {
+	if _, err := s.evaluateIn(ctx, frame, s.e.agent+"\n;if (globalThis.__bapDoc === undefined) globalThis.__bapDoc = "+jsonString(token)+";\"\"", false); err != nil {
 		return fmt.Errorf("installing the page agent: %w", err)
 	}
 	return nil
 }
 
-// evaluate runs expr in the sandbox and returns its value, which must be a string (or
-// undefined, returned as "").
+// evaluate runs expr in the sandbox of the tab's document and returns its value, which must be a
+// string (or undefined, returned as "").
 func (s *Session) evaluate(ctx context.Context, expr string, await bool) (string, error) {
+	return s.evaluateIn(ctx, s.top, expr, await)
+}
+
+// evaluateIn is evaluate in the sandbox of frame's document. A frame that is gone (its iframe
+// removed) answers page.ErrStaleNodeHandle; the tab gone is the session lost.
+func (s *Session) evaluateIn(ctx context.Context, frame bidi.BrowsingContextBrowsingContext, expr string, await bool) (string, error) {
 	res, err := s.e.c.ScriptEvaluate(ctx, bidi.ScriptEvaluateParameters{
 		Expression:      expr,
-		Target:          bidi.ScriptTarget{Context: s.top, Sandbox: agentSandbox},
+		Target:          bidi.ScriptTarget{Context: frame, Sandbox: agentSandbox},
 		AwaitPromise:    await,
 		ResultOwnership: bidi.ScriptResultOwnershipNone,
 	})
 	if err != nil {
+		if frame != s.top && bidi.IsCode(err, bidi.ErrorCodeNoSuchFrame) {
+			return "", fmt.Errorf("%w: the frame is gone", page.ErrStaleNodeHandle)
+		}
 		return "", s.mapErr(fmt.Errorf("firefox: page agent: %w", err))
 	}
 	if res.Type == "exception" {
-		text := ""
-		if res.ExceptionDetails != nil {
-			text = res.ExceptionDetails.Text
-		}
-		if len(text) > maxExceptionText {
-			text = strings.ToValidUTF8(text[:maxExceptionText], "")
-		}
-		return "", fmt.Errorf("firefox: page agent: %s", text)
+		return "", scriptException(res.ExceptionDetails)
 	}
 	if res.Result == nil || res.Result.Type == "undefined" {
 		return "", nil
@@ -243,6 +256,18 @@ func (s *Session) evaluate(ctx context.Context, expr string, await bool) (string
 		return "", fmt.Errorf("firefox: page agent: a %s where a string was expected", res.Result.Type)
 	}
 	return v, nil
+}
+
+// scriptException is the error of a script that threw, its text bounded (it can quote the page).
+func scriptException(d *bidi.ScriptExceptionDetails) error {
+	text := ""
+	if d != nil {
+		text = d.Text
+	}
+	if len(text) > maxExceptionText {
+		text = strings.ToValidUTF8(text[:maxExceptionText], "")
+	}
+	return fmt.Errorf("firefox: page agent: %s", text)
 }
 
 // Close removes the session's user context, which closes its tabs and drops its cookies and

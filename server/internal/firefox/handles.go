@@ -3,6 +3,7 @@ package firefox
 import (
 	"fmt"
 
+	"github.com/originweave/bap/server/internal/bidi"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/pagekit"
@@ -23,6 +24,9 @@ type documents struct {
 	byID  map[string]handle
 	byKey map[handle]string
 	stale map[string]struct{}
+	// frames maps the token of a document in one of the tab's frames to its browsing context:
+	// a handle of that document runs there (frames.go).
+	frames map[string]bidi.BrowsingContextBrowsingContext
 }
 
 type handle struct {
@@ -36,6 +40,7 @@ func (d *documents) init() {
 	d.byID = make(map[string]handle)
 	d.byKey = make(map[handle]string)
 	d.stale = make(map[string]struct{})
+	d.frames = make(map[string]bidi.BrowsingContextBrowsingContext)
 }
 
 // see records that the tab shows document doc; it reports whether that is a new document (a new
@@ -56,6 +61,8 @@ func (d *documents) see(doc string) bool {
 			d.stale[h] = struct{}{}
 		}
 	}
+	// A new top document brings new frames: the old ones' documents are gone with it.
+	clear(d.frames)
 	return !first
 }
 
@@ -93,6 +100,26 @@ func (s *Session) noteDocument(doc string) {
 	if isNew {
 		s.emit(ev)
 	}
+}
+
+// frameOf is the browsing context showing document doc: the frame it was seen in, else the tab.
+func (s *Session) frameOf(doc string) bidi.BrowsingContextBrowsingContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f, ok := s.docs.frames[doc]; ok && doc != "" {
+		return f
+	}
+	return s.top
+}
+
+// noteFrameDocument records that frame shows document doc (its handles run there).
+func (s *Session) noteFrameDocument(frame bidi.BrowsingContextBrowsingContext, doc string) {
+	if doc == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.docs.frames[doc] = frame
 }
 
 // emit hands an event to the session's callback (none for a bare session).

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/originweave/bap/server/internal/bidi"
@@ -173,6 +174,7 @@ type snapResult struct {
 	N     []pagekit.Record `json:"n"`
 	Tr    bool             `json:"tr"`
 	Stale bool             `json:"stale"`
+	Wf    int              `json:"wf"` // the within node is an iframe: its frame's nodes are the snapshot
 }
 
 const defaultMaxNodes = 5000
@@ -213,20 +215,31 @@ func (s *Session) Observe(ctx context.Context, req page.ObserveRequest) (*page.S
 		}
 		opts["within"], doc = h.idx, h.doc
 	}
-	var res snapResult
-	ran, err := s.agentIn(ctx, doc, &res, "snapshot", opts)
+	tree, err := s.tree(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if res.Stale {
-		return nil, fmt.Errorf("%w: the within node is no longer in the document", page.ErrStaleNodeHandle)
+	frame := s.frameOf(doc)
+	nodes, res, ran, err := s.snapFrame(ctx, tree, frame, doc, opts)
+	if err != nil {
+		return nil, err
+	}
+	if frame != s.top {
+		// Within a frame's node: the URL and title are still the tab's.
+		var inf struct {
+			U string `json:"u"`
+			T string `json:"t"`
+		}
+		if ran, err = s.agentIn(ctx, "", &inf, "info"); err != nil {
+			return nil, err
+		}
+		res.U, res.T = inf.U, inf.T
 	}
 	s.mu.Lock()
 	if ran != s.docs.doc {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: the document changed during observe", page.ErrStaleNodeHandle)
 	}
-	nodes := pagekit.Nodes(res.N, func(idx int) string { return s.docs.issue(ran, idx) }, nil)
 	epoch := s.docs.epoch
 	s.docs.url = pagekit.RedactURL(res.U)
 	s.mu.Unlock()
@@ -275,6 +288,9 @@ func (s *Session) QueryNodes(ctx context.Context, req page.QueryRequest) (*page.
 	return &page.QueryResult{EpochID: epoch, Nodes: nodes}, nil
 }
 
+// query runs the query in the tab's document and in its frames' (within a node: in its document
+// and the frames inside it) and ranks the matches as the CDP adapter does: by score, then frame
+// order, then document order.
 func (s *Session) query(ctx context.Context, q page.Query, limit int) ([]page.Node, string, error) {
 	a := pagekit.NewQueryArgs(q, limit)
 	doc := ""
@@ -285,30 +301,79 @@ func (s *Session) query(ctx context.Context, q page.Query, limit int) ([]page.No
 		}
 		a.Within, doc = h.idx, h.doc
 	}
-	var res struct {
-		N     []pagekit.Record `json:"n"`
-		Stale bool             `json:"stale"`
-	}
-	ran, err := s.agentIn(ctx, doc, &res, "query", a)
+	tree, err := s.tree(ctx)
 	if err != nil {
 		return nil, "", err
 	}
-	if res.Stale {
-		return nil, "", fmt.Errorf("%w: the within node is no longer in the document", page.ErrStaleNodeHandle)
+	first := s.frameOf(doc)
+	type match struct {
+		node  page.Node
+		score float64
+		order int
 	}
-	sort.SliceStable(res.N, func(i, j int) bool { return res.N[i].Sc > res.N[j].Sc })
-	if len(res.N) > limit {
-		res.N = res.N[:limit]
+	type result struct {
+		N     []pagekit.Record `json:"n"`
+		Stale bool             `json:"stale"`
 	}
+	run := func(frame bidi.BrowsingContextBrowsingContext, doc string, a pagekit.QueryArgs) (result, string, error) {
+		var res result
+		ran, err := s.agentAt(ctx, frame, doc, &res, "query", a)
+		if err == nil && res.Stale {
+			err = fmt.Errorf("%w: the within node is no longer in the document", page.ErrStaleNodeHandle)
+		}
+		return res, ran, err
+	}
+	res0, ran0, err := run(first, doc, a)
+	if err != nil {
+		return nil, "", err
+	}
+	frames := s.framesFor(ctx, tree, first, ran0, a.Within)
+	results := make([]result, len(frames))
+	rans := make([]string, len(frames))
+	results[0], rans[0] = res0, ran0
+	var wg sync.WaitGroup
+	for i, f := range frames[1:] {
+		wg.Go(func() {
+			sub := a
+			sub.Within = 0
+			res, ran, err := run(f, "", sub)
+			if err != nil {
+				s.debug("query in a frame", err)
+				return
+			}
+			results[i+1], rans[i+1] = res, ran
+		})
+	}
+	wg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ran != s.docs.doc {
+	var all []match
+	for fi, res := range results {
+		for i, r := range res.N {
+			r.C = nil
+			n := pagekit.Nodes([]pagekit.Record{r}, func(idx int) string { return s.docs.issue(rans[fi], idx) }, nil)[0]
+			all = append(all, match{node: n, score: r.Sc, order: fi<<20 | i})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].score != all[j].score {
+			return all[i].score > all[j].score
+		}
+		return all[i].order < all[j].order
+	})
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	top := ran0
+	if first != s.top {
+		top = s.docs.doc // within a frame's node: the tab's document is the one it was issued under
+	}
+	if top != s.docs.doc {
 		return nil, "", fmt.Errorf("%w: the document changed during the query", page.ErrStaleNodeHandle)
 	}
-	out := make([]page.Node, 0, len(res.N))
-	for _, r := range res.N {
-		r.C = nil
-		out = append(out, pagekit.Nodes([]pagekit.Record{r}, func(idx int) string { return s.docs.issue(ran, idx) }, nil)...)
+	out := make([]page.Node, 0, len(all))
+	for _, m := range all {
+		out = append(out, m.node)
 	}
 	return out, s.docs.epoch, nil
 }
@@ -352,7 +417,11 @@ func (s *Session) Screenshot(ctx context.Context, req page.ScreenshotRequest) ([
 		default:
 			return nil, fmt.Errorf("%w: the node is no longer in the document", page.ErrStaleNodeHandle)
 		}
-		x, y, w, hh := math.Floor(box.X), math.Floor(box.Y), math.Ceil(box.W), math.Ceil(box.H)
+		bx, by, _, err := s.toTop(ctx, h.doc, box.X, box.Y, false)
+		if err != nil {
+			return nil, err
+		}
+		x, y, w, hh := math.Floor(bx), math.Floor(by), math.Ceil(box.W), math.Ceil(box.H)
 		p.Clip = &bidi.BrowsingContextClipRectangle{Type: "box", X: &x, Y: &y, Width: &w, Height: &hh}
 	}
 	res, err := s.e.c.BrowsingContextCaptureScreenshot(ctx, p)

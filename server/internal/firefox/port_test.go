@@ -197,6 +197,12 @@ func TestPortFlow(t *testing.T) {
 	if err != nil || len(state.Contexts) != 1 || !strings.HasSuffix(state.Contexts[0].URL, "/thanks") {
 		t.Fatalf("export: %+v %v", state, err)
 	}
+	noRawBiDi(t, seen, ev)
+}
+
+// noRawBiDi fails when a raw BiDi id is in the answers seen or the session's events.
+func noRawBiDi(t *testing.T, seen []any, ev *events) {
+	t.Helper()
 	for _, e := range ev.all() {
 		seen = append(seen, e)
 	}
