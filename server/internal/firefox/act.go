@@ -139,6 +139,11 @@ func (s *Session) ClassifyAction(ctx context.Context, req page.ActRequest) (stri
 	if err := s.check(); err != nil {
 		return "", "", err
 	}
+	if t, err := s.route(req.ContextID, firstOf(req.NodeID, queryNode(req.Query))); err != nil {
+		return "", "", err
+	} else if t != s {
+		return t.ClassifyAction(ctx, req)
+	}
 	if err := validateAct(req); err != nil {
 		return "", "", err
 	}
@@ -159,6 +164,11 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if t, err := s.route(req.ContextID, firstOf(req.NodeID, queryNode(req.Query))); err != nil {
+		return nil, err
+	} else if t != s {
+		return t.Act(ctx, req)
+	}
 	if err := validateAct(req); err != nil {
 		return nil, err
 	}
@@ -178,7 +188,7 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 		return nil, err
 	}
 	s.mu.Lock()
-	doc0, started0, dialogs0 := s.docs.doc, s.navStarted, len(s.dialogs)
+	doc0, started0, dialogs0, opened0 := s.docs.doc, s.navStarted, len(s.dialogs), len(s.opened)
 	s.mu.Unlock()
 	if err := s.perform(ctx, tg, req); err != nil {
 		if err := s.check(); err != nil {
@@ -201,6 +211,11 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 	s.mu.Lock()
 	if len(s.dialogs) > dialogs0 {
 		res.Dialogs = append([]page.Dialog(nil), s.dialogs[dialogs0:]...)
+	}
+	// The tabs the input opened: their contextCreated events came before the settle's answers
+	// from the page (the tab is created while the page's window.open or link click runs).
+	if len(s.opened) > opened0 {
+		res.NewContexts = append([]string(nil), s.opened[opened0:]...)
 	}
 	s.mu.Unlock()
 	return res, nil

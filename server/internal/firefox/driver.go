@@ -58,7 +58,8 @@ type Driver struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	byTop    map[bidi.BrowsingContextBrowsingContext]*Session
+	byTop    map[bidi.BrowsingContextBrowsingContext]*Session // every tab of every session
+	byUC     map[bidi.BrowserUserContext]*Session             // the sessions by user context
 	closed   bool
 }
 
@@ -92,7 +93,8 @@ func newDriver(ctx context.Context, cfg Config, log *slog.Logger, b *Browser, e 
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 16
 	}
-	d := &Driver{cfg: cfg, log: log, b: b, e: e, sessions: map[string]*Session{}, byTop: map[bidi.BrowsingContextBrowsingContext]*Session{}}
+	d := &Driver{cfg: cfg, log: log, b: b, e: e, sessions: map[string]*Session{},
+		byTop: map[bidi.BrowsingContextBrowsingContext]*Session{}, byUC: map[bidi.BrowserUserContext]*Session{}}
 	e.drv = d
 	name, version, _ := strings.Cut(e.Version(), " ")
 	if name == "firefox" {
@@ -137,6 +139,9 @@ func (d *Driver) follow(ctx context.Context) error {
 			s.notePrompt(ev)
 		}
 	})
+	// The tabs pages open: subscribed to per session, for its user context (OpenSession).
+	d.e.c.OnBrowsingContextContextCreated(d.onContextCreated)
+	d.e.c.OnBrowsingContextContextDestroyed(d.onContextDestroyed)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := d.e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{Events: []string{
@@ -254,6 +259,22 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 		return nil, openErr(fmt.Errorf("firefox: refusing downloads: %w", err))
 	}
 	s.id, s.pol, s.onEvent = id, pol, onEvent
+	d.mu.Lock()
+	// Before the subscription, which reports the contexts that exist already (the tab) and
+	// then each a page opens.
+	d.byUC[s.uc] = s
+	d.byTop[s.top] = s
+	d.mu.Unlock()
+	sub, err := d.e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{
+		Events:       []string{bidi.EventBrowsingContextContextCreated, bidi.EventBrowsingContextContextDestroyed},
+		UserContexts: []bidi.BrowserUserContext{s.uc},
+	})
+	if err != nil {
+		d.forget(s)
+		_ = s.Close(context.WithoutCancel(ctx))
+		return nil, openErr(fmt.Errorf("firefox: subscribing to the session's tabs: %w", err))
+	}
+	s.sub = sub.Subscription
 	smu.Lock()
 	sess = s
 	smu.Unlock()
@@ -293,8 +314,13 @@ func (d *Driver) forget(s *Session) {
 	if d.sessions[s.id] == s {
 		delete(d.sessions, s.id)
 	}
-	if d.byTop[s.top] == s {
-		delete(d.byTop, s.top)
+	if d.byUC[s.uc] == s {
+		delete(d.byUC, s.uc)
+	}
+	for top, t := range d.byTop {
+		if t == s || t.main == s {
+			delete(d.byTop, top)
+		}
 	}
 }
 

@@ -87,10 +87,18 @@ type Session struct {
 	proxy   *egress.Proxy
 	actMu   sync.Mutex // one act at a time
 
+	// A popup's first tab (nil for the first tab itself) and the ctx_ id of the tab that opened
+	// it (popups.go).
+	main   *Session
+	opener string
+	sub    bidi.SessionSubscription // the first tab's subscription to its user context's tabs
+
 	mu     sync.Mutex
 	closed bool
 	lost   bool
-	docs   documents // the tab's documents, epochs and node handles (handles.go)
+	popups []*Session // of the first tab: its popups, in the order they opened
+	opened []string   // the ctx_ ids of the popups this tab opened, in order
+	docs   documents  // the tab's documents, epochs and node handles (handles.go)
 	// the tab's navigation events (act.go's noteNavigation): how many started, the numbers of
 	// the latest start and end, and a channel closed (and replaced) at each
 	navStarted                       int
@@ -116,11 +124,16 @@ func (e *Engine) newSession(ctx context.Context, p bidi.BrowserCreateUserContext
 		return nil, fmt.Errorf("firefox: creating the session's tab: %w", err)
 	}
 	s := &Session{e: e, uc: uc.UserContext, top: tab.Context, ctxID: ids.New(ids.BrowsingContext), navCh: make(chan struct{})}
-	s.docs.init()
+	s.docs.init(nil)
 	return s, nil
 }
 
 func (s *Session) check() error {
+	if s.main != nil {
+		if err := s.main.check(); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -280,8 +293,19 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	if s.main != nil {
+		// A popup: its tab closes; the session stays.
+		err := s.e.c.BrowsingContextClose(ctx, bidi.BrowsingContextCloseParameters{Context: s.top})
+		if err != nil && !errors.Is(err, bidi.ErrClosed) && !bidi.IsCode(err, bidi.ErrorCodeNoSuchFrame) {
+			return fmt.Errorf("firefox: closing the tab: %w", err)
+		}
+		return nil
+	}
 	if s.e.drv != nil {
 		s.e.drv.forget(s)
+	}
+	if s.sub != "" {
+		_ = s.e.c.SessionUnsubscribe(ctx, bidi.SessionUnsubscribeParameters{Subscriptions: []bidi.SessionSubscription{s.sub}})
 	}
 	err := s.e.c.BrowserRemoveUserContext(ctx, bidi.BrowserRemoveUserContextParameters{UserContext: s.uc})
 	if s.proxy != nil {

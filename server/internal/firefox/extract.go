@@ -14,8 +14,10 @@ func (s *Session) Extract(ctx context.Context, req page.ExtractRequest) (*page.E
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if err := s.checkContext(req.ContextID); err != nil {
+	if t, err := s.route(req.ContextID, firstOf(req.NodeID, queryNode(req.Query))); err != nil {
 		return nil, err
+	} else if t != s {
+		return t.Extract(ctx, req)
 	}
 	if req.NodeID != "" && req.Query != nil {
 		return nil, fmt.Errorf("%w: give node_id or query, not both", page.ErrInvalidRequest)

@@ -2,6 +2,7 @@ package firefox
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/originweave/bap/server/internal/bidi"
 	"github.com/originweave/bap/server/internal/ids"
@@ -17,8 +18,8 @@ import (
 // and answers page.ErrStaleNodeHandle, and never resolves to another element: each call with a
 // handle runs only in the document it was issued in (engine.go's agentIn). Guarded by Session.mu.
 type documents struct {
-	mint  pagekit.Minter
-	doc   string // the current document's token ("" before the first)
+	mint  *minter // the session's, shared by its tabs
+	doc   string  // the current document's token ("" before the first)
 	epoch string
 	url   string // the current document's URL as the last navigation or agent call saw it
 	byID  map[string]handle
@@ -34,8 +35,25 @@ type handle struct {
 	idx int
 }
 
-func (d *documents) init() {
-	d.mint = pagekit.NewMinter()
+// minter is a session's pagekit.Minter, shared by its tabs (each guarded by its own lock), so a
+// handle names one node of one tab of the session.
+type minter struct {
+	mu sync.Mutex
+	m  pagekit.Minter
+}
+
+func (m *minter) next() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.m.Next()
+}
+
+// init starts a tab's registry; mint is the session's minter (nil: a new one).
+func (d *documents) init(mint *minter) {
+	if mint == nil {
+		mint = &minter{m: pagekit.NewMinter()}
+	}
+	d.mint = mint
 	d.epoch = ids.New(ids.DocumentEpoch)
 	d.byID = make(map[string]handle)
 	d.byKey = make(map[handle]string)
@@ -72,7 +90,7 @@ func (d *documents) issue(doc string, idx int) string {
 	if h, ok := d.byKey[k]; ok {
 		return h
 	}
-	h := d.mint.Next()
+	h := d.mint.next()
 	d.byID[h] = k
 	d.byKey[k] = h
 	return h

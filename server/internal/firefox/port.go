@@ -86,8 +86,10 @@ func (s *Session) Navigate(ctx context.Context, req page.NavigateRequest) (*page
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if err := s.checkContext(req.ContextID); err != nil {
+	if t, err := s.route(req.ContextID, ""); err != nil {
 		return nil, err
+	} else if t != s {
+		return t.Navigate(ctx, req)
 	}
 	wait, err := readiness(req.WaitUntil)
 	if err != nil {
@@ -162,9 +164,22 @@ func (s *Session) current(ctx context.Context) (*page.NavigateResult, error) {
 	return &page.NavigateResult{ContextID: s.ctxID, EpochID: s.docs.epoch, URL: inf.U, Title: inf.T}, nil
 }
 
-// contexts lists the session's browsing contexts (its one tab).
+// contexts lists the session's browsing contexts: its tabs, the first one first; this tab's
+// URL and title are res's.
 func (s *Session) contexts(res *page.NavigateResult) []page.ContextInfo {
-	return []page.ContextInfo{{ContextID: s.ctxID, URL: res.URL, Title: res.Title}}
+	tabs := s.tabs()
+	out := make([]page.ContextInfo, 0, len(tabs))
+	for _, t := range tabs {
+		if t == s {
+			out = append(out, page.ContextInfo{ContextID: s.ctxID, URL: res.URL, Title: res.Title, Opener: s.opener})
+			continue
+		}
+		t.mu.Lock()
+		u := t.docs.url
+		t.mu.Unlock()
+		out = append(out, page.ContextInfo{ContextID: t.ctxID, URL: u, Opener: t.opener})
+	}
+	return out
 }
 
 // snapResult is the agent's snapshot.
@@ -186,8 +201,10 @@ func (s *Session) Observe(ctx context.Context, req page.ObserveRequest) (*page.S
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if err := s.checkContext(req.ContextID); err != nil {
+	if t, err := s.route(req.ContextID, req.Within); err != nil {
 		return nil, err
+	} else if t != s {
+		return t.Observe(ctx, req)
 	}
 	mode := req.Mode
 	switch mode {
@@ -269,8 +286,10 @@ func (s *Session) QueryNodes(ctx context.Context, req page.QueryRequest) (*page.
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if err := s.checkContext(req.ContextID); err != nil {
+	if t, err := s.route(req.ContextID, req.Query.Within); err != nil {
 		return nil, err
+	} else if t != s {
+		return t.QueryNodes(ctx, req)
 	}
 	if err := validQuery(req.Query); err != nil {
 		return nil, err
@@ -383,8 +402,10 @@ func (s *Session) Screenshot(ctx context.Context, req page.ScreenshotRequest) ([
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	if err := s.checkContext(req.ContextID); err != nil {
+	if t, err := s.route(req.ContextID, req.NodeID); err != nil {
 		return nil, err
+	} else if t != s {
+		return t.Screenshot(ctx, req)
 	}
 	if req.FullPage && req.NodeID != "" {
 		return nil, fmt.Errorf("%w: give full_page or node_id, not both", page.ErrInvalidRequest)

@@ -134,6 +134,12 @@ func (s *Session) ExportState(ctx context.Context) (*page.StorageState, error) {
 		}
 	}
 	st.Contexts = append(st.Contexts, cst)
+	// The popups, which a restore counts out (ContextsSkipped): their URLs as last seen.
+	for _, t := range s.tabs()[1:] {
+		t.mu.Lock()
+		st.Contexts = append(st.Contexts, page.ContextState{ContextID: t.ctxID, URL: t.docs.url, EpochID: t.docs.epoch})
+		t.mu.Unlock()
+	}
 	return st, nil
 }
 
