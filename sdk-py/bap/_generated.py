@@ -434,6 +434,10 @@ class Approval(TypedDict):
     resolved_by: NotRequired[str]
     #: How the decision reached the server (present with `decision`).
     resolved_via: NotRequired["DecisionChannel"]
+    #: The workload (OAuth client) the current decision record came through (present with `decision`
+    #: on decisions recorded since the server records it); see
+    #: `ApprovalDecisionRecord.decided_workload`.
+    resolved_workload: NotRequired[str]
     #: A screenshot of the page taken when the request was held (`get_artifact`), so that the
     #: approver sees what the agent saw.
     screenshot_artifact_id: NotRequired[str]
@@ -472,6 +476,11 @@ class ApprovalDecisionRecord(TypedDict):
     decided_by: str
     #: How this record reached the server.
     decided_via: NotRequired["DecisionChannel"]
+    #: The workload (OAuth client) the decision came through, from its credential and never from a
+    #: request body: the client's id in the remote profile; in the local profile `local:socket` for
+    #: the Unix socket (the `bap` CLI), `cli_console_local` for the console and `admin:cli` for `bap
+    #: correct`. Absent only on records written before the server recorded it.
+    decided_workload: NotRequired[str]
     #: The decision, the same on every record of one approval.
     decision: "ApprovalDecision"
     #: Identifier of this record (unique on the server, increasing).
@@ -547,6 +556,9 @@ class ApprovalResolvedData(TypedDict):
     resolved_by: NotRequired[str]
     #: How the decision reached the server (with `decision`).
     resolved_via: NotRequired["DecisionChannel"]
+    #: The workload (OAuth client) the decision came through (with `decision`); see
+    #: `ApprovalDecisionRecord.decided_workload`.
+    resolved_workload: NotRequired[str]
     #: The state the approval left `pending` for.
     state: "ApprovalState"
     #: On a correction of the decision's record (cause `decision_corrected`): the `decision_id` of

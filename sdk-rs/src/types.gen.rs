@@ -506,6 +506,11 @@ pub struct Approval {
     /// How the decision reached the server (present with `decision`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_via: Option<DecisionChannel>,
+    /// The workload (OAuth client) the current decision record came through (present with
+    /// `decision` on decisions recorded since the server records it); see
+    /// `ApprovalDecisionRecord.decided_workload`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_workload: Option<String>,
     /// A screenshot of the page taken when the request was held (`get_artifact`), so that the
     /// approver sees what the agent saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -535,6 +540,7 @@ impl Approval {
             resolved_at: None,
             resolved_by: None,
             resolved_via: None,
+            resolved_workload: None,
             screenshot_artifact_id: None,
             state,
             task_id,
@@ -684,6 +690,12 @@ pub struct ApprovalDecisionRecord {
     /// How this record reached the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_via: Option<DecisionChannel>,
+    /// The workload (OAuth client) the decision came through, from its credential and never from a
+    /// request body: the client's id in the remote profile; in the local profile `local:socket` for
+    /// the Unix socket (the `bap` CLI), `cli_console_local` for the console and `admin:cli` for
+    /// `bap correct`. Absent only on records written before the server recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_workload: Option<String>,
     /// The decision, the same on every record of one approval.
     pub decision: ApprovalDecision,
     /// Identifier of this record (unique on the server, increasing).
@@ -703,6 +715,7 @@ impl ApprovalDecisionRecord {
             decided_at,
             decided_by,
             decided_via: None,
+            decided_workload: None,
             decision,
             decision_id,
             reason: None,
@@ -848,6 +861,10 @@ pub struct ApprovalResolvedData {
     /// How the decision reached the server (with `decision`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_via: Option<DecisionChannel>,
+    /// The workload (OAuth client) the decision came through (with `decision`); see
+    /// `ApprovalDecisionRecord.decided_workload`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_workload: Option<String>,
     /// The state the approval left `pending` for.
     pub state: ApprovalState,
     /// On a correction of the decision's record (cause `decision_corrected`): the `decision_id` of
@@ -865,6 +882,7 @@ impl ApprovalResolvedData {
             decision: None,
             resolved_by: None,
             resolved_via: None,
+            resolved_workload: None,
             state,
             supersedes: None,
         }

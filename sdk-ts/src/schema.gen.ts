@@ -969,6 +969,8 @@ export interface components {
             resolved_by?: string;
             /** @description How the decision reached the server (present with `decision`). */
             resolved_via?: components["schemas"]["DecisionChannel"];
+            /** @description The workload (OAuth client) the current decision record came through (present with `decision` on decisions recorded since the server records it); see `ApprovalDecisionRecord.decided_workload`. */
+            resolved_workload?: string;
             /**
              * @description A screenshot of the page taken when the request was held (`get_artifact`), so that the approver sees what the agent saw.
              * @example art_5nM7pQ9rS1tU
@@ -1001,6 +1003,7 @@ export interface components {
          *       "decided_at": "2026-11-20T09:16:00Z",
          *       "decided_by": "operator:local",
          *       "decided_via": "socket",
+         *       "decided_workload": "local:socket",
          *       "decision": "approve",
          *       "decision_id": 7,
          *       "reason": "order checked"
@@ -1016,6 +1019,8 @@ export interface components {
             decided_by: string;
             /** @description How this record reached the server. */
             decided_via?: components["schemas"]["DecisionChannel"];
+            /** @description The workload (OAuth client) the decision came through, from its credential and never from a request body: the client's id in the remote profile; in the local profile `local:socket` for the Unix socket (the `bap` CLI), `cli_console_local` for the console and `admin:cli` for `bap correct`. Absent only on records written before the server recorded it. */
+            decided_workload?: string;
             /** @description The decision, the same on every record of one approval. */
             decision: components["schemas"]["ApprovalDecision"];
             /** @description Identifier of this record (unique on the server, increasing). */
@@ -1119,6 +1124,7 @@ export interface components {
          *       "decision": "approve",
          *       "resolved_by": "operator:local",
          *       "resolved_via": "socket",
+         *       "resolved_workload": "local:socket",
          *       "state": "approved"
          *     }
          * @example {
@@ -1143,6 +1149,8 @@ export interface components {
             resolved_by?: string;
             /** @description How the decision reached the server (with `decision`). */
             resolved_via?: components["schemas"]["DecisionChannel"];
+            /** @description The workload (OAuth client) the decision came through (with `decision`); see `ApprovalDecisionRecord.decided_workload`. */
+            resolved_workload?: string;
             /** @description The state the approval left `pending` for. */
             state: components["schemas"]["ApprovalState"];
             /** @description On a correction of the decision's record (cause `decision_corrected`): the `decision_id` of the record it supersedes (see the approval's `decisions`). */

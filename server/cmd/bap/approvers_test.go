@@ -164,7 +164,8 @@ func TestLocalApproversOverTheSocket(t *testing.T) {
 	var res map[string]any
 	_ = json.Unmarshal([]byte(out), &res)
 	if !ok || field(res, "approval", "state") != "approved" || field(res, "approval", "resolved_by") != "operator:local" ||
-		field(res, "approval", "resolved_via") != "socket" || field(res, "action_receipt", "outcome") != "applied" || site.orders.Load() != 1 {
+		field(res, "approval", "resolved_via") != "socket" || field(res, "approval", "resolved_workload") != "local:socket" ||
+		field(res, "action_receipt", "outcome") != "applied" || site.orders.Load() != 1 {
 		t.Fatalf("bap approvals approve: %v %q %s (orders %d)", ok, out, errOut, site.orders.Load())
 	}
 	if _, errOut, ok := approvalsCLI(t, bin, dir, "approve", apr); ok || !strings.Contains(errOut, "approval_not_pending") || site.orders.Load() != 1 {
@@ -268,7 +269,8 @@ func TestRemoteApproversAreSeparate(t *testing.T) {
 	}
 	for _, id := range []string{apr, apr2} {
 		st, body, _ := call(t, "POST", base+"/bap/v1/approvals/"+id+"/resolve", reviewTok, `{"decision":"approve"}`)
-		if st != 200 || field(body, "approval", "resolved_by") != "client:"+reviewer["client_id"].(string) || field(body, "approval", "resolved_via") != "api" {
+		if st != 200 || field(body, "approval", "resolved_by") != "client:"+reviewer["client_id"].(string) || field(body, "approval", "resolved_via") != "api" ||
+			field(body, "approval", "resolved_workload") != reviewer["client_id"] {
 			t.Fatalf("the reviewer resolving %s: %d %v", id, st, body)
 		}
 	}

@@ -339,7 +339,8 @@ func TestConsoleLocalProfile(t *testing.T) {
 	b.do(map[string]any{"op": "click", "loc": map[string]any{"role": "button", "name": "Approve", "within": card}})
 	b.do(map[string]any{"op": "wait", "loc": map[string]any{"css": card + " .result.ok", "hasText": "Approved"}})
 	a := approvalOf(t, r.socket, apr)
-	if site.orders.Load() != 1 || a["state"] != "approved" || a["resolved_by"] != "operator:local" || a["resolution_reason"] != "checked: one blue mug" {
+	if site.orders.Load() != 1 || a["state"] != "approved" || a["resolved_by"] != "operator:local" || a["resolution_reason"] != "checked: one blue mug" ||
+		a["resolved_workload"] != "cli_console_local" {
 		t.Fatalf("after Approve: orders %d, %v", site.orders.Load(), a)
 	}
 
@@ -520,7 +521,7 @@ func TestConsoleRemoteProfile(t *testing.T) {
 	reviewer := admin(t, bin, dir, "", "client", "create", "--tenant", "acme", "--name", "auditor", "--scopes", "bap:approvals.resolve")
 	st, list, _ := call(t, "GET", base+"/bap/v1/approvals?state=approved", accessToken(t, base, reviewer), "")
 	as, _ := list["approvals"].([]any)
-	if st != 200 || len(as) != 1 || as[0].(map[string]any)["resolved_by"] != subject {
+	if st != 200 || len(as) != 1 || as[0].(map[string]any)["resolved_by"] != subject || as[0].(map[string]any)["resolved_workload"] != "cli_console_acme" {
 		t.Fatalf("the decision does not record the signed-in person %s: %d %v", subject, st, list)
 	}
 }

@@ -12,7 +12,8 @@ import (
 type Principal struct {
 	Actor  app.Actor
 	Scopes map[string]bool
-	// ClientID is the OAuth client (workload) the credential was issued to; empty in the local profile.
+	// ClientID is the workload: the OAuth client the credential was issued to, or in the local
+	// profile the listener reached (app.WorkloadLocalSocket, app.WorkloadLocalAgent; ADR 0031).
 	ClientID string
 	// Via is how the request reached the server (app.ViaSocket, app.ViaAPI, app.ViaMCP,
 	// app.ViaElicitation; "" is app.ViaAPI). Set by authenticators and in-process callers only,
@@ -85,11 +86,11 @@ func (Local) Authenticate(r *http.Request) (Principal, error) {
 		scopes[s] = true
 	}
 	if fromSocket(r.Context()) {
-		return Principal{Actor: app.Actor{Tenant: "local", Subject: LocalOperator}, Scopes: scopes, Via: app.ViaSocket}, nil
+		return Principal{Actor: app.Actor{Tenant: "local", Subject: LocalOperator}, Scopes: scopes, ClientID: app.WorkloadLocalSocket, Via: app.ViaSocket}, nil
 	}
 	delete(scopes, ResolveScope)
 	delete(scopes, SecretsWriteScope)
-	return Principal{Actor: app.Actor{Tenant: "local", Subject: LocalAgent}, Scopes: scopes, Via: app.ViaAPI}, nil
+	return Principal{Actor: app.Actor{Tenant: "local", Subject: LocalAgent}, Scopes: scopes, ClientID: app.WorkloadLocalAgent, Via: app.ViaAPI}, nil
 }
 
 // scopeDetail is the detail of a 403 insufficient_scope for p lacking scope.

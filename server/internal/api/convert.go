@@ -150,6 +150,9 @@ func toApproval(a *app.Approval) apigen.Approval {
 	if d := a.Decision; d != nil {
 		out.Decision = ptr(apigen.ApprovalDecision(d.Decision))
 		out.ResolvedBy = ptr(d.DecidedBy)
+		if d.Workload != "" {
+			out.ResolvedWorkload = ptr(d.Workload)
+		}
 		if d.Via != "" {
 			out.ResolvedVia = ptr(apigen.DecisionChannel(d.Via))
 		}
@@ -187,6 +190,9 @@ func toDecisions(in []app.Decision) []apigen.ApprovalDecisionRecord {
 	out := make([]apigen.ApprovalDecisionRecord, 0, len(in))
 	for _, d := range in {
 		r := apigen.ApprovalDecisionRecord{DecisionId: int(d.ID), Decision: apigen.ApprovalDecision(d.Decision), DecidedBy: d.DecidedBy, DecidedAt: d.DecidedAt}
+		if d.Workload != "" {
+			r.DecidedWorkload = ptr(d.Workload)
+		}
 		if d.Via != "" {
 			r.DecidedVia = ptr(apigen.DecisionChannel(d.Via))
 		}

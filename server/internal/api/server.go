@@ -254,7 +254,7 @@ func (s *server) refused(r *http.Request, op *operation, p Principal, reason str
 
 // decided records the request's authorization in the audit trail (when one is configured): the
 // authenticated principal (actor, workload, tenant, channel) and what the route names (task,
-// session), never anything of the body. The policy's own decisions are recorded by the commands
+// session, approval; the writer adds a session's or approval's task), never anything of the body. The policy's own decisions are recorded by the commands
 // that take them (app/decisions.go).
 func (s *server) decided(r *http.Request, op *operation, p Principal, outcome, reason string) {
 	if s.audit == nil {
@@ -267,31 +267,29 @@ func (s *server) decided(r *http.Request, op *operation, p Principal, outcome, r
 	s.audit.RecordAuthDecision(r.Context(), app.AuthDecision{
 		Time: time.Now(), Tenant: p.Actor.Tenant, Subject: p.Actor.Subject, ClientID: p.ClientID,
 		Operation: op.ID, TaskID: taskIDOf(r.URL.Path), Scope: op.Scope, Outcome: outcome, Reason: reason,
-		Point: app.PointRequest, Via: via, SessionID: sessionIDOf(r.URL.Path),
+		Point: app.PointRequest, Via: via, SessionID: sessionIDOf(r.URL.Path), ApprovalID: approvalIDOf(r.URL.Path),
 	})
 }
 
+// approvalIDOf returns the approval id of a /bap/v1/approvals/{approval_id}… path: the audit
+// writer records the approval's task with it, tenant-scoped (a route that names no task).
+func approvalIDOf(path string) string { return routeID(path, "/bap/v1/approvals/", "apr_") }
+
 // sessionIDOf returns the session id of a /bap/v1/browser-sessions/{session_id}… path.
-func sessionIDOf(path string) string {
-	rest, ok := strings.CutPrefix(path, "/bap/v1/browser-sessions/")
-	if !ok {
-		return ""
-	}
-	id, _, _ := strings.Cut(rest, "/")
-	if len(id) > 80 || !strings.HasPrefix(id, "bs_") {
-		return ""
-	}
-	return id
-}
+func sessionIDOf(path string) string { return routeID(path, "/bap/v1/browser-sessions/", "bs_") }
 
 // taskIDOf returns the task id of a /bap/v1/tasks/{task_id}… path (the router has not run yet).
-func taskIDOf(path string) string {
-	rest, ok := strings.CutPrefix(path, "/bap/v1/tasks/")
+func taskIDOf(path string) string { return routeID(path, "/bap/v1/tasks/", "tsk_") }
+
+// routeID returns the path segment after route when it looks like an id of kind (its prefix);
+// "" otherwise.
+func routeID(path, route, kind string) string {
+	rest, ok := strings.CutPrefix(path, route)
 	if !ok {
 		return ""
 	}
 	id, _, _ := strings.Cut(rest, "/")
-	if len(id) > 80 || !strings.HasPrefix(id, "tsk_") {
+	if len(id) > 80 || !strings.HasPrefix(id, kind) {
 		return ""
 	}
 	return id

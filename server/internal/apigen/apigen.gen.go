@@ -1524,6 +1524,9 @@ type Approval struct {
 	// ResolvedVia How the decision reached the server (present with `decision`).
 	ResolvedVia *DecisionChannel `json:"resolved_via,omitempty"`
 
+	// ResolvedWorkload The workload (OAuth client) the current decision record came through (present with `decision` on decisions recorded since the server records it); see `ApprovalDecisionRecord.decided_workload`.
+	ResolvedWorkload *string `json:"resolved_workload,omitempty"`
+
 	// ScreenshotArtifactId A screenshot of the page taken when the request was held (`get_artifact`), so that the approver sees what the agent saw.
 	//
 	// Examples: art_5nM7pQ9rS1tU
@@ -1546,7 +1549,7 @@ type ApprovalDecision string
 
 // ApprovalDecisionRecord One record of an approval's decision: the approver's, or an operator's correction of the one it supersedes. Records are never changed, and a correction keeps the decision (what it caused stands: an approved action ran, a denied one never will) and corrects who answers for it and why.
 //
-// Examples: {"decided_at":"2026-11-20T09:16:00Z","decided_by":"operator:local","decided_via":"socket","decision":"approve","decision_id":7,"reason":"order checked"}
+// Examples: {"decided_at":"2026-11-20T09:16:00Z","decided_by":"operator:local","decided_via":"socket","decided_workload":"local:socket","decision":"approve","decision_id":7,"reason":"order checked"}
 type ApprovalDecisionRecord struct {
 	// DecidedAt When it was recorded (RFC 3339, UTC).
 	DecidedAt time.Time `json:"decided_at"`
@@ -1556,6 +1559,9 @@ type ApprovalDecisionRecord struct {
 
 	// DecidedVia How this record reached the server.
 	DecidedVia *DecisionChannel `json:"decided_via,omitempty"`
+
+	// DecidedWorkload The workload (OAuth client) the decision came through, from its credential and never from a request body: the client's id in the remote profile; in the local profile `local:socket` for the Unix socket (the `bap` CLI), `cli_console_local` for the console and `admin:cli` for `bap correct`. Absent only on records written before the server recorded it.
+	DecidedWorkload *string `json:"decided_workload,omitempty"`
 
 	// Decision The decision, the same on every record of one approval.
 	Decision ApprovalDecision `json:"decision"`
@@ -1655,7 +1661,7 @@ type ApprovalRequestedEvent struct {
 
 // ApprovalResolvedData `data` of a `approval.resolved` event: an approval left `pending` (approved, denied, cancelled or expired). An approval that expired (its `expires_at` passed, checked by the server's upkeep even when nobody calls) has state `expired` and no decision.
 //
-// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"operator:local","resolved_via":"socket","state":"approved"}, {"approval_id":"apr_3gH5jK7lM9nP","state":"expired"}
+// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"operator:local","resolved_via":"socket","resolved_workload":"local:socket","state":"approved"}, {"approval_id":"apr_3gH5jK7lM9nP","state":"expired"}
 type ApprovalResolvedData struct {
 	// ActionReceiptId Receipt of the held action that ran.
 	//
@@ -1675,6 +1681,9 @@ type ApprovalResolvedData struct {
 
 	// ResolvedVia How the decision reached the server (with `decision`).
 	ResolvedVia *DecisionChannel `json:"resolved_via,omitempty"`
+
+	// ResolvedWorkload The workload (OAuth client) the decision came through (with `decision`); see `ApprovalDecisionRecord.decided_workload`.
+	ResolvedWorkload *string `json:"resolved_workload,omitempty"`
 
 	// State The state the approval left `pending` for.
 	State ApprovalState `json:"state"`
@@ -1700,7 +1709,7 @@ type ApprovalResolvedEvent struct {
 
 	// Data What the `approval.resolved` event records.
 	//
-	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"operator:local","resolved_via":"socket","state":"approved"}, {"approval_id":"apr_3gH5jK7lM9nP","state":"expired"}
+	// Examples: {"approval_id":"apr_3gH5jK7lM9nP","decision":"approve","resolved_by":"operator:local","resolved_via":"socket","resolved_workload":"local:socket","state":"approved"}, {"approval_id":"apr_3gH5jK7lM9nP","state":"expired"}
 	Data ApprovalResolvedData `json:"data"`
 
 	// EventId Event identifier.

@@ -43,6 +43,20 @@ const (
 	ViaElicitation = "elicitation"
 )
 
+// The workloads of callers without an OAuth client (ADR 0031). In the local profile reaching a
+// listener is the credential, so the listener names the workload as the OAuth client does in the
+// remote profile (the console's is its client, console.ClientID); the admin CLI works on the
+// database itself. Each belongs to one subject, so separation of duties decides as before.
+const (
+	// WorkloadLocalSocket is a process of the operator's OS user on the local profile's Unix
+	// socket (the bap CLI).
+	WorkloadLocalSocket = "local:socket"
+	// WorkloadLocalAgent is a caller on the local profile's TCP loopback: the HTTP API and /mcp.
+	WorkloadLocalAgent = "local:agent"
+	// WorkloadAdminCLI is the operator's admin CLI on the database (bap correct).
+	WorkloadAdminCLI = "admin:cli"
+)
+
 // ApprovalResult is the result of request_approval and resolve_approval. ActionReceipt is the
 // receipt of a held action that an approval released (none until browser actions can be held).
 type ApprovalResult struct {
@@ -208,15 +222,19 @@ func (c *commandCtx) decide(ctx context.Context, call Call, approvalID, decision
 	a.State = next
 	closed := c.now
 	a.ClosedAt = &closed
-	a.Decision = &Decision{Decision: decision, DecidedBy: call.Actor.Subject, Via: via, Reason: reason, DecidedAt: c.now}
+	a.Decision = &Decision{Decision: decision, DecidedBy: call.Actor.Subject, Workload: call.ClientID, Via: via, Reason: reason, DecidedAt: c.now}
 	if err := c.tx.CloseApproval(ctx, a, c.cmd.ID); err != nil {
 		return nil, fmt.Errorf("closing approval: %w", err)
 	}
-	if err := c.emit(ctx, c.t, "approval.resolved", "resolve_approval", map[string]any{
+	data := map[string]any{
 		"approval_id": a.ID, "state": string(a.State), "decision": decision,
 		"resolved_by": call.Actor.Subject, "resolved_via": via,
 		"decided_by": call.Actor.Subject, // the name before resolved_by; kept for existing readers
-	}); err != nil {
+	}
+	if call.ClientID != "" {
+		data["resolved_workload"] = call.ClientID // always, for a decision the database accepts (0021)
+	}
+	if err := c.emit(ctx, c.t, "approval.resolved", "resolve_approval", data); err != nil {
 		return nil, err
 	}
 	return a, c.resumeIfNonePending(ctx, "resolve_approval")

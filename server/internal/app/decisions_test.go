@@ -41,7 +41,7 @@ func TestDecisionsBindThePrincipalTaskAndPolicy(t *testing.T) {
 	if ra.problem == nil || ra.problem.Code != app.CodeApproverNotPermitted {
 		t.Fatalf("self-approval: %+v", ra.problem)
 	}
-	if _, err := b.svc.ResolveApproval(ctx, as(b.call(t, "resolve_approval", []string{apr}, "approve"), b.actor, "", app.ViaSocket), apr, "approve", "", &recorder[*app.ApprovalResult]{}); err != nil {
+	if _, err := b.svc.ResolveApproval(ctx, as(b.call(t, "resolve_approval", []string{apr}, "approve"), b.actor, app.WorkloadLocalSocket, app.ViaSocket), apr, "approve", "", &recorder[*app.ApprovalResult]{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -51,7 +51,7 @@ func TestDecisionsBindThePrincipalTaskAndPolicy(t *testing.T) {
 	}
 	type want struct{ point, outcome, reason, actor, workload, via, approvalState string }
 	wants := []want{ // newest first
-		{app.PointApprovalResolution, app.AuthAllowed, "", "operator:local", "", app.ViaSocket, "approved"},
+		{app.PointApprovalResolution, app.AuthAllowed, "", "operator:local", app.WorkloadLocalSocket, app.ViaSocket, "approved"},
 		{app.PointApprovalResolution, app.AuthRefused, "approver_not_permitted", "agent:local", "client_ci", app.ViaMCP, "pending"},
 		{app.PointApprovalRule, app.AuthHeld, "approval_required", "agent:local", "client_ci", app.ViaMCP, "pending"},
 		{app.PointAdmission, app.AuthAllowed, "admitted", "agent:local", "client_ci", app.ViaMCP, "none"},

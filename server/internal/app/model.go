@@ -141,6 +141,9 @@ type Approval struct {
 type Decision struct {
 	Decision  string // "approve" or "deny"
 	DecidedBy string
+	// Workload is the OAuth client (or local listener, ADR 0031) the decision came through ("" only
+	// on records written before migration 0021).
+	Workload string
 	// Via is how the decision reached the server (ViaSocket, ViaAPI, ViaMCP, ViaElicitation).
 	Via       string
 	Reason    string

@@ -140,7 +140,8 @@ func NewService(store Store, cfg Config) (*Service, error) {
 // Call is one mutating request as a transport received it, after authentication and validation.
 type Call struct {
 	Actor Actor
-	// ClientID is the OAuth client the caller's credential was issued to ("" without one).
+	// ClientID is the caller's workload: the OAuth client its credential was issued to, or the
+	// local profile's listener (WorkloadLocalSocket, WorkloadLocalAgent); "" for a task's worker.
 	ClientID string
 	// Via is how the call reached the server (ViaSocket, ViaAPI, ViaMCP, ViaElicitation; "" is
 	// ViaAPI); a decision records it.

@@ -65,7 +65,8 @@ func (b *bundle) call(t *testing.T, op string, target []string, body any, key ..
 	if len(key) > 0 {
 		k = key[0]
 	}
-	return app.Call{Actor: b.actor, Operation: op, IdempotencyKey: k, Fingerprint: fp}
+	// The operator on the local socket, named by its workload as the local transport names it.
+	return app.Call{Actor: b.actor, ClientID: app.WorkloadLocalSocket, Operation: op, IdempotencyKey: k, Fingerprint: fp}
 }
 
 // recorder is a Responder of R that keeps the Go result and encodes a small JSON summary.
@@ -306,7 +307,7 @@ func TestApprovals(t *testing.T) {
 	request := func() *app.Approval {
 		r := &recorder[*app.ApprovalResult]{}
 		call := b.call(t, "request_approval", []string{tk.ID}, "why")
-		call.Actor.Subject = "agent:local" // the operator (b.actor) resolves: separation of duties
+		call.Actor.Subject, call.ClientID = "agent:local", app.WorkloadLocalAgent // the operator (b.actor) resolves: separation of duties
 		if _, err := b.svc.RequestApproval(ctx, call, tk.ID, "why", r); err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +367,7 @@ func TestApprovalExpiry(t *testing.T) {
 	request := func() *app.Approval {
 		r := &recorder[*app.ApprovalResult]{}
 		call := b.call(t, "request_approval", []string{tk.ID}, "why")
-		call.Actor.Subject = "agent:local"
+		call.Actor.Subject, call.ClientID = "agent:local", app.WorkloadLocalAgent
 		if _, err := b.svc.RequestApproval(ctx, call, tk.ID, "why", r); err != nil {
 			t.Fatal(err)
 		}

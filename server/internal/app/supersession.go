@@ -103,14 +103,15 @@ func (s *Service) CorrectApprovalDecision(ctx context.Context, operator Actor, a
 			return Errorf(CodeApprovalNotPending, "approval %s is %s and has no decision to correct", a.ID, a.State)
 		}
 		c := &commandCtx{s: s, tx: tx, cmd: &Command{Actor: operator.Subject, Tenant: t.Tenant, Operation: "correct_decision"}, t: t, now: s.cfg.Now()}
-		d := Decision{Decision: a.Decision.Decision, DecidedBy: operator.Subject, Via: ViaSocket, Reason: reason,
+		// bap correct is the one caller: the operator's admin CLI on the database.
+		d := Decision{Decision: a.Decision.Decision, DecidedBy: operator.Subject, Workload: WorkloadAdminCLI, Via: ViaSocket, Reason: reason,
 			DecidedAt: c.now, Supersedes: a.Decision.ID}
 		if err := tx.CorrectApprovalDecision(ctx, a, d); err != nil {
 			return err
 		}
 		if err := c.emit(ctx, t, "approval.resolved", "decision_corrected", map[string]any{
 			"approval_id": a.ID, "state": string(a.State), "decision": d.Decision, "resolved_by": operator.Subject,
-			"resolved_via": ViaSocket, "supersedes": d.Supersedes,
+			"resolved_via": ViaSocket, "resolved_workload": d.Workload, "supersedes": d.Supersedes,
 		}); err != nil {
 			return err
 		}

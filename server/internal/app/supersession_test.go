@@ -65,7 +65,7 @@ func TestCorrectionsSupersedeTheCurrentRecord(t *testing.T) {
 	t.Run("approval decision", func(t *testing.T) {
 		tk := b.create(t, app.CreateTaskInput{})
 		call := b.call(t, "request_approval", []string{tk.ID}, "why")
-		call.Actor.Subject = "agent:local"
+		call.Actor.Subject, call.ClientID = "agent:local", app.WorkloadLocalAgent
 		r := &recorder[*app.ApprovalResult]{}
 		if _, err := b.svc.RequestApproval(ctx, call, tk.ID, "why", r); err != nil {
 			t.Fatal(err)

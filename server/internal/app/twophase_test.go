@@ -225,7 +225,7 @@ func TestApprovalResolvedWithAReconciliationOpen(t *testing.T) {
 		t.Fatal("phase 3 was meant to fail")
 	}
 	req := b.call(t, "request_approval", []string{tk.ID}, "why")
-	req.Actor.Subject = "agent:local" // the operator (b.actor) resolves: separation of duties
+	req.Actor.Subject, req.ClientID = "agent:local", app.WorkloadLocalAgent // the operator (b.actor) resolves: separation of duties
 	r := &recorder[*app.ApprovalResult]{}
 	if _, err := b.svc.RequestApproval(ctx, req, tk.ID, "why", r); err != nil {
 		t.Fatal(err)

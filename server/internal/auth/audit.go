@@ -136,12 +136,22 @@ func (a *Audit) flush(ctx context.Context, batch []app.AuthDecision) []app.AuthD
 		if point == "" {
 			point = app.PointRequest
 		}
-		b.Queue(`INSERT INTO auth_decision (occurred_at, tenant_id, subject, client_id, operation, task_id, scope, outcome, reason,
-			decision_point, via, session_id)
-			VALUES ($1, (SELECT tenant_id FROM tenant_account WHERE tenant_id = $2), $3, $4, $5, $6, $7, $8, left($9, 200), $10, $11,
-				CASE WHEN $12::text ~ '^bs_[A-Za-z0-9_-]{1,64}$' THEN $12::text END)`,
+		// A route that names a session or an approval, not a task (/browser-sessions/{id}…,
+		// /approvals/{id}…), is bound to the task that session or approval belongs to, in the
+		// caller's tenant only: an id of another tenant's binds nothing.
+		b.Queue(`WITH ids AS (SELECT
+				CASE WHEN $12::text ~ '^bs_[A-Za-z0-9_-]{1,64}$' THEN $12::text END AS session_id,
+				CASE WHEN $13::text ~ '^apr_[A-Za-z0-9_-]{1,64}$' THEN $13::text END AS approval_id)
+			INSERT INTO auth_decision (occurred_at, tenant_id, subject, client_id, operation, task_id, scope, outcome, reason,
+				decision_point, via, session_id, approval_id)
+			SELECT $1, (SELECT tenant_id FROM tenant_account WHERE tenant_id = $2), $3, $4, $5,
+				coalesce($6::text,
+					(SELECT s.task_id FROM browser_session s WHERE s.session_id = ids.session_id AND s.tenant_id = $2),
+					(SELECT a.task_id FROM approval_request a WHERE a.approval_id = ids.approval_id AND a.tenant_id = $2)),
+				$7, $8, left($9, 200), $10, $11, ids.session_id, ids.approval_id
+			FROM ids`,
 			d.Time, d.Tenant, d.Subject, d.ClientID, d.Operation, nullIfEmpty(d.TaskID), d.Scope, d.Outcome, d.Reason,
-			point, nullIfEmpty(d.Via), d.SessionID)
+			point, nullIfEmpty(d.Via), d.SessionID, d.ApprovalID)
 	}
 	if err := a.pool.SendBatch(ctx, &b).Close(); err != nil {
 		a.log.Warn("writing the audit trail failed", "decisions", len(batch), "err", err)

@@ -56,7 +56,8 @@ func (a Authenticator) Authenticate(r *http.Request) (api.Principal, error) {
 			for _, s := range Scopes {
 				scopes[s] = true
 			}
-			return api.Principal{Actor: sess.Actor, Scopes: scopes, Via: app.ViaSocket}, nil
+			// Its workload is the console's client, as a person's token names it in the remote profile.
+			return api.Principal{Actor: sess.Actor, Scopes: scopes, ClientID: ClientID(sess.Actor.Tenant), Via: app.ViaSocket}, nil
 		}
 	}
 	return a.Next.Authenticate(r)

@@ -78,10 +78,12 @@ func TestReadsShowTheCurrentRecordAndItsChain(t *testing.T) {
 	s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events", "", nil)
 }
 
-// Request-level authorization is recorded in the local profile too (issue #23 item 6, ADR 0021):
-// the agent on TCP that tries to resolve an approval leaves a refused decision bound to its actor,
-// channel, tenant and operation — none taken from the body, which claims to be someone else — and
-// the operator's resolution on the socket an allowed one.
+// Request-level authorization is recorded in the local profile too (issue #23 item 6, ADR 0021,
+// ADR 0031): the agent on TCP that tries to resolve an approval leaves a refused decision bound to
+// its actor, workload, channel, tenant and operation — none taken from the body, which claims to be
+// someone else — and the operator's resolution on the socket an allowed one. A route that names an
+// approval, not a task (/approvals/{id}/resolve), is bound to the approval's task; and the
+// approval's own decision record names the deciding workload, in the database and on the wire.
 func TestLocalRequestDecisionsAreRecorded(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
@@ -89,12 +91,19 @@ func TestLocalRequestDecisionsAreRecorded(t *testing.T) {
 	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "local-dec-task", map[string]any{
 		"goal": "decisions of the local profile", "policy": map[string]any{"allowed_origins": []string{"https://shop.example.com"}},
 	}).str("task", "task_id")
+	// A route that names a session, not a task: its decision is bound to the session's task.
+	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "local-dec-session", map[string]any{}).str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/close", "local-dec-close", map[string]any{})
 	apr := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/approvals", "local-dec-approval", map[string]any{"reason": "check"}).str("approval", "approval_id")
-	forged := map[string]any{"decision": "approve", "actor": "operator:local", "tenant": "other", "client_id": "forged", "via": "socket"}
+	forged := map[string]any{"decision": "approve", "actor": "operator:local", "tenant": "other", "client_id": "forged", "via": "socket",
+		"task_id": "tsk_forged", "workload": "forged"}
 	if r := s.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "local-dec-agent", forged); r.status != 403 || r.str("code") != "insufficient_scope" {
 		t.Fatalf("the agent resolving an approval: %d %s, want 403 insufficient_scope", r.status, r.raw)
 	}
-	s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "local-dec-operator", map[string]any{"decision": "approve"})
+	resolved := s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "local-dec-operator", map[string]any{"decision": "approve"})
+	if w := resolved.str("approval", "resolved_workload"); w != app.WorkloadLocalSocket {
+		t.Errorf("resolve_approval's approval: resolved_workload %q, want %q (%s)", w, app.WorkloadLocalSocket, resolved.raw)
+	}
 	s.audit.Flush(ctx)
 
 	all, err := s.svc.ListDecisions(ctx, app.DecisionFilter{Tenant: "local"})
@@ -109,25 +118,52 @@ func TestLocalRequestDecisionsAreRecorded(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		want   key
-		reason string
-		task   string
+		want     key
+		reason   string
+		workload string
+		task     string
+		approval string
 	}{
-		{key{"create_task", app.AuthAllowed, "agent:local", app.ViaAPI}, "", ""},
-		{key{"request_approval", app.AuthAllowed, "agent:local", app.ViaAPI}, "", taskID},
-		{key{"resolve_approval", app.AuthRefused, "agent:local", app.ViaAPI}, "insufficient_scope", ""},
-		{key{"resolve_approval", app.AuthAllowed, "operator:local", app.ViaSocket}, "", ""},
+		{key{"create_task", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, "", ""},
+		{key{"request_approval", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, taskID, ""},
+		{key{"close_browser_session", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, taskID, ""},
+		{key{"resolve_approval", app.AuthRefused, "agent:local", app.ViaAPI}, "insufficient_scope", app.WorkloadLocalAgent, taskID, apr},
+		{key{"resolve_approval", app.AuthAllowed, "operator:local", app.ViaSocket}, "", app.WorkloadLocalSocket, taskID, apr},
 	} {
 		d, ok := got[c.want]
 		switch {
 		case !ok:
 			t.Errorf("no request decision %+v among %+v", c.want, all)
-		case d.Tenant != "local" || d.Workload != "" || d.Reason != c.reason || d.TaskID != c.task || d.ApprovalState != "none":
-			t.Errorf("request decision %+v: tenant %q workload %q reason %q task %q approval state %q; want local, none, %q, %q, none",
-				c.want, d.Tenant, d.Workload, d.Reason, d.TaskID, d.ApprovalState, c.reason, c.task)
+		case d.Tenant != "local" || d.Workload != c.workload || d.Reason != c.reason || d.TaskID != c.task || d.ApprovalID != c.approval ||
+			d.ApprovalState != "none":
+			t.Errorf("request decision %+v: tenant %q workload %q reason %q task %q approval %q state %q; want local, %q, %q, %q, %q, none",
+				c.want, d.Tenant, d.Workload, d.Reason, d.TaskID, d.ApprovalID, d.ApprovalState, c.workload, c.reason, c.task, c.approval)
+		case c.task != "" && d.Purpose != "decisions of the local profile":
+			t.Errorf("request decision %+v is not bound to its task's purpose: %+v", c.want, d)
 		}
 	}
 	if _, forgedOne := got[key{"resolve_approval", app.AuthAllowed, "agent:local", app.ViaSocket}]; forgedOne {
 		t.Fatal("a decision took its channel from the request body")
+	}
+	// The approval's decision record: who decided (person and workload), in the database and in
+	// get_approval's decisions; its task is the approval's.
+	var by, client, task string
+	if err := s.db.QueryRow(ctx, `SELECT d.decided_by, coalesce(d.decided_client, ''), a.task_id FROM approval_decision d
+		JOIN approval_request a USING (approval_id) WHERE d.approval_id = $1`, apr).Scan(&by, &client, &task); err != nil {
+		t.Fatal(err)
+	}
+	if by != "operator:local" || client != app.WorkloadLocalSocket || task != taskID {
+		t.Errorf("approval_decision: decided_by %q, decided_client %q, task %q; want operator:local, %q, %q", by, client, task, app.WorkloadLocalSocket, taskID)
+	}
+	got1 := s.operator().must(t, 200, "GET", "/bap/v1/approvals?state=approved", "", nil)
+	approvals, _ := got1.body["approvals"].([]any)
+	if len(approvals) != 1 {
+		t.Fatalf("list_approvals: %s", got1.raw)
+	}
+	a := approvals[0].(map[string]any)
+	decisions, _ := a["decisions"].([]any)
+	if a["resolved_workload"] != app.WorkloadLocalSocket || len(decisions) != 1 ||
+		decisions[0].(map[string]any)["decided_workload"] != app.WorkloadLocalSocket || a["task_id"] != taskID {
+		t.Errorf("the approval as the API returns it does not name the deciding workload and task: %v", a)
 	}
 }

@@ -12,7 +12,8 @@ import (
 type Caller struct {
 	Actor  app.Actor
 	Scopes map[string]bool
-	// ClientID is the OAuth client the credential was issued to; empty in the local profile.
+	// ClientID is the workload: the OAuth client the credential was issued to, or the local
+	// profile's listener (app.WorkloadLocalAgent).
 	ClientID string
 }
 

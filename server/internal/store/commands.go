@@ -182,19 +182,19 @@ const approvalColumns = `a.tenant_id, a.approval_id, a.task_id, a.command_id, a.
 	a.requested_by, coalesce(a.requested_client, ''), coalesce(a.on_behalf_of, ''), coalesce(a.on_behalf_client, ''),
 	a.requested_at, a.expires_at, a.channel, coalesce(a.held_method, ''), coalesce(a.held_url, ''),
 	coalesce(a.screenshot_artifact_id, ''), a.closed_at, d.decision, d.decided_by, d.channel, d.reason, d.decided_at,
-	a.action_digest`
+	a.action_digest, d.decided_client`
 
 const approvalFrom = ` FROM approval_request a LEFT JOIN approval_decision_current d ON d.approval_id = a.approval_id`
 
 func scanApproval(row pgx.Row) (*app.Approval, error) {
 	var a app.Approval
 	var state string
-	var decision, decidedBy, via, reason *string
+	var decision, decidedBy, via, reason, workload *string
 	var decidedAt *time.Time
 	if err := row.Scan(&a.Tenant, &a.ID, &a.TaskID, &a.CommandID, &state, &a.Reason, &a.Effect,
 		&a.RequestedBy, &a.RequestedClient, &a.OnBehalfOf, &a.OnBehalfClient,
 		&a.RequestedAt, &a.ExpiresAt, &a.Channel, &a.HeldMethod, &a.HeldURL, &a.ScreenshotArtifactID, &a.ClosedAt, &decision, &decidedBy, &via, &reason, &decidedAt,
-		&a.Digest); err != nil {
+		&a.Digest, &workload); err != nil {
 		return nil, translate(err)
 	}
 	a.State = task.ApprovalState(state)
@@ -203,6 +203,9 @@ func scanApproval(row pgx.Row) (*app.Approval, error) {
 	utcp(a.ClosedAt)
 	if decision != nil {
 		a.Decision = &app.Decision{Decision: *decision, DecidedBy: *decidedBy, Via: *via, Reason: *reason, DecidedAt: decidedAt.UTC()}
+		if workload != nil {
+			a.Decision.Workload = *workload
+		}
 	}
 	return &a, nil
 }
@@ -291,9 +294,9 @@ func (t *pgTx) CloseApproval(ctx context.Context, a *app.Approval, commandID str
 		if via == "" {
 			via = app.ViaAPI
 		}
-		t.queue(`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, channel, reason, command_id, decided_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			a.Tenant, a.ID, a.Decision.Decision, a.Decision.DecidedBy, via, a.Decision.Reason, commandID, a.Decision.DecidedAt)
+		t.queue(`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, decided_client, channel, reason, command_id, decided_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			a.Tenant, a.ID, a.Decision.Decision, a.Decision.DecidedBy, nullIfEmpty(a.Decision.Workload), via, a.Decision.Reason, commandID, a.Decision.DecidedAt)
 	}
 	return nil
 }

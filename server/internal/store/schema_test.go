@@ -104,7 +104,7 @@ func TestSchemaConstraints(t *testing.T) {
 			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by, expires_at, channel) VALUES ('local', 'apr_5', 'tsk_b', 'cmd_10', 'pending', 'r', 'x', now() + interval '1 minute', 'anyone')`, "23514"},
 		{"decision through an unknown channel", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_11', 'tsk_b', 'request_approval', 'x', false);
 			INSERT INTO approval_request (tenant_id, approval_id, task_id, command_id, state, reason, requested_by, expires_at, closed_at) VALUES ('local', 'apr_6', 'tsk_b', 'cmd_11', 'approved', 'r', 'x', now() + interval '1 minute', now());
-			INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, command_id, channel) VALUES ('local', 'apr_6', 'approve', 'y', 'cmd_11', 'header')`, "23514"},
+			INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, decided_client, command_id, channel) VALUES ('local', 'apr_6', 'approve', 'y', 'local:socket', 'cmd_11', 'header')`, "23514"},
 		{"rule ttl over 24 hours", `INSERT INTO task_approval_rule (tenant_id, task_id, rule_index, effect, ttl_seconds) VALUES ('local', 'tsk_b', 0, 'any_action', 86401)`, "23514"},
 	}
 	for _, tt := range tests {

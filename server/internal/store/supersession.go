@@ -25,9 +25,9 @@ func (t *pgTx) CorrectTaskOutcome(ctx context.Context, tk *app.Task, o app.Outco
 
 // CorrectApprovalDecision implements app.Tx.
 func (t *pgTx) CorrectApprovalDecision(ctx context.Context, a *app.Approval, d app.Decision) error {
-	t.queue(`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, channel, reason, decided_at, supersedes)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		a.Tenant, a.ID, d.Decision, d.DecidedBy, d.Via, d.Reason, d.DecidedAt, d.Supersedes)
+	t.queue(`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, decided_client, channel, reason, decided_at, supersedes)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		a.Tenant, a.ID, d.Decision, d.DecidedBy, nullIfEmpty(d.Workload), d.Via, d.Reason, d.DecidedAt, d.Supersedes)
 	return nil
 }
 
@@ -65,8 +65,8 @@ func attachDecisions(ctx context.Context, q Querier, tenant string, approvals []
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := q.Query(ctx, `SELECT approval_id, decision_id, coalesce(supersedes, 0), decision, decided_by, channel, reason, decided_at
-		FROM approval_decision WHERE tenant_id = $1 AND approval_id = ANY($2) ORDER BY approval_id, decision_id`, tenant, ids)
+	rows, err := q.Query(ctx, `SELECT approval_id, decision_id, coalesce(supersedes, 0), decision, decided_by, coalesce(decided_client, ''),
+		channel, reason, decided_at FROM approval_decision WHERE tenant_id = $1 AND approval_id = ANY($2) ORDER BY approval_id, decision_id`, tenant, ids)
 	if err != nil {
 		return fmt.Errorf("reading approval decisions: %w", err)
 	}
@@ -75,7 +75,7 @@ func attachDecisions(ctx context.Context, q Querier, tenant string, approvals []
 		var id string
 		var d app.Decision
 		var at time.Time
-		if err := rows.Scan(&id, &d.ID, &d.Supersedes, &d.Decision, &d.DecidedBy, &d.Via, &d.Reason, &at); err != nil {
+		if err := rows.Scan(&id, &d.ID, &d.Supersedes, &d.Decision, &d.DecidedBy, &d.Workload, &d.Via, &d.Reason, &at); err != nil {
 			return fmt.Errorf("reading approval decisions: %w", err)
 		}
 		d.DecidedAt = at.UTC()

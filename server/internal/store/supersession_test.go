@@ -25,7 +25,7 @@ func TestCorrectionsSupersedeAndNeverUpdate(t *testing.T) {
 			VALUES ('local', 'apr_s', 'tsk_s', 'cmd_a', 'pending', 'r', 'agent:local', now() + interval '1 minute'),
 			       ('local', 'apr_p', 'tsk_s', 'cmd_b', 'pending', 'r', 'agent:local', now() + interval '1 minute')`,
 		`UPDATE approval_request SET state = 'approved', closed_at = now() WHERE approval_id = 'apr_s'`,
-		`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, command_id) VALUES ('local', 'apr_s', 'approve', 'operator:local', 'cmd_r')`,
+		`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, decided_client, command_id) VALUES ('local', 'apr_s', 'approve', 'operator:local', 'local:socket', 'cmd_r')`,
 		`INSERT INTO task_reconciliation (tenant_id, reconciliation_id, task_id, command_id) VALUES ('local', 'rec_s', 'tsk_s', 'cmd_b'), ('local', 'rec_o', 'tsk_o', 'cmd_c')`,
 		`INSERT INTO reconciliation_resolution (tenant_id, reconciliation_id, resolution, note, resolved_by) VALUES ('local', 'rec_s', 'no_side_effect', 'n', 'operator:local'),
 			('local', 'rec_o', 'applied', 'n', 'operator:local')`,
@@ -48,11 +48,15 @@ func TestCorrectionsSupersedeAndNeverUpdate(t *testing.T) {
 		{"update a decision", `UPDATE approval_decision SET decision = 'deny' WHERE approval_id = 'apr_s'`, "23001"},
 		{"delete a decision", `DELETE FROM approval_decision WHERE approval_id = 'apr_s'`, "23001"},
 		{"truncate decisions", `TRUNCATE approval_decision`, "23001"},
-		{"a second first decision", `INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, command_id) VALUES ('local', 'apr_s', 'approve', 'x', 'cmd_r')`, "23505"},
-		{"a correction that changes what was decided", `INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, reason, supersedes)
-			SELECT 'local', 'apr_s', 'deny', 'operator:local', 'oops', decision_id FROM approval_decision WHERE approval_id = 'apr_s'`, "23514"},
-		{"a correction of another approval's decision", `INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, reason, supersedes)
-			SELECT 'local', 'apr_p', 'approve', 'operator:local', 'oops', decision_id FROM approval_decision WHERE approval_id = 'apr_s'`, "23514"},
+		{"a second first decision", `INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, decided_client, command_id) VALUES ('local', 'apr_s', 'approve', 'x', 'local:socket', 'cmd_r')`, "23505"},
+		// Who decided is a person and a workload (0021): a new decision that names no workload is refused.
+		{"a decision without its workload", `INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, command_id) VALUES ('local', 'apr_p', 'approve', 'operator:local', 'cmd_r')`, "23514"},
+		{"a correction without its workload", `INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, reason, supersedes)
+			SELECT 'local', 'apr_s', 'approve', 'operator:local', 'why', decision_id FROM approval_decision WHERE approval_id = 'apr_s'`, "23514"},
+		{"a correction that changes what was decided", `INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, decided_client, reason, supersedes)
+			SELECT 'local', 'apr_s', 'deny', 'operator:local', 'admin:cli', 'oops', decision_id FROM approval_decision WHERE approval_id = 'apr_s'`, "23514"},
+		{"a correction of another approval's decision", `INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, decided_client, reason, supersedes)
+			SELECT 'local', 'apr_p', 'approve', 'operator:local', 'admin:cli', 'oops', decision_id FROM approval_decision WHERE approval_id = 'apr_s'`, "23514"},
 		{"reopen a closed approval", `UPDATE approval_request SET state = 'pending', closed_at = NULL WHERE approval_id = 'apr_s'`, "23001"},
 		{"re-word a pending approval", `UPDATE approval_request SET reason = 'other' WHERE approval_id = 'apr_p'`, "23001"},
 		{"update a resolution", `UPDATE reconciliation_resolution SET resolution = 'applied' WHERE reconciliation_id = 'rec_s'`, "23001"},
@@ -81,8 +85,8 @@ func TestCorrectionsSupersedeAndNeverUpdate(t *testing.T) {
 
 	// Corrections: new rows, each superseding the current one; the views show the last.
 	for _, q := range []string{
-		`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, channel, reason, supersedes)
-			SELECT 'local', 'apr_s', 'approve', 'operator:local', 'socket', 'approved on the phone first', decision_id FROM approval_decision_current WHERE approval_id = 'apr_s'`,
+		`INSERT INTO approval_decision (tenant_id, approval_id, decision, decided_by, decided_client, channel, reason, supersedes)
+			SELECT 'local', 'apr_s', 'approve', 'operator:local', 'admin:cli', 'socket', 'approved on the phone first', decision_id FROM approval_decision_current WHERE approval_id = 'apr_s'`,
 		`INSERT INTO reconciliation_resolution (tenant_id, reconciliation_id, resolution, note, resolved_by, supersedes)
 			SELECT 'local', 'rec_s', 'applied', 'the shop has the order after all', 'operator:local', resolution_id FROM reconciliation_resolution WHERE reconciliation_id = 'rec_s'`,
 		`BEGIN; INSERT INTO task_outcome (tenant_id, task_id, state, verification, reason, recorded_by, supersedes)
