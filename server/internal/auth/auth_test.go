@@ -37,7 +37,10 @@ type bundle struct {
 	srv  *Server
 	http *httptest.Server
 	base string
-	now  atomic.Int64 // unix nanoseconds
+	// skew is how far the server's clock runs ahead of the real one. The server's clock follows
+	// the real one: fosite stamps iat from the real clock, so a clock frozen at setup rejected
+	// tokens as "not valid yet" once a loaded machine took more than Leeway to issue them.
+	skew atomic.Int64 // nanoseconds
 	key  *serverkey.Key
 }
 
@@ -54,7 +57,6 @@ func setupBench(b *testing.B, cacheTTL time.Duration) *bundle {
 func setupWith(t testing.TB, cacheTTL, ttl time.Duration, limiter api.Limiter, configure ...func(*app.Config)) *bundle {
 	t.Helper()
 	b := &bundle{t: t, pool: pgtest.NewDB(t), key: serverkey.Ephemeral()}
-	b.now.Store(time.Now().UnixNano())
 	ctx := context.Background()
 	if err := store.New(b.pool).RegisterNode(ctx, app.NodeInfo{ID: "node_auth", SoftwareVersion: "test"}); err != nil {
 		t.Fatal(err)
@@ -72,7 +74,7 @@ func setupWith(t testing.TB, cacheTTL, ttl time.Duration, limiter api.Limiter, c
 	t.Cleanup(b.http.Close)
 	b.base = b.http.URL
 	b.srv, err = New(ctx, Config{Pool: b.pool, ServerKey: b.key, Issuer: b.base, Resource: b.base, AccessTokenTTL: ttl,
-		Now: func() time.Time { return time.Unix(0, b.now.Load()) }, RevocationCacheTTL: cacheTTL})
+		Now: func() time.Time { return time.Now().Add(time.Duration(b.skew.Load())) }, RevocationCacheTTL: cacheTTL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func setupWith(t testing.TB, cacheTTL, ttl time.Duration, limiter api.Limiter, c
 	return b
 }
 
-func (b *bundle) advance(d time.Duration) { b.now.Add(int64(d)) }
+func (b *bundle) advance(d time.Duration) { b.skew.Add(int64(d)) }
 
 func (b *bundle) client(tenant string, scopes ...string) NewClient {
 	b.t.Helper()
