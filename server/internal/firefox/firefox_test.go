@@ -286,7 +286,11 @@ func TestProcessIsConfined(t *testing.T) {
 		t.Fatalf("the browser's process group has %d processes, want the parent and its content processes", len(procs))
 	}
 	for _, p := range procs {
-		if uid := procUID(t, p); uid != want || uid == 0 {
+		uid, alive := procUID(t, p)
+		if !alive {
+			continue // a content process that exited since the listing (another test's frame or tab closed)
+		}
+		if uid != want || uid == 0 {
 			t.Fatalf("firefox process %d runs as uid %d, want %d (never root)", p, uid, want)
 		}
 	}
@@ -328,10 +332,13 @@ func processGroup(t *testing.T, pgid int) []int {
 	return out
 }
 
-// procUID is the real uid of a process.
-func procUID(t *testing.T, pid int) int {
+// procUID is the real uid of a process, and false when it has exited.
+func procUID(t *testing.T, pid int) (int, bool) {
 	t.Helper()
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,9 +348,9 @@ func procUID(t *testing.T, pid int) int {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return uid
+			return uid, true
 		}
 	}
 	t.Fatalf("no Uid line for process %d", pid)
-	return -1
+	return -1, false
 }
