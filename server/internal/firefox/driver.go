@@ -61,22 +61,24 @@ type Driver struct {
 	byTop    map[bidi.BrowsingContextBrowsingContext]*Session // every tab of every session
 	byUC     map[bidi.BrowserUserContext]*Session             // the sessions by user context
 	closed   bool
+	// While an owned browser restarts, down is set and ready is closed when it runs again
+	// (engine waits on it); stop ends the driver's lifetime (watch and restart), at Close.
+	down  bool
+	ready chan struct{}
+	stop  context.CancelFunc
 }
 
 // Start launches Firefox and opens its BiDi session. A missing binary wraps page.ErrUnavailable.
+// A Firefox that crashes or whose connection drops is restarted (watch): its sessions are lost,
+// the next session opens in the new browser.
 func Start(ctx context.Context, cfg Config) (*Driver, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b, err := Launch(ctx, Options{Binary: cfg.Binary, Log: log, Prefs: proxyPrefs, RunAsUser: cfg.RunAsUser})
+	b, e, err := launch(ctx, cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
-	}
-	e, err := Open(ctx, b, pagekit.AgentJS)
-	if err != nil {
-		_ = b.Close()
-		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
+		return nil, err
 	}
 	d, err := newDriver(ctx, cfg, log, b, e)
 	if err != nil {
@@ -84,33 +86,55 @@ func Start(ctx context.Context, cfg Config) (*Driver, error) {
 		_ = b.Close()
 		return nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
 	}
+	d.mu.Lock()
 	d.owned = true
+	d.mu.Unlock()
 	return d, nil
 }
 
-// newDriver is a driver over a running browser and its engine.
+// launch starts a Firefox and its BiDi session.
+func launch(ctx context.Context, cfg Config, log *slog.Logger) (*Browser, *Engine, error) {
+	b, err := Launch(ctx, Options{Binary: cfg.Binary, Log: log, Prefs: proxyPrefs, RunAsUser: cfg.RunAsUser})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
+	}
+	e, err := Open(ctx, b, pagekit.AgentJS)
+	if err != nil {
+		_ = b.Close()
+		return nil, nil, fmt.Errorf("%w: %w", page.ErrUnavailable, err)
+	}
+	return b, e, nil
+}
+
+// newDriver is a driver over a running browser and its engine (owned by Start's: restarted when
+// they go away, stopped at Close).
 func newDriver(ctx context.Context, cfg Config, log *slog.Logger, b *Browser, e *Engine) (*Driver, error) {
 	if cfg.MaxSessions <= 0 {
 		cfg.MaxSessions = 16
 	}
 	d := &Driver{cfg: cfg, log: log, b: b, e: e, sessions: map[string]*Session{},
-		byTop: map[bidi.BrowsingContextBrowsingContext]*Session{}, byUC: map[bidi.BrowserUserContext]*Session{}}
+		byTop: map[bidi.BrowsingContextBrowsingContext]*Session{}, byUC: map[bidi.BrowserUserContext]*Session{},
+		ready: make(chan struct{})}
+	close(d.ready)
 	e.drv = d
 	name, version, _ := strings.Cut(e.Version(), " ")
 	if name == "firefox" {
 		name = "Firefox"
 	}
 	d.product = name + "/" + version
-	if err := d.follow(ctx); err != nil {
+	if err := d.follow(ctx, e); err != nil {
 		return nil, err
 	}
-	go d.watch()
+	// The driver's lifetime: it outlives the start's context and ends at Close.
+	life, stop := context.WithCancel(context.WithoutCancel(ctx))
+	d.stop = stop
+	go d.watch(life, b, e)
 	return d, nil
 }
 
 // follow subscribes to the navigations of the sessions' tabs (an act tells from them whether its
 // input started one and waits for it to end, act.go's settle) and to their dialogs.
-func (d *Driver) follow(ctx context.Context) error {
+func (d *Driver) follow(ctx context.Context, e *Engine) error {
 	nav := func(started bool) func(bidi.BrowsingContextNavigationInfo) {
 		return func(ev bidi.BrowsingContextNavigationInfo) {
 			d.mu.Lock()
@@ -121,17 +145,17 @@ func (d *Driver) follow(ctx context.Context) error {
 			}
 		}
 	}
-	d.e.c.OnBrowsingContextNavigationStarted(nav(true))
+	e.c.OnBrowsingContextNavigationStarted(nav(true))
 	for _, on := range []func(func(bidi.BrowsingContextNavigationInfo)) func(){
-		d.e.c.OnBrowsingContextLoad, d.e.c.OnBrowsingContextNavigationFailed,
+		e.c.OnBrowsingContextLoad, e.c.OnBrowsingContextNavigationFailed,
 	} {
 		on(nav(false))
 	}
 	// A navigation that turns into a download (refused: no downloads capability) ends there.
-	d.e.c.OnBrowsingContextDownloadWillBegin(func(ev bidi.BrowsingContextDownloadWillBeginParams) {
+	e.c.OnBrowsingContextDownloadWillBegin(func(ev bidi.BrowsingContextDownloadWillBeginParams) {
 		nav(false)(bidi.BrowsingContextNavigationInfo{Context: ev.Context})
 	})
-	d.e.c.OnBrowsingContextUserPromptOpened(func(ev bidi.BrowsingContextUserPromptOpenedParameters) {
+	e.c.OnBrowsingContextUserPromptOpened(func(ev bidi.BrowsingContextUserPromptOpenedParameters) {
 		d.mu.Lock()
 		s := d.byTop[ev.Context]
 		d.mu.Unlock()
@@ -140,11 +164,11 @@ func (d *Driver) follow(ctx context.Context) error {
 		}
 	})
 	// The tabs pages open: subscribed to per session, for its user context (OpenSession).
-	d.e.c.OnBrowsingContextContextCreated(d.onContextCreated)
-	d.e.c.OnBrowsingContextContextDestroyed(d.onContextDestroyed)
+	e.c.OnBrowsingContextContextCreated(d.onContextCreated)
+	e.c.OnBrowsingContextContextDestroyed(d.onContextDestroyed)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := d.e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{Events: []string{
+	if _, err := e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{Events: []string{
 		bidi.EventBrowsingContextNavigationStarted, bidi.EventBrowsingContextLoad,
 		bidi.EventBrowsingContextNavigationFailed, bidi.EventBrowsingContextUserPromptOpened,
 		bidi.EventBrowsingContextDownloadWillBegin,
@@ -157,17 +181,25 @@ func (d *Driver) follow(ctx context.Context) error {
 	return nil
 }
 
-// watch marks every session lost when the browser or its connection goes away.
-func (d *Driver) watch() {
+// watch waits for the browser or its connection to go away, then marks the sessions in it lost
+// and, for a browser the driver owns, starts a new one (restart), as the CDP adapter restarts a
+// Chromium that died. Lost sessions stay listed until they are closed.
+func (d *Driver) watch(life context.Context, b *Browser, e *Engine) {
 	select {
-	case <-d.e.c.Done():
-	case <-d.b.Exited():
+	case <-e.c.Done():
+	case <-b.Exited():
 	}
 	d.mu.Lock()
 	closing := d.closed
 	list := make([]*Session, 0, len(d.sessions))
 	for _, s := range d.sessions {
-		list = append(list, s)
+		if s.e == e {
+			list = append(list, s)
+		}
+	}
+	owned := d.owned
+	if !closing && owned {
+		d.down, d.ready = true, make(chan struct{})
 	}
 	d.mu.Unlock()
 	if closing {
@@ -183,6 +215,74 @@ func (d *Driver) watch() {
 			s.emit(page.Event{Type: page.EventSessionLost, Data: map[string]any{"reason": "the browser exited"}})
 		}
 	}
+	if !owned {
+		return
+	}
+	// What is left of the old browser (a hung parent, content processes) and its profile go.
+	_ = e.c.Close()
+	_ = b.Close()
+	d.restart(life)
+}
+
+// restart starts a new Firefox, retrying with a growing delay until it runs or the driver closes.
+func (d *Driver) restart(life context.Context) {
+	delay := 250 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(life, 60*time.Second)
+		b, e, err := launch(ctx, d.cfg, d.log)
+		if err == nil {
+			e.drv = d
+			if err = d.follow(ctx, e); err != nil {
+				_ = e.Close(ctx)
+				_ = b.Close()
+			}
+		}
+		cancel()
+		if err == nil {
+			d.mu.Lock()
+			if d.closed {
+				d.mu.Unlock()
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(life), 10*time.Second)
+				_ = e.Close(cctx)
+				cancel()
+				_ = b.Close()
+				return
+			}
+			d.b, d.e, d.down = b, e, false
+			close(d.ready)
+			d.mu.Unlock()
+			d.log.Info("firefox restarted")
+			go d.watch(life, b, e)
+			return
+		}
+		d.log.Error("restarting firefox failed", "err", err)
+		select {
+		case <-life.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 30*time.Second)
+	}
+}
+
+// engine is the running engine, waiting (within ctx) while the browser restarts.
+func (d *Driver) engine(ctx context.Context) (*Engine, error) {
+	for {
+		d.mu.Lock()
+		closed, down, e, ready := d.closed, d.down, d.e, d.ready
+		d.mu.Unlock()
+		switch {
+		case closed:
+			return nil, fmt.Errorf("%w: the browser was closed", page.ErrUnavailable)
+		case !down:
+			return e, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: firefox is restarting: %w", page.ErrUnavailable, ctx.Err())
+		}
+	}
 }
 
 // ProtocolVersion is what protocol_adapter records as the version of WebDriver BiDi: the W3C
@@ -191,8 +291,11 @@ const ProtocolVersion = "W3C draft"
 
 // Version is the browser's product and version ("Firefox/153.8.0esr") and ProtocolVersion.
 func (d *Driver) Version() (product, protocol string) {
+	d.mu.Lock()
+	e := d.e
+	d.mu.Unlock()
 	select {
-	case <-d.e.c.Done():
+	case <-e.c.Done():
 		return "", ""
 	default:
 	}
@@ -223,6 +326,10 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 		return nil, page.ErrTooManySessions
 	}
 	d.mu.Unlock()
+	e, err := d.engine(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var sess *Session
 	var smu sync.Mutex
 	px, err := egress.Listen(egress.Config{
@@ -243,7 +350,7 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 	}
 	// Dialogs are dismissed, as the CDP adapter dismisses them, and each is reported
 	// (notePrompt). Setting beforeUnload apart made Firefox 153 drop pointer input.
-	s, err := d.e.newSession(ctx, bidi.BrowserCreateUserContextParameters{
+	s, err := e.newSession(ctx, bidi.BrowserCreateUserContextParameters{
 		Proxy:                   &bidi.SessionProxyConfiguration{ProxyType: "manual", HttpProxy: px.Addr(), SslProxy: px.Addr()},
 		UnhandledPromptBehavior: &bidi.SessionUserPromptHandler{Default: bidi.SessionUserPromptHandlerTypeDismiss},
 	})
@@ -253,7 +360,7 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 	}
 	s.proxy = px
 	// No downloads capability: the browser refuses them rather than write files nobody keeps.
-	if err := d.e.c.BrowserSetDownloadBehavior(ctx, bidi.BrowserSetDownloadBehaviorParameters{
+	if err := e.c.BrowserSetDownloadBehavior(ctx, bidi.BrowserSetDownloadBehaviorParameters{
 		DownloadBehavior: &bidi.BrowserDownloadBehavior{Type: "denied"}, UserContexts: []bidi.BrowserUserContext{s.uc}}); err != nil {
 		_ = s.Close(context.WithoutCancel(ctx))
 		return nil, openErr(fmt.Errorf("firefox: refusing downloads: %w", err))
@@ -265,7 +372,7 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 	d.byUC[s.uc] = s
 	d.byTop[s.top] = s
 	d.mu.Unlock()
-	sub, err := d.e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{
+	sub, err := e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{
 		Events:       []string{bidi.EventBrowsingContextContextCreated, bidi.EventBrowsingContextContextDestroyed},
 		UserContexts: []bidi.BrowserUserContext{s.uc},
 	})
@@ -332,6 +439,8 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.stop()
+	e, b := d.e, d.b
 	list := make([]*Session, 0, len(d.sessions))
 	for _, s := range d.sessions {
 		list = append(list, s)
@@ -342,9 +451,12 @@ func (d *Driver) Close() error {
 	for _, s := range list {
 		_ = s.Close(ctx)
 	}
-	if !d.owned {
+	d.mu.Lock()
+	owned := d.owned
+	d.mu.Unlock()
+	if !owned {
 		return nil
 	}
-	err := d.e.Close(ctx)
-	return errors.Join(err, d.b.Close())
+	err := e.Close(ctx)
+	return errors.Join(err, b.Close())
 }

@@ -1,0 +1,88 @@
+package firefox
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/waitfor"
+)
+
+// TestDriverRestartsAfterCrash: as on Chromium (TestBrowserRestartsAfterCrash), a Firefox that
+// dies marks its sessions lost (a session.lost event; a lost session answers ErrSessionLost and
+// stays listed until closed), and the next session opens in a fresh browser. It uses a browser of
+// its own: killing the package's shared one would disturb the other tests.
+func TestDriverRestartsAfterCrash(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	d, err := Start(ctx, Config{MaxSessions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	srv := servePage(t, `<!doctype html><title>Shop</title><h1>Shop</h1>`)
+	pol, err := policy.ParsePolicy([]string{srv.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &events{}
+	s, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, ev.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	// MaxSessions is enforced.
+	s2, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, nil); !errors.Is(err, page.ErrTooManySessions) {
+		t.Fatalf("third session: %v", err)
+	}
+	_ = s2.Close(ctx)
+
+	d.mu.Lock()
+	old := d.b
+	d.mu.Unlock()
+	if err := syscall.Kill(-old.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.True(t, 30*time.Second, "session.lost", func() bool {
+		for _, e := range ev.all() {
+			if e.Type == page.EventSessionLost {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := s.Observe(ctx, page.ObserveRequest{}); !errors.Is(err, page.ErrSessionLost) {
+		t.Fatalf("observe after the browser died: %v", err)
+	}
+	if got, ok := d.Session(s.id); !ok || got != s {
+		t.Fatal("a lost session must stay listed until closed")
+	}
+	_ = s.Close(ctx)
+	s3, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, nil)
+	if err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+	d.mu.Lock()
+	now := d.b
+	d.mu.Unlock()
+	if now == old {
+		t.Fatal("the session opened in the dead browser")
+	}
+	if nav, err := s3.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/"}); err != nil || nav.Title != "Shop" {
+		t.Fatalf("navigate after restart: %+v %v", nav, err)
+	}
+	if product, _ := d.Version(); product == "" {
+		t.Fatal("no version after the restart")
+	}
+}
