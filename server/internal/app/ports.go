@@ -142,6 +142,9 @@ type Tx interface {
 	UpdateTask(ctx context.Context, t *Task) error
 	// AppendEvent appends an event (seq already assigned) and its outbox message.
 	AppendEvent(ctx context.Context, e *Event) error
+	// AfterCommit runs fn once the transaction has committed (never when it rolls back or is run
+	// again): what acts on the transaction's outcome outside it must not race its commit.
+	AfterCommit(fn func())
 	// RecordCommand records a command before anything it causes.
 	RecordCommand(ctx context.Context, c *Command) error
 	// IssueReceipt records a command's receipt.

@@ -285,8 +285,8 @@ func (c *commandCtx) transition(ctx context.Context, t *Task, trig task.Trigger,
 	if next.Terminal() {
 		end := c.now
 		t.EndedAt = &end
-		c.s.lastUsed.Delete(t.ID) // nothing evaluates an ended task's page again
-		c.s.closeSessionsSoon()   // an ended task's browser sessions are closed (session_end.go)
+		c.s.lastUsed.Delete(t.ID)               // nothing evaluates an ended task's page again
+		c.tx.AfterCommit(c.s.closeSessionsSoon) // its browser sessions are closed (session_end.go)
 	}
 	if err := c.emit(ctx, t, "task.state_changed", cause, map[string]any{
 		"from": string(from), "to": string(next), "trigger": string(trig),

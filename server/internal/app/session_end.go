@@ -11,8 +11,10 @@ import (
 
 // An ended task's browser sessions are closed: they hold a browser context (memory, a slot of
 // the node's session cap) and nothing may act in them any more. The transaction that ends the
-// task only asks for it (closeSessionsSoon); a background pass closes the sessions after that
-// transaction committed, and the upkeep repeats the pass for what a crash or an expiry left.
+// task only asks for it once it has committed (Tx.AfterCommit, closeSessionsSoon); a background
+// pass then closes the sessions, and the upkeep repeats the pass for what a crash or an expiry
+// left. (Woken before the commit, a pass under load ran before the task had ended, found
+// nothing, and the sessions stayed open until the upkeep's next round.)
 
 // closeSessionsSoon wakes the closing pass without blocking.
 func (s *Service) closeSessionsSoon() {
@@ -29,12 +31,6 @@ func (s *Service) RunSessionCloser(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.endedTasks:
-		}
-		// Let the transaction that ended the task commit first.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(50 * time.Millisecond):
 		}
 		if _, err := s.CloseEndedSessions(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("closing sessions of ended tasks failed", "err", err)

@@ -125,6 +125,9 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(app.Tx) error, optimistic 
 	if len(tx.events) > 0 && s.opts.EventsCommitted != nil {
 		s.opts.EventsCommitted()
 	}
+	for _, fn := range tx.afterCommit {
+		fn()
+	}
 	return nil
 }
 
@@ -169,7 +172,12 @@ type pgTx struct {
 	// flush time from the task's final values, so a task created and changed in one command is
 	// written once (no UPDATE, no dead tuple).
 	newTasks []*app.Task
+	// afterCommit runs once COMMIT succeeded (app.Tx.AfterCommit); each attempt has its own.
+	afterCommit []func()
 }
+
+// AfterCommit implements app.Tx.
+func (t *pgTx) AfterCommit(fn func()) { t.afterCommit = append(t.afterCommit, fn) }
 
 func (t *pgTx) queue(sql string, args ...any) { t.batch.Queue(sql, args...) }
 
