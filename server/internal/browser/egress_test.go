@@ -275,3 +275,39 @@ func TestPlainHTTPDocumentsCarryTheProxysCSP(t *testing.T) {
 		t.Errorf("the disallowed origin accepted %d connections", n)
 	}
 }
+
+// A proxy report of a redirect, once recorded, stands for the browser's refusal of the same hop
+// however late the browser reaches it (a loaded machine past redirectReportDelay): one hop, one
+// event. It stands for that hop once, and only for the URL (or tunnel authority) it named.
+func TestLateBrowserRefusalOfAReportedRedirectIsNotRecordedTwice(t *testing.T) {
+	cases := []struct {
+		name     string
+		reported string // what the proxy's recorded report named
+		refused  []string
+		want     []bool
+	}{
+		{"the same hop", "http://127.0.0.1:9/pixel.png?x=1", []string{"http://127.0.0.1:9/PIXEL.png", "http://127.0.0.1:9/pixel.png"}, []bool{true, false}},
+		{"a tunnel's authority", "127.0.0.1:443", []string{"https://127.0.0.1/a"}, []bool{true}},
+		{"another URL", "http://127.0.0.1:9/a", []string{"http://127.0.0.1:9/b"}, []bool{false}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Session{}
+			s.mu.Lock()
+			s.noteReportedLocked(redirectKey(c.reported))
+			s.mu.Unlock()
+			for i, u := range c.refused {
+				if got := s.redirectReported(u); got != c.want[i] {
+					t.Errorf("refusal %d of %s: reported %v, want %v", i+1, u, got, c.want[i])
+				}
+			}
+		})
+	}
+	s := &Session{}
+	s.mu.Lock()
+	s.reported = map[string]time.Time{"http://127.0.0.1:9/old": time.Now().Add(-2 * reportedRedirectTTL)}
+	s.mu.Unlock()
+	if s.redirectReported("http://127.0.0.1:9/old") {
+		t.Error("a report older than reportedRedirectTTL stood for a refusal")
+	}
+}

@@ -100,6 +100,9 @@ func (s *Session) onRequestPaused(tc *targetConn, ev *fetch.EventRequestPaused) 
 		s.mu.Unlock()
 	}
 	s.refuseRequest(tc, ev)
+	if ev.RedirectedRequestID != "" && s.redirectReported(red) {
+		return // the proxy's report of this hop was recorded already (a loaded browser came late)
+	}
 	s.claimRedirect(red) // this event, with its tab, stands for the proxy's report of the redirect
 	s.emit(Event{Type: EventRequestBlocked, ContextID: ctxID, EpochID: epoch, URL: red, Data: map[string]any{
 		"resource_type": resourceType(ev),
@@ -379,6 +382,7 @@ func (s *Session) deferRedirect(ev Event) {
 		if s.redirects[k] == tm {
 			delete(s.redirects, k)
 		}
+		s.noteReportedLocked(k)
 		s.notifyLocked()
 		s.mu.Unlock()
 	})
@@ -399,6 +403,43 @@ func (s *Session) claimRedirect(u string) {
 			s.notifyLocked()
 		}
 	}
+}
+
+// reportedRedirectTTL is how long a recorded proxy report of a redirect stands for the browser's
+// own refusal of that hop, should the browser reach it after redirectReportDelay.
+const reportedRedirectTTL = 30 * time.Second
+
+// noteReportedLocked remembers that the proxy's report of the redirect keyed k was recorded (s.mu
+// held), forgetting reports older than reportedRedirectTTL and keeping at most
+// maxPendingRedirects.
+func (s *Session) noteReportedLocked(k string) {
+	now := time.Now()
+	if s.reported == nil {
+		s.reported = make(map[string]time.Time)
+	}
+	for rk, at := range s.reported {
+		if now.Sub(at) > reportedRedirectTTL {
+			delete(s.reported, rk)
+		}
+	}
+	if len(s.reported) < maxPendingRedirects {
+		s.reported[k] = now
+	}
+}
+
+// redirectReported tells whether the proxy's report of a redirect to u was recorded within
+// reportedRedirectTTL, and forgets it: one hop, one event, however late the browser reaches it.
+func (s *Session) redirectReported(u string) bool {
+	k := redirectKey(u)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for rk, at := range s.reported {
+		if (rk == k || rk == authorityOf(k)) && time.Since(at) <= reportedRedirectTTL {
+			delete(s.reported, rk)
+			return true
+		}
+	}
+	return false
 }
 
 // redirectKey is u compared without case, query or fragment.

@@ -74,6 +74,9 @@ type Session struct {
 	// redirects are the proxy's reports of redirects to disallowed URLs, each waiting for a
 	// browser layer to report the hop itself (netpolicy.go deferRedirect).
 	redirects map[string]*time.Timer
+	// reported are the proxy's redirect reports already recorded, by key, with when: a browser
+	// layer that refuses such a hop later records nothing more (redirectReported).
+	reported map[string]time.Time
 
 	live liveHub // the live view's watchers and capture loop (live.go)
 
