@@ -69,6 +69,10 @@ func TestSecretFillOnlyOnItsOrigins(t *testing.T) {
 	if got := b.text(sameInput.NodeID); got != "[secret sec_test1]" {
 		t.Fatalf("the filled field reads as %q, want the reference", got)
 	}
+	attrs, err := b.s.Extract(tctx(t), ExtractRequest{Kind: ExtractAttributes, NodeID: sameInput.NodeID})
+	if err != nil || attrs.Data.(map[string]string)["value"] != "[secret sec_test1]" {
+		t.Fatalf("the filled field's attributes: %+v %v, want the reference as its value", attrs, err)
+	}
 	b.act(ActRequest{Action: ActionClick, NodeID: sameButton.NodeID})
 	b.waitText("clicked " + canary) // the page received the value
 	// A secret never fills anything but a text field.

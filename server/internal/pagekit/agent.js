@@ -1145,7 +1145,8 @@
     if (!e) return { st: 'nonode' };
     const out = {};
     for (const a of e.attributes) out[a.name] = a.value;
-    if (e.tagName === 'INPUT' && inputType(e) === 'password') delete out.value;
+    if (SECRETS.has(e)) out.value = secretMark(SECRETS.get(e)); // never the secret typed into it
+    else if (e.tagName === 'INPUT' && inputType(e) === 'password') delete out.value;
     else if ('value' in e && (e.tagName === 'INPUT' || e.tagName === 'TEXTAREA' || e.tagName === 'SELECT')) out.value = e.value;
     if (e.href) out.href = String(e.href);
     return { st: 'ok', v: out };
