@@ -66,7 +66,7 @@ RACE_PKGS ?= ./server/internal/task/ ./server/internal/policy/ ./server/internal
   ./server/internal/idempotency/ ./server/internal/redact/ ./server/internal/problem/ \
   ./server/internal/admission/ ./server/internal/ratelimit/ ./server/internal/events/ \
   ./server/internal/page/ ./server/internal/mcpcatalog/ ./server/internal/tracing/ \
-  ./server/internal/serverkey/ ./server/internal/egress/ \
+  ./server/internal/serverkey/ ./server/internal/egress/ ./server/internal/schemaextract/ \
   ./server/internal/store/ ./server/internal/orchestrator/ ./server/internal/api/ \
   ./server/internal/app/ ./server/internal/mcpserver/ ./server/internal/auth/
 ## test-race: go test -race on the pure and mid-size Go packages (RACE_PKGS)

@@ -143,6 +143,10 @@ var rules = []rule{
 		why: "observation is the engine-neutral half of observe (ADR 0028): budgets, cursors and deltas over the snapshots any adapter takes, in page's vocabulary (with pagekit's observation ids) and the standard library only, so that every engine behind the composition root answers max_bytes, cursor and since alike",
 	},
 	{
+		name: "schemaextract", packages: internal("schemaextract"), forbid: []string{nonStd}, except: concat(internal("page", "pagekit"), []string{"github.com/santhosh-tekuri/jsonschema"}), tests: true,
+		why: "schemaextract is the engine-neutral half of extract kind schema (compile, convert, validate) over the matches an adapter finds, so that both engines answer it alike: page's vocabulary, pagekit and a JSON Schema validator only",
+	},
+	{
 		name: "bidi", packages: internal("bidi"), forbid: concat([]string{module, pgx}, chromedp), tests: true,
 		why: "bidi is a WebDriver BiDi protocol client (a transport plus types generated from the spec's CDDL, ADR 0022): it speaks the protocol and nothing of BAP, so it imports no package of this module",
 	},

@@ -1,17 +1,13 @@
 package browser
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/originweave/bap/server/internal/schemaextract"
 )
 
 // Extract returns data from the browsing context:
@@ -243,99 +239,17 @@ func (s *Session) extractLinks(ctx context.Context, t *tab, tg *actTarget) ([]Li
 	return links, nil
 }
 
-// refuseLoader keeps a client's schema from reading anything ($ref to a
-// file or URL): only the schema itself is available.
-type refuseLoader struct{}
-
-func (refuseLoader) Load(u string) (any, error) {
-	return nil, fmt.Errorf("schema references are not loaded (%s)", redactURL(u))
-}
-
-// SchemaError reports extracted data that does not satisfy the schema, or
-// a schema that does not compile.
-type SchemaError struct {
-	// Detail says what is wrong.
-	Detail string
-	// Data is the extracted value that failed validation (nil when the
-	// schema itself is invalid).
-	Data any
-}
-
-// Error returns the detail.
-func (e *SchemaError) Error() string { return "schema extract: " + e.Detail }
-
-// Unwrap makes a SchemaError an ErrInvalidRequest.
-func (e *SchemaError) Unwrap() error { return ErrInvalidRequest }
+// SchemaError reports extracted data that does not satisfy the schema, or a schema that does not
+// compile (package schemaextract, which both engines' adapters answer schema extracts with).
+type SchemaError = schemaextract.Error
 
 func (s *Session) extractSchema(ctx context.Context, t *tab, req ExtractRequest) (any, error) {
-	if len(req.Schema) == 0 {
-		return nil, fmt.Errorf("%w: schema extract needs a schema", ErrInvalidRequest)
-	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(req.Schema))
-	if err != nil {
-		return nil, &SchemaError{Detail: "the schema is not JSON: " + err.Error()}
-	}
-	c := jsonschema.NewCompiler()
-	c.UseLoader(refuseLoader{})
-	const loc = "urn:bap:extract-schema"
-	if err := c.AddResource(loc, doc); err != nil {
-		return nil, &SchemaError{Detail: err.Error()}
-	}
-	sch, err := c.Compile(loc)
-	if err != nil {
-		return nil, &SchemaError{Detail: err.Error()}
-	}
-	obj, _ := doc.(map[string]any)
-	props, _ := obj["properties"].(map[string]any)
-	fields := req.Fields
-	if len(fields) == 0 {
-		// Without a mapping, look each property up by its title (or name) as
-		// a label, then as an accessible name.
-		fields = map[string]Query{}
-		for name, p := range props {
-			title := name
-			if pm, ok := p.(map[string]any); ok {
-				if tt, ok := pm["title"].(string); ok && tt != "" {
-					title = tt
-				}
-			}
-			fields[name] = Query{Label: title}
-		}
-	}
-	if len(fields) == 0 {
-		return nil, fmt.Errorf("%w: schema extract needs fields (or schema properties)", ErrInvalidRequest)
-	}
-	names := make([]string, 0, len(fields))
-	for n := range fields {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := map[string]any{}
-	for _, name := range names {
-		q := fields[name]
-		if err := validQuery(q); err != nil {
-			return nil, fmt.Errorf("%w (field %q)", err, name)
-		}
-		typ := propType(props[name])
-		limit := 1
-		if typ == "array" {
-			limit = 200
-		}
+	return schemaextract.Extract(ctx, req.Schema, req.Fields, func(ctx context.Context, q Query, limit int) ([]any, error) {
 		ms, _, err := s.query(ctx, t, q, limit)
 		if err != nil {
 			return nil, err
 		}
-		if len(ms) == 0 && len(req.Fields) == 0 {
-			q2 := Query{Name: q.Label}
-			ms, _, err = s.query(ctx, t, q2, limit)
-			if err != nil {
-				return nil, err
-			}
-		}
-		if len(ms) == 0 {
-			continue // absent: "required" in the schema decides
-		}
-		var vals []any
+		vals := make([]any, 0, len(ms))
 		for _, m := range ms {
 			tg, err := s.resolveTarget(ctx, ActRequest{NodeID: m.node.NodeID})
 			if err != nil {
@@ -350,93 +264,6 @@ func (s *Session) extractSchema(ctx context.Context, t *tab, req ExtractRequest)
 			}
 			vals = append(vals, r.V)
 		}
-		if typ == "array" {
-			itemType := ""
-			if pm, ok := props[name].(map[string]any); ok {
-				itemType = propType(pm["items"])
-			}
-			arr := make([]any, 0, len(vals))
-			for _, v := range vals {
-				arr = append(arr, coerce(v, itemType))
-			}
-			out[name] = arr
-		} else {
-			out[name] = coerce(vals[0], typ)
-		}
-	}
-	if err := sch.Validate(out); err != nil {
-		var ve *jsonschema.ValidationError
-		detail := err.Error()
-		if errors.As(err, &ve) {
-			detail = ve.Error()
-		}
-		return nil, &SchemaError{Detail: clipString(detail, 1000), Data: out}
-	}
-	return out, nil
-}
-
-func propType(p any) string {
-	pm, ok := p.(map[string]any)
-	if !ok {
-		return ""
-	}
-	switch t := pm["type"].(type) {
-	case string:
-		return t
-	case []any:
-		for _, x := range t {
-			if s, ok := x.(string); ok && s != "null" {
-				return s
-			}
-		}
-	}
-	return ""
-}
-
-// coerce converts an extracted value (a string or a bool) to the schema
-// type; a value that does not convert is left as it is (validation then
-// reports it).
-func coerce(v any, typ string) any {
-	str, isStr := v.(string)
-	switch typ {
-	case "number", "integer":
-		if !isStr {
-			return v
-		}
-		clean := strings.Map(func(r rune) rune {
-			if (r >= '0' && r <= '9') || r == '.' || r == '-' {
-				return r
-			}
-			return -1
-		}, str)
-		if typ == "integer" {
-			if n, err := strconv.ParseInt(clean, 10, 64); err == nil {
-				return n
-			}
-			if f, err := strconv.ParseFloat(clean, 64); err == nil && f == float64(int64(f)) {
-				return int64(f)
-			}
-			return str
-		}
-		if f, err := strconv.ParseFloat(clean, 64); err == nil {
-			return f
-		}
-		return str
-	case "boolean":
-		if isStr {
-			switch strings.ToLower(strings.TrimSpace(str)) {
-			case "true", "yes", "on", "1", "checked":
-				return true
-			case "false", "no", "off", "0", "":
-				return false
-			}
-		}
-		return v
-	case "string":
-		if b, ok := v.(bool); ok {
-			return strconv.FormatBool(b)
-		}
-		return v
-	}
-	return v
+		return vals, nil
+	})
 }
