@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 
 	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 var knownActions = map[string]bool{
@@ -263,7 +264,7 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 	if s.stopped(ctx) {
 		return nil, &StoppedError{} // stopped before any input
 	}
-	if req.SecretRef != "" && !secretOriginAllowed(c.Origin, req.SecretOrigins) {
+	if req.SecretRef != "" && !pagekit.SecretOriginAllowed(c.Origin, req.SecretOrigins) {
 		return nil, &SecretOriginError{Origin: c.Origin} // nothing typed
 	}
 	s.bringToFront(ctx, t)
@@ -309,20 +310,6 @@ func (s *Session) Act(ctx context.Context, req ActRequest) (*ActResult, error) {
 	res.Effect = c.Effect
 	res.Origin = c.Origin
 	return res, nil
-}
-
-// secretOriginAllowed reports whether a secret of origins may be typed into a document of origin
-// (exact, as the browser reports it; a document without an origin gets none).
-func secretOriginAllowed(origin string, origins []string) bool {
-	if origin == "" {
-		return false
-	}
-	for _, o := range origins {
-		if o == origin {
-			return true
-		}
-	}
-	return false
 }
 
 // bringToFront makes the tab the visible one of its session's window, so

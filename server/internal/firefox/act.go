@@ -172,9 +172,6 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 	if err := validateAct(req); err != nil {
 		return nil, err
 	}
-	if req.SecretRef != "" {
-		return nil, fmt.Errorf("%w: filling a secret", ErrUnsupported)
-	}
 	ctx, cancel := context.WithTimeout(ctx, actTimeout(req))
 	defer cancel()
 	s.actMu.Lock()
@@ -186,6 +183,9 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 	c, err := s.classify(ctx, tg, req)
 	if err != nil {
 		return nil, err
+	}
+	if req.SecretRef != "" && !pagekit.SecretOriginAllowed(c.Origin, req.SecretOrigins) {
+		return nil, &page.SecretOriginError{Origin: c.Origin} // nothing typed
 	}
 	s.mu.Lock()
 	doc0, started0, dialogs0, opened0 := s.docs.doc, s.navStarted, len(s.dialogs), len(s.opened)
@@ -458,6 +458,9 @@ func (s *Session) perform(ctx context.Context, tg target, req page.ActRequest) e
 		if _, err := s.agentIn(ctx, tg.doc, &kind, "textKind", tg.idx); err != nil {
 			return err
 		}
+		if req.SecretRef != "" && req.Action == page.ActionFill {
+			return s.fillSecret(ctx, tg, req)
+		}
 		if value == "" || kind == "value" {
 			if _, err := s.agentIn(ctx, tg.doc, &st, "setValue", tg.idx, value); err != nil {
 				return err
@@ -486,7 +489,7 @@ func (s *Session) perform(ctx context.Context, tg target, req page.ActRequest) e
 		case "ok":
 			return nil
 		case "notselect":
-			return fmt.Errorf("%w: select_option on a component that is not a <select>", ErrUnsupported)
+			return s.selectCustom(ctx, tg, values)
 		case "multiple":
 			return fmt.Errorf("%w: the select takes one option", page.ErrInvalidRequest)
 		case "missing":
@@ -518,6 +521,107 @@ func (s *Session) perform(ctx context.Context, tg target, req page.ActRequest) e
 		return err
 	}
 	return fmt.Errorf("%w: unknown action %q", page.ErrInvalidRequest, req.Action)
+}
+
+// optionWait bounds how long a custom select's option may take to appear after its trigger was
+// clicked (the CDP adapter's bound).
+const optionWait = 5 * time.Second
+
+// optionRoles are the roles a component's open popup gives its choices, in the CDP adapter's
+// order of preference: listbox options, then the menu items and radio buttons some libraries open
+// instead. Before the control is opened only options count, so that an unrelated radio button of
+// the page is never taken for a choice.
+var optionRoles = []string{"option", "menuitemradio", "menuitem", "radio"}
+
+// selectCustom picks options of a select that is not a <select> (a component's combobox or
+// listbox) as a person does, and as the CDP adapter does: for each value in turn it opens the
+// control with a click unless the option is already shown, then clicks the enabled choice whose
+// accessible name is the value.
+func (s *Session) selectCustom(ctx context.Context, tg target, values []string) error {
+	for _, v := range values {
+		opt, err := s.shownOption(ctx, v, 0, optionRoles[:1])
+		if err != nil {
+			return err
+		}
+		if opt == nil {
+			x, y, err := s.actionable(ctx, tg, page.ActionClick)
+			if err != nil {
+				return err
+			}
+			if err := s.pointer(ctx, x, y, true); err != nil {
+				return err
+			}
+			if opt, err = s.shownOption(ctx, v, optionWait, optionRoles); err != nil {
+				return err
+			}
+			if opt == nil {
+				return fmt.Errorf("%w: no option %q appeared after opening the control", page.ErrInvalidRequest, v)
+			}
+		}
+		octx := inputTo(ctx, s.frameOf(opt.doc)) // the option's frame, which may not be the control's
+		x, y, err := s.actionable(octx, *opt, page.ActionClick)
+		if err != nil {
+			return err
+		}
+		if err := s.pointer(octx, x, y, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shownOption finds the enabled choice named v (ignoring case and runs of white space) with one
+// of roles, the first role first, waiting up to wait for one to appear; nil when none does.
+func (s *Session) shownOption(ctx context.Context, v string, wait time.Duration, roles []string) (*target, error) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	want := strings.Join(strings.Fields(v), " ")
+	delay := 20 * time.Millisecond
+	for {
+		for _, role := range roles {
+			nodes, _, err := s.query(ctx, page.Query{Role: role, Name: v}, 5)
+			if err != nil && !errors.Is(err, page.ErrStaleNodeHandle) {
+				return nil, err
+			}
+			for _, n := range nodes {
+				if n.NodeID == "" || !strings.EqualFold(strings.Join(strings.Fields(n.Name), " "), want) || n.Disabled != nil && *n.Disabled {
+					continue
+				}
+				if h, err := s.lookup(n.NodeID); err == nil {
+					return &target{doc: h.doc, idx: h.idx}, nil
+				}
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 200*time.Millisecond)
+	}
+}
+
+// fillSecret types a secret into the target field as the CDP adapter does: set in the agent's
+// sandbox (bound to the target's document: a navigation makes the handle stale, never retargets
+// the value), the field marked there so that observations read the reference. Only text
+// controls (input, textarea) take a secret.
+func (s *Session) fillSecret(ctx context.Context, tg target, req page.ActRequest) error {
+	var st struct {
+		St string `json:"st"`
+	}
+	if _, err := s.agentIn(ctx, tg.doc, &st, "markSecret", tg.idx, req.SecretRef); err != nil {
+		return err
+	}
+	if st.St != "ok" {
+		return fmt.Errorf("%w: a secret fills only a text field", page.ErrInvalidRequest)
+	}
+	if _, err := s.agentIn(ctx, tg.doc, &st, "setValue", tg.idx, req.Value); err != nil {
+		return err
+	}
+	if st.St == "badvalue" {
+		return fmt.Errorf("%w: the field does not accept this value", page.ErrInvalidRequest)
+	}
+	return nil
 }
 
 // pointer moves the mouse to the viewport point and, with click, presses and releases its left

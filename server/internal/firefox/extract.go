@@ -5,11 +5,12 @@ import (
 	"fmt"
 
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/schemaextract"
 )
 
 // Extract reads structured data from the tab's document with the page agent, as the CDP adapter
-// does: text, table, attributes and links (of the document or of one node). Schema extraction is
-// not done by this adapter yet.
+// does: text, table, attributes and links (of the document or of one node), and schema (package
+// schemaextract over the agent's matches and field values, as the CDP adapter answers it).
 func (s *Session) Extract(ctx context.Context, req page.ExtractRequest) (*page.ExtractResult, error) {
 	if err := s.check(); err != nil {
 		return nil, err
@@ -23,9 +24,7 @@ func (s *Session) Extract(ctx context.Context, req page.ExtractRequest) (*page.E
 		return nil, fmt.Errorf("%w: give node_id or query, not both", page.ErrInvalidRequest)
 	}
 	switch req.Kind {
-	case page.ExtractText, page.ExtractTable, page.ExtractAttributes, page.ExtractLinks:
-	case page.ExtractSchema:
-		return nil, fmt.Errorf("%w: schema extraction", ErrUnsupported)
+	case page.ExtractText, page.ExtractTable, page.ExtractAttributes, page.ExtractLinks, page.ExtractSchema:
 	default:
 		return nil, fmt.Errorf("%w: kind must be text, table, attributes, links or schema", page.ErrInvalidRequest)
 	}
@@ -113,6 +112,8 @@ func (s *Session) Extract(ctx context.Context, req page.ExtractRequest) (*page.E
 		}
 		s.mu.Unlock()
 		data = links
+	case page.ExtractSchema:
+		ran, data, err = s.extractSchema(ctx, req)
 	}
 	if err != nil {
 		return nil, err
@@ -123,4 +124,46 @@ func (s *Session) Extract(ctx context.Context, req page.ExtractRequest) (*page.E
 		return nil, fmt.Errorf("%w: the document changed during extract", page.ErrStaleNodeHandle)
 	}
 	return &page.ExtractResult{EpochID: s.docs.epoch, Data: data}, nil
+}
+
+// extractSchema answers kind schema in the current document: each field's matches and their
+// values (the agent's fieldValue), every query run in one document, which it reports (Extract
+// checks it is still the current one).
+func (s *Session) extractSchema(ctx context.Context, req page.ExtractRequest) (string, any, error) {
+	doc := ""
+	data, err := schemaextract.Extract(ctx, req.Schema, req.Fields, func(ctx context.Context, q page.Query, limit int) ([]any, error) {
+		nodes, _, err := s.query(ctx, q, limit)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		cur := s.docs.doc // the query ran in it
+		s.mu.Unlock()
+		if doc != "" && cur != doc {
+			return nil, fmt.Errorf("%w: the document changed during extract", page.ErrStaleNodeHandle)
+		}
+		doc = cur
+		vals := make([]any, 0, len(nodes))
+		for _, n := range nodes {
+			h, err := s.lookup(n.NodeID)
+			if err != nil {
+				return nil, err
+			}
+			var r struct {
+				St string `json:"st"`
+				V  any    `json:"v"`
+			}
+			if _, err := s.agentIn(ctx, h.doc, &r, "fieldValue", h.idx); err != nil {
+				return nil, err
+			}
+			vals = append(vals, r.V)
+		}
+		return vals, nil
+	})
+	if doc == "" {
+		s.mu.Lock()
+		doc = s.docs.doc
+		s.mu.Unlock()
+	}
+	return doc, data, err
 }

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/originweave/bap/server/internal/page"
@@ -273,4 +274,10 @@ func ValidQuery(q page.Query) error {
 		return fmt.Errorf("%w: a query needs at least one of role, name, text, label, placeholder, test_id", page.ErrInvalidRequest)
 	}
 	return nil
+}
+
+// SecretOriginAllowed reports whether a secret of origins may be typed into a document of origin
+// (exact, as the browser reports it; a document without an origin gets none).
+func SecretOriginAllowed(origin string, origins []string) bool {
+	return origin != "" && slices.Contains(origins, origin)
 }
