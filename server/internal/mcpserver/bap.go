@@ -58,6 +58,9 @@ func New(o Options) (http.Handler, error) {
 	b := &bapServer{o: o, routes: routes, disp: dispatcher{api: o.API}}
 	b.tasks = &taskEngine{store: newTaskStore(o.Now, o.TaskTTL, o.TaskPollInterval), tools: map[string]*taskTool{},
 		records: o.Tasks, nodeID: o.NodeID, staleAfter: o.NodeStaleAfter, now: o.Now, log: o.Logger}
+	if o.Tasks != nil {
+		b.tasks.store.statusChanged = b.tasks.syncStatus // the binding follows input_required
+	}
 
 	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}, Prompts: &mcp.PromptCapabilities{}, Resources: &mcp.ResourceCapabilities{}}
 	caps.AddExtension(tasksExtension, nil)

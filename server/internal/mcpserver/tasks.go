@@ -92,9 +92,15 @@ type task struct {
 	cancelRequested  bool
 	onCancel         func() // optional: withdraws the underlying work (e.g. denies a held approval)
 	// bapTask and session are the BAP task and session the call names (for its binding);
-	// bound is closed once the binding is written (nil: the task is not bound).
+	// bound is closed once the binding is written or has failed (nil: the task is not bound);
+	// unbound says it failed (the call was refused, and nothing more is recorded).
 	bapTask, session string
 	bound            chan struct{}
+	unbound          bool
+	// binder is the caller the binding is recorded for; recMu orders the writes of the binding's
+	// status, so that the last one written is the last one taken.
+	binder Caller
+	recMu  sync.Mutex
 }
 
 // TaskRecords keeps the MCP tasks that outlive the immediate-result window in the database,
@@ -104,8 +110,9 @@ type task struct {
 type TaskRecords interface {
 	// BindMCPTask records a task; an error when the call names no task or session of the tenant.
 	BindMCPTask(ctx context.Context, r app.MCPTaskRecord) error
-	// FinishMCPTask records a bound task's end (a task already ended keeps its first end).
-	FinishMCPTask(ctx context.Context, r app.MCPTaskRecord) error
+	// UpdateMCPTask records a bound task's status (working, input_required) or its end; a task
+	// already ended keeps its first end.
+	UpdateMCPTask(ctx context.Context, r app.MCPTaskRecord) error
 	// MCPTask reads a task of tenant's subject; app.ErrNotFound when unknown, expired or not theirs.
 	// Its RunnerGone says the node that runs it stopped or has not beaten since staleBefore.
 	MCPTask(ctx context.Context, tenant, subject, id string, staleBefore time.Time) (*app.MCPTaskRecord, error)
@@ -119,6 +126,16 @@ type taskStore struct {
 	ttl      time.Duration
 	poll     time.Duration
 	maxOwner int
+	// statusChanged, when set, is called (s.mu not held) after a task moves between working and
+	// input_required; its end is recorded by the run itself (taskEngine.recordEnd).
+	statusChanged func(*task)
+}
+
+// changedStatus reports t's non-terminal status change (s.mu not held).
+func (s *taskStore) changedStatus(t *task) {
+	if s.statusChanged != nil {
+		s.statusChanged(t)
+	}
 }
 
 func newTaskStore(now func() time.Time, ttl, poll time.Duration) *taskStore {
@@ -251,6 +268,7 @@ func (r *taskRun) Ask(ctx context.Context, reqs map[string]mcp.InputRequest) (ma
 	}
 	r.s.setStatusLocked(r.t, statusInputRequired, "waiting for the client's input")
 	r.s.mu.Unlock()
+	r.s.changedStatus(r.t)
 	got := map[string]json.RawMessage{}
 	for {
 		r.s.mu.Lock()
@@ -261,10 +279,14 @@ func (r *taskRun) Ask(ctx context.Context, reqs map[string]mcp.InputRequest) (ma
 			}
 		}
 		if len(got) == len(reqs) {
-			if !terminal(r.t.status) && len(r.t.pending) == 0 {
+			resumed := !terminal(r.t.status) && len(r.t.pending) == 0 && r.t.status != statusWorking
+			if resumed {
 				r.s.setStatusLocked(r.t, statusWorking, "")
 			}
 			r.s.mu.Unlock()
+			if resumed {
+				r.s.changedStatus(r.t)
+			}
 			return got, nil
 		}
 		r.s.mu.Unlock()
@@ -279,12 +301,16 @@ func (r *taskRun) Ask(ctx context.Context, reqs map[string]mcp.InputRequest) (ma
 // Withdraw withdraws pending input requests (the question was settled another way).
 func (r *taskRun) Withdraw(keys ...string) {
 	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
 	for _, k := range keys {
 		delete(r.t.pending, k)
 	}
-	if r.t.status == statusInputRequired && len(r.t.pending) == 0 {
+	resumed := r.t.status == statusInputRequired && len(r.t.pending) == 0
+	if resumed {
 		r.s.setStatusLocked(r.t, statusWorking, "")
+	}
+	r.s.mu.Unlock()
+	if resumed {
+		r.s.changedStatus(r.t)
 	}
 }
 
@@ -321,6 +347,13 @@ func inputRequestWire(req mcp.InputRequest) (json.RawMessage, error) {
 // update delivers answers to t's outstanding input requests; unknown or already answered keys
 // are ignored.
 func (s *taskStore) update(t *task, answers map[string]json.RawMessage) {
+	if s.updateLocked(t, answers) {
+		s.changedStatus(t)
+	}
+}
+
+// updateLocked is update under s.mu; it reports whether t went back to working.
+func (s *taskStore) updateLocked(t *task, answers map[string]json.RawMessage) (resumed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delivered := false
@@ -333,10 +366,11 @@ func (s *taskStore) update(t *task, answers map[string]json.RawMessage) {
 		delivered = true
 	}
 	if !delivered {
-		return
+		return false
 	}
 	if t.status == statusInputRequired && len(t.pending) == 0 {
 		s.setStatusLocked(t, statusWorking, "")
+		resumed = true
 	} else {
 		t.updated = s.now()
 	}
@@ -344,6 +378,7 @@ func (s *taskStore) update(t *task, answers map[string]json.RawMessage) {
 	case t.wake <- struct{}{}:
 	default:
 	}
+	return resumed
 }
 
 // requestCancel asks t's run to stop.
@@ -545,7 +580,7 @@ func (e *taskEngine) start(ctx context.Context, caller Caller, t *task, fn taskF
 		defer cancel()
 		res, err := fn(runCtx, &taskRun{s: e.store, t: t})
 		e.store.finish(t, res, err)
-		e.recordEnd(ctx, caller, t)
+		e.writeRecord(ctx, t, true) // its end, once its binding is written
 	}()
 	if window > 0 {
 		timer := time.NewTimer(window)
@@ -572,13 +607,57 @@ func (e *taskEngine) start(ctx context.Context, caller Caller, t *task, fn taskF
 	rec, bind := e.bindLocked(caller, t)
 	e.store.mu.Unlock()
 	if bind {
-		// Written before the client learns the task id, so that any node it asks knows it.
+		// Written before the client learns the task id, so that any node it asks knows it. A
+		// binding that cannot be written fails closed: a task only this node knew would be
+		// answered "unknown" by every other node of the cluster (and lost with this one), so the
+		// client gets an answer or a problem instead of a task id (unbind).
 		if err := e.records.BindMCPTask(context.WithoutCancel(ctx), rec); err != nil {
-			e.log.Warn("mcp: the task stays known to this node only", "err", err)
+			e.log.Warn("mcp: the task could not be recorded for the cluster; it is not answered as a task", "task", t.id, "err", err)
+			return e.unbind(t, err, done)
 		}
 		close(t.bound)
 	}
 	return out, nil
+}
+
+// unboundWait bounds how long a call that names nothing of its caller's is awaited for BAP's own
+// refusal (which comes at once: no task or session to run on).
+const unboundWait = 30 * time.Second
+
+// unbind answers the call whose binding could not be written, and forgets its task. A call that
+// names no task or session of the caller's is refused by BAP itself, so the client gets BAP's own
+// answer once its run ends. Any other failure (the database refused the write) stops the run —
+// without withdrawing what it began: an approval it waits on stays for an approver — and the
+// client gets a problem; the BAP command it began is BAP's and durable, and the same call with
+// the same idempotency_key answers it.
+func (e *taskEngine) unbind(t *task, err error, done <-chan struct{}) (mcp.Result, error) {
+	e.store.mu.Lock()
+	t.unbound = true
+	cancel := t.cancel
+	e.store.mu.Unlock()
+	close(t.bound)
+	defer e.store.remove(t.id)
+	if errors.Is(err, app.ErrNotFound) {
+		timer := time.NewTimer(unboundWait)
+		defer timer.Stop()
+		select {
+		case <-done:
+			e.store.mu.Lock()
+			status, res, rpcErr := t.status, t.result, t.rpcErr
+			e.store.mu.Unlock()
+			switch status {
+			case statusCompleted:
+				return completeResult(res), nil
+			case statusFailed:
+				return nil, rpcErr
+			}
+		case <-timer.C:
+		}
+	}
+	cancel()
+	return completeResult(problemResult(&app.Error{Code: app.CodeInternal, Detail: "the server could not record this call's MCP task " +
+		"for its cluster, so it is not answered as a task; the BAP command it began may still run: call the tool again with the same " +
+		"idempotency_key for its outcome"})), nil
 }
 
 // bindLocked decides whether t becomes durable and snapshots its record (s.mu held): t.bound is
@@ -588,7 +667,7 @@ func (e *taskEngine) bindLocked(caller Caller, t *task) (app.MCPTaskRecord, bool
 	if e.records == nil || (t.bapTask == "" && t.session == "") {
 		return app.MCPTaskRecord{}, false
 	}
-	t.bound = make(chan struct{})
+	t.bound, t.binder = make(chan struct{}), caller
 	r := recordOf(caller, t)
 	r.NodeID = e.nodeID
 	return r, true
@@ -625,8 +704,18 @@ func outcomeOf(t *task) []byte {
 	return b
 }
 
-// recordEnd records the end of a bound task once its binding is written.
-func (e *taskEngine) recordEnd(ctx context.Context, caller Caller, t *task) {
+// syncStatus records a bound task's move between working and input_required, so that the
+// binding says what the task waits for (store.statusChanged).
+func (e *taskEngine) syncStatus(t *task) {
+	e.writeRecord(context.Background(), t, false)
+}
+
+// writeRecord writes t's current status to its binding, once the binding is written (nothing
+// for a task that is not bound, or whose binding failed). Writes are ordered by t.recMu and each
+// takes the status when it runs, so the last write carries the last status; an end is written by
+// the run's own call (final), a status change never overwrites it (UpdateMCPTask keeps the
+// first end).
+func (e *taskEngine) writeRecord(ctx context.Context, t *task, final bool) {
 	e.store.mu.Lock()
 	bound := t.bound
 	e.store.mu.Unlock()
@@ -634,13 +723,18 @@ func (e *taskEngine) recordEnd(ctx context.Context, caller Caller, t *task) {
 		return
 	}
 	<-bound
+	t.recMu.Lock()
+	defer t.recMu.Unlock()
 	e.store.mu.Lock()
-	rec := recordOf(caller, t)
+	rec, unbound := recordOf(t.binder, t), t.unbound
 	e.store.mu.Unlock()
+	if unbound || (!final && terminal(rec.Status)) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := e.records.FinishMCPTask(ctx, rec); err != nil {
-		e.log.Warn("mcp: the end of a task is known to this node only", "task", t.id, "err", err)
+	if err := e.records.UpdateMCPTask(ctx, rec); err != nil {
+		e.log.Warn("mcp: a task's status is known to this node only", "task", t.id, "status", rec.Status, "err", err)
 	}
 }
 
@@ -776,7 +870,7 @@ func (e *taskEngine) abandoned(ctx context.Context, r *app.MCPTaskRecord) *app.M
 	end.Outcome = outcome
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := e.records.FinishMCPTask(fctx, end); err != nil {
+	if err := e.records.UpdateMCPTask(fctx, end); err != nil {
 		e.log.Warn("mcp: recording the end of an abandoned task", "task", r.ID, "err", err)
 		return &end
 	}
@@ -798,6 +892,7 @@ func (e *taskEngine) fromRecord(r *app.MCPTaskRecord) (*getTaskResult, error) {
 	if r.Status == statusInputRequired {
 		// The input requests are the running node's; this one can only say that it waits.
 		res.Status = statusWorking
+		res.StatusMessage = "waiting for the client's input, which the node that runs this task asks (tasks/get and tasks/update reach it there)"
 	}
 	if len(r.Outcome) > 0 {
 		var out struct {

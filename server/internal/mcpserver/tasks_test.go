@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/mcpserver"
@@ -138,9 +141,15 @@ func TestAbandonedTaskFails(t *testing.T) {
 func TestRefusedCommandCompletesTheTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// A session of a real task that no browser of this node holds (so the task is bound).
+	taskID := field(t, b.call(t, "create_task", args(t, createArgs, "idempotency_key", "k-refused")).StructuredContent, "task", "task_id")
+	if _, err := b.db.Exec(context.Background(), `INSERT INTO browser_session (tenant_id, session_id, task_id, state, engine)
+		VALUES ('acme', 'bs_nobrowser', $1, 'open', 'chromium')`, taskID); err != nil {
+		t.Fatal(err)
+	}
 	var created toolResult
 	b.rpc(t, "/mcp", "tools/call", map[string]any{"name": "navigate", "_meta": meta(taskCaps), "arguments": map[string]any{
-		"session_id": "bs_nosuchsession", "url": "https://shop.example.com/", "idempotency_key": "k-nav"}}).result(t, &created)
+		"session_id": "bs_nobrowser", "url": "https://shop.example.com/", "idempotency_key": "k-nav"}}).result(t, &created)
 	if created.ResultType != "task" {
 		t.Fatalf("navigate: %+v", created)
 	}
@@ -222,6 +231,122 @@ func setupFake(t *testing.T, channel string) (*bundle, *fakeAPI) {
 	b := &bundle{srv: httptest.NewServer(h)}
 	t.Cleanup(b.srv.Close)
 	return b, f
+}
+
+// setupFakeBound is setupFake with durable tasks, as the daemon wires them: the fake API answers
+// the calls, and the tasks are bound in a real database where the session bs_1 the held act names
+// belongs to a real task (unless seed is false: then the call names no session of the tenant).
+func setupFakeBound(t *testing.T, channel string, seed bool) (*bundle, *fakeAPI) {
+	t.Helper()
+	real := setup(t)
+	if seed {
+		taskID := field(t, real.call(t, "create_task", args(t, createArgs, "idempotency_key", "k-bound")).StructuredContent, "task", "task_id")
+		if _, err := real.db.Exec(context.Background(), `INSERT INTO browser_session (tenant_id, session_id, task_id, state, engine)
+			VALUES ('acme', 'bs_1', $1, 'open', 'chromium')`, taskID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &fakeAPI{channel: channel}
+	h, err := mcpserver.New(mcpserver.Options{API: f, Authenticator: mcpAuth{}, Logger: quiet, TaskSyncWindow: -1,
+		TaskPollInterval: 50 * time.Millisecond, ApprovalPoll: 20 * time.Millisecond, Tasks: store.New(real.db), NodeID: "node_mcp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bundle{db: real.db, srv: httptest.NewServer(h)}
+	t.Cleanup(b.srv.Close)
+	return b, f
+}
+
+// bindingStatus is the status protocol_session_binding records for MCP task id ("" when none).
+func (b *bundle) bindingStatus(t *testing.T, id string) string {
+	t.Helper()
+	var status string
+	err := b.db.QueryRow(context.Background(), `SELECT status FROM protocol_session_binding WHERE adapter_id = 'mcp' AND external_ref = $1`, id).Scan(&status)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatal(err)
+	}
+	return status
+}
+
+// A bound task that waits for the client's input says so on its binding (so every node and an
+// operator see what it waits for), goes back to working when answered, and records its end.
+func TestInputRequiredIsRecordedOnTheBinding(t *testing.T) {
+	t.Parallel()
+	b, f := setupFakeBound(t, "elicitation", true)
+	f.mu.Lock() // the act waits until the binding is written as working
+	id := b.heldAct(t, taskElcit)
+	if got := b.bindingStatus(t, id); got != "working" {
+		f.mu.Unlock()
+		t.Fatalf("the binding once the client has the task id: %q, want working", got)
+	}
+	f.mu.Unlock()
+	st := b.awaitTask(t, id, "working")
+	if st.Status != "input_required" || len(st.InputRequests) != 1 {
+		t.Fatalf("held act: %+v", st)
+	}
+	waitfor.Until(t, 20*time.Second, "the binding records input_required", func() (bool, string) {
+		got := b.bindingStatus(t, id)
+		return got == "input_required", got
+	})
+	var key string
+	for k := range st.InputRequests {
+		key = k
+	}
+	var ack map[string]any
+	b.rpc(t, "/mcp", "tasks/update", map[string]any{"taskId": id, "_meta": meta(taskElcit),
+		"inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"decision": "approve"}}}}).result(t, &ack)
+	if st := b.awaitTask(t, id, "working", "input_required"); st.Status != "completed" {
+		t.Fatalf("after the answer: %+v", st)
+	}
+	waitfor.Until(t, 20*time.Second, "the binding records the end", func() (bool, string) {
+		got := b.bindingStatus(t, id)
+		return got == "completed", got
+	})
+}
+
+// A task whose binding cannot be written fails closed: the client gets an answer or a problem,
+// never a task id that only this node knows (every other node would answer it unknown). A call
+// that names no session of the tenant gets BAP's own refusal; one whose binding the database
+// refuses, a problem (and its run is stopped).
+func TestAnUnrecordedTaskIsRefused(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, code string
+		seed       bool
+		refuse     bool
+	}{
+		{"names no session of the tenant: BAP's own refusal", "not_found", false, false},
+		{"the database refuses the binding", "internal_error", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b, f := setupFakeBound(t, "elicitation", c.seed)
+			if c.refuse {
+				if _, err := b.db.Exec(context.Background(), `CREATE FUNCTION refuse_binding() RETURNS trigger LANGUAGE plpgsql AS
+					$$ BEGIN RAISE EXCEPTION 'binding refused by the test'; END; $$;
+					CREATE TRIGGER refuse_binding BEFORE INSERT ON protocol_session_binding FOR EACH ROW EXECUTE FUNCTION refuse_binding()`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			session := "bs_1" // a held act: it would wait for the client's input
+			if !c.seed {
+				session = "bs_none" // BAP refuses a call on no session of the tenant (the fake: 404)
+			}
+			var res toolResult
+			b.rpc(t, "/mcp", "tools/call", map[string]any{"name": "act", "_meta": meta(taskElcit), "arguments": map[string]any{
+				"session_id": session, "action": "click", "node_id": "nd_1", "idempotency_key": "k-act"}}).result(t, &res)
+			if res.ResultType != "complete" || res.TaskID != "" || !res.IsError || field(t, res.StructuredContent, "code") != c.code {
+				t.Fatalf("a call whose task could not be recorded: %+v %s", res, res.StructuredContent)
+			}
+			var n int
+			if err := b.db.QueryRow(context.Background(), `SELECT count(*) FROM protocol_session_binding`).Scan(&n); err != nil || n != 0 {
+				t.Fatalf("%d bindings (%v)", n, err)
+			}
+			if d := f.decisions(); len(d) != 0 {
+				t.Fatalf("the refused call resolved an approval: %v", d)
+			}
+		})
+	}
 }
 
 func (b *bundle) heldAct(t *testing.T, c caps) string {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 // ADR 0019).
 
 // errUnboundMCPTask: the call names no task or session of the tenant, so there is nothing to bind.
-var errUnboundMCPTask = errors.New("the call names no task or session of its tenant")
+var errUnboundMCPTask = fmt.Errorf("the call names no task or session of its tenant: %w", app.ErrNotFound)
 
 // BindMCPTask records a working MCP task. The BAP task is r.BAPTaskID or, when that is empty,
 // the task of session r.SessionID; both are looked up within r.Tenant only. A binding recorded
@@ -43,9 +42,9 @@ func (s *Store) BindMCPTask(ctx context.Context, r app.MCPTaskRecord) error {
 	return nil
 }
 
-// FinishMCPTask records the end of a bound MCP task (status, message and outcome); a task
-// already ended keeps its first end.
-func (s *Store) FinishMCPTask(ctx context.Context, r app.MCPTaskRecord) error {
+// UpdateMCPTask records a bound MCP task's status (working, input_required) or its end (status,
+// message and outcome); a task already ended keeps its first end.
+func (s *Store) UpdateMCPTask(ctx context.Context, r app.MCPTaskRecord) error {
 	_, err := s.pool.Exec(ctx, `UPDATE protocol_session_binding
 		SET status = $4, status_message = $5, outcome = $6, updated_at = $7
 		WHERE tenant_id = $1 AND adapter_id = 'mcp' AND external_ref = $2 AND subject = $3

@@ -57,13 +57,13 @@ func TestMCPTaskBindingsAreTenantScoped(t *testing.T) {
 	}
 	end := rec("local", "mtk_session", "", "")
 	end.Status, end.Outcome, end.Updated = "completed", []byte(`{"result":{"content":[]}}`), now.Add(time.Second)
-	if err := st.FinishMCPTask(ctx, end); err != nil {
+	if err := st.UpdateMCPTask(ctx, end); err != nil {
 		t.Fatal(err)
 	}
 	// A second end (a late writer) keeps the first.
 	late := end
 	late.Status, late.Outcome = "failed", []byte(`{"error":{"code":-32603,"message":"x"}}`)
-	if err := st.FinishMCPTask(ctx, late); err != nil {
+	if err := st.UpdateMCPTask(ctx, late); err != nil {
 		t.Fatal(err)
 	}
 	got, err = st.MCPTask(ctx, "local", "client:a", "mtk_session", now.Add(-time.Minute))
