@@ -12,6 +12,8 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // Side effects judged by what leaves the browser.
@@ -34,14 +36,8 @@ import (
 // cannot be told from a read and is not held; any_action rules cover those.
 
 // An act that may submit (a click, a key, a choice) waits, after it settled, until the page has
-// been quiet at interception for requestQuiet (at most requestQuietMax): the browser reports some
-// requests late — beacons are sent asynchronously, a loaded machine delays the rest — and a
-// non-safe request that arrives after the act returned is refused rather than held. Only sessions
-// with a form_submission rule pay this.
-const (
-	requestQuiet    = 150 * time.Millisecond
-	requestQuietMax = time.Second
-)
+// been quiet at interception (pagekit.AwaitQuiet). Only sessions with a form_submission rule pay
+// this.
 
 // awaitLateRequests waits for the requests an act caused that the browser reports late.
 func (s *Session) awaitLateRequests(ctx context.Context, req ActRequest) {
@@ -55,34 +51,15 @@ func (s *Session) awaitLateRequests(ctx context.Context, req ActRequest) {
 	if a == nil || a.approved || a.release != "" || !pol.HoldsRequests() {
 		return
 	}
-	start := time.Now()
-	for {
+	pagekit.AwaitQuiet(ctx, func() (bool, time.Time, <-chan struct{}) {
 		s.mu.Lock()
-		held, last, ch := s.hold != nil, s.lastPaused, s.changed
-		s.mu.Unlock()
-		now := time.Now()
-		until := start
-		if last.After(until) {
-			until = last
-		}
-		until = until.Add(requestQuiet)
-		if held || !now.Before(until) || now.Sub(start) >= requestQuietMax {
-			return
-		}
-		timer := time.NewTimer(until.Sub(now))
-		select {
-		case <-timer.C:
-		case <-ch:
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		}
-		timer.Stop()
-	}
+		defer s.mu.Unlock()
+		return s.hold != nil, s.lastPaused, s.changed
+	})
 }
 
 // approvedGrace is how long after an approved act its late requests still go out.
-const approvedGrace = time.Second
+const approvedGrace = pagekit.ApprovedGrace
 
 // actHold is the hold state of the act that is running.
 type actHold struct {

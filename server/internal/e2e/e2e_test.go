@@ -460,71 +460,76 @@ func TestOffOriginNavigationLoadsNothing(t *testing.T) {
 // resolve it, the operator (the Unix socket) approves and it runs exactly once, deny never runs it.
 func TestApprovalHoldsFormSubmission(t *testing.T) {
 	t.Parallel()
-	sh := newShop(t)
-	s := newStack(t)
-	r := s.must(t, 201, "POST", "/bap/v1/tasks", "held-task", map[string]any{
-		"goal": "order, but ask first",
-		"policy": map[string]any{"allowed_origins": []string{sh.srv.URL},
-			"approval_rules": []any{map[string]any{"effect": "form_submission"}}},
-	})
-	taskID := r.str("task", "task_id")
-	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "held-session", map[string]any{}).str("session", "session_id")
-	base := "/bap/v1/browser-sessions/" + sess
-	s.must(t, 200, "POST", base+"/navigate", "held-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
-	for _, step := range []map[string]any{
-		{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Edsger"},
-		{"action": "fill", "query": map[string]any{"label": "Email"}, "value": "ewd@example.com"},
-		{"action": "check", "query": map[string]any{"role": "checkbox"}},
-	} {
-		s.must(t, 200, "POST", base+"/act", fmt.Sprint("held-", step["action"], step["value"]), step)
-	}
-	click := map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": "Place order"}}
-	held := s.must(t, 202, "POST", base+"/act", "held-click", click)
-	if held.str("approval", "state") != "pending" || held.str("receipt", "outcome") != "pending_approval" || sh.orders.Load() != 0 {
-		t.Fatalf("held click: orders %d, %s", sh.orders.Load(), held.raw)
-	}
-	if st := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st != "waiting_for_approval" {
-		t.Fatalf("task %s while the click is held", st)
-	}
-	apr := held.str("approval", "approval_id")
-	if held.str("approval", "expires_at") == "" || held.str("approval", "channel") != "approver" || held.str("approval", "requested_by") != "agent:local" {
-		t.Fatalf("held approval: %s", held.raw)
-	}
-	// The agent that was held cannot resolve it, either way: it has no bap:approvals.resolve.
-	for _, d := range []string{"approve", "deny"} {
-		self := s.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "agent-"+d, map[string]any{"decision": d})
-		if self.status != 403 || self.body["code"] != "insufficient_scope" || !strings.Contains(self.str("detail"), "operator") || sh.orders.Load() != 0 {
-			t.Fatalf("the agent's own %s: orders %d, %d %s", d, sh.orders.Load(), self.status, self.raw)
-		}
-	}
-	op := s.operator()
-	ok := op.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "approve-1", map[string]any{"decision": "approve"})
-	if ok.str("approval", "state") != "approved" || ok.str("action_receipt", "outcome") != "applied" || sh.orders.Load() != 1 ||
-		ok.str("approval", "resolved_by") != "operator:local" || ok.str("approval", "resolved_via") != "socket" {
-		t.Fatalf("approve: orders %d, %s", sh.orders.Load(), ok.raw)
-	}
-	again := op.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "approve-2", map[string]any{"decision": "approve"})
-	if again.status != 409 || again.body["code"] != "approval_not_pending" || sh.orders.Load() != 1 {
-		t.Fatalf("second approve: orders %d, %d %s", sh.orders.Load(), again.status, again.raw)
-	}
-	if st := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st != "running" {
-		t.Fatalf("task %s after the approval", st)
-	}
+	for _, engine := range []string{"chromium", "firefox"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			sh := newShop(t)
+			s := newStack(t, bothEngines(t))
+			r := s.must(t, 201, "POST", "/bap/v1/tasks", "held-task", map[string]any{
+				"goal": "order, but ask first",
+				"policy": map[string]any{"allowed_origins": []string{sh.srv.URL},
+					"approval_rules": []any{map[string]any{"effect": "form_submission"}}},
+			})
+			taskID := r.str("task", "task_id")
+			sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "held-session", map[string]any{"engine": engine}).str("session", "session_id")
+			base := "/bap/v1/browser-sessions/" + sess
+			s.must(t, 200, "POST", base+"/navigate", "held-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+			for _, step := range []map[string]any{
+				{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Edsger"},
+				{"action": "fill", "query": map[string]any{"label": "Email"}, "value": "ewd@example.com"},
+				{"action": "check", "query": map[string]any{"role": "checkbox"}},
+			} {
+				s.must(t, 200, "POST", base+"/act", fmt.Sprint("held-", step["action"], step["value"]), step)
+			}
+			click := map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": "Place order"}}
+			held := s.must(t, 202, "POST", base+"/act", "held-click", click)
+			if held.str("approval", "state") != "pending" || held.str("receipt", "outcome") != "pending_approval" || sh.orders.Load() != 0 {
+				t.Fatalf("held click: orders %d, %s", sh.orders.Load(), held.raw)
+			}
+			if st := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st != "waiting_for_approval" {
+				t.Fatalf("task %s while the click is held", st)
+			}
+			apr := held.str("approval", "approval_id")
+			if held.str("approval", "expires_at") == "" || held.str("approval", "channel") != "approver" || held.str("approval", "requested_by") != "agent:local" {
+				t.Fatalf("held approval: %s", held.raw)
+			}
+			// The agent that was held cannot resolve it, either way: it has no bap:approvals.resolve.
+			for _, d := range []string{"approve", "deny"} {
+				self := s.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "agent-"+d, map[string]any{"decision": d})
+				if self.status != 403 || self.body["code"] != "insufficient_scope" || !strings.Contains(self.str("detail"), "operator") || sh.orders.Load() != 0 {
+					t.Fatalf("the agent's own %s: orders %d, %d %s", d, sh.orders.Load(), self.status, self.raw)
+				}
+			}
+			op := s.operator()
+			ok := op.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", "approve-1", map[string]any{"decision": "approve"})
+			if ok.str("approval", "state") != "approved" || ok.str("action_receipt", "outcome") != "applied" || sh.orders.Load() != 1 ||
+				ok.str("approval", "resolved_by") != "operator:local" || ok.str("approval", "resolved_via") != "socket" {
+				t.Fatalf("approve: orders %d, %s", sh.orders.Load(), ok.raw)
+			}
+			again := op.call(t, "POST", "/bap/v1/approvals/"+apr+"/resolve", "approve-2", map[string]any{"decision": "approve"})
+			if again.status != 409 || again.body["code"] != "approval_not_pending" || sh.orders.Load() != 1 {
+				t.Fatalf("second approve: orders %d, %d %s", sh.orders.Load(), again.status, again.raw)
+			}
+			if st := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID, "", nil).str("task", "state"); st != "running" {
+				t.Fatalf("task %s after the approval", st)
+			}
 
-	// Deny: back on the checkout, the next submission is held and never runs.
-	s.must(t, 200, "POST", base+"/navigate", "held-nav-2", map[string]any{"url": sh.srv.URL + "/checkout"})
-	for _, step := range []map[string]any{
-		{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Tony"},
-		{"action": "fill", "query": map[string]any{"label": "Email"}, "value": "tony@example.com"},
-		{"action": "check", "query": map[string]any{"role": "checkbox"}},
-	} {
-		s.must(t, 200, "POST", base+"/act", fmt.Sprint("held2-", step["action"], step["value"]), step)
+			// Deny: back on the checkout, the next submission is held and never runs.
+			s.must(t, 200, "POST", base+"/navigate", "held-nav-2", map[string]any{"url": sh.srv.URL + "/checkout"})
+			for _, step := range []map[string]any{
+				{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Tony"},
+				{"action": "fill", "query": map[string]any{"label": "Email"}, "value": "tony@example.com"},
+				{"action": "check", "query": map[string]any{"role": "checkbox"}},
+			} {
+				s.must(t, 200, "POST", base+"/act", fmt.Sprint("held2-", step["action"], step["value"]), step)
+			}
+			held2 := s.must(t, 202, "POST", base+"/act", "held-click-2", click)
+			no := op.must(t, 200, "POST", "/bap/v1/approvals/"+held2.str("approval", "approval_id")+"/resolve", "deny-1", map[string]any{"decision": "deny"})
+			if no.str("approval", "state") != "denied" || no.body["action_receipt"] != nil || sh.orders.Load() != 1 {
+				t.Fatalf("deny: orders %d, %s", sh.orders.Load(), no.raw)
+			}
+			// A click that submits nothing is not held by a form_submission rule.
+			s.must(t, 200, "POST", base+"/act", "plain-link", map[string]any{"action": "hover", "query": map[string]any{"role": "link", "name": "Back to cart"}})
+		})
 	}
-	held2 := s.must(t, 202, "POST", base+"/act", "held-click-2", click)
-	no := op.must(t, 200, "POST", "/bap/v1/approvals/"+held2.str("approval", "approval_id")+"/resolve", "deny-1", map[string]any{"decision": "deny"})
-	if no.str("approval", "state") != "denied" || no.body["action_receipt"] != nil || sh.orders.Load() != 1 {
-		t.Fatalf("deny: orders %d, %s", sh.orders.Load(), no.raw)
-	}
-	// A click that submits nothing is not held by a form_submission rule.
-	s.must(t, 200, "POST", base+"/act", "plain-link", map[string]any{"action": "hover", "query": map[string]any{"role": "link", "name": "Back to cart"}})
 }

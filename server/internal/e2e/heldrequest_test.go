@@ -14,66 +14,71 @@ import (
 // means never. A POST the page sends on its own is refused and recorded.
 func TestApprovalHoldsWhatLeavesTheBrowser(t *testing.T) {
 	t.Parallel()
-	sh := newShop(t)
-	s := newStack(t)
-	op := s.operator()
-	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "spa-task", map[string]any{
-		"goal": "pay, but ask first",
-		"policy": map[string]any{"allowed_origins": []string{sh.srv.URL},
-			"approval_rules": []any{map[string]any{"effect": "form_submission"}}},
-	}).str("task", "task_id")
-	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "spa-session", map[string]any{}).str("session", "session_id")
-	base := "/bap/v1/browser-sessions/" + sess
-	for _, tt := range []struct {
-		name, button, decision string
-		orders                 int64
-	}{
-		{"fetch POST approved", "Pay now", "approve", 1},
-		{"form.submit() denied", "Submit form", "deny", 1},
-		{"form.submit() approved", "Submit form", "approve", 2},
-		{"fetch POST denied", "Pay now", "deny", 2},
-	} {
-		key := func(k string) string {
-			return strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(tt.name) + "-" + k
-		}
-		s.must(t, 200, "POST", base+"/navigate", key("nav"), map[string]any{"url": sh.srv.URL + "/spa-checkout"})
-		held := s.must(t, 202, "POST", base+"/act", key("click"), map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": tt.button}})
-		if got := held.str("approval", "held_request", "method"); got != "POST" || !strings.HasSuffix(held.str("approval", "held_request", "url"), "/order") {
-			t.Fatalf("%s: the approval does not name the held request: %s", tt.name, held.raw)
-		}
-		if strings.Contains(string(held.raw), "4242") {
-			t.Fatalf("%s: the held body shows: %s", tt.name, held.raw)
-		}
-		if want := tt.orders - map[string]int64{"approve": 1, "deny": 0}[tt.decision]; sh.orders.Load() != want {
-			t.Fatalf("%s: %d orders while held, want %d", tt.name, sh.orders.Load(), want)
-		}
-		if status, h, b := s.getRaw(t, "/bap/v1/artifacts/"+held.str("approval", "screenshot_artifact_id")); status != 200 ||
-			h.Get("Content-Type") != "image/png" || !strings.HasPrefix(string(b), "\x89PNG") {
-			t.Errorf("%s: the hold's screenshot: %d %s", tt.name, status, h.Get("Content-Type"))
-		}
-		apr := held.str("approval", "approval_id")
-		res := op.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", key("resolve"), map[string]any{"decision": tt.decision})
-		if sh.orders.Load() != tt.orders {
-			t.Fatalf("%s: %d orders after %s, want %d (%s)", tt.name, sh.orders.Load(), tt.decision, tt.orders, res.raw)
-		}
-		if tt.decision == "approve" && res.str("action_receipt", "outcome") != "applied" {
-			t.Errorf("%s: %s", tt.name, res.raw)
-		}
-	}
-
-	// The page's own POST (a beacon at load): refused, recorded, never sent.
-	before := sh.orders.Load()
-	s.must(t, 200, "POST", base+"/navigate", "ping-nav", map[string]any{"url": sh.srv.URL + "/spa-checkout?again=1#ping"})
-	// The history is written by the event recorder, asynchronously.
-	waitfor.True(t, 15*time.Second, "a request.blocked event for the page's own POST", func() bool {
-		for _, e := range s.events(t, taskID) {
-			if d, _ := e["data"].(map[string]any); e["type"] == "request.blocked" && d["reason"] == "unapproved_side_effect" {
-				return true
+	for _, engine := range []string{"chromium", "firefox"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			sh := newShop(t)
+			s := newStack(t, bothEngines(t))
+			op := s.operator()
+			taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "spa-task", map[string]any{
+				"goal": "pay, but ask first",
+				"policy": map[string]any{"allowed_origins": []string{sh.srv.URL},
+					"approval_rules": []any{map[string]any{"effect": "form_submission"}}},
+			}).str("task", "task_id")
+			sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "spa-session", map[string]any{"engine": engine}).str("session", "session_id")
+			base := "/bap/v1/browser-sessions/" + sess
+			for _, tt := range []struct {
+				name, button, decision string
+				orders                 int64
+			}{
+				{"fetch POST approved", "Pay now", "approve", 1},
+				{"form.submit() denied", "Submit form", "deny", 1},
+				{"form.submit() approved", "Submit form", "approve", 2},
+				{"fetch POST denied", "Pay now", "deny", 2},
+			} {
+				key := func(k string) string {
+					return strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(tt.name) + "-" + k
+				}
+				s.must(t, 200, "POST", base+"/navigate", key("nav"), map[string]any{"url": sh.srv.URL + "/spa-checkout"})
+				held := s.must(t, 202, "POST", base+"/act", key("click"), map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": tt.button}})
+				if got := held.str("approval", "held_request", "method"); got != "POST" || !strings.HasSuffix(held.str("approval", "held_request", "url"), "/order") {
+					t.Fatalf("%s: the approval does not name the held request: %s", tt.name, held.raw)
+				}
+				if strings.Contains(string(held.raw), "4242") {
+					t.Fatalf("%s: the held body shows: %s", tt.name, held.raw)
+				}
+				if want := tt.orders - map[string]int64{"approve": 1, "deny": 0}[tt.decision]; sh.orders.Load() != want {
+					t.Fatalf("%s: %d orders while held, want %d", tt.name, sh.orders.Load(), want)
+				}
+				if status, h, b := s.getRaw(t, "/bap/v1/artifacts/"+held.str("approval", "screenshot_artifact_id")); status != 200 ||
+					h.Get("Content-Type") != "image/png" || !strings.HasPrefix(string(b), "\x89PNG") {
+					t.Errorf("%s: the hold's screenshot: %d %s", tt.name, status, h.Get("Content-Type"))
+				}
+				apr := held.str("approval", "approval_id")
+				res := op.must(t, 200, "POST", "/bap/v1/approvals/"+apr+"/resolve", key("resolve"), map[string]any{"decision": tt.decision})
+				if sh.orders.Load() != tt.orders {
+					t.Fatalf("%s: %d orders after %s, want %d (%s)", tt.name, sh.orders.Load(), tt.decision, tt.orders, res.raw)
+				}
+				if tt.decision == "approve" && res.str("action_receipt", "outcome") != "applied" {
+					t.Errorf("%s: %s", tt.name, res.raw)
+				}
 			}
-		}
-		return false
-	})
-	if sh.orders.Load() != before {
-		t.Fatalf("the page's own POST reached the site")
+
+			// The page's own POST (a beacon at load): refused, recorded, never sent.
+			before := sh.orders.Load()
+			s.must(t, 200, "POST", base+"/navigate", "ping-nav", map[string]any{"url": sh.srv.URL + "/spa-checkout?again=1#ping"})
+			// The history is written by the event recorder, asynchronously.
+			waitfor.True(t, 15*time.Second, "a request.blocked event for the page's own POST", func() bool {
+				for _, e := range s.events(t, taskID) {
+					if d, _ := e["data"].(map[string]any); e["type"] == "request.blocked" && d["reason"] == "unapproved_side_effect" {
+						return true
+					}
+				}
+				return false
+			})
+			if sh.orders.Load() != before {
+				t.Fatalf("the page's own POST reached the site")
+			}
+		})
 	}
 }

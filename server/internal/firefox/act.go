@@ -190,6 +190,18 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 	s.mu.Lock()
 	doc0, started0, dialogs0, opened0 := s.docs.doc, s.navStarted, len(s.dialogs), len(s.opened)
 	s.mu.Unlock()
+	m := s.first() // holds are the session's, whichever tab acts
+	m.mu.Lock()
+	m.acting = &actHold{approved: req.Approved, tab: s, doc0: doc0, started0: started0} // its non-safe requests may be held (hold.go)
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.acting = nil
+		if req.Approved {
+			m.approvedUntil = time.Now().Add(pagekit.ApprovedGrace)
+		}
+		m.mu.Unlock()
+	}()
 	if err := s.perform(ctx, tg, req); err != nil {
 		if err := s.check(); err != nil {
 			return nil, err
@@ -207,6 +219,8 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 	if err != nil {
 		return nil, err
 	}
+	s.awaitLateRequests(ctx, req) // hold.go
+	res.Held = s.heldNow(ctx)
 	res.Effect, res.Origin = c.Effect, c.Origin
 	s.mu.Lock()
 	if len(s.dialogs) > dialogs0 {
@@ -240,8 +254,7 @@ func (s *Session) noteNavigation(started bool) {
 	} else {
 		s.navLastEnd = s.navSeq
 	}
-	close(s.navCh)
-	s.navCh = make(chan struct{})
+	s.notifyLocked()
 }
 
 // maxDialogMessage bounds a dialog's message as the CDP adapter bounds it.
@@ -281,8 +294,8 @@ func (s *Session) settle(ctx context.Context, doc0 string, started0 int) (*page.
 	fcancel()
 	for {
 		started, ended, changed := s.navState()
-		if started == started0 || ended {
-			break
+		if started == started0 || ended || s.holding() {
+			break // a held request ends the wait: what it would cause waits for its approval
 		}
 		select {
 		case <-wctx.Done():
@@ -293,7 +306,7 @@ func (s *Session) settle(ctx context.Context, doc0 string, started0 int) (*page.
 	}
 	for {
 		v, err := s.evaluate(wctx, `document.readyState`, false)
-		if err == nil && v == "complete" {
+		if err == nil && v == "complete" || s.holding() {
 			break
 		}
 		if wctx.Err() != nil {

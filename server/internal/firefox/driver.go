@@ -30,8 +30,12 @@ type Config struct {
 
 // proxyPrefs make Firefox send every request of a user context through its proxy, loopback
 // included (Firefox otherwise never proxies localhost), and switch off what a proxy cannot see or
-// what resolves names itself: HTTP/3 (QUIC), WebRTC, DNS prefetch, speculative connections.
+// what resolves names itself: HTTP/3 (QUIC), WebRTC, DNS prefetch, speculative connections. Service
+// workers are off too: Firefox attributes their requests to no browsing context, so no tab's
+// intercept sees them, and a page could send a non-safe request past a form_submission rule from
+// one (hold.go).
 var proxyPrefs = map[string]any{
+	"dom.serviceWorkers.enabled":                false,
 	"network.proxy.allow_hijacking_localhost":   true,
 	"network.proxy.no_proxies_on":               "",
 	"network.http.http3.enable":                 false,
@@ -66,6 +70,11 @@ type Driver struct {
 	down  bool
 	ready chan struct{}
 	stop  context.CancelFunc
+
+	// Holds (hold.go): the sessions that hold requests by user context, and the browsing contexts
+	// of those user contexts (tabs, popups, frames).
+	holdUC  map[bidi.BrowserUserContext]*Session
+	holdCtx map[bidi.BrowsingContextBrowsingContext]bidi.BrowserUserContext
 }
 
 // Start launches Firefox and opens its BiDi session. A missing binary wraps page.ErrUnavailable.
@@ -114,27 +123,30 @@ func newDriver(ctx context.Context, cfg Config, log *slog.Logger, b *Browser, e 
 	}
 	d := &Driver{cfg: cfg, log: log, b: b, e: e, sessions: map[string]*Session{},
 		byTop: map[bidi.BrowsingContextBrowsingContext]*Session{}, byUC: map[bidi.BrowserUserContext]*Session{},
+		holdUC: map[bidi.BrowserUserContext]*Session{}, holdCtx: map[bidi.BrowsingContextBrowsingContext]bidi.BrowserUserContext{},
 		ready: make(chan struct{})}
 	close(d.ready)
+	// The driver's lifetime: it outlives the start's context and ends at Close.
+	life, stop := context.WithCancel(context.WithoutCancel(ctx))
+	d.stop = stop
 	e.drv = d
 	name, version, _ := strings.Cut(e.Version(), " ")
 	if name == "firefox" {
 		name = "Firefox"
 	}
 	d.product = name + "/" + version
-	if err := d.follow(ctx, e); err != nil {
+	if err := d.follow(ctx, life, e); err != nil {
+		stop()
 		return nil, err
 	}
-	// The driver's lifetime: it outlives the start's context and ends at Close.
-	life, stop := context.WithCancel(context.WithoutCancel(ctx))
-	d.stop = stop
 	go d.watch(life, b, e)
 	return d, nil
 }
 
-// follow subscribes to the navigations of the sessions' tabs (an act tells from them whether its
-// input started one and waits for it to end, act.go's settle) and to their dialogs.
-func (d *Driver) follow(ctx context.Context, e *Engine) error {
+// follow subscribes (under ctx) to the navigations of the sessions' tabs (an act tells from them
+// whether its input started one and waits for it to end, act.go's settle) and to their dialogs;
+// what answers the sessions' blocked requests runs under life, the driver's lifetime.
+func (d *Driver) follow(ctx, life context.Context, e *Engine) error {
 	nav := func(started bool) func(bidi.BrowsingContextNavigationInfo) {
 		return func(ev bidi.BrowsingContextNavigationInfo) {
 			d.mu.Lock()
@@ -166,6 +178,7 @@ func (d *Driver) follow(ctx context.Context, e *Engine) error {
 	// The tabs pages open: subscribed to per session, for its user context (OpenSession).
 	e.c.OnBrowsingContextContextCreated(d.onContextCreated)
 	e.c.OnBrowsingContextContextDestroyed(d.onContextDestroyed)
+	d.followRequests(life, e)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := e.c.SessionSubscribe(ctx, bidi.SessionSubscribeParameters{Events: []string{
@@ -178,6 +191,92 @@ func (d *Driver) follow(ctx context.Context, e *Engine) error {
 		// 153 ESR has no navigationAborted.)
 		return fmt.Errorf("firefox: subscribing to navigations and dialogs: %w", err)
 	}
+	return nil
+}
+
+// followRequests routes the network events of the sessions that hold requests (each subscribes
+// them for its own user context, hold.go): a blocked request to the session whose user context its
+// browsing context is in, an answer to the session that released it.
+func (d *Driver) followRequests(life context.Context, e *Engine) {
+	e.c.OnBrowsingContextContextCreated(func(ev bidi.BrowsingContextInfo) {
+		d.mu.Lock()
+		if d.holdUC[ev.UserContext] != nil {
+			d.holdCtx[ev.Context] = ev.UserContext
+		}
+		d.mu.Unlock()
+	})
+	e.c.OnBrowsingContextContextDestroyed(func(ev bidi.BrowsingContextInfo) {
+		d.mu.Lock()
+		delete(d.holdCtx, ev.Context)
+		d.mu.Unlock()
+	})
+	e.c.OnNetworkBeforeRequestSent(func(ev bidi.NetworkBeforeRequestSentParameters) {
+		if !ev.IsBlocked {
+			return
+		}
+		var s, tab *Session
+		held := ev.Context == nil // attributed to no context: maybe a holding session's
+		d.mu.Lock()
+		if ev.Context != nil {
+			if uc, ok := d.holdCtx[*ev.Context]; ok {
+				s, held = d.holdUC[uc], true
+			}
+			tab = d.byTop[*ev.Context] // nil for a frame
+		}
+		d.mu.Unlock()
+		if s != nil {
+			s.onRequestBlocked(life, ev, tab)
+			return
+		}
+		// Not a holding session's (its user context subscribed no network events, yet another
+		// subscription does): it goes on. One of a holding session that is closing, or of no
+		// context: only what cannot have a side effect goes on.
+		rid := ev.Request.Request
+		go func() {
+			ctx, cancel := context.WithTimeout(life, holdCmdTimeout)
+			defer cancel()
+			if !held || policy.SafeMethod(ev.Request.Method) {
+				_ = e.c.NetworkContinueRequest(ctx, bidi.NetworkContinueRequestParameters{Request: rid})
+			} else {
+				_ = e.c.NetworkFailRequest(ctx, bidi.NetworkFailRequestParameters{Request: rid})
+			}
+		}()
+	})
+	answered := func(rid bidi.NetworkRequest) {
+		d.mu.Lock()
+		list := make([]*Session, 0, len(d.holdUC))
+		for _, s := range d.holdUC {
+			list = append(list, s)
+		}
+		d.mu.Unlock()
+		for _, s := range list {
+			s.onRequestAnswered(rid)
+		}
+	}
+	e.c.OnNetworkResponseCompleted(func(ev bidi.NetworkResponseCompletedParameters) { answered(ev.Request.Request) })
+	e.c.OnNetworkFetchError(func(ev bidi.NetworkFetchErrorParameters) { answered(ev.Request.Request) })
+}
+
+// holdFor makes the session's user context hold requests: its browsing contexts are routed to it
+// and the browser's intercept exists (added once, for every context: it blocks requests only where
+// network.beforeRequestSent is subscribed, which is in the user contexts of holding sessions).
+func (d *Driver) holdFor(ctx context.Context, s *Session) error {
+	d.mu.Lock()
+	d.holdUC[s.uc] = s
+	d.holdCtx[s.top] = s.uc
+	d.mu.Unlock()
+	e := s.e
+	e.interMu.Lock()
+	defer e.interMu.Unlock()
+	if e.intercept != "" {
+		return nil
+	}
+	ic, err := e.c.NetworkAddIntercept(ctx, bidi.NetworkAddInterceptParameters{
+		Phases: []bidi.NetworkInterceptPhase{bidi.NetworkInterceptPhaseBeforeRequestSent}})
+	if err != nil {
+		return fmt.Errorf("firefox: intercepting requests: %w", err)
+	}
+	e.intercept = ic.Intercept
 	return nil
 }
 
@@ -232,7 +331,7 @@ func (d *Driver) restart(life context.Context) {
 		b, e, err := launch(ctx, d.cfg, d.log)
 		if err == nil {
 			e.drv = d
-			if err = d.follow(ctx, e); err != nil {
+			if err = d.follow(ctx, life, e); err != nil {
 				_ = e.Close(ctx)
 				_ = b.Close()
 			}
@@ -366,6 +465,12 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 		return nil, openErr(fmt.Errorf("firefox: refusing downloads: %w", err))
 	}
 	s.id, s.pol, s.onEvent = id, pol, onEvent
+	if pol.HoldsRequests() {
+		if err := s.interceptRequests(ctx); err != nil {
+			_ = s.Close(context.WithoutCancel(ctx))
+			return nil, openErr(err)
+		}
+	}
 	d.mu.Lock()
 	// Before the subscription, which reports the contexts that exist already (the tab) and
 	// then each a page opens.
@@ -427,6 +532,22 @@ func (d *Driver) forget(s *Session) {
 	for top, t := range d.byTop {
 		if t == s || t.main == s {
 			delete(d.byTop, top)
+		}
+	}
+	if d.holdUC[s.uc] == s {
+		// Its contexts stay known until its user context is removed (forgetContexts): what they
+		// send meanwhile is refused, not let through.
+		delete(d.holdUC, s.uc)
+	}
+}
+
+// forgetContexts drops the browsing contexts of a removed user context.
+func (d *Driver) forgetContexts(uc bidi.BrowserUserContext) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for c, u := range d.holdCtx {
+		if u == uc {
+			delete(d.holdCtx, c)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/originweave/bap/server/internal/bidi"
 	"github.com/originweave/bap/server/internal/egress"
@@ -40,6 +41,11 @@ type Engine struct {
 	agent   string
 	version string
 	drv     *Driver // nil for an engine opened without a driver
+
+	// The browser's one intercept of the requests of holding sessions (hold.go), added with the
+	// first of them.
+	interMu   sync.Mutex
+	intercept bidi.NetworkIntercept
 }
 
 // Open connects to b and starts the BiDi session. agentJS is the page agent (the script the CDP
@@ -105,6 +111,15 @@ type Session struct {
 	navSeq, navLastStart, navLastEnd uint64
 	navCh                            chan struct{}
 	dialogs                          []page.Dialog // every dialog the tab answered, in order
+
+	// Holds of non-safe requests (hold.go), for a policy with a form_submission rule.
+	collector     bidi.NetworkCollector // the user context's request bodies
+	acting        *actHold              // the act or release running
+	hold          *heldReq              // the request held for approval, if any
+	lastPaused    time.Time             // the last request blocked at interception
+	approvedUntil time.Time             // an approved act's late requests go out until then
+	released      bidi.NetworkRequest   // the request Release sent, until its answer
+	releasedDone  bool                  // its answer came
 }
 
 // NewSession creates a user context and a tab in it (with no proxy: the driver's OpenSession
@@ -308,6 +323,9 @@ func (s *Session) Close(ctx context.Context) error {
 		_ = s.e.c.SessionUnsubscribe(ctx, bidi.SessionUnsubscribeParameters{Subscriptions: []bidi.SessionSubscription{s.sub}})
 	}
 	err := s.e.c.BrowserRemoveUserContext(ctx, bidi.BrowserRemoveUserContextParameters{UserContext: s.uc})
+	if s.e.drv != nil {
+		s.e.drv.forgetContexts(s.uc)
+	}
 	if s.proxy != nil {
 		_ = s.proxy.Close()
 	}

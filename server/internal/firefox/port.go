@@ -466,12 +466,3 @@ func (s *Session) CaptureMHTML(context.Context, string) ([]byte, error) {
 func (s *Session) Watch(context.Context, func(page.LiveFrame) error) error {
 	return fmt.Errorf("%w: the live view", ErrUnsupported)
 }
-
-// Release and Deny answer for held requests; this adapter holds none (no request_holds: a task
-// whose policy needs holds cannot open a session on it).
-func (s *Session) Release(context.Context, string) (*page.ActResult, error) {
-	return nil, page.ErrNoSuchHold
-}
-
-// Deny implements the port; see Release.
-func (s *Session) Deny(context.Context, string) error { return page.ErrNoSuchHold }

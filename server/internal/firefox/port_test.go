@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/policy"
 	"github.com/originweave/bap/server/internal/waitfor"
@@ -94,20 +92,17 @@ func (e *events) all() []page.Event {
 // portSession opens a BAP session on a driver over the package's browser, allowed on origins.
 func portSession(t *testing.T, ctx context.Context, ev *events, origins ...string) *Session {
 	t.Helper()
+	return openOn(t, ctx, testDriver(t, ctx), ev, allowing(t, origins...))
+}
+
+// allowing is a policy allowing origins, without approval rules.
+func allowing(t *testing.T, origins ...string) *policy.Policy {
+	t.Helper()
 	pol, err := policy.ParsePolicy(origins, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := newDriver(ctx, Config{}, slog.New(slog.DiscardHandler), browser, engine(t, ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, ev.add)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close(context.WithoutCancel(ctx)) })
-	return s
+	return pol
 }
 
 // rawBiDi matches what Firefox's BiDi ids look like: UUIDs (browsing, user context and realm ids)
