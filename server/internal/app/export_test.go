@@ -43,3 +43,6 @@ func (s *Service) RunTwoPhaseForTest(ctx context.Context, call Call, taskID stri
 		},
 	})
 }
+
+// OnDeliveryWaitForTest calls f when a redelivery starts waiting for its first delivery's command.
+func (s *Service) OnDeliveryWaitForTest(f func()) { s.deliveryWaits = f }

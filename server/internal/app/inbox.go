@@ -88,21 +88,68 @@ func recordDelivery(ctx context.Context, tx InboxTx, e InboxEntry) (dup bool, er
 }
 
 // claimDelivery records a forwarded command's delivery in its command transaction, after its
-// idempotency claim (claimed: this request claimed the key). A first delivery is processed as
-// usual; a redelivery is answered like the key's first request (replay, or still in flight), never
-// run again.
-func (s *Service) claimDelivery(ctx context.Context, tx Tx, call Call, claimed bool) error {
+// idempotency claim (claimed: this request claimed the key), and reports whether it is a
+// redelivery. A first delivery is processed as usual; a redelivery is answered with the key's
+// first response, never run again: at once when it is recorded, after the first delivery's run
+// when this process still runs it (awaitFirstDelivery).
+func (s *Service) claimDelivery(ctx context.Context, tx Tx, call Call, claimed bool) (redelivered bool, err error) {
 	d := call.Delivery
 	dup, err := recordDelivery(ctx, tx, InboxEntry{Delivery: *d, Tenant: call.Actor.Tenant, IdempotencyKey: call.IdempotencyKey})
 	switch {
 	case errors.Is(err, ErrDeliveryReused):
 		s.cfg.Logger.Warn("a forwarded delivery id came again with another request", slog.String("source", d.Source))
-		return &Error{Code: CodeIdempotencyKeyReused, Detail: "this forwarded delivery was already received with another request"}
+		return false, &Error{Code: CodeIdempotencyKeyReused, Detail: "this forwarded delivery was already received with another request"}
 	case err != nil:
-		return err
+		return false, err
 	case dup && claimed:
 		// The first delivery's row goes with its idempotency record: a row without it is a bug.
-		return fmt.Errorf("delivery %s of %s recorded without its idempotency record", d.ID, d.Source)
+		return false, fmt.Errorf("delivery %s of %s recorded without its idempotency record", d.ID, d.Source)
 	}
-	return nil
+	return dup, nil
+}
+
+// firstDeliveryRunning is the answer to a redelivery whose first delivery's command is still
+// executing: an idempotency_in_flight problem (err), unless this process runs that command, which
+// the redelivery then waits for (awaitFirstDelivery).
+type firstDeliveryRunning struct {
+	commandID string
+	err       *Error
+}
+
+func (f *firstDeliveryRunning) Error() string { return f.err.Error() }
+func (f *firstDeliveryRunning) Unwrap() error { return f.err }
+
+// awaitFirstDelivery reports, for err of one run of a command, whether its request is a
+// redelivery whose first delivery's command this process was running and has now finished: the
+// caller then runs it again, which answers the first response (a replay). The sender delivered
+// once, so it must not get idempotency_in_flight for its own first delivery. The wait ends with
+// the request's context; a first delivery this process does not run (it was interrupted with its
+// process, and recovery classifies it) answers idempotency_in_flight with Retry-After, after
+// which a retry gets that classification.
+func (s *Service) awaitFirstDelivery(ctx context.Context, err error) bool {
+	var f *firstDeliveryRunning
+	if !errors.As(err, &f) {
+		return false
+	}
+	v, ok := s.running.Load(f.commandID)
+	if !ok {
+		return false
+	}
+	if s.deliveryWaits != nil {
+		s.deliveryWaits()
+	}
+	select {
+	case <-v.(chan struct{}):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// endRun marks command id's run ended: recovery may classify it, and the redeliveries waiting
+// for it go on.
+func (s *Service) endRun(id string) {
+	if v, ok := s.running.LoadAndDelete(id); ok {
+		close(v.(chan struct{}))
+	}
 }

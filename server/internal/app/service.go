@@ -117,9 +117,14 @@ type Service struct {
 	lastUsed      sync.Map      // task id → lastUse: where its postcondition is evaluated
 	handles       handleCache   // the node handles already recorded, per live session (handles.go)
 	flights       flights       // two-phase commands between phase 1 and phase 3 (cancel.go)
-	// running holds the ids of the two-phase commands this process is executing: recovery never
-	// classifies them, even when a stalled heartbeat makes this node look dead (twophase.go).
+	// running holds the ids of the two-phase commands this process is executing, each with a
+	// channel closed when its run ends: recovery never classifies them, even when a stalled
+	// heartbeat makes this node look dead, and a redelivery of the delivery that started one waits
+	// for it (twophase.go, inbox.go).
 	running sync.Map
+	// deliveryWaits, when set (tests), is called when a redelivery starts waiting for its first
+	// delivery's command.
+	deliveryWaits func()
 
 	// sessions holds the reservations of browser sessions being opened on this node (limits.go).
 	sessions admission.Reservations

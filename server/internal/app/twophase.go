@@ -37,9 +37,20 @@ type twoPhase[P, O, R any] struct {
 	unregistered bool
 }
 
-// runTwoPhase executes a two-phase command for call. (A function, not a method: Go methods take
-// no type parameters.)
-func runTwoPhase[P, O, R any](ctx context.Context, s *Service, call Call, taskID string, r Responder[R], op twoPhase[P, O, R]) (resp Response, err error) {
+// runTwoPhase executes a two-phase command for call. A redelivery of a forwarded command whose
+// first delivery this process still runs waits for it and answers what it answered (inbox.go).
+// (A function, not a method: Go methods take no type parameters.)
+func runTwoPhase[P, O, R any](ctx context.Context, s *Service, call Call, taskID string, r Responder[R], op twoPhase[P, O, R]) (Response, error) {
+	for {
+		resp, err := runTwoPhaseOnce(ctx, s, call, taskID, r, op)
+		if !s.awaitFirstDelivery(ctx, err) {
+			return resp, err
+		}
+	}
+}
+
+// runTwoPhaseOnce is one run of runTwoPhase.
+func runTwoPhaseOnce[P, O, R any](ctx context.Context, s *Service, call Call, taskID string, r Responder[R], op twoPhase[P, O, R]) (resp Response, err error) {
 	ctx, sp := s.startCommand(ctx, call, taskID) // phase 1, the effect and phase 3 are its children
 	var plan P
 	var cmd *Command
@@ -48,7 +59,7 @@ func runTwoPhase[P, O, R any](ctx context.Context, s *Service, call Call, taskID
 	defer func() {
 		s.flights.end(fl)
 		if cmd != nil {
-			s.running.Delete(cmd.ID)
+			s.endRun(cmd.ID)
 		}
 		endCommand(sp, cmd, resp, err)
 	}()
@@ -59,11 +70,11 @@ func runTwoPhase[P, O, R any](ctx context.Context, s *Service, call Call, taskID
 		s.flights.end(fl) // a retried transaction registers again
 		fl = nil
 		if cmd != nil {
-			s.running.Delete(cmd.ID) // a retried transaction claims under a new command id
+			s.endRun(cmd.ID) // a retried transaction claims under a new command id
 		}
 		cmd = s.newCommand(call)
 		// Marked before the claim can commit, unmarked once phase 3 has (or the claim rolled back).
-		s.running.Store(cmd.ID, struct{}{})
+		s.running.Store(cmd.ID, make(chan struct{}))
 		done, replay, err := s.claim(ctx, tx, call, cmd)
 		if err != nil || done {
 			resp = replay
@@ -188,8 +199,9 @@ func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (do
 	if err != nil {
 		return true, Response{}, fmt.Errorf("claiming idempotency key: %w", err)
 	}
+	redelivered := false
 	if call.Delivery != nil {
-		if err := s.claimDelivery(ctx, tx, call, claimed); err != nil {
+		if redelivered, err = s.claimDelivery(ctx, tx, call, claimed); err != nil {
 			return true, Response{}, err
 		}
 	}
@@ -204,8 +216,12 @@ func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (do
 	case idempotency.Replay:
 		return true, Response{Status: existing.Status, Body: existing.Body, Replayed: true}, nil
 	case idempotency.InFlight:
-		return true, Response{}, &Error{Code: CodeIdempotencyInFlight,
+		e := &Error{Code: CodeIdempotencyInFlight,
 			Detail: "a request with this Idempotency-Key is still executing; retry later", RetryAfter: s.cfg.InFlightRetryAfter}
+		if redelivered {
+			return true, Response{}, &firstDeliveryRunning{commandID: existing.CommandID, err: e} // awaited (inbox.go)
+		}
+		return true, Response{}, e
 	default:
 		return true, Response{}, &Error{Code: CodeIdempotencyKeyReused,
 			Detail: "this Idempotency-Key was used with another operation or body"}
