@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	cdpbrowser "github.com/chromedp/cdproto/browser"
+
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // download is one file a page downloads. Downloads are saved by the
@@ -136,16 +138,4 @@ func (d *download) collect(ctx context.Context, limit int64) Download {
 
 // safeName keeps the base name of a suggested file name, without path
 // separators or control characters.
-func safeName(n string) string {
-	n = filepath.Base(strings.ReplaceAll(n, "\\", "/"))
-	n = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || r == '/' {
-			return -1
-		}
-		return r
-	}, n)
-	if n == "" || n == "." || n == ".." {
-		n = "download"
-	}
-	return clipString(n, 200)
-}
+func safeName(n string) string { return pagekit.SafeFileName(n) }

@@ -286,12 +286,22 @@ func assertNoCDPIDs(t *testing.T, raw []byte) {
 // openShop creates a task allowed on the shop and a session on its checkout page.
 func openShop(t *testing.T, s *stack, sh *shop, name string) (taskID, sessionID string) {
 	t.Helper()
+	return openShopOn(t, s, sh, name, "")
+}
+
+// openShopOn is openShop on engine ("": the node's default).
+func openShopOn(t *testing.T, s *stack, sh *shop, name, engine string) (taskID, sessionID string) {
+	t.Helper()
 	r := s.must(t, 201, "POST", "/bap/v1/tasks", name+"-task", map[string]any{
 		"goal": "place an order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
 		"postcondition": map[string]any{"all": []any{map[string]any{"text_present": "Thank you"}}},
 	})
 	taskID = r.str("task", "task_id")
-	r = s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", name+"-session", map[string]any{})
+	body := map[string]any{}
+	if engine != "" {
+		body["engine"] = engine
+	}
+	r = s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", name+"-session", body)
 	sessionID = r.str("session", "session_id")
 	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", name+"-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
 	return taskID, sessionID

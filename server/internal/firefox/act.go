@@ -15,12 +15,11 @@ import (
 	"github.com/originweave/bap/server/internal/pagekit"
 )
 
-// knownActions are the spec's actions this adapter carries out; upload_file needs the
-// file_upload capability, which this adapter lacks (501 before it gets here).
+// knownActions are the spec's actions this adapter carries out.
 var knownActions = map[string]bool{
 	page.ActionClick: true, page.ActionFill: true, page.ActionClear: true, page.ActionSelectOption: true,
 	page.ActionCheck: true, page.ActionUncheck: true, page.ActionPressKey: true, page.ActionHover: true,
-	page.ActionFocus: true, page.ActionScrollIntoView: true,
+	page.ActionFocus: true, page.ActionScrollIntoView: true, page.ActionUploadFile: true,
 }
 
 // target is the resolved node of an action (idx 0: none, press_key on the focused element).
@@ -30,9 +29,6 @@ type target struct {
 }
 
 func validateAct(req page.ActRequest) error {
-	if req.Action == page.ActionUploadFile {
-		return fmt.Errorf("%w: upload_file", ErrUnsupported)
-	}
 	if !knownActions[req.Action] {
 		return fmt.Errorf("%w: unknown action %q", page.ErrInvalidRequest, req.Action)
 	}
@@ -55,6 +51,10 @@ func validateAct(req page.ActRequest) error {
 	case page.ActionPressKey:
 		if _, err := parseKey(req.Key); err != nil {
 			return err
+		}
+	case page.ActionUploadFile:
+		if len(req.Files) == 0 {
+			return fmt.Errorf("%w: upload_file needs at least one file", page.ErrInvalidRequest)
 		}
 	}
 	return nil
@@ -126,6 +126,9 @@ func (s *Session) classify(ctx context.Context, tg target, req page.ActRequest) 
 	}
 	if c.Effect == "" {
 		c.Effect = page.EffectAnyAction
+	}
+	if req.Action == page.ActionUploadFile {
+		c.Effect = page.EffectFileUpload
 	}
 	if c.Origin == "null" {
 		c.Origin = ""
@@ -521,6 +524,11 @@ func (s *Session) perform(ctx context.Context, tg target, req page.ActRequest) e
 			}
 		}
 		return s.keys(ctx, keys)
+	case page.ActionUploadFile:
+		if _, _, err := s.actionable(ctx, tg, req.Action); err != nil {
+			return err
+		}
+		return s.upload(ctx, tg, req.Files)
 	case page.ActionFocus, page.ActionScrollIntoView:
 		if _, _, err := s.actionable(ctx, tg, req.Action); err != nil {
 			return err
@@ -633,6 +641,61 @@ func (s *Session) fillSecret(ctx context.Context, tg target, req page.ActRequest
 	}
 	if st.St == "badvalue" {
 		return fmt.Errorf("%w: the field does not accept this value", page.ErrInvalidRequest)
+	}
+	return nil
+}
+
+// upload stages the files where the browser can read them (kept until the session closes: the
+// page reads them when it submits) and sets them on the target's file input with input.setFiles,
+// which fires its input and change events as a person's choice would.
+func (s *Session) upload(ctx context.Context, tg target, files []page.File) error {
+	d := s.e.drv
+	if d == nil {
+		return fmt.Errorf("%w: upload_file on a session without its browser", ErrUnsupported)
+	}
+	frame := s.frameOf(tg.doc) // the input's document may be a frame's
+	expr := "(() => { if (globalThis.__bap === undefined || globalThis.__bapDoc !== " + jsonString(tg.doc) + ") return " +
+		jsonString(agentStale) + "; const e = globalThis.__bap.fileInput(" + fmt.Sprint(tg.idx) + "); return e === null ? \"\" : e; })()"
+	res, err := s.e.c.ScriptEvaluate(ctx, bidi.ScriptEvaluateParameters{
+		Expression: expr, Target: bidi.ScriptTarget{Context: frame, Sandbox: agentSandbox},
+		ResultOwnership: bidi.ScriptResultOwnershipNone,
+	})
+	if err != nil {
+		if frame != s.top && bidi.IsCode(err, bidi.ErrorCodeNoSuchFrame) {
+			return fmt.Errorf("%w: the frame is gone", page.ErrStaleNodeHandle)
+		}
+		return s.mapErr(fmt.Errorf("firefox: page agent: %w", err))
+	}
+	if res.Type == "exception" || res.Result == nil {
+		return errors.New("firefox: page agent: finding the file input failed")
+	}
+	switch {
+	case res.Result.Type == "string" && string(res.Result.Value) == jsonString(agentStale):
+		return fmt.Errorf("%w: the browsing context navigated since it was issued", page.ErrStaleNodeHandle)
+	case res.Result.Type != "node" || res.Result.SharedID == "":
+		return fmt.Errorf("%w: the node is not a file input (or the label of one)", page.ErrInvalidRequest)
+	}
+	d.mu.Lock()
+	b := d.b // the browser the session runs in (after a restart the session is lost: checked above)
+	d.mu.Unlock()
+	dir, paths, err := b.stageFiles(files)
+	if err != nil {
+		return err
+	}
+	m := s.first() // kept until the session (not a popup) closes
+	m.mu.Lock()
+	m.staged = append(m.staged, dir)
+	m.mu.Unlock()
+	err = s.e.c.InputSetFiles(ctx, bidi.InputSetFilesParameters{Context: frame,
+		Element: bidi.ScriptSharedReference{SharedID: res.Result.SharedID}, Files: paths})
+	if err != nil {
+		if bidi.IsCode(err, bidi.ErrorCodeNoSuchElement) {
+			return fmt.Errorf("%w: the node is no longer in the document", page.ErrStaleNodeHandle)
+		}
+		if bidi.IsCode(err, bidi.ErrorCodeUnableToSetFileInput) {
+			return fmt.Errorf("%w: the file input does not take these files (one file for an input without multiple?)", page.ErrInvalidRequest)
+		}
+		return s.mapErr(fmt.Errorf("firefox: input.setFiles: %w", err))
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -120,6 +121,8 @@ type Session struct {
 	approvedUntil time.Time             // an approved act's late requests go out until then
 	released      bidi.NetworkRequest   // the request Release sent, until its answer
 	releasedDone  bool                  // its answer came
+
+	staged []string // the directories of the files it uploaded, removed at Close
 }
 
 // NewSession creates a user context and a tab in it (with no proxy: the driver's OpenSession
@@ -307,6 +310,7 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	staged := s.staged
 	s.mu.Unlock()
 	if s.main != nil {
 		// A popup: its tab closes; the session stays.
@@ -325,6 +329,9 @@ func (s *Session) Close(ctx context.Context) error {
 	err := s.e.c.BrowserRemoveUserContext(ctx, bidi.BrowserRemoveUserContextParameters{UserContext: s.uc})
 	if s.e.drv != nil {
 		s.e.drv.forgetContexts(s.uc)
+	}
+	for _, dir := range staged {
+		_ = os.RemoveAll(dir) // the files it uploaded (the browser's tree goes with the browser anyway)
 	}
 	if s.proxy != nil {
 		_ = s.proxy.Close()

@@ -24,7 +24,10 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/bidi"
+	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/osuser"
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
 )
 
 // DefaultBinary is Debian's Firefox ESR.
@@ -64,7 +67,8 @@ var browserOwnedDirs = []string{"profile", "home", "tmp"}
 //	bap-firefox-*/  0711 bap (0700 when bap is not root)
 //	├── profile/    0700 browser  --profile, with the user.js bap writes before the start
 //	├── home/       0700 browser  HOME, the XDG directories and the working directory
-//	└── tmp/        0700 browser  TMPDIR
+//	├── tmp/        0700 browser  TMPDIR
+//	└── uploads/    0711 bap      the files of upload_file, one directory per upload (stageFiles)
 //
 // Everything is created before the browser starts, so the browser cannot have planted a link
 // where bap writes.
@@ -82,11 +86,64 @@ func newDirs(acct osuser.Account) (string, error) {
 			err = acct.EnsurePrivateDir(filepath.Join(dir, d), false)
 		}
 	}
+	if err == nil {
+		err = os.Mkdir(filepath.Join(dir, uploadsDir), bapDirMode(acct))
+	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", err
 	}
 	return dir, nil
+}
+
+// uploadsDir is the directory of the tree that holds staged uploads.
+const uploadsDir = "uploads"
+
+// bapDirMode is the mode of a directory of bap's that the browser reads files in: searchable by
+// the browser's account (never listable or writable by it), private when there is no other account.
+func bapDirMode(acct osuser.Account) os.FileMode {
+	if acct.Switch {
+		return 0o711
+	}
+	return 0o700
+}
+
+// stageFiles writes files where the browser can read them: a fresh directory of bap's under
+// uploads/, each file created anew (never through a link) under its safe name, the browser's
+// account's when it runs as another. It returns the directory (removed by unstage) and the paths.
+func (b *Browser) stageFiles(files []page.File) (string, []string, error) {
+	dir := filepath.Join(b.dir, uploadsDir, ids.New(ids.Artifact))
+	if err := os.Mkdir(dir, bapDirMode(b.acct)); err != nil {
+		return "", nil, fmt.Errorf("firefox: staging the upload: %w", err)
+	}
+	var paths []string
+	seen := map[string]int{}
+	for _, f := range files {
+		name := pagekit.SafeFileName(f.Name)
+		if n := seen[name]; n > 0 {
+			name = fmt.Sprintf("%d-%s", n, name)
+		}
+		seen[pagekit.SafeFileName(f.Name)]++
+		p := filepath.Join(dir, name)
+		if err := b.writeFile(p, f.Content); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", nil, fmt.Errorf("firefox: staging the upload: %w", err)
+		}
+		paths = append(paths, p)
+	}
+	return dir, paths, nil
+}
+
+func (b *Browser) writeFile(p string, content []byte) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(content)
+	if err == nil && b.acct.Switch {
+		err = f.Chown(int(b.acct.UID), int(b.acct.GID))
+	}
+	return errors.Join(err, f.Close())
 }
 
 // browserEnv is the browser's whole environment: its own HOME, XDG and temp directories, and
@@ -123,7 +180,8 @@ type Browser struct {
 	URL string
 
 	cmd     *exec.Cmd
-	dir     string // the browser's directory tree (newDirs), removed by Close
+	dir     string         // the browser's directory tree (newDirs), removed by Close
+	acct    osuser.Account // the account it runs as
 	log     *slog.Logger
 	exited  chan struct{}
 	waitErr error
@@ -230,7 +288,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("firefox: start: %w", err)
 	}
-	b := &Browser{cmd: cmd, dir: dir, log: log, exited: make(chan struct{})}
+	b := &Browser{cmd: cmd, dir: dir, acct: acct, log: log, exited: make(chan struct{})}
 	urls := make(chan string, 1)
 	go b.scan(stderr, urls)
 	go func() {

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -280,4 +281,21 @@ func ValidQuery(q page.Query) error {
 // (exact, as the browser reports it; a document without an origin gets none).
 func SecretOriginAllowed(origin string, origins []string) bool {
 	return origin != "" && slices.Contains(origins, origin)
+}
+
+// SafeFileName is a file name a page or a client gave (an upload's, a download's) made safe to
+// create in a directory of ours: its last path element, without control characters or slashes,
+// at most 200 bytes; "download" when nothing is left.
+func SafeFileName(n string) string {
+	n = filepath.Base(strings.ReplaceAll(n, "\\", "/"))
+	n = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '/' {
+			return -1
+		}
+		return r
+	}, n)
+	if n == "" || n == "." || n == ".." {
+		n = "download"
+	}
+	return Clip(n, 200)
 }
