@@ -50,7 +50,7 @@ func TestLiveViewRunsOnlyWhileWatched(t *testing.T) {
 	b := setup(t)
 	s := b.s
 	b.navigate("/shop.html")
-	if n, c := s.live.loops.Load(), s.live.captures.Load(); n != 0 || c != 0 {
+	if n, c := s.live.Loops(), s.live.Captures(); n != 0 || c != 0 {
 		t.Fatalf("unwatched session: %d capture loops, %d captures; want none", n, c)
 	}
 
@@ -60,7 +60,7 @@ func TestLiveViewRunsOnlyWhileWatched(t *testing.T) {
 	if f := bw.next(t); !bytes.Equal(f.JPEG, first.JPEG) && f.At.Before(first.At) {
 		t.Fatal("a second watcher got an older frame than the first one's")
 	}
-	if n := s.live.loops.Load(); n != 1 {
+	if n := s.live.Loops(); n != 1 {
 		t.Fatalf("two watchers run %d capture loops, want one shared", n)
 	}
 
@@ -79,14 +79,14 @@ func TestLiveViewRunsOnlyWhileWatched(t *testing.T) {
 			t.Fatalf("Watch after its watcher left: %v", err)
 		}
 	}
-	if n := s.live.loops.Load(); n != 0 {
+	if n := s.live.Loops(); n != 0 {
 		t.Fatalf("nobody watches and %d capture loops run", n)
 	}
-	captured := s.live.captures.Load()
+	captured := s.live.Captures()
 
 	c := watch(t, s)
 	c.next(t)
-	if got := s.live.captures.Load(); got <= captured {
+	if got := s.live.Captures(); got <= captured {
 		t.Fatalf("captures went from %d to %d while watched", captured, got)
 	}
 	if err := s.Close(tctx(t)); err != nil {
@@ -95,7 +95,7 @@ func TestLiveViewRunsOnlyWhileWatched(t *testing.T) {
 	if err := <-c.done; !errors.Is(err, ErrSessionClosed) {
 		t.Fatalf("Watch of a closed session ended with %v, want ErrSessionClosed", err)
 	}
-	if n := s.live.loops.Load(); n != 0 {
+	if n := s.live.Loops(); n != 0 {
 		t.Fatalf("the session closed and %d capture loops run", n)
 	}
 	if err := s.Watch(tctx(t), func(LiveFrame) error { return nil }); !errors.Is(err, ErrSessionClosed) {

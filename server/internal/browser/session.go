@@ -78,7 +78,7 @@ type Session struct {
 	// layer that refuses such a hop later records nothing more (redirectReported).
 	reported map[string]time.Time
 
-	live liveHub // the live view's watchers and capture loop (live.go)
+	live pagekit.LiveHub // the live view's watchers and capture loop (live.go)
 
 	// life ends when the session is lost or closed: the session's own lifetime, which the
 	// commands' contexts and its background loops watch.

@@ -42,13 +42,14 @@ func (p FirefoxPort) Session(sessionID string) (app.BrowserSession, bool) {
 
 // FirefoxAdapter is the registry entry of Firefox ESR, driven over WebDriver BiDi by package
 // firefox. Its capabilities are what that adapter does: it holds non-safe requests
-// (network.addIntercept) and uploads files (input.setFiles); it has no MHTML writer, and the live
-// view and downloads are not implemented yet, so each of those answers 501
+// (network.addIntercept), uploads files (input.setFiles) and streams the live view
+// (browsingContext.captureScreenshot); it has no MHTML writer, and downloads are not implemented
+// yet, so each of those answers 501
 // engine_capability_unsupported rather than a substitute.
 func FirefoxAdapter() EngineAdapter {
 	return EngineAdapter{
 		Engine: "firefox", AdapterID: app.AdapterBiDi, AdapterName: "WebDriver BiDi",
-		Capabilities: []app.Capability{app.CapFileUpload, app.CapRequestHolds},
+		Capabilities: []app.Capability{app.CapLiveView, app.CapFileUpload, app.CapRequestHolds},
 		Install:      "install the Debian package `firefox-esr` (or set BAP_FIREFOX) and restart",
 		Start: func(ctx context.Context, cfg Config, log *slog.Logger) (EngineBrowser, error) {
 			d, err := firefox.Start(ctx, firefox.Config{Binary: cfg.Firefox, Logger: log, RunAsUser: cfg.BrowserUser,

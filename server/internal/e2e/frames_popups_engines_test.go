@@ -1,13 +1,18 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/waitfor"
 )
 
@@ -34,7 +39,8 @@ func findWire(ns []wireNode, role, name string) (wireNode, bool) {
 // A page with a cross-site iframe and a link that opens a tab, on each engine of a node running
 // both (issue #19): observe shows the frame's nodes under its iframe node, fill and click by their
 // handles land in the frame, the link's tab is in the act's new_contexts and is observed by its
-// context_id, with both tabs in the snapshot's contexts — and no answer carries a raw BiDi id.
+// context_id and recorded as opened from the first tab, the live view sends JPEG frames of the
+// tab the agent acted in — and no answer carries a raw BiDi id.
 func TestFramesAndPopupsOnEachEngine(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, bothEngines(t))
@@ -81,8 +87,9 @@ func TestFramesAndPopupsOnEachEngine(t *testing.T) {
 			taskID := must(201, "POST", "/bap/v1/tasks", k+"task", map[string]any{
 				"goal": "use a frame and a tab", "policy": map[string]any{"allowed_origins": []string{srv.URL, site}},
 			}).str("task", "task_id")
-			base := "/bap/v1/browser-sessions/" + must(201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", k+"session",
+			sid := must(201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", k+"session",
 				map[string]any{"engine": engine}).str("session", "session_id")
+			base := "/bap/v1/browser-sessions/" + sid
 			must(200, "POST", base+"/navigate", k+"nav", map[string]any{"url": srv.URL + "/page"})
 			var in, btn wireNode
 			waitfor.Until(t, 15*time.Second, "the frame's nodes in the snapshot", func() (bool, string) {
@@ -111,6 +118,18 @@ func TestFramesAndPopupsOnEachEngine(t *testing.T) {
 				_, ok := findWire(nodes(obs), "heading", "Thank you")
 				return ok && obs.str("context_id") == popup, string(obs.raw)
 			})
+			// The console's live view (what its WebSocket sends): a JPEG of the tab the agent last
+			// acted in, the frame's document included.
+			enough := errors.New("one frame")
+			err := s.svc.WatchSession(context.Background(), app.Actor{Tenant: "local", Subject: "operator:local"}, sid, func(f page.LiveFrame) error {
+				if !bytes.HasPrefix(f.JPEG, []byte{0xFF, 0xD8, 0xFF}) || f.ContextID != open.str("context_id") {
+					t.Fatalf("live frame of %s: % x", f.ContextID, f.JPEG[:min(8, len(f.JPEG))])
+				}
+				return enough
+			})
+			if !errors.Is(err, enough) {
+				t.Fatalf("live view on %s: %v", engine, err)
+			}
 			// The session's history records the tab, opened from the first one.
 			waitfor.Until(t, 15*time.Second, "browsing_context.opened of the tab", func() (bool, string) {
 				hist := must(200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)

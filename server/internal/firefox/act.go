@@ -172,6 +172,7 @@ func (s *Session) Act(ctx context.Context, req page.ActRequest) (*page.ActResult
 	} else if t != s {
 		return t.Act(ctx, req)
 	}
+	s.setFront(s)
 	if err := validateAct(req); err != nil {
 		return nil, err
 	}

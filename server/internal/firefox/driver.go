@@ -310,6 +310,7 @@ func (d *Driver) watch(life context.Context, b *Browser, e *Engine) {
 		was := s.lost || s.closed
 		s.lost = true
 		s.mu.Unlock()
+		s.endLife()
 		if !was {
 			s.emit(page.Event{Type: page.EventSessionLost, Data: map[string]any{"reason": "the browser exited"}})
 		}

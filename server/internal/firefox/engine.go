@@ -14,6 +14,7 @@ import (
 	"github.com/originweave/bap/server/internal/egress"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/pagekit"
 	"github.com/originweave/bap/server/internal/policy"
 )
 
@@ -100,9 +101,16 @@ type Session struct {
 	opener string
 	sub    bidi.SessionSubscription // the first tab's subscription to its user context's tabs
 
+	// The live view (live.go): its watchers and capture loop, and the session's lifetime, which
+	// ends when it closes or is lost.
+	live    pagekit.LiveHub
+	life    context.Context //nolint:containedctx // the session's lifetime, see above
+	endLife context.CancelFunc
+
 	mu     sync.Mutex
 	closed bool
 	lost   bool
+	front  *Session   // of the first tab: the tab the agent last navigated or acted in (nil: the first)
 	popups []*Session // of the first tab: its popups, in the order they opened
 	opened []string   // the ctx_ ids of the popups this tab opened, in order
 	docs   documents  // the tab's documents, epochs and node handles (handles.go)
@@ -142,6 +150,7 @@ func (e *Engine) newSession(ctx context.Context, p bidi.BrowserCreateUserContext
 		return nil, fmt.Errorf("firefox: creating the session's tab: %w", err)
 	}
 	s := &Session{e: e, uc: uc.UserContext, top: tab.Context, ctxID: ids.New(ids.BrowsingContext), navCh: make(chan struct{})}
+	s.life, s.endLife = context.WithCancel(context.WithoutCancel(ctx))
 	s.docs.init(nil)
 	return s, nil
 }
@@ -320,6 +329,7 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 		return nil
 	}
+	s.endLife()
 	if s.e.drv != nil {
 		s.e.drv.forget(s)
 	}

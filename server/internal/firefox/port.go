@@ -91,6 +91,7 @@ func (s *Session) Navigate(ctx context.Context, req page.NavigateRequest) (*page
 	} else if t != s {
 		return t.Navigate(ctx, req)
 	}
+	s.setFront(s)
 	wait, err := readiness(req.WaitUntil)
 	if err != nil {
 		return nil, err
@@ -460,9 +461,4 @@ func (s *Session) Screenshot(ctx context.Context, req page.ScreenshotRequest) ([
 // mhtml_evidence out of this engine's capabilities, so the use-cases answer 501 before this.
 func (s *Session) CaptureMHTML(context.Context, string) ([]byte, error) {
 	return nil, fmt.Errorf("%w: MHTML evidence", ErrUnsupported)
-}
-
-// Watch is the live view, not a capability of this adapter yet (no live_view: 501 first).
-func (s *Session) Watch(context.Context, func(page.LiveFrame) error) error {
-	return fmt.Errorf("%w: the live view", ErrUnsupported)
 }

@@ -48,6 +48,8 @@ func TestDriverRestartsAfterCrash(t *testing.T) {
 	}
 	_ = s2.Close(ctx)
 
+	live := watch(ctx, s)
+	live.next(t, ctx)
 	d.mu.Lock()
 	old := d.b
 	d.mu.Unlock()
@@ -64,6 +66,9 @@ func TestDriverRestartsAfterCrash(t *testing.T) {
 	})
 	if _, err := s.Observe(ctx, page.ObserveRequest{}); !errors.Is(err, page.ErrSessionLost) {
 		t.Fatalf("observe after the browser died: %v", err)
+	}
+	if err := <-live.done; !errors.Is(err, page.ErrSessionLost) {
+		t.Fatalf("the live view of a lost session ended with %v, want ErrSessionLost", err)
 	}
 	if got, ok := d.Session(s.id); !ok || got != s {
 		t.Fatal("a lost session must stay listed until closed")
