@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/originweave/bap/server/internal/page"
 )
 
@@ -48,6 +50,9 @@ type Config struct {
 	// cspBodyTimeout bounds the wait for a document's body before the connect-src CSP is added
 	// to it; past it the document goes on without (the proxy still guards it). 0 means 60 s.
 	cspBodyTimeout time.Duration
+	// transport wraps the connection to the browser (tests count its messages: wire_test.go);
+	// nil uses it as it is.
+	transport func(chromedp.Transport) chromedp.Transport
 	// RunAsUser is the OS account Chromium runs as when this process runs
 	// as root (Chromium's sandbox refuses root); "" means DefaultRunAsUser.
 	// The account must not be root; its profile, downloads and crash dumps

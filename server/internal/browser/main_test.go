@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 		MaxSessions:      64,
 		MaxDownloadBytes: 1 << 20,
 		cspBodyTimeout:   2 * time.Second, // the slow-body test outlasts it (egress_test.go)
+		transport:        tap.transport,   // wire_test.go counts the messages of one operation
 	})
 	cancel()
 	if err != nil {

@@ -417,7 +417,11 @@ func launch(ctx context.Context, bin string, cfg Config, log *slog.Logger) (*pro
 		_ = cmd.Wait()
 		close(p.exited)
 	}()
-	p.conn = newConn(chromedp.NewPipeConn(parentR, parentW), log)
+	var tr chromedp.Transport = chromedp.NewPipeConn(parentR, parentW)
+	if cfg.transport != nil {
+		tr = cfg.transport(tr)
+	}
+	p.conn = newConn(tr, log)
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
