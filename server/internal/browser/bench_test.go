@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/originweave/bap/server/internal/observation"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -12,11 +12,16 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/accessibility"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
 	"github.com/originweave/bap/server/internal/egress"
 	"github.com/originweave/bap/server/internal/ids"
+	"github.com/originweave/bap/server/internal/observation"
 	"github.com/originweave/bap/server/internal/policy"
 )
 
@@ -461,5 +466,136 @@ func runConcurrent(b *testing.B, n int, fn func(i int) error) {
 	b.ReportMetric(float64(len(errs)), "errors")
 	if len(errs) > 0 {
 		b.Logf("first error: %v", errs[0])
+	}
+}
+
+// navTimingJS reads the document's navigation timing, the browser's own clock: req is the wait
+// between the start of the fetch and the request being sent (where interception pauses it), total
+// the time from the navigation's start to the end of its load event.
+const navTimingJS = `(() => { const e = performance.getEntriesByType('navigation')[0];
+  return {req: e.requestStart - e.fetchStart, total: e.loadEventEnd}; })()`
+
+// BenchmarkNavigateInterception is a diagnostic: where navigate's time goes beside raw
+// chromedp's, by turning interception down step by step in sessions of its own (never do this
+// outside a benchmark: the unpaused variants give up the interception layer). Variants, in a
+// shuffled order per iteration: bap (as shipped), bap_fetch_nomatch (Fetch enabled with a
+// pattern that matches nothing), bap_documents_unpaused (every request paused but documents),
+// bap_nofetch (no interception at all), chromedp, chromedp_proxied. It reports the p50 of
+// navigate and of the navigation timing's req and total per variant.
+func BenchmarkNavigateInterception(b *testing.B) {
+	ctx := context.Background()
+	type variant struct {
+		name     string
+		navigate func() error
+		timing   func() (map[string]float64, error)
+		st       steps
+	}
+	refetch := func(s *Session, ps []*fetch.RequestPattern) {
+		s.mu.Lock()
+		tb := s.tabs[s.defaultCtx]
+		s.mu.Unlock()
+		var err error
+		if ps == nil {
+			_, err = call(ctx, tb.page.sess, fetch.Disable, cdp.Empty{})
+		} else {
+			_, err = call(ctx, tb.page.sess, fetch.Enable, fetch.EnableParams{Patterns: ps})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	bapVariant := func(name string, patterns []*fetch.RequestPattern, off bool) *variant {
+		s := benchSession(b)
+		if _, err := s.Navigate(ctx, NavigateRequest{URL: fx.A + "/bench.html"}); err != nil {
+			b.Fatal(err)
+		}
+		if patterns != nil || off {
+			refetch(s, patterns)
+		}
+		return &variant{name: name,
+			navigate: func() error {
+				_, err := s.Navigate(ctx, NavigateRequest{URL: fx.A + "/bench.html"})
+				return err
+			},
+			timing: func() (map[string]float64, error) {
+				s.mu.Lock()
+				tb := s.tabs[s.defaultCtx]
+				s.mu.Unlock()
+				var m map[string]float64
+				err := s.inFrame(ctx, tb, tb.main, func(w *world) error {
+					res, err := call(ctx, w.host.sess, runtime.Evaluate, runtime.EvaluateParams{Expression: navTimingJS, ContextID: w.id, ReturnByValue: ptr(true)})
+					if err != nil || res.Result == nil {
+						return fmt.Errorf("navigation timing: %w", err)
+					}
+					return json.Unmarshal(res.Result.Value, &m)
+				})
+				return m, err
+			}}
+	}
+	allButDocuments := []*fetch.RequestPattern{}
+	for _, rt := range []network.ResourceType{"Stylesheet", "Image", "Media", "Font", "Script", "XHR", "Fetch", "EventSource", "Ping", "CSPViolationReport", "Other"} {
+		allButDocuments = append(allButDocuments, &fetch.RequestPattern{URLPattern: "*", ResourceType: rt, RequestStage: fetch.RequestStageRequest})
+	}
+	allButDocuments = append(allButDocuments, &fetch.RequestPattern{URLPattern: "*", ResourceType: network.ResourceTypeDocument, RequestStage: fetch.RequestStageResponse})
+	rawVariant := func(name string, rctx context.Context) *variant {
+		return &variant{name: name,
+			navigate: func() error { return chromedp.Do(rctx, chromedp.Navigate(fx.A+"/bench.html")) },
+			timing: func() (map[string]float64, error) {
+				return chromedp.Run(rctx, chromedp.Evaluate[map[string]float64](navTimingJS))
+			}}
+	}
+	rctx, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
+	defer cancel()
+	pol := testPolicy(b)
+	px, err := egress.Listen(egress.Config{Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer px.Close()
+	pctx, pcancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext(func(p *target.CreateBrowserContextParams) {
+		p.ProxyServer, p.ProxyBypassList = px.URL(), proxyBypassList
+	}))
+	defer pcancel()
+	vs := []*variant{
+		bapVariant("bap", nil, false),
+		bapVariant("bap_fetch_nomatch", []*fetch.RequestPattern{{URLPattern: "nomatch:*", RequestStage: fetch.RequestStageRequest}}, false),
+		bapVariant("bap_documents_unpaused", allButDocuments, false),
+		bapVariant("bap_nofetch", nil, true),
+		rawVariant("chromedp", rctx),
+		rawVariant("chromedp_proxied", pctx),
+	}
+	for _, v := range vs { // warm up
+		if err := v.navigate(); err != nil {
+			b.Fatal(v.name, err)
+		}
+	}
+	timings := make(map[string]map[string][]time.Duration)
+	b.ResetTimer()
+	for b.Loop() {
+		order := append([]*variant(nil), vs...)
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, v := range order {
+			if err := v.st.time("navigate", v.navigate); err != nil {
+				b.Fatal(v.name, err)
+			}
+			b.StopTimer()
+			m, err := v.timing()
+			if err != nil {
+				b.Fatal(v.name, err)
+			}
+			if timings[v.name] == nil {
+				timings[v.name] = map[string][]time.Duration{}
+			}
+			for k, ms := range m {
+				timings[v.name][k] = append(timings[v.name][k], time.Duration(ms*float64(time.Millisecond)))
+			}
+			b.StartTimer()
+		}
+	}
+	for _, v := range vs {
+		b.ReportMetric(float64(p50(v.st.d["navigate"]).Microseconds())/1000, v.name+"_navigate_p50_ms")
+		for k, ds := range timings[v.name] {
+			b.ReportMetric(float64(p50(ds).Microseconds())/1000, v.name+"_timing_"+k+"_p50_ms")
+		}
 	}
 }
