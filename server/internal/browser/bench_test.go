@@ -177,6 +177,23 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
+// rawContexts returns two raw chromedp browser contexts: one as it is, one whose traffic goes
+// through an egress proxy of its own (as a BAP session's does). Both end with the benchmark.
+func rawContexts(b *testing.B) (raw, proxied context.Context) {
+	raw, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
+	b.Cleanup(cancel)
+	pol := testPolicy(b)
+	px, err := egress.Listen(egress.Config{Policy: func() *policy.Policy { return pol }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	proxied, pcancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext(func(p *target.CreateBrowserContextParams) {
+		p.ProxyServer, p.ProxyBypassList = px.URL(), proxyBypassList
+	}))
+	b.Cleanup(func() { pcancel(); _ = px.Close() })
+	return raw, proxied
+}
+
 func benchSession(b *testing.B) *Session {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -199,19 +216,9 @@ func BenchmarkWorkflow(b *testing.B) {
 	plain.mu.Lock()
 	plain.csp = ""
 	plain.mu.Unlock()
-	rctx, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
-	defer cancel()
-	// The same raw chromedp workflow with the egress proxy in its path: what the proxy costs.
-	pol := testPolicy(b)
-	px, err := egress.Listen(egress.Config{Policy: func() *policy.Policy { return pol }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer px.Close()
-	pctx, pcancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext(func(p *target.CreateBrowserContextParams) {
-		p.ProxyServer, p.ProxyBypassList = px.URL(), proxyBypassList
-	}))
-	defer pcancel()
+	// The same raw chromedp workflow with and without the egress proxy in its path: what the
+	// proxy costs.
+	rctx, pctx := rawContexts(b)
 	variants := []struct {
 		name string
 		run  func(*steps) error
@@ -544,18 +551,7 @@ func BenchmarkNavigateInterception(b *testing.B) {
 				return chromedp.Run(rctx, chromedp.Evaluate[map[string]float64](navTimingJS))
 			}}
 	}
-	rctx, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
-	defer cancel()
-	pol := testPolicy(b)
-	px, err := egress.Listen(egress.Config{Policy: func() *policy.Policy { return pol }})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer px.Close()
-	pctx, pcancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext(func(p *target.CreateBrowserContextParams) {
-		p.ProxyServer, p.ProxyBypassList = px.URL(), proxyBypassList
-	}))
-	defer pcancel()
+	rctx, pctx := rawContexts(b)
 	vs := []*variant{
 		bapVariant("bap", nil, false),
 		bapVariant("bap_fetch_nomatch", []*fetch.RequestPattern{{URLPattern: "nomatch:*", RequestStage: fetch.RequestStageRequest}}, false),
