@@ -101,9 +101,10 @@ type ModelReply struct {
 	TruncatedBytes int
 	// Fallbacks lists the models tried before Model, in order, and why each failed.
 	Fallbacks []ModelFailure
-	// ReplyID is the orchestrator's id of this answer (a chat completion's id; "" when it sent
-	// none, or none ParseDeliveryID admits). The inbox records it with the model call, so an
-	// answer delivered again is neither recorded, charged nor acted on twice (inbox.go).
+	// ReplyID is the orchestrator's id of this answer (a chat completion's id, as ParseDeliveryID
+	// admits it). The inbox records it with the model call, so an answer delivered again is neither
+	// recorded, charged nor acted on twice (inbox.go). Required: an implementation takes an answer
+	// without one for its model's failure, and a reply without one is refused (ADR 0031).
 	ReplyID string
 }
 

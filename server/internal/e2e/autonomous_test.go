@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,8 +34,10 @@ type fakeOrchestrator struct {
 	// replyIDs are the ids of the planner's replies, in order (none when exhausted): one id
 	// twice is a reply the orchestrator delivered again.
 	replyIDs []string
-	verdict  string
-	log      []app.ModelRequest // every Complete request, as received
+	// replies numbers the replies without a scripted id.
+	replies atomic.Int64
+	verdict string
+	log     []app.ModelRequest // every Complete request, as received
 	// safety answers, in order (allow, public when exhausted); observer is the observer's answer.
 	safety   []string
 	observer string
@@ -176,9 +179,24 @@ func (f *fakeOrchestrator) Complete(ctx context.Context, req app.ModelRequest) (
 		in, out := len(prompt)/4, 25
 		return &app.ModelReply{Model: m, Content: json.RawMessage(content), PromptSHA256: hex.EncodeToString(sum[:]),
 			InputTokens: in, OutputTokens: out, CostUSD: float64(in)*m.InputPricePerM/1e6 + float64(out)*m.OutputPricePerM/1e6,
-			Latency: 3 * time.Millisecond, Reasoning: req.Reasoning, Fallbacks: failures, ReplyID: replyID}, nil
+			Latency: 3 * time.Millisecond, Reasoning: req.Reasoning, Fallbacks: failures, ReplyID: f.replyID(replyID)}, nil
 	}
 	return nil, &app.AllModelsFailedError{Role: req.Role, Failures: failures}
+}
+
+// noReplyID scripts a planner reply without an id (which the orchestrator adapter never passes on).
+const noReplyID = "(none)"
+
+// replyID is scripted, or else a fresh id: every reply carries one, as the orchestrator adapter
+// requires of an answer.
+func (f *fakeOrchestrator) replyID(scripted string) string {
+	if scripted == noReplyID {
+		return ""
+	}
+	if scripted != "" {
+		return scripted
+	}
+	return fmt.Sprintf("fake-%d", f.replies.Add(1))
 }
 
 // sent is everything BAP sent the fake, as one string.
@@ -488,7 +506,7 @@ func TestOrchestratorReplyDeliveredTwiceIsProcessedOnce(t *testing.T) {
 	}
 	rows, err := s.db.Query(context.Background(), `SELECT i.delivery_id, e.event_type FROM inbox_event i
 		JOIN agent_task_event e ON e.task_id = i.task_id AND e.seq = i.event_seq
-		WHERE i.source = 'orchestrator' AND i.task_id = $1 ORDER BY i.event_seq`, taskID)
+		WHERE i.source = 'orchestrator' AND i.task_id = $1 AND i.delivery_id LIKE 'chatcmpl-%' ORDER BY i.event_seq`, taskID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,6 +535,20 @@ func TestOrchestratorReplyDeliveredTwiceIsProcessedOnce(t *testing.T) {
 	evs = s.history(t, taskID)
 	if n, p := len(ofType(evs, "model.called")), len(ofType(evs, "planner.proposed")); n != 0 || p != 0 {
 		t.Fatalf("%d model calls and %d proposals recorded from redelivered replies, want none", n, p)
+	}
+	assertFailedWith(t, evs, "orchestrator_unavailable")
+
+	// A reply without an id cannot be processed exactly once: it is refused, never taken as the
+	// step, and the task stops (ADR 0031; the adapter takes such an answer for a model failure).
+	fake.mu.Lock()
+	fake.script = []func() string{again}
+	fake.replyIDs = []string{noReplyID}
+	fake.mu.Unlock()
+	taskID = s.createAutonomous(t, "auto-no-reply-id", map[string]any{"goal": "look at the checkout", "policy": policy})
+	s.awaitState(t, taskID, "failed")
+	evs = s.history(t, taskID)
+	if p, st := len(ofType(evs, "planner.proposed")), len(ofType(evs, "plan.step_finished")); p != 0 || st != 0 {
+		t.Fatalf("%d proposals and %d steps from a reply without an id, want none", p, st)
 	}
 	assertFailedWith(t, evs, "orchestrator_unavailable")
 }

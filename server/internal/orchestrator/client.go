@@ -746,9 +746,6 @@ func (c *Client) call(ctx context.Context, m app.ModelInfo, name string, schema 
 		return a, why, nil
 	}
 	a.served = served
-	if id, err := app.ParseDeliveryID(cr.ID); err == nil {
-		a.id = id
-	}
 	if len(cr.Choices) == 0 {
 		return a, "answer has no choices", nil
 	}
@@ -774,6 +771,15 @@ func (c *Client) call(ctx context.Context, m app.ModelInfo, name string, schema 
 	if err := json.Compact(&compact, []byte(text)); err != nil {
 		return a, "answer is not JSON", nil
 	}
+	id, err := app.ParseDeliveryID(cr.ID)
+	if err != nil {
+		// Fail closed (ADR 0031): the inbox processes a reply exactly once by its id. A key derived
+		// from the content would take a second, equal answer to another call (a planner that
+		// proposes the same click twice) for a redelivery, so an answer without an id this
+		// runtime can record is this model's failure, and the call falls back.
+		return a, "the answer carries no usable id (a chat completion's id of 1-255 visible ASCII characters): without one it cannot be processed exactly once", nil
+	}
+	a.id = id
 	a.content = compact.Bytes()
 	return a, "", nil
 }

@@ -868,12 +868,27 @@ func TestReplyIDIsTheCompletionsID(t *testing.T) {
 			e := setup(t, ot.Config{Models: []ot.Model{fullModel("m")}}, orchestrator.Config{Models: roles("m")})
 			e.srv.Script("m", completion(tc.id))
 			rep, err := e.c.Complete(t.Context(), request(app.RolePlanner))
-			if err != nil {
-				t.Fatal(err)
+			if tc.want != "" {
+				if err != nil || rep.ReplyID != tc.want {
+					t.Fatalf("reply id %q (%v), want %q", rep.ReplyID, err, tc.want)
+				}
+				return
 			}
-			if rep.ReplyID != tc.want {
-				t.Errorf("reply id %q, want %q", rep.ReplyID, tc.want)
+			// Fail closed: an answer without a usable id is the model's failure, never a reply
+			// the inbox cannot process exactly once (ADR 0031).
+			var all *app.AllModelsFailedError
+			if !errors.As(err, &all) || len(all.Failures) != 1 || !strings.Contains(all.Failures[0].Reason, "no usable id") ||
+				all.Failures[0].InputTokens != 10 {
+				t.Fatalf("an answer with id %q: %+v %v, want the model's failure naming the missing id (its tokens charged)", tc.id, rep, err)
 			}
 		})
+	}
+	// With a fallback, the next model answers the call.
+	e := setup(t, ot.Config{Models: []ot.Model{fullModel("m"), fullModel("n")}}, orchestrator.Config{Models: roles("m", "n")})
+	e.srv.Script("m", completion(""))
+	e.srv.Script("n", completion("chatcmpl-n"))
+	rep, err := e.c.Complete(t.Context(), request(app.RolePlanner))
+	if err != nil || rep.ReplyID != "chatcmpl-n" || len(rep.Fallbacks) != 1 || rep.Fallbacks[0].Model.ID != "m" {
+		t.Fatalf("fallback after an id-less answer: %+v %v", rep, err)
 	}
 }

@@ -408,6 +408,15 @@ func (a *autoRun) complete(role string, step int, req app.ModelRequest) (*app.Mo
 		var failures []app.ModelFailure
 		var all *app.AllModelsFailedError
 		switch {
+		case err == nil && reply.ReplyID == "":
+			// Fail closed (ADR 0031): a reply without an id cannot be processed exactly once (the
+			// orchestrator adapter already takes such an answer for its model's failure).
+			if len(reply.Fallbacks) > 0 {
+				if _, rerr := a.recordCall(role, step, nil, reply.Fallbacks); rerr != nil {
+					return nil, rerr
+				}
+			}
+			return nil, fmt.Errorf("%w: its reply carries no id, so it cannot be processed exactly once", app.ErrOrchestratorUnavailable)
 		case err == nil:
 			failures = reply.Fallbacks
 		case errors.As(err, &all):
@@ -511,9 +520,6 @@ func (a *autoRun) recordCallTx(role string, step int, reply *app.ModelReply, fai
 		}
 		if err := c.Emit("model.called", "autonomous", called); err != nil {
 			return err
-		}
-		if reply.ReplyID == "" {
-			return nil // nothing names this delivery: it cannot come again as itself
 		}
 		dup, err := c.RecordReply(reply.ReplyID, replyDigest(reply))
 		switch {
