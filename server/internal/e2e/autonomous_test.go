@@ -524,33 +524,32 @@ func TestOrchestratorReplyDeliveredTwiceIsProcessedOnce(t *testing.T) {
 
 	// An orchestrator that answers another task's calls with that reply again, twice: nothing of
 	// it is recorded or run, and the task stops.
-	fake.mu.Lock()
 	navJSON, _ := json.Marshal(nav)
 	again := func() string { return string(navJSON) }
-	fake.script = []func() string{again, again}
-	fake.replyIDs = []string{"chatcmpl-nav", "chatcmpl-nav"}
-	fake.mu.Unlock()
-	taskID = s.createAutonomous(t, "auto-redelivering", map[string]any{"goal": "look at the checkout", "policy": policy})
-	s.awaitState(t, taskID, "failed")
-	evs = s.history(t, taskID)
+	evs = s.failsOnReplies(t, fake, "auto-redelivering", policy, []func() string{again, again}, []string{"chatcmpl-nav", "chatcmpl-nav"})
 	if n, p := len(ofType(evs, "model.called")), len(ofType(evs, "planner.proposed")); n != 0 || p != 0 {
 		t.Fatalf("%d model calls and %d proposals recorded from redelivered replies, want none", n, p)
 	}
-	assertFailedWith(t, evs, "orchestrator_unavailable")
-
 	// A reply without an id cannot be processed exactly once: it is refused, never taken as the
 	// step, and the task stops (ADR 0031; the adapter takes such an answer for a model failure).
-	fake.mu.Lock()
-	fake.script = []func() string{again}
-	fake.replyIDs = []string{noReplyID}
-	fake.mu.Unlock()
-	taskID = s.createAutonomous(t, "auto-no-reply-id", map[string]any{"goal": "look at the checkout", "policy": policy})
-	s.awaitState(t, taskID, "failed")
-	evs = s.history(t, taskID)
+	evs = s.failsOnReplies(t, fake, "auto-no-reply-id", policy, []func() string{again}, []string{noReplyID})
 	if p, st := len(ofType(evs, "planner.proposed")), len(ofType(evs, "plan.step_finished")); p != 0 || st != 0 {
 		t.Fatalf("%d proposals and %d steps from a reply without an id, want none", p, st)
 	}
+}
+
+// failsOnReplies runs a goal-driven task whose planner answers script with ids, and returns its
+// history once it failed with orchestrator_unavailable.
+func (s *stack) failsOnReplies(t *testing.T, fake *fakeOrchestrator, key string, policy map[string]any, script []func() string, ids []string) []map[string]any {
+	t.Helper()
+	fake.mu.Lock()
+	fake.script, fake.replyIDs = script, ids
+	fake.mu.Unlock()
+	taskID := s.createAutonomous(t, key, map[string]any{"goal": "look at the checkout", "policy": policy})
+	s.awaitState(t, taskID, "failed")
+	evs := s.history(t, taskID)
 	assertFailedWith(t, evs, "orchestrator_unavailable")
+	return evs
 }
 
 func assertFailedWith(t *testing.T, evs []map[string]any, cause string) {
