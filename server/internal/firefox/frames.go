@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	"github.com/originweave/bap/server/internal/bidi"
 	"github.com/originweave/bap/server/internal/page"
@@ -135,27 +134,23 @@ func (s *Session) snapFrame(ctx context.Context, t frameTree, frame bidi.Browsin
 		}
 		within, _ := opts["within"].(int)
 		childOpts := map[string]any{"mode": opts["mode"], "max": opts["max"]}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
+		// One frame after the other: Firefox answers concurrent script.evaluate calls to the
+		// frames of a tab an order of magnitude slower than the same calls in turn (a page with
+		// three frames: 62 ms an observe in parallel, 6 ms in turn).
 		for _, k := range kids {
 			idx, ok := own[k]
 			if !ok || (res.Wf != 0 && idx != within) {
 				continue
 			}
-			wg.Go(func() {
-				nodes, _, _, err := s.snapFrame(ctx, t, k, "", childOpts)
-				if err != nil {
-					// A frame that navigates or goes away while it is read is left out, as on
-					// Chromium: the snapshot is the tab's, and the frame's next one will show it.
-					s.debug("frame snapshot", err)
-					return
-				}
-				mu.Lock()
-				sub[idx] = nodes
-				mu.Unlock()
-			})
+			nodes, _, _, err := s.snapFrame(ctx, t, k, "", childOpts)
+			if err != nil {
+				// A frame that navigates or goes away while it is read is left out, as on
+				// Chromium: the snapshot is the tab's, and the frame's next one will show it.
+				s.debug("frame snapshot", err)
+				continue
+			}
+			sub[idx] = nodes
 		}
-		wg.Wait()
 	}
 	if res.Wf != 0 {
 		return sub[opts["within"].(int)], res, ran, nil
