@@ -64,6 +64,7 @@ type Driver struct {
 	sessions map[string]*Session
 	byTop    map[bidi.BrowsingContextBrowsingContext]*Session // every tab of every session
 	byUC     map[bidi.BrowserUserContext]*Session             // the sessions by user context
+	frameTab map[bidi.BrowsingContextBrowsingContext]*Session // the tab of each frame (popups.go)
 	closed   bool
 	// While an owned browser restarts, down is set and ready is closed when it runs again
 	// (engine waits on it); stop ends the driver's lifetime (watch and restart), at Close.
@@ -123,7 +124,8 @@ func newDriver(ctx context.Context, cfg Config, log *slog.Logger, b *Browser, e 
 	}
 	d := &Driver{cfg: cfg, log: log, b: b, e: e, sessions: map[string]*Session{},
 		byTop: map[bidi.BrowsingContextBrowsingContext]*Session{}, byUC: map[bidi.BrowserUserContext]*Session{},
-		holdUC: map[bidi.BrowserUserContext]*Session{}, holdCtx: map[bidi.BrowsingContextBrowsingContext]bidi.BrowserUserContext{},
+		frameTab: map[bidi.BrowsingContextBrowsingContext]*Session{},
+		holdUC:   map[bidi.BrowserUserContext]*Session{}, holdCtx: map[bidi.BrowsingContextBrowsingContext]bidi.BrowserUserContext{},
 		ready: make(chan struct{})}
 	close(d.ready)
 	// The driver's lifetime: it outlives the start's context and ends at Close.
@@ -533,6 +535,11 @@ func (d *Driver) forget(s *Session) {
 	for top, t := range d.byTop {
 		if t == s || t.main == s {
 			delete(d.byTop, top)
+		}
+	}
+	for f, t := range d.frameTab {
+		if t == s || t.main == s {
+			delete(d.frameTab, f)
 		}
 	}
 	if d.holdUC[s.uc] == s {

@@ -124,14 +124,21 @@ func (s *Session) popupGone() {
 // session did not create (a popup) a tab of that session.
 func (d *Driver) onContextCreated(info bidi.BrowsingContextInfo) {
 	if info.Parent != "" {
-		return // a frame: read with its tab (frames.go)
+		// A frame, read with its tab (frames.go); remembered so that a popup it opens names
+		// its tab as the opener.
+		d.mu.Lock()
+		if t := d.tabOf(info.Parent); t != nil {
+			d.frameTab[info.Context] = t
+		}
+		d.mu.Unlock()
+		return
 	}
 	d.mu.Lock()
 	s := d.byUC[info.UserContext]
 	known := d.byTop[info.Context] != nil
 	var opener *Session
 	if info.OriginalOpener != nil {
-		opener = d.byTop[*info.OriginalOpener]
+		opener = d.tabOf(*info.OriginalOpener)
 	}
 	d.mu.Unlock()
 	if s == nil || known {
@@ -158,9 +165,19 @@ func (d *Driver) onContextCreated(info bidi.BrowsingContextInfo) {
 	p.emit(ev)
 }
 
+// tabOf is the tab showing browsing context c: the tab itself, or the tab of a frame of it.
+// d.mu is held.
+func (d *Driver) tabOf(c bidi.BrowsingContextBrowsingContext) *Session {
+	if t := d.byTop[c]; t != nil {
+		return t
+	}
+	return d.frameTab[c]
+}
+
 // onContextDestroyed reports a popup that closed.
 func (d *Driver) onContextDestroyed(info bidi.BrowsingContextInfo) {
 	d.mu.Lock()
+	delete(d.frameTab, info.Context)
 	p := d.byTop[info.Context]
 	if p != nil && p.main != nil {
 		delete(d.byTop, info.Context)

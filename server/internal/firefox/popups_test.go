@@ -24,7 +24,8 @@ func TestPortPopups(t *testing.T) {
 <a href="`+st.shop.URL+`/thanks" target="_blank">Open in new tab</a>
 <button onclick="window.w = window.open('`+st.shop.URL+`/checkout', 'shopwin')">Open shop window</button>
 <button onclick="window.w.close()">Close shop window</button>
-<a href="`+st.other.URL+`/thanks" target="_blank">Open offsite</a>`)
+<a href="`+st.other.URL+`/thanks" target="_blank">Open offsite</a>
+<iframe title="Opener frame" srcdoc="<button onclick=&quot;window.open('`+st.shop.URL+`/thanks')&quot;>Open from frame</button>"></iframe>`)
 	ev := &events{}
 	s := portSession(t, ctx, ev, srv.URL, st.shop.URL)
 	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/"}); err != nil {
@@ -87,6 +88,26 @@ func TestPortPopups(t *testing.T) {
 		return false
 	}) {
 		t.Fatalf("no navigation.committed of the popup's epoch %s: %+v", snap.EpochID, ev.all())
+	}
+
+	// A frame's window.open: the tab holding the frame (here the popup, showing the page with
+	// the frame) is the opener.
+	if _, err := s.Navigate(ctx, page.NavigateRequest{ContextID: popup, URL: srv.URL + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 10*time.Second, "the frame's button", func() (bool, string) {
+		q, err := s.QueryNodes(ctx, page.QueryRequest{ContextID: popup, Query: page.Query{Role: "button", Name: "Open from frame"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(q.Nodes) == 1, "no button yet"
+	})
+	fromFrame := act(page.ActRequest{Action: page.ActionClick, ContextID: popup, Query: &page.Query{Role: "button", Name: "Open from frame"}})
+	if len(fromFrame.NewContexts) != 1 || fromFrame.ContextID != popup {
+		t.Fatalf("window.open in a frame of the popup: %+v", fromFrame)
+	}
+	if e := opened(fromFrame.NewContexts[0]); e.Data["opener"] != popup {
+		t.Fatalf("opened event of a frame's popup %+v, want the popup %s as its opener", e, popup)
 	}
 
 	// window.open: a tab acted on by its nodes' handles alone, and navigated by its id.
@@ -152,7 +173,7 @@ func TestPortPopups(t *testing.T) {
 		t.Fatalf("refused origin got %d requests", n)
 	}
 	top, err := s.Observe(ctx, page.ObserveRequest{})
-	if err != nil || len(top.Contexts) != 3 || top.ContextID != s.DefaultContext() {
+	if err != nil || len(top.Contexts) != 4 || top.ContextID != s.DefaultContext() {
 		t.Fatalf("contexts after the shop window closed: %+v %v", top, err)
 	}
 	noRawBiDi(t, append(seen, top), ev)
