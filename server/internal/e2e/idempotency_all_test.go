@@ -17,7 +17,8 @@ import (
 // each of the 12 mutating operations of CONTRACT is sent 100 times at once with one
 // Idempotency-Key. Each request is answered with the first response (same status, same bytes,
 // Idempotent-Replayed on all but the one that ran it) or 409 idempotency_in_flight while the first
-// still runs; the command is recorded once, and its effect happens once.
+// still runs; the command is recorded once, and its effect happens once. The operations added since
+// (handoff, secrets) are held to the same below.
 
 // sameKeyAnswer is one of the concurrent answers.
 type sameKeyAnswer struct {
@@ -187,6 +188,63 @@ func TestEveryMutatingOperationHundredTimesOneKey(t *testing.T) {
 	for _, state := range []struct{ task, to string }{{taskID, "succeeded"}, {other, "cancelled"}} {
 		if n := count(`SELECT count(*) FROM agent_task_event WHERE task_id = $1 AND event_type = 'task.state_changed' AND data->>'to' = $2`, state.task, state.to); n != 1 {
 			t.Errorf("task %s: %d transitions to %s, want 1", state.task, n, state.to)
+		}
+	}
+}
+
+// The operations added since the brief's twelve, 100 times with one key each: the operator's
+// take_over_task opens one handoff, hand_back_task returns it once (issue #23 item 8).
+func TestHandoffOperationsHundredTimesOneKey(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t)
+	op := s.operator()
+	ctx := context.Background()
+	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "all-ho-task", map[string]any{
+		"goal": "hand it over once", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}}}).str("task", "task_id")
+	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "all-ho-session", map[string]any{}).str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/navigate", "all-ho-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+	op.hundredTimes(t, 200, "/bap/v1/tasks/"+taskID+"/take_over", "all-take-over", map[string]any{"session_id": sess, "lease_seconds": 600})
+	op.hundredTimes(t, 200, "/bap/v1/tasks/"+taskID+"/hand_back", "all-hand-back", map[string]any{})
+	var handoffs, returned, commands int
+	if err := s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'returned') FROM task_handoff WHERE task_id = $1`, taskID).
+		Scan(&handoffs, &returned); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM task_command WHERE task_id = $1 AND operation IN ('take_over_task', 'hand_back_task')`, taskID).
+		Scan(&commands); err != nil {
+		t.Fatal(err)
+	}
+	if handoffs != 1 || returned != 1 || commands != 2 {
+		t.Fatalf("%d handoffs (%d returned), %d take_over/hand_back commands; want one handoff, returned once, 2 commands", handoffs, returned, commands)
+	}
+}
+
+// The operator's secrets commands, 100 times with one key each: one secret, rotated once (version
+// 2), deleted once (issue #23 item 8). Their value is in no answer.
+func TestSecretOperationsHundredTimesOneKey(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	op := s.operator()
+	ctx := context.Background()
+	const value, rotated = "canary-first-value-7f3a", "canary-rotated-value-91c2"
+	created := op.hundredTimes(t, 201, "/bap/v1/secrets", "all-secret-create", map[string]any{
+		"name": "shop-login", "origins": []string{"https://shop.example.com"}, "value": value})
+	id := created.str("secret", "secret_id")
+	rot := op.hundredTimes(t, 200, "/bap/v1/secrets/"+id+"/rotate", "all-secret-rotate", map[string]any{"value": rotated})
+	del := op.hundredTimes(t, 200, "/bap/v1/secrets/"+id+"/delete", "all-secret-delete", map[string]any{})
+	var secrets, version int
+	var deleted bool
+	if err := s.db.QueryRow(ctx, `SELECT count(*), max(version), bool_and(deleted_at IS NOT NULL) FROM tenant_secret WHERE name = 'shop-login'`).
+		Scan(&secrets, &version, &deleted); err != nil {
+		t.Fatal(err)
+	}
+	if secrets != 1 || version != 2 || !deleted {
+		t.Fatalf("%d secrets, version %d, deleted %v; want one, rotated once (2), deleted", secrets, version, deleted)
+	}
+	for _, r := range []reply{created, rot, del} {
+		if bytes.Contains(r.raw, []byte("canary-")) {
+			t.Fatalf("a secret's value in an answer: %s", r.raw)
 		}
 	}
 }
