@@ -165,6 +165,18 @@ func (d *Driver) follow(ctx, life context.Context, e *Engine) error {
 	} {
 		on(nav(false))
 	}
+	// A tab's URL as its last load saw it: what a snapshot's contexts and a checkpoint show of a
+	// tab nobody read since (a popup).
+	e.c.OnBrowsingContextLoad(func(ev bidi.BrowsingContextNavigationInfo) {
+		d.mu.Lock()
+		s := d.byTop[ev.Context]
+		d.mu.Unlock()
+		if s != nil && ev.URL != "" {
+			s.mu.Lock()
+			s.docs.url = pagekit.RedactURL(ev.URL)
+			s.mu.Unlock()
+		}
+	})
 	// A navigation that turns into a download (refused: no downloads capability) ends there.
 	e.c.OnBrowsingContextDownloadWillBegin(func(ev bidi.BrowsingContextDownloadWillBeginParams) {
 		nav(false)(bidi.BrowsingContextNavigationInfo{Context: ev.Context})

@@ -156,6 +156,20 @@ func TestPortPopups(t *testing.T) {
 		t.Fatalf("observe a closed tab: %v", err)
 	}
 
+	// A tab nobody read since it loaded shows its URL in the contexts.
+	waitfor.Until(t, 10*time.Second, "the frame's popup's URL in the contexts", func() (bool, string) {
+		top, err := s.Observe(ctx, page.ObserveRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range top.Contexts {
+			if c.ContextID == fromFrame.NewContexts[0] {
+				return strings.HasSuffix(c.URL, "/thanks") && c.Opener == popup, c.URL
+			}
+		}
+		return false, "not in the contexts"
+	})
+
 	// A popup to a refused origin opens but loads nothing.
 	res = act(page.ActRequest{Action: page.ActionClick, Query: &page.Query{Role: "link", Name: "Open offsite"}})
 	if len(res.NewContexts) != 1 {
