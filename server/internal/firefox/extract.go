@@ -120,7 +120,13 @@ func (s *Session) Extract(ctx context.Context, req page.ExtractRequest) (*page.E
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ran != s.docs.doc {
+	// A node's extract ran in the node's own document (a frame's, for a node in a frame), which
+	// the agent checked in the page; a document's extract must have run in the tab's current one.
+	want := s.docs.doc
+	if tg.doc != "" {
+		want = tg.doc
+	}
+	if ran != want {
 		return nil, fmt.Errorf("%w: the document changed during extract", page.ErrStaleNodeHandle)
 	}
 	return &page.ExtractResult{EpochID: s.docs.epoch, Data: data}, nil

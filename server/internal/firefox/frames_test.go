@@ -143,6 +143,11 @@ func TestPortFrames(t *testing.T) {
 		if err != nil || origin != origins[i] {
 			t.Fatalf("classify in %q: origin %q %v, want %s", name, origin, err, origins[i])
 		}
+		// extract reads a frame's node in its own document, as the CDP adapter does.
+		ex, err := s.Extract(ctx, page.ExtractRequest{Kind: page.ExtractText, NodeID: btn.NodeID})
+		if err != nil || ex.EpochID != snap.EpochID || ex.Data != "Frame button" {
+			t.Fatalf("extract text of a node in %q: %+v %v", name, ex, err)
+		}
 		png, err := s.Screenshot(ctx, page.ScreenshotRequest{NodeID: btn.NodeID})
 		if err != nil || len(png) < 8 || string(png[1:4]) != "PNG" {
 			t.Fatalf("screenshot of a node in %q: %d bytes, %v", name, len(png), err)
