@@ -55,6 +55,9 @@ const (
 	WorkloadLocalAgent = "local:agent"
 	// WorkloadAdminCLI is the operator's admin CLI on the database (bap correct).
 	WorkloadAdminCLI = "admin:cli"
+	// WorkloadWorker is the runtime's own worker running a delegated or autonomous task (its
+	// actor, worker:<node>, names the node); it never resolves an approval.
+	WorkloadWorker = "bap:worker"
 )
 
 // ApprovalResult is the result of request_approval and resolve_approval. ActionReceipt is the

@@ -146,7 +146,8 @@ func NewService(store Store, cfg Config) (*Service, error) {
 type Call struct {
 	Actor Actor
 	// ClientID is the caller's workload: the OAuth client its credential was issued to, or the
-	// local profile's listener (WorkloadLocalSocket, WorkloadLocalAgent); "" for a task's worker.
+	// local profile's listener (WorkloadLocalSocket, WorkloadLocalAgent), WorkloadWorker for a
+	// task's worker.
 	ClientID string
 	// Via is how the call reached the server (ViaSocket, ViaAPI, ViaMCP, ViaElicitation; "" is
 	// ViaAPI); a decision records it.

@@ -292,6 +292,23 @@ func TestDelegatedPolicyViolationFailsAtOnce(t *testing.T) {
 	if !strings.Contains(func() string { b, _ := json.Marshal(evs); return string(b) }(), `"outcome":"rejected"`) {
 		t.Fatal("no rejected receipt in the history")
 	}
+	// Its origin-policy decision names who decided: the node's worker, as actor and workload.
+	decisions, err := s.svc.ListDecisions(context.Background(), app.DecisionFilter{Tenant: "local", TaskID: taskID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, d := range decisions {
+		if d.Point == app.PointOriginPolicy && d.Outcome == app.AuthRefused {
+			found = true
+			if !strings.HasPrefix(d.Actor, "worker:") || d.Workload != app.WorkloadWorker || d.TaskID != taskID {
+				t.Errorf("the worker's refused navigation: actor %q, workload %q, task %q", d.Actor, d.Workload, d.TaskID)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no refused origin-policy decision among %+v", decisions)
+	}
 }
 
 // An act held by an approval rule makes the plan wait in waiting_for_approval with its lease given

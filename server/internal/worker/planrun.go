@@ -206,7 +206,7 @@ func (r *planRun) call(op, key string, target []string, body []byte) (app.Call, 
 	if err != nil {
 		return app.Call{}, err
 	}
-	return app.Call{Actor: r.actor, Operation: op, IdempotencyKey: key, Fingerprint: fp,
+	return app.Call{Actor: r.actor, ClientID: app.WorkloadWorker, Operation: op, IdempotencyKey: key, Fingerprint: fp,
 		Lease: &app.LeaseFence{NodeID: r.s.NodeID(), Epoch: r.claim.Epoch}}, nil
 }
 
