@@ -85,7 +85,7 @@ func TestDialogs(t *testing.T) {
 		t.Fatalf("prompt: %+v", res.Dialogs)
 	}
 	b.waitText("no answer")
-	b.ev.wait(t, func(e Event) bool { return e.Type == EventDialogHandled && e.Data["type"] == "prompt" })
+	b.ev.wait(t, func(e Event) bool { return e.Type == EventDialogHandled && e.Data["dialog_type"] == "prompt" })
 
 	// beforeunload: dismissed during an act (the page stays) ...
 	b.act(ActRequest{Action: ActionClick, Query: &Query{Role: "button", Name: "Arm leave warning"}})

@@ -706,7 +706,7 @@ func (s *Session) onDialog(tc *targetConn, ev *page.EventJavascriptDialogOpening
 	}
 	fireCmd(tc.sess, page.HandleJavaScriptDialog, p)
 	s.emit(Event{Type: EventDialogHandled, ContextID: t.id, URL: redactURL(ev.URL), Data: map[string]any{
-		"type": d.Type, "message": d.Message, "accepted": d.Accepted,
+		"dialog_type": d.Type, "message": d.Message, "accepted": d.Accepted, // the spelling of DialogHandledData
 	}})
 }
 

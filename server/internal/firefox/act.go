@@ -274,7 +274,7 @@ func (s *Session) notePrompt(ev bidi.BrowsingContextUserPromptOpenedParameters) 
 	url := s.docs.url
 	s.mu.Unlock()
 	s.emit(page.Event{Type: page.EventDialogHandled, ContextID: s.ctxID, URL: url, Data: map[string]any{
-		"type": d.Type, "message": d.Message, "accepted": d.Accepted,
+		"dialog_type": d.Type, "message": d.Message, "accepted": d.Accepted, // the spelling of DialogHandledData
 	}})
 }
 
