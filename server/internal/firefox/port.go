@@ -100,8 +100,8 @@ func (s *Session) Navigate(ctx context.Context, req page.NavigateRequest) (*page
 		return nil, fmt.Errorf("%w: url must be an absolute http or https URL", page.ErrInvalidRequest)
 	}
 	if s.pol != nil && !s.pol.AllowsURL(u) {
-		s.emit(page.Event{Type: page.EventRequestBlocked, ContextID: s.ctxID, URL: pagekit.RedactURL(req.URL),
-			Data: map[string]any{"resource_type": "document", "layer": "navigation", "reason": "origin_not_allowed"}})
+		// No request.blocked event, as on Chromium: nothing was requested, and the refusal is the
+		// command's recorded answer (RequestBlockedData has no layer for it).
 		return nil, &page.OriginNotAllowedError{URL: pagekit.RedactURL(req.URL)}
 	}
 	timeout := req.Timeout
@@ -129,6 +129,11 @@ func (s *Session) Navigate(ctx context.Context, req page.NavigateRequest) (*page
 	s.mu.Lock()
 	s.docs.url = pagekit.RedactURL(reached)
 	s.mu.Unlock()
+	// A redirect elsewhere: the egress proxy refused the hop and Firefox shows its error page at
+	// the refused URL, which BiDi reports as loaded. Refused, as the CDP adapter answers it.
+	if ru, err := url.Parse(reached); err == nil && s.pol != nil && !s.pol.AllowsURL(ru) {
+		return nil, &page.OriginNotAllowedError{URL: pagekit.RedactURL(reached)}
+	}
 	if req.WaitUntil == page.WaitNetworkIdle {
 		if _, err := s.evaluate(ctx, networkIdleJS, true); err != nil && ctx.Err() != nil {
 			return nil, &page.ActionTimeoutError{Reason: "the network did not become idle in time"}
