@@ -20,16 +20,20 @@ func (s *stack) pageText(t *testing.T, sessionID string) string {
 }
 
 // loseSession makes the browser forget a session, as a crash of the node that held it would;
-// the next request for it finds it gone.
+// the next request for it finds it gone. The session is on either engine.
 func loseSession(t *testing.T, sessionID string) {
 	t.Helper()
-	sess, ok := shared.Session(sessionID)
-	if !ok {
-		t.Fatalf("session %s is not open in the browser", sessionID)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := sess.Close(ctx); err != nil {
+	var err error
+	if sess, ok := shared.Session(sessionID); ok {
+		err = sess.Close(ctx)
+	} else if ff, ok := openFirefoxSession(sessionID); ok {
+		err = ff.Close(ctx)
+	} else {
+		t.Fatalf("session %s is not open in either browser", sessionID)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -37,11 +41,21 @@ func loseSession(t *testing.T, sessionID string) {
 // signIn opens a task and a session signed in on the shop's account page.
 func signIn(t *testing.T, s *stack, sh *shop, name string) (taskID, sessionID string) {
 	t.Helper()
+	return signInOn(t, s, sh, name, "")
+}
+
+// signInOn is signIn on engine ("": the node's default).
+func signInOn(t *testing.T, s *stack, sh *shop, name, engine string) (taskID, sessionID string) {
+	t.Helper()
 	r := s.must(t, 201, "POST", "/bap/v1/tasks", name+"-task", map[string]any{
 		"goal": "keep a signed-in session", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}},
 	})
 	taskID = r.str("task", "task_id")
-	r = s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", name+"-session", map[string]any{})
+	body := map[string]any{}
+	if engine != "" {
+		body["engine"] = engine
+	}
+	r = s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", name+"-session", body)
 	sessionID = r.str("session", "session_id")
 	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", name+"-signin", map[string]any{"url": sh.srv.URL + "/signin"})
 	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", name+"-account", map[string]any{"url": sh.srv.URL + "/account"})
@@ -53,10 +67,16 @@ func signIn(t *testing.T, s *stack, sh *shop, name string) (taskID, sessionID st
 
 // The issue's story: sign in, checkpoint, lose the browser, resume — the new session is still
 // signed in (HttpOnly cookie, local and session storage), on the same page with a new epoch, and
-// the old handles get 409.
+// the old handles get 409. On each engine of a node running both (issue #19 item 4).
 func TestCheckpointResumeKeepsTheSignedInSession(t *testing.T) {
-	s, sh := newStack(t), newShop(t)
-	taskID, oldSID := signIn(t, s, sh, "resume")
+	for _, engine := range []string{"chromium", "firefox"} {
+		t.Run(engine, func(t *testing.T) { checkpointResumeKeepsTheSignedInSession(t, engine) })
+	}
+}
+
+func checkpointResumeKeepsTheSignedInSession(t *testing.T, engine string) {
+	s, sh := newStack(t, bothEngines(t)), newShop(t)
+	taskID, oldSID := signInOn(t, s, sh, "resume", engine)
 	oldObs := s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+oldSID+"/observe", "", map[string]any{})
 	oldEpoch := oldObs.str("epoch_id")
 	logout := s.query(t, oldSID, map[string]any{"role": "button", "name": "Log out"})
@@ -66,7 +86,7 @@ func TestCheckpointResumeKeepsTheSignedInSession(t *testing.T) {
 	if !strings.HasPrefix(chk, "chk_") || cp.str("checkpoint", "task_id") != taskID || cp.str("checkpoint", "session_id") != oldSID ||
 		!strings.HasSuffix(cp.str("checkpoint", "url"), "/account") || cp.str("checkpoint", "epoch_id") != oldEpoch ||
 		cp.str("checkpoint", "server_version") != "1.2.3" || len(cp.str("checkpoint", "policy_sha256")) != 64 ||
-		cp.str("receipt", "outcome") != "applied" {
+		cp.str("receipt", "outcome") != "applied" || cp.str("checkpoint", "engine") != engine {
 		t.Fatalf("checkpoint response: %s", cp.raw)
 	}
 	if strings.Contains(string(cp.raw), signedInAs) {
@@ -101,7 +121,7 @@ func TestCheckpointResumeKeepsTheSignedInSession(t *testing.T) {
 	res := s.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/resume", "resume-1", map[string]any{"checkpoint_id": chk})
 	newSID := res.str("session", "session_id")
 	if res.str("task", "state") != "running" || newSID == "" || newSID == oldSID || res.str("session", "from_checkpoint") != chk ||
-		res.str("receipt", "outcome") != "applied" {
+		res.str("receipt", "outcome") != "applied" || res.str("session", "engine") != engine {
 		t.Fatalf("resume response: %s", res.raw)
 	}
 	again := s.call(t, "POST", "/bap/v1/tasks/"+taskID+"/resume", "resume-1", map[string]any{"checkpoint_id": chk})
@@ -137,9 +157,17 @@ func TestCheckpointResumeKeepsTheSignedInSession(t *testing.T) {
 
 // A checkpoint keeps every tab: a restored session reopens the popup beside its primary context,
 // signed in and with the popup's own session storage, recorded as opened from the primary one.
+// On Firefox a restore reopens the primary tab alone and counts the others out (docs/engines.md):
+// the restored session has its primary context only, signed in.
 func TestCheckpointReopensEveryTab(t *testing.T) {
-	s, sh := newStack(t), newShop(t)
-	taskID, sid := signIn(t, s, sh, "tabs")
+	for _, engine := range []string{"chromium", "firefox"} {
+		t.Run(engine, func(t *testing.T) { checkpointReopensEveryTab(t, engine) })
+	}
+}
+
+func checkpointReopensEveryTab(t *testing.T, engine string) {
+	s, sh := newStack(t, bothEngines(t)), newShop(t)
+	taskID, sid := signInOn(t, s, sh, "tabs", engine)
 	acted := s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sid+"/act", "tabs-open", map[string]any{
 		"action": "click", "query": map[string]any{"role": "button", "name": "Open statement"}})
 	popups, _ := acted.body["new_contexts"].([]any)
@@ -156,6 +184,15 @@ func TestCheckpointReopensEveryTab(t *testing.T) {
 	ctxs, openers, err := sessionContexts(s, restored)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if engine == "firefox" {
+		if len(ctxs) != 1 || ctxs[0] != primary || openers[0] != "" {
+			t.Fatalf("contexts of the restored Firefox session: %v (openers %v), want its primary %s alone", ctxs, openers, primary)
+		}
+		if got := s.pageText(t, restored); !strings.Contains(got, "signed in: "+signedInAs) {
+			t.Fatalf("primary context of the restored session: %q", got)
+		}
+		return
 	}
 	if len(ctxs) != 2 || ctxs[0] != primary || openers[0] != "" || openers[1] != primary || ctxs[1] == popups[0] {
 		t.Fatalf("contexts of the restored session: %v (openers %v), primary %s, old popup %v", ctxs, openers, primary, popups[0])

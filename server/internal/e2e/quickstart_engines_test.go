@@ -151,3 +151,11 @@ func TestQuickStartOnEachEngine(t *testing.T) {
 		})
 	}
 }
+
+// openFirefoxSession finds a session open in the package's Firefox, if it started.
+func openFirefoxSession(sessionID string) (*firefox.Session, bool) {
+	if firefoxDrv == nil {
+		return nil, false
+	}
+	return firefoxDrv.Session(sessionID)
+}
