@@ -17,7 +17,11 @@
 #   6. the component scores: every real-component fixture task (server/internal/e2e/testdata/
 #      components/tasks.json) through BAP and through Playwright MCP (pinned in
 #      server/internal/e2e/testdata/playwright-mcp, on the system Chromium), passes per library side
-#      by side (BenchmarkComponentScores; about 15 minutes on 2 CPUs).
+#      by side (BenchmarkComponentScores; about 15 minutes on 2 CPUs);
+#   7. between 5 and 6, the engines: the warm workflow and a heavy-page observe through the engine
+#      port on Chromium/CDP and Firefox/BiDi beside raw chromedp, interleaved, and the memory of an
+#      extra session on each (BenchmarkEngine*, server/internal/daemon); Firefox/BiDi as a ratio to
+#      Chromium/CDP, goal ≤ 1.5 for the workflow (about 5 minutes).
 # A CHECKPOINT precedes every measured phase. During each phase the CPU time of PostgreSQL (all its
 # processes), of bap serve, of the load generator and of everything else on the machine is sampled from
 # /proc: the CPU cost per operation is the figure that other work on a shared machine disturbs least,
@@ -37,7 +41,8 @@
 # BENCH_SCALE (16), BENCH_COLD seconds of the cold-start phase (10), BENCH_GO=0 skips the Go
 # benchmarks, BENCH_WIRE=0 skips the count of round trips, statements and rows per command,
 # BENCH_STREAMS=0 skips the event-delivery runs (BENCH_STREAM_DURATION, 10 s each),
-# BENCH_EXPERIMENTS=1 adds the diagnostic runs, BENCH_COMPONENTS=0 skips the component scores
+# BENCH_EXPERIMENTS=1 adds the diagnostic runs, BENCH_ENGINES=0 skips the engine comparison
+# (BENCH_ENGINE_ITERS iterations, 10), BENCH_COMPONENTS=0 skips the component scores
 # (BAP_COMPONENTS_PARALLEL tasks at a time, within GOMAXPROCS; BENCH_COMPONENTS_TASKS=<regexp> runs
 # only the matching task ids), BENCH_BAP=<path> runs that bap binary instead of building bin/bap from
 # the tree (to compare builds), GO (go).
@@ -53,6 +58,9 @@ scale=${BENCH_SCALE:-16}
 cold=${BENCH_COLD:-10}
 run_go=${BENCH_GO:-1}
 run_components=${BENCH_COMPONENTS:-1}
+run_engines=${BENCH_ENGINES:-1}
+engine_iters=${BENCH_ENGINE_ITERS:-10}
+engine_ratio_goal=1.5
 experiments=${BENCH_EXPERIMENTS:-0}
 GO=${GO:-go}
 ratio_goal=0.40
@@ -83,6 +91,7 @@ out_json="$results_dir/$stamp.json"
 out_go="$results_dir/$stamp-go.txt"
 out_components="$results_dir/$stamp-components.json"
 out_components_txt="$results_dir/$stamp-components.txt"
+out_engines="$results_dir/$stamp-engines.json"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bap-bench.XXXXXX")
 # As root the cluster runs as `postgres`, which must be able to enter the directory.
@@ -492,6 +501,10 @@ go_file=null
 if [[ $run_go == 1 ]]; then
 	go_file=$(json_str "$out_go")
 fi
+engines_file=null
+if [[ $run_engines == 1 ]]; then
+	engines_file=$(json_str "$out_engines")
+fi
 components_file=null
 if [[ $run_components == 1 ]]; then
 	components_file=$(json_str "$out_components")
@@ -516,6 +529,7 @@ cat >"$out_json" <<EOF
   "streams": $streams_json,
   "wire_cost": $wire_json,
   "go_bench": $go_file,
+  "engines": $engines_file,
   "components": $components_file
 }
 EOF
@@ -569,10 +583,37 @@ if [[ $run_go == 1 ]]; then
 		xargs -r -n 1 dirname | sort -u | sed 's|^|./|')
 	if [[ ${#pkgs[@]} -gt 0 ]]; then
 		log "go test -bench in ${pkgs[*]}"
-		"$GO" test -run '^$' -bench . -skip '^BenchmarkComponentScores$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
+		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkEngine.*)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
 	else
 		log "no Go benchmarks found"
 	fi
+fi
+
+# ---- engines: Firefox/BiDi against Chromium/CDP ------------------------------------------------
+# The warm workflow and the heavy-page observe through the engine port on both engines, beside raw
+# chromedp, interleaved in each iteration (server/internal/daemon/enginebench_test.go), then the
+# memory of an extra session on each engine; Firefox/BiDi is reported as a ratio to Chromium/CDP.
+
+if [[ $run_engines == 1 ]]; then
+	log "engines: workflow and heavy-page observe on Chromium/CDP, Firefox/BiDi and raw chromedp ($engine_iters iterations)"
+	rm -f "$out_engines"
+	BENCH_ENGINES_OUT="$PWD/$out_engines" "$GO" test ./server/internal/daemon -run '^$' \
+		-bench '^BenchmarkEngine(Workflow|ObserveBig)$' -benchtime "${engine_iters}x" -count 1 | tee -a "$out_go"
+	BENCH_ENGINES_OUT="$PWD/$out_engines" "$GO" test ./server/internal/daemon -run '^$' \
+		-bench '^BenchmarkEngineSessionMemory$' -benchtime 1x -count 1 | tee -a "$out_go"
+	[[ -s $out_engines ]] || die "the engine benchmarks wrote no results ($out_engines)"
+	e=$(tr -d ' \n' <"$out_engines")
+	eget() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" <<<"$e"; }
+	wf_ratio=$(eget 'workflow\.firefox_over_chromium\.workflow')
+	wf_ok=$(awk -v r="$wf_ratio" -v g="$engine_ratio_goal" 'BEGIN { print (r != "" && r <= g) ? "true" : "false" }')
+	printf '\nengines (%s iterations, load average %s)\n' "$engine_iters" "$(cut -d' ' -f1-3 /proc/loadavg)"
+	row "workflow p50 (ms): chromium/CDP" "$(eget 'workflow\.chromium\.workflow_p50_ms')"
+	row "workflow p50 (ms): firefox/BiDi" "$(eget 'workflow\.firefox\.workflow_p50_ms')"
+	row "workflow p50 (ms): raw chromedp" "$(eget 'workflow\.chromedp\.workflow_p50_ms')"
+	row "ratio firefox/BiDi / chromium/CDP workflow" "$wf_ratio" "goal ≤ $engine_ratio_goal: $(yes_no "$wf_ok")"
+	row "heavy-page observe ratio firefox / chromium" "$(eget 'observe_big\.firefox_over_chromium\.observe_interactive')" "interactive; full $(eget 'observe_big\.firefox_over_chromium\.observe_full')"
+	row "memory per extra session (MiB PSS)" "$(eget 'memory\.chromium_mib_per_session')" "chromium; firefox $(eget 'memory\.firefox_mib_per_session')"
+	printf '  results: %s\n\n' "$out_engines"
 fi
 
 # ---- component scores: BAP beside Playwright MCP -----------------------------------------------

@@ -14,7 +14,11 @@ import (
 	"github.com/originweave/bap/server/internal/store"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, store.MigrateURL) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m, store.MigrateURL)
+	closeBenchEngines() // the engine benchmarks' browsers (enginebench_test.go), if they ran
+	os.Exit(code)
+}
 
 // The master key file wraps the server key (ADR 0017): the first start makes both; later starts
 // need the same file, and a missing or wrong one is a startup error that names the expected key,
