@@ -43,8 +43,9 @@ import (
 // benchEngines is the port over both engines and the raw chromedp context of the benchmarks,
 // started once per test binary.
 type benchEngines struct {
-	port   *Engines
-	raw    context.Context
+	port *Engines
+	// raw opens contexts in the raw chromedp browser (chromedp's contexts are its handles).
+	raw    func() (context.Context, context.CancelFunc)
 	site   *httptest.Server
 	roots  map[string]int // engine (and "chromedp") → its browser's process
 	closer []func()
@@ -181,7 +182,7 @@ func startBenchEngines() (*benchEngines, error) {
 		return be, fmt.Errorf("starting raw chromedp: %w", err)
 	}
 	be.roots["chromedp"] = newChild(before)
-	be.raw = raw
+	be.raw = func() (context.Context, context.CancelFunc) { return chromedp.NewContext(raw) }
 	return be, nil
 }
 
@@ -391,7 +392,7 @@ func report(b *testing.B, prefix string, names []string, sts []stepTimes) {
 func BenchmarkEngineWorkflow(b *testing.B) {
 	be := engines(b)
 	ctx := context.Background()
-	rctx, cancel := chromedp.NewContext(be.raw)
+	rctx, cancel := be.raw()
 	defer cancel()
 	names := []string{"chromium", "firefox", "chromedp"}
 	sessions := map[string]app.BrowserSession{"chromium": be.open(b, "chromium"), "firefox": be.open(b, "firefox")}
@@ -426,7 +427,7 @@ func BenchmarkEngineWorkflow(b *testing.B) {
 func BenchmarkEngineObserveBig(b *testing.B) {
 	be := engines(b)
 	ctx := context.Background()
-	rctx, cancel := chromedp.NewContext(be.raw)
+	rctx, cancel := be.raw()
 	defer cancel()
 	if err := chromedp.Do(rctx, chromedp.Navigate(be.site.URL+"/big.html")); err != nil {
 		b.Fatal(err)
