@@ -1,20 +1,28 @@
 package browser
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/chromedp/cdproto/accessibility"
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
@@ -594,4 +602,178 @@ func BenchmarkNavigateInterception(b *testing.B) {
 			b.ReportMetric(float64(p50(ds).Microseconds())/1000, v.name+"_timing_"+k+"_p50_ms")
 		}
 	}
+}
+
+// splitJS reads where the document's own navigation lies on the wall clock: its time origin (the
+// navigation's start, epoch ms) and the end of its load event (ms after that).
+const splitJS = `(() => { const e = performance.getEntriesByType('navigation')[0];
+  return {origin: performance.timeOrigin, loadEnd: e.loadEventEnd}; })()`
+
+// BenchmarkNavigateSplit is a diagnostic: where navigate's time outside the document's own
+// navigation goes, BAP (the test browser's session, and a session of a browser of its own with
+// nothing else in it) beside raw chromedp, in a shuffled order, each navigate after a whole
+// workflow as in BenchmarkWorkflow. It reports per variant the p50 of navigate, of before_start
+// (navigate called → the document's time origin), of after_load (its load event's end →
+// navigate answered) and of load_transit (the renderer's timestamp of the load event → its
+// message read here, both on the monotonic clock), and renderers_born: how many renderer
+// processes appeared during the navigates, all iterations together.
+func BenchmarkNavigateSplit(b *testing.B) {
+	ctx := context.Background()
+	type variant struct {
+		name     string
+		pid      int // the browser's
+		s        *Session
+		workflow func(*steps) error
+		navigate func() error
+		timing   func() (map[string]float64, error)
+		d        map[string][]time.Duration
+		born     int
+	}
+	bapVariant := func(name string, br *Browser, s *Session) *variant {
+		br.mu.Lock()
+		pid := br.proc.p.cmd.Process.Pid
+		br.mu.Unlock()
+		return &variant{name: name, pid: pid, s: s,
+			workflow: func(st *steps) error { return bapWorkflow(ctx, s, st) },
+			navigate: func() error {
+				_, err := s.Navigate(ctx, NavigateRequest{URL: fx.A + "/bench.html"})
+				return err
+			},
+			timing: func() (map[string]float64, error) {
+				s.mu.Lock()
+				tb := s.tabs[s.defaultCtx]
+				s.mu.Unlock()
+				var m map[string]float64
+				err := s.inFrame(ctx, tb, tb.main, func(w *world) error { return s.eval(ctx, w, splitJS, false, &m) })
+				return m, err
+			}}
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	own, err := Start(sctx, Config{WarmContexts: 1, MaxSessions: 2, transport: tap.transport})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = own.Close() })
+	ownSess, err := own.OpenSession(sctx, ids.New(ids.BrowserSession), testPolicy(b), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ownSess.Close(context.Background()) })
+	rctx, _ := rawContexts(b)
+	if err := chromedp.Do(rctx); err != nil {
+		b.Fatal(err)
+	}
+	var rawTransit atomic.Int64
+	_ = chromedp.Listen(rctx, func(ev any) {
+		if e, ok := ev.(*page.EventLoadEventFired); ok {
+			rawTransit.Store(int64(monotonicNow() - time.Duration(float64(e.Timestamp)*float64(time.Second))))
+		}
+	})
+	raw := &variant{name: "chromedp", pid: chromedp.FromContext(rctx).Browser.Process().Pid,
+		workflow: func(st *steps) error { return rawWorkflow(rctx, st) },
+		navigate: func() error { return chromedp.Do(rctx, chromedp.Navigate(fx.A+"/bench.html")) },
+		timing: func() (map[string]float64, error) {
+			return chromedp.Run(rctx, chromedp.Evaluate[map[string]float64](splitJS))
+		}}
+	vs := []*variant{bapVariant("bap", testBrowser, benchSession(b)), bapVariant("bap_own_browser", own, ownSess), raw}
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	for b.Loop() {
+		order := append([]*variant(nil), vs...)
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, v := range order {
+			if v.d == nil {
+				v.d = map[string][]time.Duration{}
+			}
+			if err := v.workflow(&steps{}); err != nil {
+				b.Fatal(v.name, err)
+			}
+			if v.s != nil {
+				v.s.mu.Lock()
+				sess := v.s.tabs[v.s.defaultCtx].page.sess
+				v.s.mu.Unlock()
+				if err := sess.sync(ctx); err != nil {
+					b.Fatal(err)
+				}
+				tap.start(sess.id)
+			}
+			before := renderersOf(v.pid)
+			t0 := time.Now()
+			err := v.navigate()
+			t1 := time.Now()
+			after := renderersOf(v.pid)
+			var msgs []wireMsg
+			if v.s != nil {
+				msgs = tap.stop()
+			}
+			if err != nil {
+				b.Fatal(v.name, err)
+			}
+			for p := range after {
+				if !before[p] {
+					v.born++
+				}
+			}
+			m, err := v.timing()
+			if err != nil {
+				b.Fatal(v.name, err)
+			}
+			origin := time.UnixMicro(int64(m["origin"] * 1000))
+			v.d["navigate"] = append(v.d["navigate"], t1.Sub(t0))
+			v.d["before_start"] = append(v.d["before_start"], origin.Sub(t0))
+			v.d["after_load"] = append(v.d["after_load"], t1.Sub(origin.Add(ms(m["loadEnd"]))))
+			transit := time.Duration(rawTransit.Load())
+			for _, w := range msgs {
+				if w.method == "Page.loadEventFired" {
+					transit = w.readAt - w.stamp
+				}
+			}
+			v.d["load_transit"] = append(v.d["load_transit"], transit)
+		}
+	}
+	for _, v := range vs {
+		for k, ds := range v.d {
+			b.ReportMetric(float64(p50(ds).Microseconds())/1000, v.name+"_"+k+"_p50_ms")
+		}
+		b.ReportMetric(float64(v.born), v.name+"_renderers_born")
+	}
+}
+
+// renderersOf returns the renderer processes (--type=renderer) descending from the browser pid.
+func renderersOf(pid int) map[int]bool {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 1 {
+			parent[n], _ = strconv.Atoi(f[1])
+		}
+	}
+	out := map[int]bool{}
+	for n := range parent {
+		ours := false
+		for p := parent[n]; !ours && p > 1; p = parent[p] {
+			ours = p == pid
+		}
+		if cmd, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(n), "cmdline")); ours && err == nil && bytes.Contains(cmd, []byte("--type=renderer")) {
+			out[n] = true
+		}
+	}
+	return out
+}
+
+// monotonicNow reads the system's monotonic clock (CLOCK_MONOTONIC), the clock of the
+// protocol's MonotonicTime timestamps.
+func monotonicNow() time.Duration {
+	var ts syscall.Timespec
+	_, _, _ = syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0) // 1: CLOCK_MONOTONIC
+	return time.Duration(ts.Nano())
 }

@@ -28,6 +28,9 @@ type wireMsg struct {
 	method  string // a command's or an event's; a reply's is its command's
 	stage   string // Fetch.requestPaused: "request" or "response"
 	detail  string // lifecycle event name, or the paused request's resource type
+	// Page.loadEventFired: the renderer's timestamp of the load event and the time it was read
+	// here, both on the system's monotonic clock (BenchmarkNavigateSplit).
+	stamp, readAt time.Duration
 }
 
 // wireTap records the messages of the sessions it watches.
@@ -89,6 +92,12 @@ func (w *wireTap) record(out bool, msg *cdproto.Message) {
 		if p.ResponseStatusCode != 0 || p.ResponseErrorReason != "" {
 			m.stage = "response"
 		}
+	case m.method == "Page.loadEventFired":
+		var p struct {
+			Timestamp float64 `json:"timestamp"`
+		}
+		_ = json.Unmarshal(msg.Params, &p)
+		m.stamp, m.readAt = time.Duration(p.Timestamp*float64(time.Second)), monotonicNow()
 	case m.method == "Page.lifecycleEvent":
 		var p struct {
 			Name string `json:"name"`
