@@ -1,15 +1,11 @@
 package browser
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -527,25 +523,8 @@ func BenchmarkNavigateInterception(b *testing.B) {
 		if patterns != nil || off {
 			refetch(s, patterns)
 		}
-		return &variant{name: name,
-			navigate: func() error {
-				_, err := s.Navigate(ctx, NavigateRequest{URL: fx.A + "/bench.html"})
-				return err
-			},
-			timing: func() (map[string]float64, error) {
-				s.mu.Lock()
-				tb := s.tabs[s.defaultCtx]
-				s.mu.Unlock()
-				var m map[string]float64
-				err := s.inFrame(ctx, tb, tb.main, func(w *world) error {
-					res, err := call(ctx, w.host.sess, runtime.Evaluate, runtime.EvaluateParams{Expression: navTimingJS, ContextID: w.id, ReturnByValue: ptr(true)})
-					if err != nil || res.Result == nil {
-						return fmt.Errorf("navigation timing: %w", err)
-					}
-					return json.Unmarshal(res.Result.Value, &m)
-				})
-				return m, err
-			}}
+		return &variant{name: name, navigate: benchNavigate(ctx, s),
+			timing: func() (map[string]float64, error) { return mainTiming(ctx, s, navTimingJS) }}
 	}
 	allButDocuments := []*fetch.RequestPattern{}
 	for _, rt := range []network.ResourceType{"Stylesheet", "Image", "Media", "Font", "Script", "XHR", "Fetch", "EventSource", "Ping", "CSPViolationReport", "Other"} {
@@ -635,18 +614,8 @@ func BenchmarkNavigateSplit(b *testing.B) {
 		br.mu.Unlock()
 		return &variant{name: name, pid: pid, s: s,
 			workflow: func(st *steps) error { return bapWorkflow(ctx, s, st) },
-			navigate: func() error {
-				_, err := s.Navigate(ctx, NavigateRequest{URL: fx.A + "/bench.html"})
-				return err
-			},
-			timing: func() (map[string]float64, error) {
-				s.mu.Lock()
-				tb := s.tabs[s.defaultCtx]
-				s.mu.Unlock()
-				var m map[string]float64
-				err := s.inFrame(ctx, tb, tb.main, func(w *world) error { return s.eval(ctx, w, splitJS, false, &m) })
-				return m, err
-			}}
+			navigate: benchNavigate(ctx, s),
+			timing:   func() (map[string]float64, error) { return mainTiming(ctx, s, splitJS) }}
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -697,11 +666,11 @@ func BenchmarkNavigateSplit(b *testing.B) {
 				}
 				tap.start(sess.id)
 			}
-			before := renderersOf(v.pid)
+			before := renderersOf(b, v.pid)
 			t0 := time.Now()
 			err := v.navigate()
 			t1 := time.Now()
-			after := renderersOf(v.pid)
+			after := renderersOf(b, v.pid)
 			var msgs []wireMsg
 			if v.s != nil {
 				msgs = tap.stop()
@@ -739,32 +708,37 @@ func BenchmarkNavigateSplit(b *testing.B) {
 	}
 }
 
-// renderersOf returns the renderer processes (--type=renderer) descending from the browser pid.
-func renderersOf(pid int) map[int]bool {
-	parent := map[int]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …; comm may hold spaces and parentheses.
-		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 1 {
-			parent[n], _ = strconv.Atoi(f[1])
-		}
+// benchNavigate navigates the session to the benchmark page.
+func benchNavigate(ctx context.Context, s *Session) func() error {
+	return func() error {
+		_, err := s.Navigate(ctx, NavigateRequest{URL: fx.A + "/bench.html"})
+		return err
 	}
-	out := map[int]bool{}
-	for n := range parent {
-		ours := false
-		for p := parent[n]; !ours && p > 1; p = parent[p] {
-			ours = p == pid
+}
+
+// mainTiming evaluates a navigation-timing expression in the agent's world of the session's main
+// frame (the page's performance entries are the same in every world).
+func mainTiming(ctx context.Context, s *Session, expr string) (map[string]float64, error) {
+	s.mu.Lock()
+	tb := s.tabs[s.defaultCtx]
+	s.mu.Unlock()
+	var m map[string]float64
+	err := s.inFrame(ctx, tb, tb.main, func(w *world) error {
+		res, err := call(ctx, w.host.sess, runtime.Evaluate, runtime.EvaluateParams{Expression: expr, ContextID: w.id, ReturnByValue: ptr(true)})
+		if err != nil || res.Result == nil {
+			return fmt.Errorf("navigation timing: %w", err)
 		}
-		if cmd, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(n), "cmdline")); ours && err == nil && bytes.Contains(cmd, []byte("--type=renderer")) {
-			out[n] = true
+		return json.Unmarshal(res.Result.Value, &m)
+	})
+	return m, err
+}
+
+// renderersOf returns the renderer processes (--type=renderer) of the browser started as pid.
+func renderersOf(tb testing.TB, pid int) map[int]bool {
+	out := map[int]bool{}
+	for _, pi := range browserProcs(tb, pid) {
+		if hasArg(pi.cmdline, "--type=renderer") {
+			out[pi.pid] = true
 		}
 	}
 	return out

@@ -58,7 +58,7 @@ func readProc(pid int) (procInfo, error) {
 
 // browserProcs returns the processes of the browser started as pid: its
 // process group and every descendant (whatever group it moved to).
-func browserProcs(t *testing.T, pid int) []procInfo {
+func browserProcs(t testing.TB, pid int) []procInfo {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
