@@ -205,6 +205,13 @@ func (d *Driver) follow(ctx, life context.Context, e *Engine) error {
 		// 153 ESR has no navigationAborted.)
 		return fmt.Errorf("firefox: subscribing to navigations and dialogs: %w", err)
 	}
+	// Downloads are refused browser-wide too, not only per session's user context (OpenSession):
+	// under load a download was once written to the profile's Downloads with the per-context
+	// refusal in place, so the default behaviour is the second layer.
+	if err := e.c.BrowserSetDownloadBehavior(ctx, bidi.BrowserSetDownloadBehaviorParameters{
+		DownloadBehavior: &bidi.BrowserDownloadBehavior{Type: "denied"}}); err != nil {
+		return fmt.Errorf("firefox: refusing downloads: %w", err)
+	}
 	return nil
 }
 
