@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -65,6 +66,12 @@ func TestRestartOnTheSameAddressTakesOverAtOnce(t *testing.T) {
 	}
 }
 
+// fixedPorts are the ports portOutsideEphemeralRange has handed out in this test binary. Every
+// test starts its search at the same port (the process id decides it), so without it two
+// parallel tests got the same one: the remote profile's callback listener bound it between the
+// restart test's kill and its restart ("address already in use").
+var fixedPorts sync.Map
+
 // portOutsideEphemeralRange returns a loopback address whose port is free now and below the
 // kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768–60999 by default). A test that
 // must bind the same port twice (a restart on the same address) cannot take one from :0: between
@@ -86,6 +93,9 @@ func portOutsideEphemeralRange(t *testing.T) string {
 	}
 	for i := range 500 {
 		port := start + (i*7919+os.Getpid())%(low-start) // spread parallel suites apart
+		if _, taken := fixedPorts.LoadOrStore(port, t.Name()); taken {
+			continue // handed to another test of this binary, which may bind it later
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
 			continue
