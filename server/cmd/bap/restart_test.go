@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,15 +23,42 @@ import (
 // internal_error until the old heartbeat aged, about 10 s).
 func TestRestartOnTheSameAddressTakesOverAtOnce(t *testing.T) {
 	t.Parallel()
+	addr := portOutsideEphemeralRange(t)
+	restartTakesOverAtOnce(t, []string{"--listen", addr}, []string{"--listen", addr})
+}
+
+// The restart window on the same data dir at a new address (issue #23 item 7): A is killed and
+// started again on its data dir but another port, so no node is at the old address any more. The
+// new process takes A's data-dir lock — which the kernel released when A died — and marks the
+// node named in the data dir stopped as it starts: B's retry is answered at once (409
+// browser_session_lost), not forwarded to the dead address (503 until the old heartbeat aged).
+// While A lives, a second node on its data dir is refused, naming it.
+func TestRestartOnTheSameDataDirTakesOverAtOnce(t *testing.T) {
+	t.Parallel()
+	restartTakesOverAtOnce(t, nil, nil) // serveProcess listens on 127.0.0.1:0: a new port each time
+}
+
+// restartTakesOverAtOnce runs the restart window: A (flags first) is killed with SIGKILL and
+// started again on its data dir (flags again); the old node must be stopped in the database as
+// soon as the new process is ready, and B's retries of commands on A's session answered 409
+// browser_session_lost.
+func restartTakesOverAtOnce(t *testing.T, first, again []string) {
+	t.Helper()
 	bin := buildBinary(t)
 	dirB := dataDir(t)
 	b := start(t, bin, dirB)
 	dbURL := databaseURLOf(t, dirB)
 	env := []string{"BAP_DATABASE_URL=" + dbURL, "BAP_MASTER_KEY_FILE=" + filepath.Join(dirB, "master.key")}
-	addr := portOutsideEphemeralRange(t)
 	dirA := dataDir(t)
-	a, ready := serveProcess(t, bin, dirA, env, "--listen", addr)
+	a, ready := serveProcess(t, bin, dirA, env, first...)
 	oldID, _ := ready["node_id"].(string)
+
+	// Two live nodes never share a data dir, whatever their database.
+	second := exec.Command(bin, "serve", "--data-dir", dirA, "--listen", "127.0.0.1:0")
+	second.Env = append(os.Environ(), env...)
+	if out, err := second.CombinedOutput(); err == nil || !strings.Contains(string(out), "data dir "+dirA+" is in use by another bap process") {
+		t.Fatalf("a second node on a live node's data dir: %v\n%s", err, out)
+	}
 
 	task := mustAPI(t, 201, b.listen, "POST", "/bap/v1/tasks", "restart-task", `{"goal":"restart window","policy":{"allowed_origins":["https://shop.example.com"]}}`)
 	sess := mustAPI(t, 201, a.listen, "POST", "/bap/v1/tasks/"+field(task, "task", "task_id")+"/browser-sessions", "restart-session", `{}`)
@@ -40,9 +68,22 @@ func TestRestartOnTheSameAddressTakesOverAtOnce(t *testing.T) {
 	if err := a.stop(t, syscall.SIGKILL); err == nil {
 		t.Fatal("bap exited cleanly after SIGKILL")
 	}
-	_, again := serveProcess(t, bin, dirA, env, "--listen", addr)
-	if newID, _ := again["node_id"].(string); newID == "" || newID == oldID {
+	a2, restarted := serveProcess(t, bin, dirA, env, again...)
+	if newID, _ := restarted["node_id"].(string); newID == "" || newID == oldID {
 		t.Fatalf("restarted node id %q (old %q)", newID, oldID)
+	}
+	if (len(again) == 0) != (a2.listen != a.listen) {
+		t.Fatalf("restarted on %s, first on %s: not the address the test meant", a2.listen, a.listen)
+	}
+	// As soon as the new process is ready, the old node is stopped: no heartbeat has to age.
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var stopped bool
+	if err := pool.QueryRow(context.Background(), `SELECT stopped_at IS NOT NULL FROM runtime_node WHERE node_id = $1`, oldID).Scan(&stopped); err != nil || !stopped {
+		t.Fatalf("the killed node %s is not marked stopped once a node started on its address or data dir (%v)", oldID, err)
 	}
 	// The client's retries through B, at once: the dead node's session is lost, never a 500.
 	for _, c := range []struct{ op, key string }{{"observe", ""}, {"navigate", "restart-nav"}} {
@@ -54,15 +95,6 @@ func TestRestartOnTheSameAddressTakesOverAtOnce(t *testing.T) {
 		if status != 409 || m["code"] != "browser_session_lost" {
 			t.Fatalf("%s through B after the restart: %d %s, want 409 browser_session_lost", c.op, status, raw)
 		}
-	}
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	var stopped bool
-	if err := pool.QueryRow(context.Background(), `SELECT stopped_at IS NOT NULL FROM runtime_node WHERE node_id = $1`, oldID).Scan(&stopped); err != nil || !stopped {
-		t.Fatalf("the killed node %s is not marked stopped once a node started on its address (%v)", oldID, err)
 	}
 }
 

@@ -108,9 +108,10 @@ func (d *Database) Close(ctx context.Context) {
 }
 
 // lockDataDir holds an exclusive lock on <dir>/bap.lock for as long as this process owns the
-// embedded cluster, so that a second `bap serve` or a `bap migrate` cannot take over (and then stop)
-// the database of a running server. The kernel drops the lock when the process dies, so a killed
-// bap never blocks the next start.
+// embedded cluster or serves from the data dir, so that a second `bap serve` or a `bap migrate`
+// cannot take over (and then stop) the database of a running server, and two live nodes never
+// share one data dir. The kernel drops the lock when the process dies, so a killed bap never
+// blocks the next start.
 func lockDataDir(dir string) (func(), error) {
 	f, err := os.OpenFile(filepath.Join(dir, "bap.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -119,15 +120,45 @@ func lockDataDir(dir string) (func(), error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("data dir %s is in use by another bap process (a running `bap serve` applies migrations itself): %w", dir, ErrDataDirInUse)
+			return nil, fmt.Errorf("data dir %s is in use by another bap process (one `bap serve` per data dir, whatever its database; a running `bap serve` applies migrations itself): %w", dir, ErrDataDirInUse)
 		}
 		return nil, fmt.Errorf("locking data dir: %w", err)
 	}
 	return func() { _ = f.Close() }, nil
 }
 
+// holdNodeDataDir creates dir if need be and takes its lock (lockDataDir) for a node that uses a
+// database URL: one live node per data dir, and the lock is what proves the node that used the
+// data dir before gone (succeedDataDirNode). With the embedded cluster OpenDatabase takes it.
+func holdNodeDataDir(dir string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil { // as OpenDatabase would
+		return nil, fmt.Errorf("creating data dir: %w", err)
+	}
+	return lockDataDir(dir)
+}
+
+// openNodeDatabase is OpenDatabase for `bap serve`, whose process holds its data dir's lock until
+// the database closes, embedded cluster or database URL alike.
+func openNodeDatabase(ctx context.Context, cfg Config) (*Database, error) {
+	if cfg.DatabaseURL == "" {
+		return OpenDatabase(ctx, cfg) // it holds the data dir of the embedded cluster
+	}
+	unlock, err := holdNodeDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := OpenDatabase(ctx, cfg)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	db.unlock = unlock
+	return db, nil
+}
+
 // announceNode registers this node, records the protocol adapters it serves (for GET /bap/v1,
-// browser.go) and, on an embedded cluster, takes over from the node that used its data dir before.
+// browser.go) and takes over from the node that used its data dir before (this process holds the
+// data-dir lock, embedded cluster or database URL alike).
 func announceNode(ctx context.Context, cfg Config, svc *app.Service, nodeID string, br *Engines, log *slog.Logger) error {
 	if err := svc.RegisterNode(ctx, cfg.AdvertiseURL, version.Software); err != nil {
 		return err
@@ -135,10 +166,7 @@ func announceNode(ctx context.Context, cfg Config, svc *app.Service, nodeID stri
 	if err := svc.RecordAdapters(ctx, nodeAdapters(br)); err != nil {
 		return err
 	}
-	if cfg.DatabaseURL == "" {
-		return succeedDataDirNode(ctx, svc, cfg.DataDir, nodeID, log)
-	}
-	return nil
+	return succeedDataDirNode(ctx, svc, cfg.DataDir, nodeID, log)
 }
 
 // Run starts the server and blocks until ctx ends, then shuts down gracefully.
@@ -170,7 +198,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	db, err := OpenDatabase(ctx, cfg)
+	db, err := openNodeDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}

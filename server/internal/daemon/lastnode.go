@@ -19,10 +19,12 @@ import (
 const lastNodeFile = "last-node"
 
 // succeedDataDirNode marks stopped the node that served this data dir before: this process holds
-// the data-dir lock, so that node's process has ended (killed, or stopped without saying so).
-// Recovery then classifies what it left in flight, and reports its sessions lost, in the first
-// upkeep round rather than after NodeStaleAfter without heartbeats. Other nodes sharing the
-// cluster through a database URL are not this data dir's and are left alone.
+// the data-dir lock, so that node's process has ended (killed, or stopped without saying so),
+// whatever address it listened on. Recovery then classifies what it left in flight, and reports
+// its sessions lost, in the first upkeep round rather than after NodeStaleAfter without
+// heartbeats, and no node forwards to it any more. Other nodes sharing the database are not this
+// data dir's and are left alone. An id the database does not know (the data dir served another
+// database before) changes nothing.
 func succeedDataDirNode(ctx context.Context, svc *app.Service, dataDir, nodeID string, log *slog.Logger) error {
 	path := filepath.Join(dataDir, lastNodeFile)
 	prev, err := os.ReadFile(path)
