@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // The inbox (issue #23 item 1, ADR 0019 addendum, migrations/0019): what other systems deliver to
@@ -91,7 +92,8 @@ func recordDelivery(ctx context.Context, tx InboxTx, e InboxEntry) (dup bool, er
 // idempotency claim (claimed: this request claimed the key), and reports whether it is a
 // redelivery. A first delivery is processed as usual; a redelivery is answered with the key's
 // first response, never run again: at once when it is recorded, after the first delivery's run
-// when this process still runs it (awaitFirstDelivery).
+// when this process still runs it, once classified when the node that ran it is dead
+// (awaitFirstDelivery).
 func (s *Service) claimDelivery(ctx context.Context, tx Tx, call Call, claimed bool) (redelivered bool, err error) {
 	d := call.Delivery
 	dup, err := recordDelivery(ctx, tx, InboxEntry{Delivery: *d, Tenant: call.Actor.Tenant, IdempotencyKey: call.IdempotencyKey})
@@ -109,41 +111,84 @@ func (s *Service) claimDelivery(ctx context.Context, tx Tx, call Call, claimed b
 }
 
 // firstDeliveryRunning is the answer to a redelivery whose first delivery's command is still
-// executing: an idempotency_in_flight problem (err), unless this process runs that command, which
-// the redelivery then waits for (awaitFirstDelivery).
+// in flight (claim: its idempotency record, naming the command and the node that runs it):
+// awaitFirstDelivery waits for it, classifies it, or refuses with err's Retry-After.
 type firstDeliveryRunning struct {
-	commandID string
-	err       *Error
+	claim IdempotencyClaim
+	err   *Error
 }
 
 func (f *firstDeliveryRunning) Error() string { return f.err.Error() }
 func (f *firstDeliveryRunning) Unwrap() error { return f.err }
 
-// awaitFirstDelivery reports, for err of one run of a command, whether its request is a
-// redelivery whose first delivery's command this process was running and has now finished: the
-// caller then runs it again, which answers the first response (a replay). The sender delivered
-// once, so it must not get idempotency_in_flight for its own first delivery. The wait ends with
-// the request's context; a first delivery this process does not run (it was interrupted with its
-// process, and recovery classifies it) answers idempotency_in_flight with Retry-After, after
-// which a retry gets that classification.
-func (s *Service) awaitFirstDelivery(ctx context.Context, err error) bool {
+// firstDeliverySettled is what one request did about its first delivery's command: a request
+// classifies it or finds it just ended at most once, so that a claim that stays in flight
+// afterwards (it cannot: a bug) answers a problem instead of looping.
+type firstDeliverySettled struct{ tried bool }
+
+// awaitFirstDelivery decides, for err of one run of a command, whether its request (a
+// redelivery whose first delivery's command is in flight) runs again, which then answers the
+// key's first response as a replay: the sender delivered once, so it must not get
+// idempotency_in_flight for its own first delivery.
+//   - This process runs that command: wait for its end (or the request's context: then the
+//     idempotency_in_flight problem, with Retry-After).
+//   - The node that ran it is dead (stopped, or no heartbeat for NodeStaleAfter): the first
+//     delivery died with its process. Classify the command now, as recovery would
+//     (recoverClaim: unknown_outcome, or reconciliation_required for a side effect), under the
+//     same lock on the command, so that of this, recovery and a run that outlived its heartbeat
+//     exactly one records the receipt; the run again answers that classification.
+//   - This node ran it and it just ended (the claim was read before its end): run again once.
+//   - Another live node runs it, or its node is not yet taken for dead: it cannot be classified
+//     yet, and waiting here could outlast the sender's patience, so 503 browser_unavailable with
+//     Retry-After (never 500, never the client's 409): the retry is answered once that node
+//     ends it or is taken for dead.
+func (s *Service) awaitFirstDelivery(ctx context.Context, err error, settled *firstDeliverySettled) (bool, error) {
 	var f *firstDeliveryRunning
 	if !errors.As(err, &f) {
-		return false
+		return false, err
 	}
-	v, ok := s.running.Load(f.commandID)
-	if !ok {
-		return false
+	if v, ok := s.running.Load(f.claim.CommandID); ok {
+		if s.deliveryWaits != nil {
+			s.deliveryWaits()
+		}
+		select {
+		case <-v.(chan struct{}):
+			return true, nil
+		case <-ctx.Done():
+			return false, f.err
+		}
 	}
-	if s.deliveryWaits != nil {
-		s.deliveryWaits()
+	if settled.tried {
+		return false, firstDeliveryUnsettled(f.err.RetryAfter)
 	}
-	select {
-	case <-v.(chan struct{}):
-		return true
-	case <-ctx.Done():
-		return false
+	settled.tried = true
+	if f.claim.NodeID == s.cfg.NodeID {
+		return true, nil // this process ran it, and its run ended since the claim was read
 	}
+	live := false
+	if f.claim.NodeID != "" { // a claim without a node is orphaned, as recovery takes it
+		var lerr error
+		if live, lerr = s.store.NodeLive(ctx, f.claim.NodeID, s.cfg.Now().Add(-s.cfg.NodeStaleAfter)); lerr != nil {
+			return false, lerr
+		}
+	}
+	if live {
+		return false, firstDeliveryUnsettled(f.err.RetryAfter)
+	}
+	if err := s.recoverClaim(ctx, f.claim); err != nil {
+		return false, err
+	}
+	s.cfg.Logger.Info("a redelivered command whose first delivery's node is dead was classified",
+		slog.String("command", f.claim.CommandID), slog.String("node", f.claim.NodeID))
+	return true, nil
+}
+
+// firstDeliveryUnsettled answers a redelivery whose first delivery's command another node still
+// runs (or whose node is not yet taken for dead).
+func firstDeliveryUnsettled(retryAfter time.Duration) *Error {
+	return &Error{Code: CodeBrowserUnavailable, RetryAfter: retryAfter,
+		Detail: "the first delivery of this forwarded command is still in flight on a node of the cluster that is not known to have stopped; " +
+			"send it again after Retry-After: it is answered once that node records its outcome or is taken for dead"}
 }
 
 // endRun marks command id's run ended: recovery may classify it, and the redeliveries waiting

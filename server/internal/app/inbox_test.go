@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/store"
+	"github.com/originweave/bap/server/internal/task"
 	"github.com/originweave/bap/server/internal/waitfor"
 )
 
@@ -63,5 +67,96 @@ func TestRedeliveryWhileTheFirstRunsGetsItsAnswer(t *testing.T) {
 	var commands int
 	if err := b.db.QueryRow(ctx, `SELECT count(*) FROM task_command WHERE task_id = $1 AND operation = 'act'`, tk.ID).Scan(&commands); err != nil || commands != 1 {
 		t.Fatalf("%d act commands (%v), want 1", commands, err)
+	}
+}
+
+// A forwarded command redelivered while its first delivery is in flight on another process gets
+// a classified answer, never idempotency_in_flight (issue #23 item 1, ADR 0031). When that
+// process's node is dead (stopped, or silent for NodeStaleAfter), the redelivery classifies the
+// command at once, as recovery would (reconciliation_required for a side effect), and is answered
+// that classification; the first run, should it still end, answers the same replay and records no
+// second receipt. When that node is alive, the command cannot be classified yet: 503
+// browser_unavailable with Retry-After, and once the first run ends, its answer.
+func TestRedeliveryOfADeadNodesDeliveryIsClassified(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		dead bool
+	}{{"the first delivery's node is dead", true}, {"the first delivery's node is alive", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(c *app.Config) { c.InterruptedResponse = interrupted })
+			ctx := context.Background()
+			st := store.New(b.db)
+			if err := st.RegisterNode(ctx, app.NodeInfo{ID: "node_a", SoftwareVersion: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			// node_a: the process that received the first delivery (its own running commands).
+			nodeA, err := app.NewService(st, app.Config{NodeID: "node_a", InterruptedResponse: interrupted, Now: func() time.Time { return *b.now.Load() }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk := b.create(t, app.CreateTaskInput{})
+			call := b.call(t, "act", []string{"bs_x"}, "pay", "k-dead")
+			call.Delivery = &app.Delivery{Source: app.NodeSource("node_front"), ID: "cred_dead", Digest: sha256.Sum256([]byte("pay"))}
+			type answer struct {
+				resp app.Response
+				err  error
+			}
+			entered, release, first := make(chan struct{}, 1), make(chan struct{}), make(chan answer, 1)
+			go func() {
+				r, err := nodeA.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, func(context.Context) (any, error) {
+					entered <- struct{}{}
+					<-release
+					return nil, nil
+				}, false)
+				first <- answer{r, err}
+			}()
+			waitfor.Receive(t, 20*time.Second, "the first delivery's effect", entered)
+			if c.dead {
+				if err := st.StopNode(ctx, "node_a"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			redeliver := func() (app.Response, error) {
+				return b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, func(context.Context) (any, error) {
+					t.Error("the redelivery ran the effect again")
+					return nil, nil
+				}, false)
+			}
+			resp, err := redeliver()
+			var body struct {
+				Receipt struct{ Outcome task.Outcome } `json:"receipt"`
+			}
+			if c.dead {
+				if err != nil || !resp.Replayed || resp.Status != 200 || json.Unmarshal(resp.Body, &body) != nil ||
+					body.Receipt.Outcome != task.ReconciliationRequired {
+					t.Fatalf("the redelivery of a dead node's delivery: %v %d %s", err, resp.Status, resp.Body)
+				}
+			} else {
+				var e *app.Error
+				if !errors.As(err, &e) || e.Code != app.CodeBrowserUnavailable || e.RetryAfter <= 0 {
+					t.Fatalf("the redelivery of a live node's delivery: %v %d %s", err, resp.Status, resp.Body)
+				}
+			}
+			close(release)
+			a1 := waitfor.Receive(t, 20*time.Second, "the first delivery's answer", first)
+			if a1.err != nil {
+				t.Fatal(a1.err)
+			}
+			if c.dead && (!a1.resp.Replayed || !bytes.Equal(a1.resp.Body, resp.Body)) {
+				t.Fatalf("the first run after its classification: %d %s (replayed %v), want %s", a1.resp.Status, a1.resp.Body, a1.resp.Replayed, resp.Body)
+			}
+			if !c.dead {
+				if resp, err = redeliver(); err != nil || !resp.Replayed || !bytes.Equal(resp.Body, a1.resp.Body) {
+					t.Fatalf("the redelivery after the first ended: %v %d %s, want %s", err, resp.Status, resp.Body, a1.resp.Body)
+				}
+			}
+			var commands, receipts int
+			if err := b.db.QueryRow(ctx, `SELECT count(*), count(r.receipt_id) FROM task_command c LEFT JOIN task_receipt r USING (command_id)
+				WHERE c.task_id = $1 AND c.operation = 'act'`, tk.ID).Scan(&commands, &receipts); err != nil || commands != 1 || receipts != 1 {
+				t.Fatalf("%d commands, %d receipts (%v), want 1 and 1", commands, receipts, err)
+			}
+		})
 	}
 }

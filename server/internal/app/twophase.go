@@ -38,12 +38,15 @@ type twoPhase[P, O, R any] struct {
 }
 
 // runTwoPhase executes a two-phase command for call. A redelivery of a forwarded command whose
-// first delivery this process still runs waits for it and answers what it answered (inbox.go).
-// (A function, not a method: Go methods take no type parameters.)
+// first delivery this process still runs waits for it and answers what it answered; one whose
+// first delivery's node is dead has that command classified at once and answers the
+// classification (inbox.go). (A function, not a method: Go methods take no type parameters.)
 func runTwoPhase[P, O, R any](ctx context.Context, s *Service, call Call, taskID string, r Responder[R], op twoPhase[P, O, R]) (Response, error) {
+	var settled firstDeliverySettled
 	for {
 		resp, err := runTwoPhaseOnce(ctx, s, call, taskID, r, op)
-		if !s.awaitFirstDelivery(ctx, err) {
+		again, err := s.awaitFirstDelivery(ctx, err, &settled)
+		if !again {
 			return resp, err
 		}
 	}
@@ -219,7 +222,7 @@ func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (do
 		e := &Error{Code: CodeIdempotencyInFlight,
 			Detail: "a request with this Idempotency-Key is still executing; retry later", RetryAfter: s.cfg.InFlightRetryAfter}
 		if redelivered {
-			return true, Response{}, &firstDeliveryRunning{commandID: existing.CommandID, err: e} // awaited (inbox.go)
+			return true, Response{}, &firstDeliveryRunning{claim: *existing, err: e} // awaited or classified (inbox.go)
 		}
 		return true, Response{}, e
 	default:
@@ -243,45 +246,57 @@ func (s *Service) RecoverInterrupted(ctx context.Context, staleBefore time.Time)
 		if _, live := s.running.Load(cl.CommandID); live {
 			continue // this process is running it and records its outcome itself
 		}
-		err := s.store.InTx(ctx, func(tx Tx) error {
-			cmd, err := tx.LockCommand(ctx, cl.Tenant, cl.CommandID)
-			if errors.Is(err, ErrNotFound) {
-				// The claim's command never committed, so nothing ran: forget the claim.
-				return tx.DeleteIdempotency(ctx, cl.Tenant, cl.Key)
-			}
-			if err != nil {
-				return err
-			}
-			t, err := tx.LockTask(ctx, cl.Tenant, cmd.TaskID)
-			if err != nil {
-				return err
-			}
-			c := &commandCtx{s: s, tx: tx, cmd: &Command{ID: cmd.ID, Tenant: cmd.Tenant, TaskID: cmd.TaskID,
-				Operation: cmd.Operation, Actor: systemActor}, t: t, now: s.cfg.Now()}
-			outcome := task.ClassifyInterrupted(cmd.SideEffecting)
-			detail := "the node running this command stopped before its outcome was recorded"
-			if cmd.SideEffecting {
-				if err := c.openReconciliation(ctx, cmd.ID, cmd.Operation, "interrupted"); err != nil {
-					return err
-				}
-			}
-			rc, err := c.receipt(ctx, outcome, "", detail)
-			if err != nil {
-				return err
-			}
-			if s.cfg.InterruptedResponse == nil {
-				return errors.New("app: Config.InterruptedResponse is not set")
-			}
-			resp, err := s.cfg.InterruptedResponse(rc)
-			if err != nil {
-				return err
-			}
-			return tx.CompleteIdempotency(ctx, cl.Tenant, cl.Key, resp.Status, resp.Body)
-		})
-		if err != nil {
-			return n, fmt.Errorf("recovering command %s: %w", cl.CommandID, err)
+		if err := s.recoverClaim(ctx, cl); err != nil {
+			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// recoverClaim classifies one orphaned claim's command (RecoverInterrupted; a redelivery whose
+// first delivery's node is dead, inbox.go). Its command is locked first, as phase 3 locks it, so
+// of recovery and a run that outlived its node's heartbeat exactly one records the receipt; a
+// command that has one already (classified meanwhile) is left as it is.
+func (s *Service) recoverClaim(ctx context.Context, cl IdempotencyClaim) error {
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		cmd, err := tx.LockCommand(ctx, cl.Tenant, cl.CommandID)
+		if errors.Is(err, ErrNotFound) {
+			// The claim's command never committed, so nothing ran: forget the claim (a claim
+			// completed meanwhile is not in flight, and stays).
+			return tx.DeleteIdempotency(ctx, cl.Tenant, cl.Key)
+		}
+		if err != nil {
+			return err
+		}
+		t, err := tx.LockTask(ctx, cl.Tenant, cmd.TaskID)
+		if err != nil {
+			return err
+		}
+		c := &commandCtx{s: s, tx: tx, cmd: &Command{ID: cmd.ID, Tenant: cmd.Tenant, TaskID: cmd.TaskID,
+			Operation: cmd.Operation, Actor: systemActor}, t: t, now: s.cfg.Now()}
+		outcome := task.ClassifyInterrupted(cmd.SideEffecting)
+		detail := "the node running this command stopped before its outcome was recorded"
+		if cmd.SideEffecting {
+			if err := c.openReconciliation(ctx, cmd.ID, cmd.Operation, "interrupted"); err != nil {
+				return err
+			}
+		}
+		rc, err := c.receipt(ctx, outcome, "", detail)
+		if err != nil {
+			return err
+		}
+		if s.cfg.InterruptedResponse == nil {
+			return errors.New("app: Config.InterruptedResponse is not set")
+		}
+		resp, err := s.cfg.InterruptedResponse(rc)
+		if err != nil {
+			return err
+		}
+		return tx.CompleteIdempotency(ctx, cl.Tenant, cl.Key, resp.Status, resp.Body)
+	})
+	if err != nil {
+		return fmt.Errorf("recovering command %s: %w", cl.CommandID, err)
+	}
+	return nil
 }
