@@ -122,7 +122,11 @@ type MCPTaskRecord struct {
 	// Status is the extension's: working, input_required, completed, failed or cancelled.
 	Status, Message string
 	// Outcome is the terminal answer, {"result": …} or {"error": …}; nil before the end.
-	Outcome          []byte
+	Outcome []byte
+	// InputRequests are what an input_required task waits for: the extension's `inputRequests`
+	// object (request key → request), nil in any other status (and on a binding recorded before
+	// they were, migrations/0022).
+	InputRequests    []byte
 	Created, Updated time.Time
 	Expires          time.Time
 	// NodeID is the node that runs the task (written at bind; "" for tasks bound before it was

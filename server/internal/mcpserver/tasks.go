@@ -27,8 +27,9 @@ import (
 // idempotency key) is the authority, and the MCP task only remembers how to present it. The
 // node that runs a task keeps it in memory (input requests, cancellation); once a task outlives
 // the immediate-result window, the adapter also binds it to its BAP task in the database
-// (TaskRecords: protocol_session_binding) and records its end there, so that tasks/get on any
-// node of the cluster answers it, also after the node that ran it is gone (ADR 0019).
+// (TaskRecords: protocol_session_binding) and records its status, input requests and end
+// there, so that tasks/get on any node of the cluster answers it alike (this one answers from the
+// record too), also after the node that ran it is gone (ADR 0019, ADR 0031).
 
 const (
 	tasksExtension    = "io.modelcontextprotocol/tasks"
@@ -97,10 +98,13 @@ type task struct {
 	bapTask, session string
 	bound            chan struct{}
 	unbound          bool
-	// binder is the caller the binding is recorded for; recMu orders the writes of the binding's
-	// status, so that the last one written is the last one taken.
-	binder Caller
-	recMu  sync.Mutex
+	// binder is the caller the binding is recorded for. shown is the binding as last written
+	// (what every node answers, this one included); recDirty says the task changed since the
+	// snapshot being written, recWriting that its writer runs (recordLoop). All under s.mu.
+	binder     Caller
+	shown      *app.MCPTaskRecord
+	recDirty   bool
+	recWriting bool
 }
 
 // TaskRecords keeps the MCP tasks that outlive the immediate-result window in the database,
@@ -241,11 +245,12 @@ type taskRun struct {
 // ID is the MCP task id.
 func (r *taskRun) ID() string { return r.t.id }
 
-// SetMessage updates the task's statusMessage.
+// SetMessage updates the task's statusMessage (and its binding, so every node shows it).
 func (r *taskRun) SetMessage(msg string) {
 	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
 	r.t.message, r.t.updated = msg, r.s.now()
+	r.s.mu.Unlock()
+	r.s.changedStatus(r.t)
 }
 
 // Ask parks the task in input_required with reqs (keys unique over the task's lifetime) and
@@ -580,7 +585,7 @@ func (e *taskEngine) start(ctx context.Context, caller Caller, t *task, fn taskF
 		defer cancel()
 		res, err := fn(runCtx, &taskRun{s: e.store, t: t})
 		e.store.finish(t, res, err)
-		e.writeRecord(ctx, t, true) // its end, once its binding is written
+		e.recordStatus(ctx, t) // its end, once its binding is written
 	}()
 	if window > 0 {
 		timer := time.NewTimer(window)
@@ -615,6 +620,9 @@ func (e *taskEngine) start(ctx context.Context, caller Caller, t *task, fn taskF
 			e.log.Warn("mcp: the task could not be recorded for the cluster; it is not answered as a task", "task", t.id, "err", err)
 			return e.unbind(t, err, done)
 		}
+		e.store.mu.Lock()
+		t.shown = &rec
+		e.store.mu.Unlock()
 		close(t.bound)
 	}
 	return out, nil
@@ -679,6 +687,12 @@ func recordOf(caller Caller, t *task) app.MCPTaskRecord {
 		BAPTaskID: t.bapTask, SessionID: t.session, Status: t.status, Message: t.message,
 		Created: t.created, Updated: t.updated, Expires: t.created.Add(t.ttl)}
 	r.Outcome = outcomeOf(t)
+	if t.status == statusInputRequired {
+		// The pending requests in their wire form (each marshalled by Ask), so any node answers them.
+		if b, err := json.Marshal(t.pending); err == nil {
+			r.InputRequests = b
+		}
+	}
 	return r
 }
 
@@ -704,37 +718,91 @@ func outcomeOf(t *task) []byte {
 	return b
 }
 
-// syncStatus records a bound task's move between working and input_required, so that the
-// binding says what the task waits for (store.statusChanged).
+// syncStatus records a bound task's move between working and input_required, or its status
+// message, so that the binding says what the task waits for (store.statusChanged).
 func (e *taskEngine) syncStatus(t *task) {
-	e.writeRecord(context.Background(), t, false)
+	e.recordStatus(context.Background(), t)
 }
 
-// writeRecord writes t's current status to its binding, once the binding is written (nothing
-// for a task that is not bound, or whose binding failed). Writes are ordered by t.recMu and each
-// takes the status when it runs, so the last write carries the last status; an end is written by
-// the run's own call (final), a status change never overwrites it (UpdateMCPTask keeps the
-// first end).
-func (e *taskEngine) writeRecord(ctx context.Context, t *task, final bool) {
+// Retries of a binding's write that failed: from recordRetry, doubling up to recordRetryMax,
+// until it is written or the task expires.
+const (
+	recordRetry    = 100 * time.Millisecond
+	recordRetryMax = 5 * time.Second
+)
+
+// recordStatus has t's current state written to its binding, once the binding is written
+// (nothing for a task that is not bound, or whose binding failed). It does not wait: one writer
+// per task (recordLoop) writes the latest state, so writes are ordered and the last one written
+// carries the last status; UpdateMCPTask never overwrites a first end.
+func (e *taskEngine) recordStatus(ctx context.Context, t *task) {
 	e.store.mu.Lock()
-	bound := t.bound
-	e.store.mu.Unlock()
-	if bound == nil {
+	if t.bound == nil || t.unbound {
+		e.store.mu.Unlock()
 		return
 	}
-	<-bound
-	t.recMu.Lock()
-	defer t.recMu.Unlock()
-	e.store.mu.Lock()
-	rec, unbound := recordOf(t.binder, t), t.unbound
+	t.recDirty = true
+	start := !t.recWriting
+	t.recWriting = true
 	e.store.mu.Unlock()
-	if unbound || (!final && terminal(rec.Status)) {
-		return
+	if start {
+		go e.recordLoop(context.WithoutCancel(ctx), t)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+}
+
+// recordLoop writes t's binding until it carries t's latest state. A write that fails is retried
+// with backoff until it succeeds or the task expires (then its binding has expired too, and every
+// node answers the task unknown). Meanwhile no node answers what the binding does not say: this
+// node answers tasks/get from the binding as last written (t.shown), as the others do, so a task
+// never reads one way here and another on the rest of the cluster (ADR 0031). A task that moved
+// on while its write failed is shown as it last was, then as it is once the write succeeds.
+func (e *taskEngine) recordLoop(ctx context.Context, t *task) {
+	<-t.bound
+	ctx, cancel := context.WithTimeout(ctx, t.created.Add(t.ttl).Sub(e.now()))
 	defer cancel()
-	if err := e.records.UpdateMCPTask(ctx, rec); err != nil {
-		e.log.Warn("mcp: a task's status is known to this node only", "task", t.id, "status", rec.Status, "err", err)
+	retry := recordRetry
+	failures := 0
+	for {
+		e.store.mu.Lock()
+		if t.unbound || !t.recDirty {
+			t.recWriting = false
+			e.store.mu.Unlock()
+			return
+		}
+		t.recDirty = false
+		rec := recordOf(t.binder, t)
+		e.store.mu.Unlock()
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		err := e.records.UpdateMCPTask(wctx, rec)
+		wcancel()
+		if err == nil {
+			e.store.mu.Lock()
+			t.shown = &rec
+			e.store.mu.Unlock()
+			if failures > 0 {
+				e.log.Info("mcp: a task's status is recorded again", "task", t.id, "status", rec.Status, "failed_writes", failures)
+			}
+			retry, failures = recordRetry, 0
+			continue
+		}
+		failures++
+		e.store.mu.Lock()
+		t.recDirty = true // written again, with the state of then
+		e.store.mu.Unlock()
+		e.log.Warn("mcp: recording a task's status failed; every node answers its last recorded status until a retry succeeds",
+			"task", t.id, "status", rec.Status, "retry_in", retry, "err", err)
+		timer := time.NewTimer(retry)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			e.store.mu.Lock()
+			t.recWriting = false
+			e.store.mu.Unlock()
+			e.log.Error("mcp: a task expired before its status could be recorded", "task", t.id, "status", rec.Status, "failed_writes", failures)
+			return
+		case <-timer.C:
+		}
+		retry = min(2*retry, recordRetryMax)
 	}
 }
 
@@ -778,6 +846,11 @@ func (e *taskEngine) get(ctx context.Context, _ *mcp.ServerSession, p *taskIDPar
 		return nil, err
 	}
 	e.store.mu.Lock()
+	if shown := t.shown; shown != nil && !t.unbound {
+		// A bound task: what its binding says, as every other node answers it (recordLoop).
+		e.store.mu.Unlock()
+		return e.fromRecord(shown)
+	}
 	defer e.store.mu.Unlock()
 	res := &getTaskResult{ResultType: "complete", taskWire: e.store.wireLocked(t)}
 	switch t.status {
@@ -890,9 +963,12 @@ func (e *taskEngine) fromRecord(r *app.MCPTaskRecord) (*getTaskResult, error) {
 		TTLMs: &ttl, PollIntervalMs: e.store.poll.Milliseconds(),
 	}}
 	if r.Status == statusInputRequired {
-		// The input requests are the running node's; this one can only say that it waits.
-		res.Status = statusWorking
-		res.StatusMessage = "waiting for the client's input, which the node that runs this task asks (tasks/get and tasks/update reach it there)"
+		if err := json.Unmarshal(r.InputRequests, &res.InputRequests); err != nil || len(res.InputRequests) == 0 {
+			// Recorded before its input requests were (migrations/0022): only the running node
+			// knows them, so this one can only say that it waits.
+			res.Status, res.InputRequests = statusWorking, nil
+			res.StatusMessage = "waiting for the client's input, which the node that runs this task asks (tasks/get and tasks/update reach it there)"
+		}
 	}
 	if len(r.Outcome) > 0 {
 		var out struct {

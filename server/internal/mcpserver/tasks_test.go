@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,9 +238,13 @@ func setupFake(t *testing.T, channel string) (*bundle, *fakeAPI) {
 // setupFakeBound is setupFake with durable tasks, as the daemon wires them: the fake API answers
 // the calls, and the tasks are bound in a real database where the session bs_1 the held act names
 // belongs to a real task (unless seed is false: then the call names no session of the tenant).
-func setupFakeBound(t *testing.T, channel string, seed bool) (*bundle, *fakeAPI) {
+func setupFakeBound(t *testing.T, channel string, seed bool, wrap ...func(mcpserver.TaskRecords) mcpserver.TaskRecords) (*bundle, *fakeAPI) {
 	t.Helper()
 	real := setup(t)
+	var records mcpserver.TaskRecords = store.New(real.db)
+	for _, w := range wrap {
+		records = w(records)
+	}
 	if seed {
 		taskID := field(t, real.call(t, "create_task", args(t, createArgs, "idempotency_key", "k-bound")).StructuredContent, "task", "task_id")
 		if _, err := real.db.Exec(context.Background(), `INSERT INTO browser_session (tenant_id, session_id, task_id, state, engine)
@@ -248,13 +254,135 @@ func setupFakeBound(t *testing.T, channel string, seed bool) (*bundle, *fakeAPI)
 	}
 	f := &fakeAPI{channel: channel}
 	h, err := mcpserver.New(mcpserver.Options{API: f, Authenticator: mcpAuth{}, Logger: quiet, TaskSyncWindow: -1,
-		TaskPollInterval: 50 * time.Millisecond, ApprovalPoll: 20 * time.Millisecond, Tasks: store.New(real.db), NodeID: "node_mcp"})
+		TaskPollInterval: 50 * time.Millisecond, ApprovalPoll: 20 * time.Millisecond, Tasks: records, NodeID: "node_mcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := &bundle{db: real.db, srv: httptest.NewServer(h)}
 	t.Cleanup(b.srv.Close)
 	return b, f
+}
+
+// otherNode is another node of b's cluster (its own MCP server on b's database, node_other):
+// the tasks b runs are only recorded tasks to it.
+func otherNode(t *testing.T, b *bundle, f *fakeAPI) *bundle {
+	t.Helper()
+	if err := store.New(b.db).RegisterNode(context.Background(), app.NodeInfo{ID: "node_other", SoftwareVersion: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := mcpserver.New(mcpserver.Options{API: f, Authenticator: mcpAuth{}, Logger: quiet, TaskSyncWindow: -1,
+		TaskPollInterval: 50 * time.Millisecond, ApprovalPoll: 20 * time.Millisecond, Tasks: store.New(b.db), NodeID: "node_other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &bundle{db: b.db, srv: httptest.NewServer(h)}
+	t.Cleanup(o.srv.Close)
+	return o
+}
+
+// flakyRecords is the store's TaskRecords whose status writes fail while failing is set (the
+// database refusing them); otherwise it is the store. Each refused write's status is kept.
+type flakyRecords struct {
+	mcpserver.TaskRecords
+	failing atomic.Bool
+	mu      sync.Mutex
+	refused []string
+}
+
+func (f *flakyRecords) UpdateMCPTask(ctx context.Context, r app.MCPTaskRecord) error {
+	if f.failing.Load() {
+		f.mu.Lock()
+		f.refused = append(f.refused, r.Status)
+		f.mu.Unlock()
+		return errors.New("the database refused the write (injected)")
+	}
+	return f.TaskRecords.UpdateMCPTask(ctx, r)
+}
+
+// refusals counts the refused writes of status.
+func (f *flakyRecords) refusals(status string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, s := range f.refused {
+		if s == status {
+			n++
+		}
+	}
+	return n
+}
+
+// A task that waits for the client's input is answered input_required by every node, with the
+// same input requests: the node that runs it records them on its binding, and another node
+// answers tasks/get from it (never `working`, issue #23 item 1, ADR 0031). Answering them reaches
+// only the running node (their answers go to its run): tasks/update on the other node is
+// refused, and the answer given to the running node ends the task on both.
+func TestInputRequiredIsAnsweredOnEveryNode(t *testing.T) {
+	t.Parallel()
+	a, f := setupFakeBound(t, "elicitation", true)
+	other := otherNode(t, a, f)
+	id := a.heldAct(t, taskElcit)
+	here := a.awaitTask(t, id, "working")
+	if here.Status != "input_required" || len(here.InputRequests) != 1 {
+		t.Fatalf("the running node: %+v", here)
+	}
+	there := other.taskGet(t, id)
+	if there.Status != "input_required" || !jsonEqual(t, mustJSON(t, there.InputRequests), mustJSON(t, here.InputRequests)) {
+		t.Fatalf("another node: %+v, want input_required with %v", there, here.InputRequests)
+	}
+	var key string
+	for k, v := range there.InputRequests {
+		key = k
+		if !strings.Contains(string(v), `"elicitation/create"`) || !strings.Contains(string(v), "apr_1") {
+			t.Fatalf("the input request another node answers: %s", v)
+		}
+	}
+	answer := map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"decision": "approve"}}}
+	if r := other.rpc(t, "/mcp", "tasks/update", map[string]any{"taskId": id, "_meta": meta(taskElcit), "inputResponses": answer}); r.code() != -32602 ||
+		!strings.Contains(r.msg.Error.Message, "another node") {
+		t.Fatalf("tasks/update on another node: %s", r.raw)
+	}
+	var ack map[string]any
+	a.rpc(t, "/mcp", "tasks/update", map[string]any{"taskId": id, "_meta": meta(taskElcit), "inputResponses": answer}).result(t, &ack)
+	for _, n := range []*bundle{a, other} {
+		if st := n.awaitTask(t, id, "working", "input_required"); st.Status != "completed" || len(st.InputRequests) != 0 {
+			t.Fatalf("after the answer: %+v", st)
+		}
+	}
+}
+
+// A status write that fails is retried until it succeeds, and meanwhile no node answers what the
+// binding does not say: the running node answers tasks/get from its binding as last written, as
+// every other node does, so the task never reads input_required on one node and working on
+// another (issue #23 item 1, ADR 0031). Once a retry succeeds, both answer input_required.
+func TestAFailedStatusWriteIsRetriedAndNeverDiverges(t *testing.T) {
+	t.Parallel()
+	var flaky *flakyRecords
+	a, f := setupFakeBound(t, "elicitation", true, func(r mcpserver.TaskRecords) mcpserver.TaskRecords {
+		flaky = &flakyRecords{TaskRecords: r}
+		flaky.failing.Store(true) // the binding itself is written; its status writes are refused
+		return flaky
+	})
+	other := otherNode(t, a, f)
+	id := a.heldAct(t, taskElcit)
+	waitfor.Until(t, 20*time.Second, "the input_required write is refused and retried", func() (bool, string) {
+		n := flaky.refusals("input_required")
+		return n >= 2, fmt.Sprintf("%d refusals", n)
+	})
+	here, there := a.taskGet(t, id), other.taskGet(t, id)
+	if here.Status != "working" || len(here.InputRequests) != 0 || there.Status != here.Status || there.StatusMessage != here.StatusMessage {
+		t.Fatalf("while the write fails: the running node %+v, another node %+v; want both the recorded working", here, there)
+	}
+	if got := a.bindingStatus(t, id); got != "working" {
+		t.Fatalf("the binding: %q", got)
+	}
+	flaky.failing.Store(false)
+	here = a.awaitTask(t, id, "working")
+	there = other.taskGet(t, id)
+	if here.Status != "input_required" || there.Status != "input_required" ||
+		!jsonEqual(t, mustJSON(t, there.InputRequests), mustJSON(t, here.InputRequests)) || len(here.InputRequests) != 1 {
+		t.Fatalf("once a retry succeeded: the running node %+v, another node %+v", here, there)
+	}
 }
 
 // bindingStatus is the status protocol_session_binding records for MCP task id ("" when none).
