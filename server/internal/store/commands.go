@@ -348,9 +348,10 @@ func (s *Store) RegisterNode(ctx context.Context, n app.NodeInfo) error {
 	return nil
 }
 
-// StopNode implements app.Store.
+// StopNode implements app.Store. A node already stopped keeps the time it stopped: the next node
+// of its data dir stops its predecessor again as it starts, which must not move that time.
 func (s *Store) StopNode(ctx context.Context, nodeID string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE runtime_node SET stopped_at = now() WHERE node_id = $1`, nodeID)
+	_, err := s.pool.Exec(ctx, `UPDATE runtime_node SET stopped_at = COALESCE(stopped_at, now()) WHERE node_id = $1`, nodeID)
 	if err != nil {
 		return fmt.Errorf("marking node stopped: %w", err)
 	}

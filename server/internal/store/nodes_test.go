@@ -52,3 +52,32 @@ func TestStopNodesAtTheSameAddress(t *testing.T) {
 		}
 	}
 }
+
+// Stopping a node that already stopped keeps the time it stopped (the next node of a data dir
+// stops its predecessor as it starts, whether that one died or stopped cleanly).
+func TestStopNodeKeepsTheFirstStop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	s := store.New(db)
+	if err := s.RegisterNode(ctx, app.NodeInfo{ID: "node_clean", SoftwareVersion: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `UPDATE runtime_node SET stopped_at = now() - interval '1 hour' WHERE node_id = 'node_clean'`); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := func() time.Time {
+		var at time.Time
+		if err := db.QueryRow(ctx, `SELECT stopped_at FROM runtime_node WHERE node_id = 'node_clean'`).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	before := stoppedAt()
+	if err := s.StopNode(ctx, "node_clean"); err != nil {
+		t.Fatal(err)
+	}
+	if after := stoppedAt(); !after.Equal(before) {
+		t.Errorf("stopped_at moved from %v to %v", before, after)
+	}
+}
