@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"image"
 	pngpkg "image/png"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	cdppage "github.com/chromedp/cdproto/page"
 
 	"github.com/originweave/bap/server/internal/page"
 
@@ -118,6 +121,46 @@ func TestScreenshotFullPageAndNode(t *testing.T) {
 	if _, err := b.s.Screenshot(tctx(t), ScreenshotRequest{NodeID: place.NodeID}); !errors.Is(err, ErrStaleNodeHandle) {
 		t.Fatalf("screenshot of a node of an old document: %v, want stale", err)
 	}
+}
+
+// A screenshot is encoded for speed (screenshot.go) but loses nothing: its pixels are those of
+// the browser's default PNG of the same viewport, bigger only for the faster compression.
+func TestScreenshotIsLossless(t *testing.T) {
+	b := setup(t)
+	b.navigate("/table.html")
+	fast, err := b.s.Screenshot(tctx(t), ScreenshotRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.s.mu.Lock()
+	tb := b.s.tabs[b.s.defaultCtx]
+	b.s.mu.Unlock()
+	res, err := call(tctx(t), tb.page.sess, cdppage.CaptureScreenshot, cdppage.CaptureScreenshotParams{Format: cdppage.CaptureScreenshotFormatPng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(name string, data []byte) image.Image {
+		t.Helper()
+		img, err := pngpkg.Decode(bytes.NewReader(data))
+		if err != nil {
+			t.Fatalf("%s: not a PNG: %v", name, err)
+		}
+		return img
+	}
+	a, d := decode("fast", fast), decode("default", res.Data)
+	if a.Bounds() != d.Bounds() {
+		t.Fatalf("fast screenshot is %v, the default one %v", a.Bounds(), d.Bounds())
+	}
+	for y := a.Bounds().Min.Y; y < a.Bounds().Max.Y; y++ {
+		for x := a.Bounds().Min.X; x < a.Bounds().Max.X; x++ {
+			r1, g1, b1, a1 := a.At(x, y).RGBA()
+			r2, g2, b2, a2 := d.At(x, y).RGBA()
+			if r1 != r2 || g1 != g2 || b1 != b2 || a1 != a2 {
+				t.Fatalf("pixel (%d,%d) differs: fast %v, default %v", x, y, a.At(x, y), d.At(x, y))
+			}
+		}
+	}
+	t.Logf("viewport %v: fast %d bytes, default %d bytes", a.Bounds(), len(fast), len(res.Data))
 }
 
 // Every tab of a checkpoint is reopened, each with its own session storage; a tab whose URL the
