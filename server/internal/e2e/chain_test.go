@@ -123,21 +123,23 @@ func TestLocalRequestDecisionsAreRecorded(t *testing.T) {
 		workload string
 		task     string
 		approval string
+		session  string // a route that names a session binds its decision to it
 	}{
-		{key{"create_task", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, "", ""},
-		{key{"request_approval", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, taskID, ""},
-		{key{"close_browser_session", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, taskID, ""},
-		{key{"resolve_approval", app.AuthRefused, "agent:local", app.ViaAPI}, "insufficient_scope", app.WorkloadLocalAgent, taskID, apr},
-		{key{"resolve_approval", app.AuthAllowed, "operator:local", app.ViaSocket}, "", app.WorkloadLocalSocket, taskID, apr},
+		{key{"create_task", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, "", "", ""},
+		{key{"create_browser_session", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, taskID, "", ""},
+		{key{"request_approval", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, taskID, "", ""},
+		{key{"close_browser_session", app.AuthAllowed, "agent:local", app.ViaAPI}, "", app.WorkloadLocalAgent, taskID, "", sess},
+		{key{"resolve_approval", app.AuthRefused, "agent:local", app.ViaAPI}, "insufficient_scope", app.WorkloadLocalAgent, taskID, apr, ""},
+		{key{"resolve_approval", app.AuthAllowed, "operator:local", app.ViaSocket}, "", app.WorkloadLocalSocket, taskID, apr, ""},
 	} {
 		d, ok := got[c.want]
 		switch {
 		case !ok:
 			t.Errorf("no request decision %+v among %+v", c.want, all)
 		case d.Tenant != "local" || d.Workload != c.workload || d.Reason != c.reason || d.TaskID != c.task || d.ApprovalID != c.approval ||
-			d.ApprovalState != "none":
-			t.Errorf("request decision %+v: tenant %q workload %q reason %q task %q approval %q state %q; want local, %q, %q, %q, %q, none",
-				c.want, d.Tenant, d.Workload, d.Reason, d.TaskID, d.ApprovalID, d.ApprovalState, c.workload, c.reason, c.task, c.approval)
+			d.SessionID != c.session || d.ApprovalState != "none":
+			t.Errorf("request decision %+v: tenant %q workload %q reason %q task %q approval %q session %q state %q; want local, %q, %q, %q, %q, %q, none",
+				c.want, d.Tenant, d.Workload, d.Reason, d.TaskID, d.ApprovalID, d.SessionID, d.ApprovalState, c.workload, c.reason, c.task, c.approval, c.session)
 		case c.task != "" && d.Purpose != "decisions of the local profile":
 			t.Errorf("request decision %+v is not bound to its task's purpose: %+v", c.want, d)
 		}

@@ -292,7 +292,12 @@ func TestDelegatedPolicyViolationFailsAtOnce(t *testing.T) {
 	if !strings.Contains(func() string { b, _ := json.Marshal(evs); return string(b) }(), `"outcome":"rejected"`) {
 		t.Fatal("no rejected receipt in the history")
 	}
-	// Its origin-policy decision names who decided: the node's worker, as actor and workload.
+	// Its origin-policy decision names who decided (the node's worker, as actor and workload), the
+	// session the plan opened and the origin it reached for (issue #23 item 6).
+	var sessionID string
+	if err := s.db.QueryRow(context.Background(), `SELECT session_id FROM browser_session WHERE task_id = $1`, taskID).Scan(&sessionID); err != nil {
+		t.Fatalf("the plan's session: %v", err)
+	}
 	decisions, err := s.svc.ListDecisions(context.Background(), app.DecisionFilter{Tenant: "local", TaskID: taskID})
 	if err != nil {
 		t.Fatal(err)
@@ -301,8 +306,10 @@ func TestDelegatedPolicyViolationFailsAtOnce(t *testing.T) {
 	for _, d := range decisions {
 		if d.Point == app.PointOriginPolicy && d.Outcome == app.AuthRefused {
 			found = true
-			if !strings.HasPrefix(d.Actor, "worker:") || d.Workload != app.WorkloadWorker || d.TaskID != taskID {
-				t.Errorf("the worker's refused navigation: actor %q, workload %q, task %q", d.Actor, d.Workload, d.TaskID)
+			if !strings.HasPrefix(d.Actor, "worker:") || d.Workload != app.WorkloadWorker || d.TaskID != taskID ||
+				d.SessionID != sessionID || d.TargetOrigin != other.srv.URL || d.Operation != "navigate" {
+				t.Errorf("the worker's refused navigation: actor %q, workload %q, task %q, session %q, target origin %q, operation %q; want worker:…, %q, %q, %q, %q, navigate",
+					d.Actor, d.Workload, d.TaskID, d.SessionID, d.TargetOrigin, d.Operation, app.WorkloadWorker, taskID, sessionID, other.srv.URL)
 			}
 		}
 	}
