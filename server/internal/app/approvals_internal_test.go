@@ -1,6 +1,13 @@
 package app
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/task"
+)
 
 // mayResolve is separation of duties: whoever requested or caused an approval never resolves it;
 // only an approval whose rule opted in answers an elicitation, and only the requester's.
@@ -38,5 +45,15 @@ func TestMayResolve(t *testing.T) {
 		if (e == nil) != tc.ok || (e != nil && e.Code != CodeApproverNotPermitted) {
 			t.Errorf("%s: %v, want allowed %v", tc.name, e, tc.ok)
 		}
+	}
+}
+
+// A held request the page gave up while it waited is reported to the approver as a timed-out
+// action with nothing sent (rejected, no reconciliation), not as an internal error.
+func TestAbandonedHoldIsReported(t *testing.T) {
+	t.Parallel()
+	e, outcome := browserProblem(fmt.Errorf("%w: the browser failed it before sending it", page.ErrHoldAbandoned), true)
+	if e == nil || e.Code != CodeActionTimeout || outcome != task.Rejected || !strings.Contains(e.Detail, "nothing was sent") {
+		t.Fatalf("browserProblem(ErrHoldAbandoned) = %+v, %q; want action_timeout, rejected, nothing sent", e, outcome)
 	}
 }

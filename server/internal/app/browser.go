@@ -137,6 +137,9 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 		return Errorf(CodeActionTimeout, "the action did not become possible in time: %s", timeout.Reason), task.Rejected
 	case errors.As(err, &nav):
 		return Errorf(CodeNavigationFailed, "navigation to %s failed: %s", nav.URL, nav.Reason), task.Rejected
+	case errors.Is(err, page.ErrHoldAbandoned):
+		// Reported, not hidden in a 500: the approval was recorded, but what it approved was gone.
+		return Errorf(CodeActionTimeout, "the page gave up the held request while it waited for approval (it timed out, was aborted, or its document went away); nothing was sent"), task.Rejected
 	case errors.Is(err, page.ErrStaleNodeHandle):
 		return staleHandleProblem(err), task.Rejected // with its reason (handles.go)
 	case errors.Is(err, page.ErrNoSuchContext):

@@ -207,3 +207,24 @@ func TestReleaseSendsOnlyTheApprovedRequest(t *testing.T) {
 		return e.Type == EventRequestBlocked && e.Data["reason"] == "unapproved_side_effect"
 	})
 }
+
+// A held request the page gives up on while it waits (its fetch times out) is reported when it
+// is approved: Release fails with ErrHoldAbandoned and sends nothing, then or ever.
+func TestHeldRequestAbandonedByThePage(t *testing.T) {
+	t.Parallel()
+	b, orders := checkout(t, "")
+	res := b.act(ActRequest{Action: ActionClick, Query: &Query{Role: "button", Name: "Pay impatiently"}})
+	if res.Held == nil {
+		t.Fatalf("nothing held: %+v", res)
+	}
+	b.waitText("gave up: TimeoutError")
+	if _, err := b.s.Release(tctx(t), res.Held.ID); !errors.Is(err, ErrHoldAbandoned) {
+		t.Fatalf("release after the page gave up: %v, want ErrHoldAbandoned", err)
+	}
+	if _, err := b.s.Release(tctx(t), res.Held.ID); !errors.Is(err, ErrNoSuchHold) {
+		t.Errorf("a second release: %v, want ErrNoSuchHold", err)
+	}
+	if got := orders(); len(got) != 0 {
+		t.Fatalf("the site received %q from an abandoned hold", got)
+	}
+}

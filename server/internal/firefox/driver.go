@@ -263,7 +263,7 @@ func (d *Driver) followRequests(life context.Context, e *Engine) {
 			}
 		}()
 	})
-	answered := func(rid bidi.NetworkRequest) {
+	answered := func(rid bidi.NetworkRequest, unsent bool) {
 		d.mu.Lock()
 		list := make([]*Session, 0, len(d.holdUC))
 		for _, s := range d.holdUC {
@@ -271,11 +271,15 @@ func (d *Driver) followRequests(life context.Context, e *Engine) {
 		}
 		d.mu.Unlock()
 		for _, s := range list {
-			s.onRequestAnswered(rid)
+			s.onRequestAnswered(rid, unsent)
 		}
 	}
-	e.c.OnNetworkResponseCompleted(func(ev bidi.NetworkResponseCompletedParameters) { answered(ev.Request.Request) })
-	e.c.OnNetworkFetchError(func(ev bidi.NetworkFetchErrorParameters) { answered(ev.Request.Request) })
+	e.c.OnNetworkResponseCompleted(func(ev bidi.NetworkResponseCompletedParameters) { answered(ev.Request.Request, false) })
+	e.c.OnNetworkFetchError(func(ev bidi.NetworkFetchErrorParameters) {
+		// A request that failed before its request started was never sent (Firefox fills
+		// requestStart once it writes the request).
+		answered(ev.Request.Request, ev.Request.Timings.RequestStart == 0)
+	})
 }
 
 // holdFor makes the session's user context hold requests: its browsing contexts are routed to it

@@ -129,6 +129,9 @@ type Session struct {
 	approvedUntil time.Time             // an approved act's late requests go out until then
 	released      bidi.NetworkRequest   // the request Release sent, until its answer
 	releasedDone  bool                  // its answer came
+	// releasedUnsent: it failed without a byte sent (the page had given it up while it was held:
+	// the browser reports that only once the request is continued)
+	releasedUnsent bool
 
 	staged []string // the directories of the files it uploaded, removed at Close
 }

@@ -220,13 +220,13 @@ func resourceType(dest string) string {
 	return dest
 }
 
-// onRequestAnswered notes that a request got its response or failed (the released one: Release
-// returns once the site answered).
-func (s *Session) onRequestAnswered(rid bidi.NetworkRequest) {
+// onRequestAnswered notes that a request got its response or failed, unsent when it failed before
+// a byte was sent (the released one: Release returns once the site answered).
+func (s *Session) onRequestAnswered(rid bidi.NetworkRequest, unsent bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released != "" && s.released == rid {
-		s.releasedDone = true
+		s.releasedDone, s.releasedUnsent = true, unsent
 		s.notifyLocked()
 	}
 }
@@ -318,8 +318,8 @@ func (s *Session) takeHold(id string) (*heldReq, error) {
 }
 
 // Release sends the held request id, exactly once, and waits for the site's answer and what it
-// causes (a navigation it is part of) as an act does. A request the page abandoned meanwhile is
-// page.ErrHoldAbandoned: nothing was sent.
+// causes (a navigation it is part of) as an act does. A request the page abandoned meanwhile (it
+// timed out, was aborted, its document went away) is page.ErrHoldAbandoned: nothing was sent.
 func (s *Session) Release(ctx context.Context, id string) (*page.ActResult, error) {
 	s = s.first() // holds are the session's
 	if err := s.check(); err != nil {
@@ -336,7 +336,7 @@ func (s *Session) Release(ctx context.Context, id string) (*page.ActResult, erro
 	<-h.ready // its body is read before it goes (the collector gives it up once sent)
 	s.mu.Lock()
 	s.acting = &actHold{release: h.rid}
-	s.released, s.releasedDone = h.rid, false
+	s.released, s.releasedDone, s.releasedUnsent = h.rid, false, false
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -365,6 +365,14 @@ func (s *Session) Release(ctx context.Context, id string) (*page.ActResult, erro
 			return nil, err
 		}
 		return nil, &page.ActionTimeoutError{Reason: "the site did not answer the released request in time"}
+	}
+	s.mu.Lock()
+	unsent := s.releasedUnsent
+	s.mu.Unlock()
+	if unsent {
+		// Firefox keeps a request the page gave up while it was blocked, and reports it only when
+		// it is continued: it fails then, before a byte is written.
+		return nil, fmt.Errorf("%w: the browser failed it before sending it", page.ErrHoldAbandoned)
 	}
 	// No grace after a release (unlike an approved act): what was approved is that one request.
 	t, doc0, started0 := h.tab, h.doc0, h.started0

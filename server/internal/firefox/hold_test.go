@@ -398,3 +398,25 @@ func TestPopupsCannotSendPastTheRule(t *testing.T) {
 	}
 	waitfor.True(t, 10*time.Second, "the popup's POST of the session without the rule", func() bool { return len(sent()) == 1 })
 }
+
+// A held request the page gives up on while it waits (its fetch times out) is reported when it
+// is approved: Release fails with page.ErrHoldAbandoned and sends nothing, then or ever.
+func TestHeldRequestAbandonedByThePage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, orders := checkout(t, ctx, &events{}, "")
+	res := click(t, ctx, s, "Pay impatiently", false)
+	if res.Held == nil {
+		t.Fatalf("nothing held: %+v", res)
+	}
+	waitText(t, ctx, s, "gave up: TimeoutError")
+	if _, err := s.Release(ctx, res.Held.ID); !errors.Is(err, page.ErrHoldAbandoned) {
+		t.Fatalf("release after the page gave up: %v, want page.ErrHoldAbandoned", err)
+	}
+	if _, err := s.Release(ctx, res.Held.ID); !errors.Is(err, page.ErrNoSuchHold) {
+		t.Errorf("a second release: %v, want page.ErrNoSuchHold", err)
+	}
+	if got := orders(); len(got) != 0 {
+		t.Fatalf("the site received %q from an abandoned hold", got)
+	}
+}
