@@ -166,9 +166,13 @@ func newProxy(cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// modifyResponse is what the proxy does to a response it relays: it reports a redirect it must
-// not follow and adds the document CSP.
+// modifyResponse is what the proxy does to a response it relays: it refuses one whose status no
+// HTTP response has (Go's client reads "000" as 0; relaying it panicked the handler), reports a
+// redirect it must not follow and adds the document CSP.
 func (p *Proxy) modifyResponse(resp *http.Response) error {
+	if resp.StatusCode < 100 || resp.StatusCode > 999 {
+		return fmt.Errorf("egress: unclassifiable response status %d", resp.StatusCode) // a bare 502
+	}
 	p.addDocumentCSP(resp)
 	return p.checkRedirect(resp)
 }

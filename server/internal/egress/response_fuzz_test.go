@@ -214,7 +214,8 @@ func TestProxyRefusesUnreadableResponses(t *testing.T) {
 		"HTTP/1.1 abc OK\r\nX-Site: secret\r\n\r\nsecret",
 		"HTTP/1.1 200 OK\r\nX-Site: secret\r\nBad Header\r\n\r\nsecret",
 		"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nsecret",
-		"HTTP/1.1 200 OK\r\nX-Site: secret", // the head never ends
+		"HTTP/1.1 200 OK\r\nX-Site: secret",             // the head never ends
+		"HTTP/1.1 000 \r\nX-Site: secret\r\n\r\nsecret", // no such status (found by FuzzProxyResponse)
 		"",
 	} {
 		for _, doc := range []bool{true, false} {
