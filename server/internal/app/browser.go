@@ -568,6 +568,9 @@ func (s *Service) CloseBrowserSession(ctx context.Context, call Call, sessionID 
 // Navigate loads a URL in a browsing context of the session. The origin policy is enforced by
 // the browser for the navigation and everything it loads.
 func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req page.NavigateRequest, timeoutMs int, r Responder[*NavigateResult]) (Response, error) {
+	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
+		return resp, err
+	}
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}
@@ -658,6 +661,9 @@ func (s *Service) actSession(ctx context.Context, call Call, sessionID string, r
 // Act performs an action on the page. It is recorded before it is dispatched and its receipt
 // after, so a retry with the same key never acts twice.
 func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page.ActRequest, artifactID string, timeoutMs int, r Responder[*ActOutcome]) (Response, error) {
+	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
+		return resp, err
+	}
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}

@@ -88,6 +88,9 @@ func policyDigest(t *Task) (string, error) {
 // CheckpointBrowserSession stores the restorable state of an open session of a running task.
 // Reading the state changes nothing in the browser.
 func (s *Service) CheckpointBrowserSession(ctx context.Context, call Call, sessionID string, r Responder[*CheckpointResult]) (Response, error) {
+	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
+		return resp, err
+	}
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}

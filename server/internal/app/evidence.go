@@ -81,6 +81,9 @@ func sha256Hex(b []byte) string {
 // CaptureEvidence captures screenshots, DOM (MHTML) and accessibility snapshots of a browsing
 // context and stores them as artifacts with their provenance.
 func (s *Service) CaptureEvidence(ctx context.Context, call Call, sessionID string, req EvidenceRequest, r Responder[*EvidenceResult]) (Response, error) {
+	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
+		return resp, err
+	}
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}

@@ -160,6 +160,9 @@ type handedBack struct {
 
 // HandBackTask closes the task's open handoff: checkpoint, a new document epoch, running again.
 func (s *Service) HandBackTask(ctx context.Context, call Call, taskID string, r Responder[*HandoffResult]) (Response, error) {
+	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
+		return resp, err
+	}
 	if _, err := s.browserOrUnavailable(); err != nil {
 		return Response{}, err
 	}

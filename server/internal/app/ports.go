@@ -52,6 +52,9 @@ type Store interface {
 	GetArtifact(ctx context.Context, tenant, artifactID string) (*Artifact, []byte, error)
 	// ArtifactChain checks the provenance rows an artifact reference names.
 	ArtifactChain(ctx context.Context, a *Artifact) (*ArtifactChain, error)
+	// IdempotencyRecord reads tenant's record of an Idempotency-Key; ErrNotFound when there is
+	// none (replayFirst).
+	IdempotencyRecord(ctx context.Context, tenant, key string) (*IdempotencyClaim, error)
 	// OrphanedClaims lists in-flight idempotency claims whose node stopped, or last heartbeat
 	// before staleBefore.
 	OrphanedClaims(ctx context.Context, staleBefore time.Time, limit int) ([]IdempotencyClaim, error)

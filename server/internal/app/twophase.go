@@ -231,6 +231,43 @@ func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (do
 	}
 }
 
+// replayFirst answers a request whose Idempotency-Key already holds a completed first response
+// for the same operation and body with that response, before anything else is checked. The
+// checks a command makes before its claim read the present (the browser is up, the node handle
+// still names an element of the page, the artifact or secret still exists), and a retry must
+// get its first answer whatever became of them since: a retried act whose approval ran and
+// whose page moved on answered 409 stale_node_handle instead of its first 202. Anything but a
+// completed replay (no record, in flight, another body) goes on to the command, whose claim
+// answers it. A forwarded delivery is recorded in the inbox as its claim would record it.
+func (s *Service) replayFirst(ctx context.Context, call Call) (Response, bool, error) {
+	if call.IdempotencyKey == "" {
+		return Response{}, false, nil
+	}
+	ex, err := s.store.IdempotencyRecord(ctx, call.Actor.Tenant, call.IdempotencyKey)
+	if errors.Is(err, ErrNotFound) {
+		return Response{}, false, nil
+	}
+	if err != nil {
+		return Response{}, false, err
+	}
+	fp := call.Fingerprint
+	if ex.LegacyFingerprint {
+		fp = call.LegacyFingerprint
+	}
+	if !ex.Completed || idempotency.Judge(ex.Operation, ex.Fingerprint, ex.Completed, call.Operation, fp) != idempotency.Replay {
+		return Response{}, false, nil
+	}
+	if call.Delivery != nil {
+		if err := s.store.InTx(ctx, func(tx Tx) error {
+			_, err := s.claimDelivery(ctx, tx, call, false)
+			return err
+		}); err != nil {
+			return Response{}, false, err
+		}
+	}
+	return Response{Status: ex.Status, Body: ex.Body, Replayed: true}, true, nil
+}
+
 // RecoverInterrupted classifies the commands that nodes which stopped or stopped heartbeating
 // (before staleBefore) left between dispatch and receipt: a safe command gets unknown_outcome (the
 // client may retry it with a new key); a side-effecting one gets reconciliation_required, opens a

@@ -42,33 +42,56 @@ func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*a
 		if tag.RowsAffected() == 1 {
 			return nil, true, nil
 		}
-		var ex app.IdempotencyClaim
-		var hash []byte
-		var state, scheme string
-		var status *int
-		var nodeID *string
-		err = q.QueryRow(ctx, `SELECT tenant_id, idempotency_key, operation, request_hash, request_hash_scheme, state, command_id, node_id,
-			response_status, response_body, expires_at FROM idempotency_record
-			WHERE tenant_id = $1 AND idempotency_key = $2`, c.Tenant, c.Key).
-			Scan(&ex.Tenant, &ex.Key, &ex.Operation, &hash, &scheme, &state, &ex.CommandID, &nodeID, &status, &ex.Body, &ex.ExpiresAt)
+		ex, err := readIdempotency(ctx, q, c.Tenant, c.Key)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue // purged between the two statements: claim again
 		}
 		if err != nil {
 			return nil, false, fmt.Errorf("reading claimed key: %w", err)
 		}
-		copy(ex.Fingerprint[:], hash)
-		ex.LegacyFingerprint = scheme != "hmac-sha256" // written before ADR 0015: unkeyed
-		ex.Completed = state == "completed"
-		if status != nil {
-			ex.Status = *status
-		}
-		if nodeID != nil {
-			ex.NodeID = *nodeID
-		}
-		return &ex, false, nil
+		return ex, false, nil
 	}
 	return nil, false, errors.New("claiming key: record kept disappearing")
+}
+
+// IdempotencyRecord implements app.Store.
+func (s *Store) IdempotencyRecord(ctx context.Context, tenant, key string) (*app.IdempotencyClaim, error) {
+	ex, err := readIdempotency(ctx, s.pool, tenant, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, app.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading idempotency record: %w", err)
+	}
+	return ex, nil
+}
+
+// readIdempotency reads the record of tenant's key; pgx.ErrNoRows when there is none.
+func readIdempotency(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, tenant, key string) (*app.IdempotencyClaim, error) {
+	var ex app.IdempotencyClaim
+	var hash []byte
+	var state, scheme string
+	var status *int
+	var nodeID *string
+	err := q.QueryRow(ctx, `SELECT tenant_id, idempotency_key, operation, request_hash, request_hash_scheme, state, command_id, node_id,
+		response_status, response_body, expires_at FROM idempotency_record
+		WHERE tenant_id = $1 AND idempotency_key = $2`, tenant, key).
+		Scan(&ex.Tenant, &ex.Key, &ex.Operation, &hash, &scheme, &state, &ex.CommandID, &nodeID, &status, &ex.Body, &ex.ExpiresAt)
+	if err != nil {
+		return nil, err
+	}
+	copy(ex.Fingerprint[:], hash)
+	ex.LegacyFingerprint = scheme != "hmac-sha256" // written before ADR 0015: unkeyed
+	ex.Completed = state == "completed"
+	if status != nil {
+		ex.Status = *status
+	}
+	if nodeID != nil {
+		ex.NodeID = *nodeID
+	}
+	return &ex, nil
 }
 
 // queuedClaim is an optimistic idempotency claim not yet sent (or sent in the pipeline inFlight).
