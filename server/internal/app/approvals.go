@@ -159,6 +159,9 @@ func (s *Service) ResolveApproval(ctx context.Context, call Call, approvalID, de
 	if decision != "approve" && decision != "deny" {
 		return Response{}, Errorf(CodeInvalidRequest, "decision must be approve or deny")
 	}
+	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
+		return resp, err // the first answer, wherever the approval's action runs now
+	}
 	if held, ok := s.heldAction(approvalID); ok && decision == "approve" {
 		return s.approveHeldAction(ctx, call, approvalID, reason, held, r)
 	}

@@ -314,6 +314,9 @@ func (s *Service) CreateBrowserSession(ctx context.Context, call Call, taskID st
 func openSession[R any](ctx context.Context, s *Service, call Call, taskID, checkpointID, engine string, resume bool, r Responder[R],
 	result func(t *Task, rec *SessionRecord, rc *Receipt) R,
 ) (Response, error) {
+	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
+		return resp, err // the first answer, whatever became of the checkpoint or the browser
+	}
 	var cp *Checkpoint
 	var state *page.StorageState
 	if checkpointID != "" {

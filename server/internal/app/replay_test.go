@@ -35,6 +35,9 @@ func TestReplayComesBeforeThePresent(t *testing.T) {
 		{"checkpoint_browser_session", func(c app.Call) (app.Response, error) {
 			return b.svc.CheckpointBrowserSession(ctx, c, session, &recorder[*app.CheckpointResult]{})
 		}, map[string]any{}},
+		{"create_browser_session", func(c app.Call) (app.Response, error) {
+			return b.svc.CreateBrowserSession(ctx, c, "tsk_replay0001", app.SessionRequest{}, &recorder[*app.SessionResult]{})
+		}, map[string]any{}},
 		{"hand_back_task", func(c app.Call) (app.Response, error) {
 			return b.svc.HandBackTask(ctx, c, "tsk_replay0001", &recorder[*app.HandoffResult]{})
 		}, map[string]any{}},
@@ -55,7 +58,7 @@ func TestReplayComesBeforeThePresent(t *testing.T) {
 	for _, tc := range ops {
 		t.Run(tc.op, func(t *testing.T) {
 			target := []string{session}
-			if tc.op == "hand_back_task" {
+			if tc.op == "hand_back_task" || tc.op == "create_browser_session" {
 				target = []string{"tsk_replay0001"}
 			}
 			// Completed with this body: the first answer, as a replay.
