@@ -106,20 +106,25 @@ func TestDialogsOnEachEngine(t *testing.T) {
 					t.Fatalf("%s: the page reads %q, want %q", tc.button, got, tc.out)
 				}
 			}
-			evs := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
-			handled := map[string]bool{}
-			for _, e := range evs.body["events"].([]any) {
-				ev := e.(map[string]any)
-				if ev["type"] == "dialog.handled" {
-					d := ev["data"].(map[string]any)
-					handled[fmt.Sprint(d["dialog_type"])] = d["accepted"] == false
+			// A session's events enter the history after the act that caused them answered
+			// (RunBrowserEvents writes them in order, apart from the command): wait for them.
+			waitfor.Until(t, 30*time.Second, "a dialog.handled event of each dismissed dialog", func() (bool, string) {
+				evs := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
+				handled := map[string]bool{}
+				for _, e := range evs.body["events"].([]any) {
+					ev := e.(map[string]any)
+					if ev["type"] == "dialog.handled" {
+						d := ev["data"].(map[string]any)
+						handled[fmt.Sprint(d["dialog_type"])] = d["accepted"] == false
+					}
 				}
-			}
-			for _, tc := range cases {
-				if !handled[tc.typ] {
-					t.Fatalf("no dialog.handled event of a dismissed %s: %s", tc.typ, evs.raw)
+				for _, tc := range cases {
+					if !handled[tc.typ] {
+						return false, fmt.Sprintf("no dialog.handled event of a dismissed %s: %s", tc.typ, evs.raw)
+					}
 				}
-			}
+				return true, ""
+			})
 		})
 	}
 }
