@@ -136,6 +136,10 @@ type Session struct {
 	staged []string // the directories of the files it uploaded, removed at Close
 }
 
+// tabCreateAttempts bounds the tries of a session's tab when Firefox answers that the context it
+// placed it beside was discarded meanwhile.
+const tabCreateAttempts = 5
+
 // NewSession creates a user context and a tab in it (with no proxy: the driver's OpenSession
 // gives BAP sessions their egress proxy).
 func (e *Engine) NewSession(ctx context.Context) (*Session, error) {
@@ -148,6 +152,12 @@ func (e *Engine) newSession(ctx context.Context, p bidi.BrowserCreateUserContext
 		return nil, fmt.Errorf("firefox: creating a user context: %w", err)
 	}
 	tab, err := e.c.BrowsingContextCreate(ctx, bidi.BrowsingContextCreateParameters{Type: bidi.BrowsingContextCreateTypeTab, UserContext: uc.UserContext})
+	for attempt := 1; attempt < tabCreateAttempts && bidi.IsCode(err, bidi.ErrorCodeNoSuchFrame); attempt++ {
+		// Firefox 153 places a new tab beside the window's last tab; while another session's tab
+		// is being discarded it answers "no such frame: DiscardedBrowsingContextError" and creates
+		// nothing (a clean-clone conformance run answered create_browser_session 500 twice so).
+		tab, err = e.c.BrowsingContextCreate(ctx, bidi.BrowsingContextCreateParameters{Type: bidi.BrowsingContextCreateTypeTab, UserContext: uc.UserContext})
+	}
 	if err != nil {
 		_ = e.c.BrowserRemoveUserContext(context.WithoutCancel(ctx), bidi.BrowserRemoveUserContextParameters{UserContext: uc.UserContext})
 		return nil, fmt.Errorf("firefox: creating the session's tab: %w", err)

@@ -223,3 +223,52 @@ func cookieServer(t *testing.T, cookies ...*http.Cookie) (*httptest.Server, <-ch
 	t.Cleanup(srv.Close)
 	return srv, reads
 }
+
+// A session opened while another one's tab is being discarded gets its tab: Firefox answers the
+// tab's creation "no such frame" then, and NewSession tries again (a clean-clone conformance run
+// answered create_browser_session 500 twice so).
+func TestNewSessionWhileAnotherCloses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	e := engine(t, ctx)
+	keep, err := e.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = keep.Close(context.WithoutCancel(ctx)) }()
+	srv, _ := cookieServer(t, &http.Cookie{Name: "sid", Value: "a", Path: "/"})
+	for i := range 20 {
+		s, err := e.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("round %d: opening: %v", i, err)
+		}
+		if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/set"}); err != nil {
+			t.Fatalf("round %d: navigating: %v", i, err)
+		}
+		if i%2 == 1 { // closed before the next opens, as a client does between two tasks
+			if err := s.Close(ctx); err != nil {
+				t.Fatalf("round %d: closing: %v", i, err)
+			}
+			next, err := e.NewSession(ctx)
+			if err != nil {
+				t.Fatalf("round %d: opening a session right after another closed: %v", i, err)
+			}
+			if err := next.Close(ctx); err != nil {
+				t.Fatalf("round %d: closing the next: %v", i, err)
+			}
+			continue
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close(context.WithoutCancel(ctx)) }()
+		next, err := e.NewSession(ctx)
+		if err != nil {
+			t.Fatalf("round %d: opening a session while another closes: %v", i, err)
+		}
+		if err := <-closed; err != nil {
+			t.Fatalf("round %d: closing: %v", i, err)
+		}
+		if err := next.Close(ctx); err != nil {
+			t.Fatalf("round %d: closing the next: %v", i, err)
+		}
+	}
+}
