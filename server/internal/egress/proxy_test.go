@@ -481,3 +481,67 @@ func TestProxyAddsTheDocumentCSP(t *testing.T) {
 		}
 	})
 }
+
+// rebinding is a resolver whose name answers a public address once and the site's loopback
+// address ever after, counting its lookups: a DNS rebinding attack on the proxy's check.
+type rebinding struct {
+	mu      sync.Mutex
+	lookups int
+	first   netip.Addr
+	then    netip.Addr
+}
+
+func (r *rebinding) LookupNetIP(_ context.Context, _, _ string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lookups++
+	if r.lookups == 1 {
+		return []netip.Addr{r.first}, nil
+	}
+	return []netip.Addr{r.then}, nil
+}
+
+func (r *rebinding) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lookups
+}
+
+// A name is resolved once per connection and the connection goes to the address that was
+// checked: a name that answers a public address to the check and loopback to a second lookup
+// never reaches the loopback site, and once it answers loopback the check refuses it (a wildcard
+// never matches a private address). Issue #24 item 2.
+func TestProxyDefeatsDNSRebinding(t *testing.T) {
+	t.Parallel()
+	site := newSite(t)
+	res := &rebinding{first: netip.MustParseAddr("198.51.100.7"), then: netip.MustParseAddr("127.0.0.1")}
+	p, rec := startProxy(t, []string{"http://*.rebind.test:*"}, res)
+	c := client(p)
+	get := func() int {
+		t.Helper()
+		resp, err := c.Get("http://a.rebind.test:" + site.port + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	// The check sees the public address, and the proxy connects to it (unreachable here): one
+	// lookup, and nothing reaches the site that a second lookup would have named.
+	if st := get(); st == http.StatusOK || res.count() != 1 || site.conns.Load() != 0 {
+		t.Fatalf("first request: status %d, %d lookups, %d connections to the loopback site; want a failure, 1, 0",
+			st, res.count(), site.conns.Load())
+	}
+	// Rebound to loopback: refused by the check, before any connection.
+	if st := get(); st != http.StatusForbidden || res.count() != 2 || site.conns.Load() != 0 {
+		t.Fatalf("rebound request: status %d, %d lookups, %d connections; want 403, 2, 0", st, res.count(), site.conns.Load())
+	}
+	var private bool
+	for _, b := range rec.all() {
+		private = private || b.Reason == ReasonPrivateNetwork
+	}
+	if !private {
+		t.Fatalf("no private_network refusal reported: %+v", rec.all())
+	}
+}
