@@ -211,11 +211,7 @@ func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (do
 	if claimed {
 		return false, Response{}, nil
 	}
-	fp := call.Fingerprint
-	if existing.LegacyFingerprint {
-		fp = call.LegacyFingerprint // a record of a release before ADR 0015 (keys.go)
-	}
-	switch idempotency.Judge(existing.Operation, existing.Fingerprint, existing.Completed, call.Operation, fp) {
+	switch judge(existing, call) {
 	case idempotency.Replay:
 		return true, Response{Status: existing.Status, Body: existing.Body, Replayed: true}, nil
 	case idempotency.InFlight:
@@ -229,6 +225,16 @@ func (s *Service) claim(ctx context.Context, tx Tx, call Call, cmd *Command) (do
 		return true, Response{}, &Error{Code: CodeIdempotencyKeyReused,
 			Detail: "this Idempotency-Key was used with another operation or body"}
 	}
+}
+
+// judge is what call's key may do with its recorded claim ex (idempotency.Judge), comparing a
+// record of a release before ADR 0015 with the request's unkeyed fingerprint (keys.go).
+func judge(ex *IdempotencyClaim, call Call) idempotency.Verdict {
+	fp := call.Fingerprint
+	if ex.LegacyFingerprint {
+		fp = call.LegacyFingerprint
+	}
+	return idempotency.Judge(ex.Operation, ex.Fingerprint, ex.Completed, call.Operation, fp)
 }
 
 // replayFirst answers a request whose Idempotency-Key already holds a completed first response
@@ -250,11 +256,7 @@ func (s *Service) replayFirst(ctx context.Context, call Call) (Response, bool, e
 	if err != nil {
 		return Response{}, false, err
 	}
-	fp := call.Fingerprint
-	if ex.LegacyFingerprint {
-		fp = call.LegacyFingerprint
-	}
-	if !ex.Completed || idempotency.Judge(ex.Operation, ex.Fingerprint, ex.Completed, call.Operation, fp) != idempotency.Replay {
+	if judge(ex, call) != idempotency.Replay {
 		return Response{}, false, nil
 	}
 	if call.Delivery != nil {

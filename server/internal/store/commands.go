@@ -67,9 +67,7 @@ func (s *Store) IdempotencyRecord(ctx context.Context, tenant, key string) (*app
 }
 
 // readIdempotency reads the record of tenant's key; pgx.ErrNoRows when there is none.
-func readIdempotency(ctx context.Context, q interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, tenant, key string) (*app.IdempotencyClaim, error) {
+func readIdempotency(ctx context.Context, q rowQuerier, tenant, key string) (*app.IdempotencyClaim, error) {
 	var ex app.IdempotencyClaim
 	var hash []byte
 	var state, scheme string
