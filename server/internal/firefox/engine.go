@@ -151,12 +151,15 @@ func (e *Engine) newSession(ctx context.Context, p bidi.BrowserCreateUserContext
 	if err != nil {
 		return nil, fmt.Errorf("firefox: creating a user context: %w", err)
 	}
-	tab, err := e.c.BrowsingContextCreate(ctx, bidi.BrowsingContextCreateParameters{Type: bidi.BrowsingContextCreateTypeTab, UserContext: uc.UserContext})
-	for attempt := 1; attempt < tabCreateAttempts && bidi.IsCode(err, bidi.ErrorCodeNoSuchFrame); attempt++ {
-		// Firefox 153 places a new tab beside the window's last tab; while another session's tab
-		// is being discarded it answers "no such frame: DiscardedBrowsingContextError" and creates
-		// nothing (a clean-clone conformance run answered create_browser_session 500 twice so).
+	// Firefox 153 places a new tab beside the window's last tab; while another session's tab is
+	// being discarded it answers "no such frame: DiscardedBrowsingContextError" and creates nothing
+	// (a clean-clone conformance run answered create_browser_session 500 twice so): try again.
+	var tab *bidi.BrowsingContextCreateResult
+	for attempt := 1; ; attempt++ {
 		tab, err = e.c.BrowsingContextCreate(ctx, bidi.BrowsingContextCreateParameters{Type: bidi.BrowsingContextCreateTypeTab, UserContext: uc.UserContext})
+		if attempt == tabCreateAttempts || !bidi.IsCode(err, bidi.ErrorCodeNoSuchFrame) {
+			break
+		}
 	}
 	if err != nil {
 		_ = e.c.BrowserRemoveUserContext(context.WithoutCancel(ctx), bidi.BrowserRemoveUserContextParameters{UserContext: uc.UserContext})
