@@ -23,30 +23,15 @@ func TestRedeliveryWhileTheFirstRunsGetsItsAnswer(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	tk := b.create(t, app.CreateTaskInput{})
-	entered, release, waiting := make(chan struct{}, 1), make(chan struct{}), make(chan struct{}, 1)
+	waiting := make(chan struct{}, 1)
 	b.svc.OnDeliveryWaitForTest(func() { waiting <- struct{}{} })
 	call := b.call(t, "act", []string{"bs_x"}, "pay", "k-redelivered")
 	call.Delivery = &app.Delivery{Source: app.NodeSource("node_a"), ID: "cred_1", Digest: sha256.Sum256([]byte("pay"))}
-	type answer struct {
-		resp app.Response
-		err  error
-	}
-	first, second := make(chan answer, 1), make(chan answer, 1)
+	release, first := startHeldDelivery(t, b.svc, call, tk.ID)
+	second := make(chan deliveryAnswer, 1)
 	go func() {
-		r, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, func(context.Context) (any, error) {
-			entered <- struct{}{}
-			<-release
-			return nil, nil
-		}, false)
-		first <- answer{r, err}
-	}()
-	waitfor.Receive(t, 20*time.Second, "the first delivery's effect", entered)
-	go func() {
-		r, err := b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, func(context.Context) (any, error) {
-			t.Error("the redelivery ran the effect again")
-			return nil, nil
-		}, false)
-		second <- answer{r, err}
+		r, err := redeliver(t, b.svc, call, tk.ID)
+		second <- deliveryAnswer{r, err}
 	}()
 	select {
 	case <-waiting:
@@ -99,32 +84,13 @@ func TestRedeliveryOfADeadNodesDeliveryIsClassified(t *testing.T) {
 			tk := b.create(t, app.CreateTaskInput{})
 			call := b.call(t, "act", []string{"bs_x"}, "pay", "k-dead")
 			call.Delivery = &app.Delivery{Source: app.NodeSource("node_front"), ID: "cred_dead", Digest: sha256.Sum256([]byte("pay"))}
-			type answer struct {
-				resp app.Response
-				err  error
-			}
-			entered, release, first := make(chan struct{}, 1), make(chan struct{}), make(chan answer, 1)
-			go func() {
-				r, err := nodeA.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, func(context.Context) (any, error) {
-					entered <- struct{}{}
-					<-release
-					return nil, nil
-				}, false)
-				first <- answer{r, err}
-			}()
-			waitfor.Receive(t, 20*time.Second, "the first delivery's effect", entered)
+			release, first := startHeldDelivery(t, nodeA, call, tk.ID)
 			if c.dead {
 				if err := st.StopNode(ctx, "node_a"); err != nil {
 					t.Fatal(err)
 				}
 			}
-			redeliver := func() (app.Response, error) {
-				return b.svc.RunTwoPhaseForTest(ctx, call, tk.ID, &recorder[*app.TaskResult]{}, true, func(context.Context) (any, error) {
-					t.Error("the redelivery ran the effect again")
-					return nil, nil
-				}, false)
-			}
-			resp, err := redeliver()
+			resp, err := redeliver(t, b.svc, call, tk.ID)
 			var body struct {
 				Receipt struct{ Outcome task.Outcome } `json:"receipt"`
 			}
@@ -148,7 +114,7 @@ func TestRedeliveryOfADeadNodesDeliveryIsClassified(t *testing.T) {
 				t.Fatalf("the first run after its classification: %d %s (replayed %v), want %s", a1.resp.Status, a1.resp.Body, a1.resp.Replayed, resp.Body)
 			}
 			if !c.dead {
-				if resp, err = redeliver(); err != nil || !resp.Replayed || !bytes.Equal(resp.Body, a1.resp.Body) {
+				if resp, err = redeliver(t, b.svc, call, tk.ID); err != nil || !resp.Replayed || !bytes.Equal(resp.Body, a1.resp.Body) {
 					t.Fatalf("the redelivery after the first ended: %v %d %s, want %s", err, resp.Status, resp.Body, a1.resp.Body)
 				}
 			}
@@ -159,4 +125,35 @@ func TestRedeliveryOfADeadNodesDeliveryIsClassified(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deliveryAnswer is what one delivery of a command was answered.
+type deliveryAnswer struct {
+	resp app.Response
+	err  error
+}
+
+// startHeldDelivery runs call's first delivery on svc and returns once its effect has started;
+// the effect waits until release is closed, and first receives the delivery's answer.
+func startHeldDelivery(t *testing.T, svc *app.Service, call app.Call, taskID string) (release chan struct{}, first <-chan deliveryAnswer) {
+	t.Helper()
+	entered, release, answers := make(chan struct{}, 1), make(chan struct{}), make(chan deliveryAnswer, 1)
+	go func() {
+		r, err := svc.RunTwoPhaseForTest(context.Background(), call, taskID, &recorder[*app.TaskResult]{}, true, func(context.Context) (any, error) {
+			entered <- struct{}{}
+			<-release
+			return nil, nil
+		}, false)
+		answers <- deliveryAnswer{r, err}
+	}()
+	waitfor.Receive(t, 20*time.Second, "the first delivery's effect", entered)
+	return release, answers
+}
+
+// redeliver delivers call again on svc; its effect must never run.
+func redeliver(t *testing.T, svc *app.Service, call app.Call, taskID string) (app.Response, error) {
+	return svc.RunTwoPhaseForTest(context.Background(), call, taskID, &recorder[*app.TaskResult]{}, true, func(context.Context) (any, error) {
+		t.Error("the redelivery ran the effect again")
+		return nil, nil
+	}, false)
 }
