@@ -159,7 +159,8 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 	case errors.Is(err, page.ErrSessionLost), errors.Is(err, page.ErrSessionClosed):
 		return &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}, task.ClassifyInterrupted(sideEffecting)
 	case errors.Is(err, page.ErrUnavailable):
-		return &Error{Code: CodeBrowserUnavailable, Detail: "no browser runs on this node: install the Debian package `chromium`"}, task.Rejected
+		// Not the engine's own words: they may name paths of this machine. The operator's log has them.
+		return &Error{Code: CodeBrowserUnavailable, Detail: "the session's browser engine does not run on this node (not installed, failed to start, or restarting); GET /bap/v1 lists each engine and whether it is available"}, task.Rejected
 	case errors.Is(err, page.ErrTooManySessions):
 		return &Error{Code: CodeOverloaded, Detail: "this node runs as many browser sessions as it may", RetryAfter: 5 * time.Second}, task.Rejected
 	case errors.Is(err, context.DeadlineExceeded):
@@ -396,6 +397,9 @@ func openSession[R any](ctx context.Context, s *Service, call Call, taskID, chec
 		},
 		finish: func(ctx context.Context, c *commandCtx, p *openPlan, o *opened, dispatchErr error) (none R, _ task.Outcome, _ error) {
 			if dispatchErr != nil {
+				if errors.Is(dispatchErr, page.ErrUnavailable) {
+					s.cfg.Logger.Warn("opening a browser session: the engine is unavailable", "engine", eng.Name, "err", dispatchErr)
+				}
 				if e, outcome := browserProblem(dispatchErr, false); e != nil {
 					return none, outcome, e
 				}

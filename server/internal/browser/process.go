@@ -85,11 +85,10 @@ func findBinary(bin string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w (none of chromium, chromium-browser, google-chrome is on PATH)", ErrUnavailable)
+	return "", fmt.Errorf("%w: none of chromium, chromium-browser, google-chrome is on PATH (install the Debian package `chromium`, or set BAP_CHROMIUM)", ErrUnavailable)
 }
 
-// unavailableError is an [ErrUnavailable] whose message says what to fix
-// (ErrUnavailable's own text is about installing Chromium).
+// unavailableError is an [ErrUnavailable] whose message says what to fix.
 type unavailableError struct{ msg string }
 
 func (e *unavailableError) Error() string { return "browser unavailable: " + e.msg }

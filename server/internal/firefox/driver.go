@@ -322,7 +322,7 @@ func (d *Driver) watch(life context.Context, b *Browser, e *Engine) {
 		}
 	}
 	owned := d.owned
-	if !closing && owned {
+	if !closing && owned && !d.down { // engine() may have marked it down first
 		d.down, d.ready = true, make(chan struct{})
 	}
 	d.mu.Unlock()
@@ -390,10 +390,15 @@ func (d *Driver) restart(life context.Context) {
 	}
 }
 
-// engine is the running engine, waiting (within ctx) while the browser restarts.
+// engine is the running engine, waiting (within ctx) while the browser restarts. An owned
+// engine whose connection has closed is down from that moment, though watch may not have seen
+// it yet: a caller never gets the dead engine back once its end is known.
 func (d *Driver) engine(ctx context.Context) (*Engine, error) {
 	for {
 		d.mu.Lock()
+		if d.owned && !d.closed && !d.down && connClosed(d.e) {
+			d.down, d.ready = true, make(chan struct{})
+		}
 		closed, down, e, ready := d.closed, d.down, d.e, d.ready
 		d.mu.Unlock()
 		switch {
@@ -407,6 +412,16 @@ func (d *Driver) engine(ctx context.Context) (*Engine, error) {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: firefox is restarting: %w", page.ErrUnavailable, ctx.Err())
 		}
+	}
+}
+
+// connClosed reports whether e's BiDi connection has ended.
+func connClosed(e *Engine) bool {
+	select {
+	case <-e.c.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -436,8 +451,20 @@ func (d *Driver) SessionLoad() (open, limit int) {
 
 // OpenSession opens a BAP session: a user context whose traffic all goes through an egress proxy
 // enforcing pol (refusing everything it does not allow), with a tab. It fails closed: a session
-// whose proxy cannot be set up is not opened.
+// whose proxy cannot be set up is not opened. When the browser goes away while the session is
+// being opened, an owned browser is restarted and the session is opened once more in the new
+// one, within ctx, rather than answered unavailable (a clean-clone CI run answered
+// create_browser_session 503 so).
 func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy, onEvent func(page.Event)) (*Session, error) {
+	s, err := d.openSession(ctx, id, pol, onEvent)
+	if err != nil && errors.Is(err, errBrowserGone) && d.owned && ctx.Err() == nil {
+		d.log.Warn("firefox went away while a session was opened: opening it in the restarted browser", "err", err)
+		s, err = d.openSession(ctx, id, pol, onEvent)
+	}
+	return s, err
+}
+
+func (d *Driver) openSession(ctx context.Context, id string, pol *policy.Policy, onEvent func(page.Event)) (*Session, error) {
 	d.mu.Lock()
 	switch {
 	case d.closed:
@@ -530,10 +557,13 @@ func (d *Driver) OpenSession(ctx context.Context, id string, pol *policy.Policy,
 	return s, nil
 }
 
+// errBrowserGone marks an open that failed because the browser's connection closed.
+var errBrowserGone = errors.New("the browser connection closed")
+
 // openErr maps an error of opening a session.
 func openErr(err error) error {
 	if errors.Is(err, bidi.ErrClosed) {
-		return fmt.Errorf("%w: the browser connection closed", page.ErrUnavailable)
+		return fmt.Errorf("%w: %w", page.ErrUnavailable, errBrowserGone)
 	}
 	return err
 }

@@ -15,7 +15,8 @@ import (
 
 // TestDriverRestartsAfterCrash: as on Chromium (TestBrowserRestartsAfterCrash), a Firefox that
 // dies marks its sessions lost (a session.lost event; a lost session answers ErrSessionLost and
-// stays listed until closed), and the next session opens in a fresh browser. It uses a browser of
+// stays listed until closed), and the next session opens in a fresh browser, also one opened
+// while the browser is still restarting. It uses a browser of
 // its own: killing the package's shared one would disturb the other tests.
 func TestDriverRestartsAfterCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -51,10 +52,22 @@ func TestDriverRestartsAfterCrash(t *testing.T) {
 	live := watch(ctx, s)
 	live.next(t, ctx)
 	d.mu.Lock()
-	old := d.b
+	old, oldEngine := d.b, d.e
 	d.mu.Unlock()
 	if err := syscall.Kill(-old.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
+	}
+	// A session opened the moment the connection is known closed, before the driver's watch may
+	// have seen it, waits for the restart and opens in the new browser: never the dead one's
+	// "connection closed" answered as unavailable.
+	select {
+	case <-oldEngine.c.Done():
+	case <-ctx.Done():
+		t.Fatal("the killed browser's connection stayed open")
+	}
+	s3, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, nil)
+	if err != nil {
+		t.Fatalf("a session opened while the browser restarts: %v", err)
 	}
 	waitfor.True(t, 30*time.Second, "session.lost", func() bool {
 		for _, e := range ev.all() {
@@ -74,10 +87,6 @@ func TestDriverRestartsAfterCrash(t *testing.T) {
 		t.Fatal("a lost session must stay listed until closed")
 	}
 	_ = s.Close(ctx)
-	s3, err := d.OpenSession(ctx, ids.New(ids.BrowserSession), pol, nil)
-	if err != nil {
-		t.Fatalf("after restart: %v", err)
-	}
 	d.mu.Lock()
 	now := d.b
 	d.mu.Unlock()

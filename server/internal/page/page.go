@@ -8,9 +8,9 @@ import (
 )
 
 // ErrUnavailable reports that no browser can be run on this node: no binary
-// was found, or the browser would not start. Its message names the Debian
-// package to install.
-var ErrUnavailable = errors.New("browser unavailable: install the Debian package `chromium` (apt-get install chromium) or set BAP_CHROMIUM")
+// was found, the browser would not start, or it is restarting. The errors that
+// wrap it say which, and what to fix.
+var ErrUnavailable = errors.New("browser unavailable")
 
 // ErrStaleNodeHandle reports a node handle whose document epoch has ended
 // (the browsing context navigated, reloaded or replaced its document, or the
