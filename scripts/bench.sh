@@ -18,6 +18,8 @@
 #      components/tasks.json) through BAP and through Playwright MCP (pinned in
 #      server/internal/e2e/testdata/playwright-mcp, on the system Chromium), passes per library side
 #      by side (BenchmarkComponentScores; about 15 minutes on 2 CPUs);
+#   8. before 6, the heavy-page observe through BAP's HTTP API beside Playwright MCP's
+#      browser_snapshot (BenchmarkHeavyObserve, server/internal/e2e): bytes, p50 and handles;
 #   7. between 5 and 6, the engines: the warm workflow and a heavy-page observe through the engine
 #      port on Chromium/CDP and Firefox/BiDi beside raw chromedp, interleaved, and the memory of an
 #      extra session on each (BenchmarkEngine*, server/internal/daemon); Firefox/BiDi as a ratio to
@@ -42,7 +44,8 @@
 # benchmarks, BENCH_WIRE=0 skips the count of round trips, statements and rows per command,
 # BENCH_STREAMS=0 skips the event-delivery runs (BENCH_STREAM_DURATION, 10 s each),
 # BENCH_EXPERIMENTS=1 adds the diagnostic runs, BENCH_ENGINES=0 skips the engine comparison
-# (BENCH_ENGINE_ITERS iterations, 10), BENCH_COMPONENTS=0 skips the component scores
+# (BENCH_ENGINE_ITERS iterations, 10), BENCH_HEAVY=0 skips the heavy-page observe beside Playwright
+# MCP (BENCH_HEAVY_ITERS iterations, 20), BENCH_COMPONENTS=0 skips the component scores
 # (BAP_COMPONENTS_PARALLEL tasks at a time, within GOMAXPROCS; BENCH_COMPONENTS_TASKS=<regexp> runs
 # only the matching task ids), BENCH_BAP=<path> runs that bap binary instead of building bin/bap from
 # the tree (to compare builds), GO (go).
@@ -60,6 +63,8 @@ run_go=${BENCH_GO:-1}
 run_components=${BENCH_COMPONENTS:-1}
 run_engines=${BENCH_ENGINES:-1}
 engine_iters=${BENCH_ENGINE_ITERS:-10}
+run_heavy=${BENCH_HEAVY:-1}
+heavy_iters=${BENCH_HEAVY_ITERS:-20}
 engine_ratio_goal=1.5
 experiments=${BENCH_EXPERIMENTS:-0}
 GO=${GO:-go}
@@ -92,6 +97,7 @@ out_go="$results_dir/$stamp-go.txt"
 out_components="$results_dir/$stamp-components.json"
 out_components_txt="$results_dir/$stamp-components.txt"
 out_engines="$results_dir/$stamp-engines.json"
+out_heavy="$results_dir/$stamp-heavy.json"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bap-bench.XXXXXX")
 # As root the cluster runs as `postgres`, which must be able to enter the directory.
@@ -583,7 +589,7 @@ if [[ $run_go == 1 ]]; then
 		xargs -r -n 1 dirname | sort -u | sed 's|^|./|')
 	if [[ ${#pkgs[@]} -gt 0 ]]; then
 		log "go test -bench in ${pkgs[*]}"
-		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkEngine.*)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
+		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkEngine.*)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
 	else
 		log "no Go benchmarks found"
 	fi
@@ -614,6 +620,28 @@ if [[ $run_engines == 1 ]]; then
 	row "heavy-page observe ratio firefox / chromium" "$(eget 'observe_big\.firefox_over_chromium\.observe_interactive')" "interactive; full $(eget 'observe_big\.firefox_over_chromium\.observe_full')"
 	row "memory per extra session (MiB PSS)" "$(eget 'memory\.chromium_mib_per_session')" "chromium; firefox $(eget 'memory\.firefox_mib_per_session')"
 	printf '  results: %s\n\n' "$out_engines"
+fi
+
+# ---- heavy-page observe: BAP beside Playwright MCP ----------------------------------------------
+# The 5,015-element catalog observed through BAP's HTTP API and snapshotted through Playwright MCP,
+# alternately (BenchmarkHeavyObserve, server/internal/e2e): bytes, p50 time and what each makes
+# addressable. Goals (issue #25): bytes ≤ 0.5×, time ≤ 0.15×, every interactive element a handle.
+
+if [[ $run_heavy == 1 ]]; then
+	scripts/install-playwright-mcp.sh
+	log "heavy-page observe: BAP and Playwright MCP ($heavy_iters iterations)"
+	rm -f "$out_heavy"
+	BENCH_HEAVY_OUT="$PWD/$out_heavy" "$GO" test ./server/internal/e2e -run '^$' \
+		-bench '^BenchmarkHeavyObserve$' -benchtime "${heavy_iters}x" -count 1 | tee -a "$out_go"
+	[[ -s $out_heavy ]] || die "the heavy-page benchmark wrote no results ($out_heavy)"
+	h=$(tr -d ' \n' <"$out_heavy")
+	hget() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" <<<"$h"; }
+	hb=$(awk -v r="$(hget bytes_ratio)" 'BEGIN { printf "%.3f", r }') ht=$(awk -v r="$(hget time_ratio)" 'BEGIN { printf "%.3f", r }')
+	printf '\nheavy-page observe beside Playwright MCP (%s iterations, load average %s)\n' "$heavy_iters" "$(cut -d' ' -f1-3 /proc/loadavg)"
+	row "bytes: BAP / Playwright MCP" "$(hget bap_bytes) / $(hget pwmcp_bytes)" "ratio $hb, goal ≤ 0.5: $(yes_no "$(awk -v r="$hb" 'BEGIN { print (r <= 0.5) ? "true" : "false" }')")"
+	row "p50 ms: BAP / Playwright MCP" "$(hget bap_p50_ms) / $(hget pwmcp_p50_ms)" "ratio $ht, goal ≤ 0.15: $(yes_no "$(awk -v r="$ht" 'BEGIN { print (r <= 0.15) ? "true" : "false" }')")"
+	row "addressable: BAP handles / interactive" "$(hget bap_handles) / $(hget interactive_elements)" "Playwright refs $(hget pwmcp_refs)"
+	printf '  results: %s\n\n' "$out_heavy"
 fi
 
 # ---- component scores: BAP beside Playwright MCP -----------------------------------------------

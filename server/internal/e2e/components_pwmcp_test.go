@@ -295,27 +295,12 @@ func runPWMCPTask(t *testing.T, env pwmcpEnv, tk componentTask) (res scoreResult
 	ctx, cancel := context.WithTimeout(context.Background(), pwmcpTaskTimeout(tk))
 	defer cancel()
 
-	dir := t.TempDir()
-	cmd := exec.Command(env.Node, env.args(dir)...)
-	cmd.Dir = dir // the server writes its snapshot and console files under its workspace
-	stderr := &tailBuffer{}
-	cmd.Stderr = stderr
-	ownProcessGroup(cmd)
-	client := mcp.NewClient(&mcp.Implementation{Name: "bap-component-bench", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 3 * time.Second}, nil)
+	p, stop, err := startPWMCP(ctx, env, t.TempDir(), "bap-component-bench")
 	if err != nil {
-		res.problem = fmt.Sprintf("starting Playwright MCP: %v (stderr: %s)", err, clip(stderr.String(), 400))
-		killProcessGroup(cmd)
+		res.problem = err.Error()
 		return res
 	}
-	p := &pwmcpSession{cs: cs, stderr: stderr}
-	defer func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, _ = p.call(cctx, "browser_close", map[string]any{})
-		ccancel()
-		_ = cs.Close()
-		killProcessGroup(cmd) // a browser the server left behind
-	}()
+	defer stop()
 
 	if _, err := p.call(ctx, "browser_navigate", map[string]any{"url": site.srv.URL + tk.Page}); err != nil {
 		res.problem = "navigate: " + err.Error()
@@ -339,6 +324,31 @@ func runPWMCPTask(t *testing.T, env pwmcpEnv, tk componentTask) (res scoreResult
 	}
 	site.judge(tk, &res.componentResult)
 	return res
+}
+
+// startPWMCP starts a Playwright MCP server (and, at its first tool call, its browser) with its
+// files under dir, connected as client; stop closes the browser and the server and kills what
+// they left behind.
+func startPWMCP(ctx context.Context, env pwmcpEnv, dir, client string) (p *pwmcpSession, stop func(), err error) {
+	cmd := exec.Command(env.Node, env.args(dir)...)
+	cmd.Dir = dir // the server writes its snapshot and console files under its workspace
+	stderr := &tailBuffer{}
+	cmd.Stderr = stderr
+	ownProcessGroup(cmd)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: client, Version: "1"}, nil).
+		Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 3 * time.Second}, nil)
+	if err != nil {
+		killProcessGroup(cmd)
+		return nil, nil, fmt.Errorf("starting Playwright MCP: %w (stderr: %s)", err, clip(stderr.String(), 400))
+	}
+	p = &pwmcpSession{cs: cs, stderr: stderr}
+	return p, func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _ = p.call(cctx, "browser_close", map[string]any{})
+		ccancel()
+		_ = cs.Close()
+		killProcessGroup(cmd) // a browser the server left behind
+	}, nil
 }
 
 // step plays one task step; lastQuery is the previous step's query (JSON) when it had one.
