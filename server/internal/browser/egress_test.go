@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -82,6 +83,14 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 	sniffed := func(q url.Values) func(string) string {
 		return func(tg string) string { return hostilePage("sniffed.html", tg, q) }
 	}
+	// Each case names the resource_type its events must carry, by the layer that refused the
+	// try and the path it aimed at ("" for a proxy tunnel, which sees only host:port). The CSP
+	// names a WebSocket websocket and any other connection connect (its report does not say
+	// which); interception names Chromium's resource type; the proxy names Sec-Fetch-Dest, or
+	// tunnel for a CONNECT (a WebSocket through the proxy). A layer or path not listed fails.
+	type types = map[string]string
+	sniffedCSP := types{"csp /sniffed-ws": "websocket", "csp /sniffed-fetch": "connect"}
+	workerCSP := types{"csp /worker-ws": "websocket", "csp /worker-fetch": "connect", "csp /worker-es": "connect"}
 	cases := []struct {
 		name string
 		page func(target string) string
@@ -93,33 +102,40 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 		// layer is the layer every event must name, "" for any, "-csp" for any but the CSP (the
 		// case runs in a session without it).
 		layer string
+		// types is the resource_type each event must name, keyed by "layer path".
+		types types
 	}{
-		{"websocket", page("websocket"), 1, "csp"},
-		{"eventsource", page("eventsource"), 1, "csp"},
-		{"beacon", page("beacon"), 1, "csp"},
-		{"fetch", page("fetch"), 1, "csp"},
-		{"image", page("image"), 1, "interception"},
-		{"redirect of a fetch", page("redirect-fetch"), 1, "proxy"},
+		{"websocket", page("websocket"), 1, "csp", types{"csp /ws": "websocket"}},
+		{"eventsource", page("eventsource"), 1, "csp", types{"csp /es": "connect"}},
+		{"beacon", page("beacon"), 1, "csp", types{"csp /beacon": "connect"}},
+		{"fetch", page("fetch"), 1, "csp", types{"csp /fetch": "connect"}},
+		{"image", page("image"), 1, "interception", types{"interception /pixel.png": "image"}},
+		{"redirect of a fetch", page("redirect-fetch"), 1, "proxy", types{"proxy /redirected": "empty"}},
 		// Interception, or the proxy when the hop came later than its report's wait (a loaded
 		// machine): one event either way.
-		{"redirect of an image", page("redirect-image"), 1, ""},
-		{"redirect of a navigation", page("redirect-navigation"), 1, ""},
-		{"preconnect", page("preconnect"), 0, ""},
+		{"redirect of an image", page("redirect-image"), 1, "", types{"interception /pixel.png": "image", "proxy /pixel.png": "image"}},
+		{"redirect of a navigation", page("redirect-navigation"), 1, "", types{"interception /landing": "document", "proxy /landing": "document"}},
+		{"preconnect", page("preconnect"), 0, "", types{}},
 		// Over plain HTTP the egress proxy adds the connect-src policy by what the browser asked
 		// for (Sec-Fetch-Dest), not by the response's type, disposition or speed: the browser's
 		// own re-serve skips these (a text/plain worker script, a sniffed document, an attachment
 		// rendered inline, a body slower than its wait), and the proxy's policy still refuses
 		// their tries in the renderer, before any request exists.
-		{"dedicated worker served as text/plain", page("worker"), 3, "csp"},
-		{"service worker", page("serviceworker"), 2, "csp"},
-		{"document served as unknown/unknown", sniffed(url.Values{"ct": {"unknown/unknown"}}), 2, "csp"},
-		{"document served as application/unknown", sniffed(url.Values{"ct": {"application/unknown"}}), 2, "csp"},
-		{"Content-Disposition attachment=1", sniffed(url.Values{"cd": {"attachment=1"}}), 2, "csp"},
-		{"document whose body outlasts the CSP", sniffed(url.Values{"slow": {"3000"}}), 2, "csp"},
+		{"dedicated worker served as text/plain", page("worker"), 3, "csp", workerCSP},
+		{"service worker", page("serviceworker"), 2, "csp", types{"csp /sw-ws": "websocket", "csp /sw-fetch": "connect"}},
+		{"document served as unknown/unknown", sniffed(url.Values{"ct": {"unknown/unknown"}}), 2, "csp", sniffedCSP},
+		{"document served as application/unknown", sniffed(url.Values{"ct": {"application/unknown"}}), 2, "csp", sniffedCSP},
+		{"Content-Disposition attachment=1", sniffed(url.Values{"cd": {"attachment=1"}}), 2, "csp", sniffedCSP},
+		{"document whose body outlasts the CSP", sniffed(url.Values{"slow": {"3000"}}), 2, "csp", sniffedCSP},
 		// Without any CSP (as over TLS, where the proxy cannot add one, for the documents above),
-		// the proxy and interception still let nothing out.
-		{"no CSP: document served as unknown/unknown", sniffed(url.Values{"ct": {"unknown/unknown"}}), 2, "-csp"},
-		{"no CSP: dedicated worker served as text/plain", page("worker"), 3, "-csp"},
+		// the proxy and interception still let nothing out. The WebSocket goes to the proxy as a
+		// CONNECT tunnel; a fetch or EventSource is Chromium's xhr when interception refuses it,
+		// Sec-Fetch-Dest empty when the proxy does.
+		{"no CSP: document served as unknown/unknown", sniffed(url.Values{"ct": {"unknown/unknown"}}), 2, "-csp", types{
+			"proxy ": "tunnel", "interception /sniffed-fetch": "xhr", "proxy /sniffed-fetch": "empty"}},
+		{"no CSP: dedicated worker served as text/plain", page("worker"), 3, "-csp", types{
+			"proxy ": "tunnel", "interception /worker-fetch": "xhr", "proxy /worker-fetch": "empty",
+			"interception /worker-es": "xhr", "proxy /worker-es": "empty"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -165,6 +181,12 @@ func TestHostilePageGetsNothingOut(t *testing.T) {
 				}
 				if _, ok := e.Data["layer"].(string); !ok {
 					t.Errorf("the event names no layer: %+v", e)
+				}
+				// What the try was, as the refusing layer names it (the path after the target).
+				_, path, _ := strings.Cut(e.URL, "127.0.0.1:"+port)
+				key := fmt.Sprint(e.Data["layer"], " ", path)
+				if want, ok := c.types[key]; !ok || e.Data["resource_type"] != want {
+					t.Errorf("%s: resource_type %q, want %q: %+v", key, e.Data["resource_type"], want, e)
 				}
 			}
 			// Each try once; a service worker may run its install twice (the browser's update
