@@ -76,8 +76,8 @@ func checkout(t *testing.T, hash string) (b *bundle, orders func() []string) {
 }
 
 // Under a form_submission rule, what a checkout sends is held inside the browser, whatever sent
-// it: form.submit() from a plain button, fetch POST from a div, sendBeacon. Nothing reaches the
-// site until Release, which sends exactly that request once; Deny means never.
+// it: form.submit() from a plain button, fetch POST from a div, XMLHttpRequest POST, sendBeacon.
+// Nothing reaches the site until Release, which sends exactly that request once; Deny means never.
 func TestNonSafeRequestsAreHeld(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -91,6 +91,8 @@ func TestNonSafeRequestsAreHeld(t *testing.T) {
 		{"fetch POST denied", "Pay with fetch", false, "", "payment failed"},
 		{"form.submit() denied", "Place order", false, "", "Place order"},
 		{"sendBeacon approved", "Send beacon", true, "beacon=1", "beacon queued"},
+		{"XMLHttpRequest POST approved", "Pay with XHR", true, "card=4242&via=xhr", "paid by XHR: ok"},
+		{"XMLHttpRequest POST denied", "Pay with XHR", false, "", "XHR payment failed"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

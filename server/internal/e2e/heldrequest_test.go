@@ -8,10 +8,10 @@ import (
 	"github.com/originweave/bap/server/internal/waitfor"
 )
 
-// How single-page apps submit — form.submit() from a plain button, fetch POST from a div — under
-// a form_submission rule: the act answers 202 with an approval that names the held request and
-// shows the page; nothing reaches the site until the operator approves (exactly once), and deny
-// means never. A POST the page sends on its own is refused and recorded.
+// How single-page apps submit — form.submit() from a plain button, fetch POST or XMLHttpRequest
+// POST from a div — under a form_submission rule: the act answers 202 with an approval that names
+// the held request and shows the page; nothing reaches the site until the operator approves
+// (exactly once), and deny means never. A POST the page sends on its own is refused and recorded.
 func TestApprovalHoldsWhatLeavesTheBrowser(t *testing.T) {
 	t.Parallel()
 	for _, engine := range []string{"chromium", "firefox"} {
@@ -35,6 +35,8 @@ func TestApprovalHoldsWhatLeavesTheBrowser(t *testing.T) {
 				{"form.submit() denied", "Submit form", "deny", 1},
 				{"form.submit() approved", "Submit form", "approve", 2},
 				{"fetch POST denied", "Pay now", "deny", 2},
+				{"XMLHttpRequest POST approved", "Pay by XHR", "approve", 3},
+				{"XMLHttpRequest POST denied", "Pay by XHR", "deny", 3},
 			} {
 				key := func(k string) string {
 					return strings.NewReplacer(" ", "-", "(", "", ")", "").Replace(tt.name) + "-" + k
