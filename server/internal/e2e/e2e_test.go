@@ -62,6 +62,8 @@ type shop struct {
 	uploaded atomic.Pointer[[]byte]
 	// buyer is the name field of the last order.
 	buyer atomic.Pointer[string]
+	// orderBody is the body of the last order, as the site received it.
+	orderBody atomic.Pointer[[]byte]
 }
 
 const invoiceText = "INVOICE 42: 2 items, 16.50 EUR\n"
@@ -90,6 +92,9 @@ func newShop(t *testing.T) *shop {
 	})
 	mux.HandleFunc("POST /order", func(w http.ResponseWriter, r *http.Request) {
 		s.hits.Add(1)
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+		s.orderBody.Store(&body)
+		r.Body = io.NopCloser(bytes.NewReader(body)) // read again for the form
 		name := r.FormValue("name")
 		s.buyer.Store(&name)
 		n := s.orders.Add(1)
