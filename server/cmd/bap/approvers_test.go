@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +275,143 @@ func TestRemoteApproversAreSeparate(t *testing.T) {
 			field(body, "approval", "resolved_workload") != reviewer["client_id"] {
 			t.Fatalf("the reviewer resolving %s: %d %v", id, st, body)
 		}
+	}
+}
+
+// mcpElicitCaps declares the Tasks extension and elicitation: the client can show its person a
+// held act.
+var mcpElicitCaps = map[string]any{"elicitation": map[string]any{}, "extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
+
+// mcpResult is the result of a JSON-RPC answer of mcpPostCaps, failing t on anything else.
+func mcpResult(t *testing.T, method string, resp *http.Response, m map[string]any) map[string]any {
+	t.Helper()
+	res, ok := m["result"].(map[string]any)
+	if resp.StatusCode != http.StatusOK || !ok {
+		t.Fatalf("%s: %d %v", method, resp.StatusCode, m)
+	}
+	return res
+}
+
+// Issue #24: answering through MCP elicitation is opt-in per rule (channel "elicitation") and is
+// recorded as such. Against the real `bap serve`, an MCP client on /mcp that declared elicitation
+// and the Tasks extension clicks Send, which a form_submission rule holds inside Chromium. With
+// channel elicitation the act's MCP task asks the client (nothing reaches the site meanwhile);
+// accept with approve sends the order exactly once, decline never, and the decision is recorded
+// resolved_via elicitation by the agent that requested it. Under a rule without the channel the
+// client is never asked — its sync window ends with the task still working — and only the
+// operator's decision on the socket (resolved_via socket) sends the order.
+func TestElicitationAnswersAHeldActOverMCP(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	dir := dataDir(t)
+	r := start(t, bin, dir)
+	op := operatorAPI(r.socket)
+	endpoint := "http://" + r.listen + "/mcp"
+	aprID := regexp.MustCompile(`apr_[A-Za-z0-9_-]+`)
+	for _, tt := range []struct {
+		name    string
+		channel string         // the rule's channel ("": the default, approver)
+		answer  map[string]any // the client's answer to the elicitation; nil: it must not be asked
+		state   string         // the approval's state in the end
+		orders  int64          // what reached the site in the end
+		via     string         // the decision's resolved_via
+	}{
+		{"elicitation accepted with approve", "elicitation", map[string]any{"action": "accept", "content": map[string]any{"decision": "approve"}}, "approved", 1, "elicitation"},
+		{"elicitation declined", "elicitation", map[string]any{"action": "decline"}, "denied", 0, "elicitation"},
+		{"a rule without the channel asks nobody", "", nil, "approved", 1, "socket"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			site := newMultiSite(t)
+			key := strings.ReplaceAll(tt.name, " ", "-")
+			channel := ""
+			if tt.channel != "" {
+				channel = `,"channel":"` + tt.channel + `"`
+			}
+			task := mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", key+"-task", `{"goal":"order, asking first","policy":{"allowed_origins":["`+
+				site.srv.URL+`"],"approval_rules":[{"effect":"form_submission"`+channel+`}]}}`)
+			sess := mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks/"+field(task, "task", "task_id")+"/browser-sessions", key+"-session", `{}`)
+			sessionID := field(sess, "session", "session_id")
+			mustAPI(t, 200, r.listen, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", key+"-nav", `{"url":"`+site.srv.URL+`/form"}`)
+
+			resp, m := mcpPostCaps(t, endpoint, "", "tools/call", map[string]any{"name": "act", "arguments": map[string]any{
+				"session_id": sessionID, "action": "click", "query": map[string]any{"role": "button", "name": "Send"},
+				"idempotency_key": key + "-click"}}, mcpElicitCaps)
+			call := mcpResult(t, "act", resp, m)
+			mtID, _ := call["taskId"].(string)
+			if call["resultType"] != "task" || mtID == "" {
+				t.Fatalf("the held act did not become an MCP task: %v", call)
+			}
+			taskGet := func() map[string]any {
+				t.Helper()
+				resp, m := mcpPostCaps(t, endpoint, "", "tasks/get", map[string]any{"taskId": mtID}, mcpElicitCaps)
+				return mcpResult(t, "tasks/get", resp, m)
+			}
+			var st map[string]any
+			if tt.answer != nil {
+				waitfor.Until(t, 30*time.Second, "the held act's MCP task asks its client", func() (bool, string) {
+					st = taskGet()
+					return st["status"] != "working", fmt.Sprint(st)
+				})
+				reqs, _ := st["inputRequests"].(map[string]any)
+				if st["status"] != "input_required" || len(reqs) != 1 {
+					t.Fatalf("the held act asked nothing: %v", st)
+				}
+				if n := site.orders.Load(); n != 0 {
+					t.Fatalf("%d orders reached the site while the client was asked", n)
+				}
+				for k, v := range reqs {
+					raw, _ := json.Marshal(v)
+					if !strings.Contains(string(raw), `"elicitation/create"`) || aprID.FindString(string(raw)) == "" {
+						t.Fatalf("the input request is no elicitation naming the approval: %s", raw)
+					}
+					resp, m := mcpPostCaps(t, endpoint, "", "tasks/update", map[string]any{"taskId": mtID,
+						"inputResponses": map[string]any{k: tt.answer}}, mcpElicitCaps)
+					mcpResult(t, "tasks/update", resp, m)
+				}
+			} else {
+				// The act's call waited out the server's sync window, which an elicitation would
+				// have ended at once (input required): the task was still working when it ended.
+				st = taskGet()
+				apr := aprID.FindString(fmt.Sprint(st["statusMessage"]))
+				if call["status"] != "working" || st["status"] != "working" || st["inputRequests"] != nil || apr == "" {
+					t.Fatalf("the held act under a rule without the elicitation channel: call %v, now %v", call, st)
+				}
+				if n := site.orders.Load(); n != 0 {
+					t.Fatalf("%d orders reached the site while held", n)
+				}
+				if status, _, raw := op("POST", "/bap/v1/approvals/"+apr+"/resolve", key+"-operator", `{"decision":"approve"}`); status != 200 {
+					t.Fatalf("the operator's approve: %d %s", status, raw)
+				}
+			}
+
+			waitfor.Until(t, 30*time.Second, "the held act's MCP task ends", func() (bool, string) {
+				st = taskGet()
+				return st["status"] != "working" && st["status"] != "input_required", fmt.Sprint(st)
+			})
+			result, _ := st["result"].(map[string]any)
+			sc, _ := result["structuredContent"].(map[string]any)
+			apr := field(sc, "approval", "approval_id")
+			if st["status"] != "completed" || field(sc, "approval", "state") != tt.state {
+				t.Fatalf("the MCP task of the held act: %v, want its approval %s", st, tt.state)
+			}
+			if n := site.orders.Load(); n != tt.orders {
+				t.Fatalf("%d orders reached the site, want %d", n, tt.orders)
+			}
+			// The decision as the server recorded it, read back by the operator.
+			_, list, raw := op("GET", "/bap/v1/approvals?state="+tt.state, "", "")
+			var rec map[string]any
+			as, _ := list["approvals"].([]any)
+			for _, a := range as {
+				if a, _ := a.(map[string]any); a["approval_id"] == apr {
+					rec = a
+				}
+			}
+			wantBy := map[string]string{"elicitation": "agent:local", "socket": "operator:local"}[tt.via]
+			wantChannel := map[string]string{"elicitation": "elicitation", "": "approver"}[tt.channel]
+			if rec == nil || rec["resolved_via"] != tt.via || rec["resolved_by"] != wantBy || rec["requested_by"] != "agent:local" || rec["channel"] != wantChannel {
+				t.Fatalf("the recorded decision of %s: %s; want resolved_via %s by %s, channel %s", apr, raw, tt.via, wantBy, wantChannel)
+			}
+		})
 	}
 }
