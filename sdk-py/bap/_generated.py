@@ -2727,9 +2727,11 @@ class RequestBlockedData(TypedDict):
     "redirect_not_allowed",
 ]]
     #: What was requested: the browser's resource type at the interception layer (document, script,
-    #: image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's
-    #: Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or
-    #: tunnel for a CONNECT, whose contents the proxy cannot see.
+    #: image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a
+    #: WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the
+    #: browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document,
+    #: worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose
+    #: contents the proxy cannot see.
     resource_type: NotRequired[str]
     #: Browser session identifier.
     session_id: str

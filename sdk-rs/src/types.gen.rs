@@ -5214,9 +5214,11 @@ pub struct RequestBlockedData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What was requested: the browser's resource type at the interception layer (document, script,
-    /// image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's
-    /// Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or
-    /// tunnel for a CONNECT, whose contents the proxy cannot see.
+    /// image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a
+    /// WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the
+    /// browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document,
+    /// worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose
+    /// contents the proxy cannot see.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_type: Option<String>,
     /// Browser session identifier.

@@ -4626,7 +4626,7 @@ export interface components {
              * @enum {string}
              */
             reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect" | "redirect_not_allowed";
-            /** @description What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see. */
+            /** @description What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see. */
             resource_type?: string;
             /**
              * @description Browser session identifier.
