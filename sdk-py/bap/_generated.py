@@ -1919,7 +1919,10 @@ class NavigateResponse(TypedDict):
     receipt: "Receipt"
     #: HTTP status of the main document.
     status: NotRequired[int]
-    #: Title of the new document.
+    #: Title of the new document as the browser knew it: with wait_until load, once the document was
+    #: parsed (DOMContentLoaded); otherwise when wait_until was reached (with commit, possibly
+    #: before the title was parsed). A title a script sets later may not be reflected here; observe
+    #: reads the current one.
     title: NotRequired[str]
     #: Final URL after redirects.
     url: str

@@ -3719,7 +3719,10 @@ pub struct NavigateResponse {
     /// HTTP status of the main document.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<i64>,
-    /// Title of the new document.
+    /// Title of the new document as the browser knew it: with wait_until load, once the document
+    /// was parsed (DOMContentLoaded); otherwise when wait_until was reached (with commit, possibly
+    /// before the title was parsed). A title a script sets later may not be reflected here; observe
+    /// reads the current one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     /// Final URL after redirects.

@@ -3503,7 +3503,7 @@ export interface components {
             receipt: components["schemas"]["Receipt"];
             /** @description HTTP status of the main document. */
             status?: number;
-            /** @description Title of the new document. */
+            /** @description Title of the new document as the browser knew it: with wait_until load, once the document was parsed (DOMContentLoaded); otherwise when wait_until was reached (with commit, possibly before the title was parsed). A title a script sets later may not be reflected here; observe reads the current one. */
             title?: string;
             /** @description Final URL after redirects. */
             url: string;

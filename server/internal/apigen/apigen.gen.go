@@ -3560,7 +3560,7 @@ type NavigateResponse struct {
 	// Status HTTP status of the main document.
 	Status *int `json:"status,omitempty"`
 
-	// Title Title of the new document.
+	// Title Title of the new document as the browser knew it: with wait_until load, once the document was parsed (DOMContentLoaded); otherwise when wait_until was reached (with commit, possibly before the title was parsed). A title a script sets later may not be reflected here; observe reads the current one.
 	Title *string `json:"title,omitempty"`
 
 	// Url Final URL after redirects.

@@ -636,12 +636,22 @@ func (s *Session) onFrameNavigated(tc *targetConn, fr *cdp.Frame, opened bool) {
 	}
 	s.reg.purgeFrame(t, f)
 	s.notifyLocked()
+	// A Navigate waiting on this document looks the world up itself once it has its answer: the
+	// browser answers a page session's commands in order, so a lookup sent now would hold
+	// navigate's title read back until the renderer is idle after load (docs/benchmarks.md).
+	byNavigate := isMain && t.navigating
 	s.mu.Unlock()
 	if isMain {
 		s.emit(ev)
 	}
-	// Look the new document's agent world up now, so that the next
-	// operation finds it ready.
+	if !byNavigate {
+		s.prepareWorld(t, f)
+	}
+}
+
+// prepareWorld looks the frame's agent world up in the background, so that the next operation
+// finds it ready.
+func (s *Session) prepareWorld(t *tab, f *frameState) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
