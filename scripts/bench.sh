@@ -43,6 +43,8 @@
 # BENCH_SCALE (16), BENCH_COLD seconds of the cold-start phase (10), BENCH_GO=0 skips the Go
 # benchmarks, BENCH_WIRE=0 skips the count of round trips, statements and rows per command,
 # BENCH_STREAMS=0 skips the event-delivery runs (BENCH_STREAM_DURATION, 10 s each),
+# BENCH_BROWSER_ITERS (20) and BENCH_BROWSER_COUNT (3) size the browser workflow's runs beside raw
+# chromedp (with the Go benchmarks; BENCH_GO=0 skips both),
 # BENCH_EXPERIMENTS=1 adds the diagnostic runs, BENCH_ENGINES=0 skips the engine comparison
 # (BENCH_ENGINE_ITERS iterations, 10), BENCH_HEAVY=0 skips the heavy-page observe beside Playwright
 # MCP (BENCH_HEAVY_ITERS iterations, 20), BENCH_COMPONENTS=0 skips the component scores
@@ -64,6 +66,8 @@ run_components=${BENCH_COMPONENTS:-1}
 run_engines=${BENCH_ENGINES:-1}
 engine_iters=${BENCH_ENGINE_ITERS:-10}
 run_heavy=${BENCH_HEAVY:-1}
+browser_iters=${BENCH_BROWSER_ITERS:-20}
+browser_count=${BENCH_BROWSER_COUNT:-3}
 heavy_iters=${BENCH_HEAVY_ITERS:-20}
 engine_ratio_goal=1.5
 experiments=${BENCH_EXPERIMENTS:-0}
@@ -589,10 +593,56 @@ if [[ $run_go == 1 ]]; then
 		xargs -r -n 1 dirname | sort -u | sed 's|^|./|')
 	if [[ ${#pkgs[@]} -gt 0 ]]; then
 		log "go test -bench in ${pkgs[*]}"
-		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkEngine.*)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
+		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkEngine.*|BenchmarkWorkflow|BenchmarkConcurrent)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
 	else
 		log "no Go benchmarks found"
 	fi
+fi
+
+# ---- the browser against raw chromedp ------------------------------------------------------------
+# The warm workflow (navigate → observe → fill → click → extract → screenshot) through the adapter
+# and through raw chromedp (plain, proxied, and reading the title as BAP's navigate answers it) in
+# each iteration, BENCH_BROWSER_COUNT runs of BENCH_BROWSER_ITERS iterations; then four and sixteen
+# sessions at once. Each run's ratios, and their median with the spread (issue #25 asks for ratios
+# over repeated, interleaved runs rather than one time).
+
+if [[ $run_go == 1 ]]; then
+	log "browser: warm workflow beside raw chromedp ($browser_count runs of $browser_iters) and concurrent sessions"
+	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkWorkflow$' \
+		-benchtime "${browser_iters}x" -count "$browser_count" | tee -a "$out_go" | tee "$tmp/workflow.txt"
+	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkConcurrent$' \
+		-benchtime 10x -count 2 | tee -a "$out_go" | tee "$tmp/concurrent.txt"
+	# metric NAME FILE: the values of one reported metric, one per run, in run order.
+	metric() { awk -v m="$1" '/^Benchmark/ { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }' "$2"; }
+	# spread A B: per run A/B, then "median (min–max)" over the runs.
+	spread() {
+		paste <(metric "$1" "$3") <(metric "$2" "$3") | awk '$2 > 0 { print $1 / $2 }' | sort -g |
+			awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f (%.2f–%.2f, %d runs)\n", m, v[1], v[NR], NR }'
+	}
+	median_of() { awk '{ print $1 }' <<<"$1"; }
+	nav=$(spread bap_navigate_p50_ms chromedp_navigate_p50_ms "$tmp/workflow.txt")
+	navt=$(spread bap_navigate_p50_ms chromedp_titled_navigate_p50_ms "$tmp/workflow.txt")
+	wf=$(spread bap_workflow_p50_ms chromedp_workflow_p50_ms "$tmp/workflow.txt")
+	prox=$(spread chromedp_proxied_navigate_p50_ms chromedp_navigate_p50_ms "$tmp/workflow.txt")
+	grep -h '^BenchmarkConcurrent/' "$tmp/concurrent.txt" | sed 's|^BenchmarkConcurrent/\([a-z]*\)_\([0-9]*\)-[0-9]*|\1 \2|' |
+		awk '{ for (i = 3; i < NF; i++) if ($(i+1) == "workflows/s") r[$1" "$2] = r[$1" "$2] " " $i }
+			END { for (k in r) print k r[k] }' >"$tmp/concurrent.rows"
+	conc() { # conc N: the median over runs of bap_N / chromedp_N workflows/s
+		awk -v n="$1" '$2 == n { for (i = 3; i <= NF; i++) v[$1, i-2] = $i; c = NF - 2 }
+			END { for (i = 1; i <= c; i++) if (v["chromedp", i] > 0) print v["bap", i] / v["chromedp", i] }' "$tmp/concurrent.rows" |
+			sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f (%.2f–%.2f, %d runs)\n", m, v[1], v[NR], NR }'
+	}
+	c4=$(conc 4) c16=$(conc 16)
+	le() { awk -v r="$(median_of "$1")" -v g="$2" 'BEGIN { print (r != "n/a" && r <= g) ? "true" : "false" }'; }
+	ge() { awk -v r="$(median_of "$1")" -v g="$2" 'BEGIN { print (r != "n/a" && r >= g) ? "true" : "false" }'; }
+	printf '\nbrowser against raw chromedp (median ratio of BAP to chromedp, spread over runs; load average %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+	row "navigate" "$nav" "goal ≤ 1.25 (issue #24): $(yes_no "$(le "$nav" 1.25)")"
+	row "navigate, chromedp reading the title too" "$navt" "the same work on both sides"
+	row "raw chromedp behind the egress proxy" "$prox" "what the proxy costs chromedp's navigate"
+	row "warm workflow" "$wf" "goal ≤ 1.25 (issue #24): $(yes_no "$(le "$wf" 1.25)"); ≤ 0.7 (issue #25): $(yes_no "$(le "$wf" 0.7)")"
+	row "4 sessions at once, workflows/s" "$c4" "goal ≥ 0.9 (issue #25): $(yes_no "$(ge "$c4" 0.9)")"
+	row "16 sessions at once, workflows/s" "$c16" "errors: $(metric errors "$tmp/concurrent.txt" | awk '{ s += $1 } END { print s + 0 }')"
+	echo
 fi
 
 # ---- engines: Firefox/BiDi against Chromium/CDP ------------------------------------------------
