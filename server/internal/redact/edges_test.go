@@ -86,3 +86,28 @@ func TestNewHandlerDefaultsToGlobal(t *testing.T) {
 		t.Fatal("Enabled = false at info")
 	}
 }
+
+// FuzzPatternNeeds: a pattern is skipped only for a value it cannot match — whenever a pattern
+// matches v, its need holds for v — and String masks what the patterns alone would mask.
+func FuzzPatternNeeds(f *testing.F) {
+	for _, seed := range []string{
+		"request", "/bap/v1/tasks", "create_task",
+		"Authorization: Bearer abcdefghijklmnop", "BASIC\tQWxhZGRpbjpvcGVuIHNlc2FtZQ==", "bearer\nabcdefgh12",
+		"eyJhbGciOi.eyJzdWIiOi.c2lnbmF0dXJl", "bap_cs_0123456789abcdef0123", "ory_ac_0123456789abcdef.0123456789abcdefXY",
+		"postgres://bap:hunter2@localhost/db", "host=x PASSWORD=hunter2 user=y", "client_secret=abc&x=1",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		want := v
+		for _, p := range patterns {
+			if p.re.MatchString(v) && !p.need(v) {
+				t.Fatalf("%q matches %s but its need does not hold", v, p.re)
+			}
+			want = p.re.ReplaceAllString(want, p.with)
+		}
+		if got := scrub(nil, v); got != want {
+			t.Fatalf("scrub(%q) = %q; the patterns alone give %q", v, got, want)
+		}
+	})
+}

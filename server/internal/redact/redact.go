@@ -38,24 +38,37 @@ func IsProtectedKey(key string) bool {
 	return false
 }
 
-// patterns match credentials by their shape; each is replaced by its replacement.
+// patterns match credentials by their shape; each is replaced by its replacement. need reports
+// whether a value holds what every match of the pattern contains (a literal, or white space): a
+// value without it cannot match, so the pattern is not run. Most logged values (paths, operation
+// names, ids) hold none of them, and a regexp scan costs far more than the check (every request's
+// log line went through all six; FuzzPatternNeeds checks that need never skips a match).
 var patterns = []struct {
 	re   *regexp.Regexp
 	with string
+	need func(string) bool
 }{
 	// JWS compact serialisation (JWTs, access tokens): base64url header starting with '{"'.
-	{regexp.MustCompile(`eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*`), Mask},
-	// Authorization header values.
-	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}`), Mask},
+	{regexp.MustCompile(`eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*`), Mask, contains("eyJ")},
+	// Authorization header values: the scheme and the credential are separated by white space.
+	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}`), Mask, hasSpace},
 	// BAP client secrets and opaque tokens (prefixed so that scanners find them).
-	{regexp.MustCompile(`bap_(cs|rt|ac)_[A-Za-z0-9_-]{16,}`), Mask},
+	{regexp.MustCompile(`bap_(cs|rt|ac)_[A-Za-z0-9_-]{16,}`), Mask, contains("bap_")},
 	// fosite HMAC tokens (authorization codes, refresh tokens): ory_xx_<key>.<signature>.
-	{regexp.MustCompile(`ory_(ac|rt|at)_[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`), Mask},
+	{regexp.MustCompile(`ory_(ac|rt|at)_[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}`), Mask, contains("ory_")},
 	// URL userinfo passwords: scheme://user:password@host.
-	{regexp.MustCompile(`(://[^/\s:@]+:)[^/\s@]+@`), "${1}" + Mask + "@"},
+	{regexp.MustCompile(`(://[^/\s:@]+:)[^/\s@]+@`), "${1}" + Mask + "@", contains("://")},
 	// key=value passwords (libpq connection strings, form bodies).
-	{regexp.MustCompile(`(?i)\b(password|passwd|pwd|client_secret)=[^\s&]+`), "${1}=" + Mask},
+	{regexp.MustCompile(`(?i)\b(password|passwd|pwd|client_secret)=[^\s&]+`), "${1}=" + Mask, contains("=")},
 }
+
+func contains(sub string) func(string) bool {
+	return func(v string) bool { return strings.Contains(v, sub) }
+}
+
+// hasSpace reports whether v holds a byte that \s matches (RE2's \s is ASCII: \t \n \f \r and
+// space; \v is not one of them).
+func hasSpace(v string) bool { return strings.ContainsAny(v, " \t\n\f\r") }
 
 // Secrets is a process-wide set of exact strings to redact wherever they appear (a client secret
 // just printed by the CLI, a password read from stdin). Safe for concurrent use.
@@ -104,7 +117,9 @@ func String(v string) string {
 func scrub(s *Secrets, v string) string {
 	v = s.scrub(v)
 	for _, p := range patterns {
-		v = p.re.ReplaceAllString(v, p.with)
+		if p.need(v) {
+			v = p.re.ReplaceAllString(v, p.with)
+		}
 	}
 	return v
 }
