@@ -20,6 +20,7 @@ import (
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/events"
 	"github.com/originweave/bap/server/internal/pgtest"
+	"github.com/originweave/bap/server/internal/serverkey"
 	"github.com/originweave/bap/server/internal/store"
 )
 
@@ -134,15 +135,25 @@ func countedService(t *testing.T, w *wireCount) (*app.Service, *pgxpool.Pool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st := store.New(pool, store.Options{Outbox: events.NewOutbox()})
-	if err := st.RegisterNode(t.Context(), app.NodeInfo{ID: "node_count", SoftwareVersion: "test"}); err != nil {
+	if err := store.New(pool).RegisterNode(t.Context(), app.NodeInfo{ID: "node_count", SoftwareVersion: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := app.NewService(st, app.Config{NodeID: "node_count", Logger: slog.New(slog.DiscardHandler)})
+	return serviceOn(t, pool), pool
+}
+
+// countKey is the server key of the counted services: services on one pool share fingerprints.
+var countKey = serverkey.Ephemeral()
+
+// serviceOn is a service as the daemon builds it on pool. Each has its own memory of the keys it
+// answered (a second one on the same pool answers like another node, or this one after a restart).
+func serviceOn(t *testing.T, pool *pgxpool.Pool) *app.Service {
+	t.Helper()
+	svc, err := app.NewService(store.New(pool, store.Options{Outbox: events.NewOutbox()}),
+		app.Config{NodeID: "node_count", Logger: slog.New(slog.DiscardHandler), ServerKey: countKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return svc, pool
+	return svc
 }
 
 // commandCost is what one command cost on the wire.
@@ -161,7 +172,8 @@ type commandCost struct {
 // prints them beside its timings).
 func TestCommandWireCost(t *testing.T) {
 	w := &wireCount{}
-	svc, _ := countedService(t, w)
+	svc, pool := countedService(t, w)
+	restarted := serviceOn(t, pool) // answered none of the keys: a replay takes the command's path
 	actor := app.Actor{Tenant: "local", Subject: "operator:local"}
 	body := []byte(`{"goal":"order the cart on the shop","policy":{"allowed_origins":["https://shop.example.com"]}}`)
 	fp, err := svc.Fingerprints().Fingerprint("create_task", nil, body)
@@ -170,7 +182,7 @@ func TestCommandWireCost(t *testing.T) {
 	}
 	in := app.CreateTaskInput{Goal: "order the cart on the shop", Policy: app.PolicySpec{AllowedOrigins: []string{"https://shop.example.com"}}}
 	n := 0
-	create := func(key string) (*app.Task, app.Response) {
+	createOn := func(svc *app.Service, key string) (*app.Task, app.Response) {
 		t.Helper()
 		rec := &recorder[*app.TaskResult]{}
 		resp, err := svc.CreateTask(t.Context(), app.Call{Actor: actor, Operation: "create_task", IdempotencyKey: key, Fingerprint: fp}, in, rec)
@@ -182,6 +194,10 @@ func TestCommandWireCost(t *testing.T) {
 			return nil, resp
 		}
 		return res.Task, resp
+	}
+	create := func(key string) (*app.Task, app.Response) {
+		t.Helper()
+		return createOn(svc, key)
 	}
 	measure := func(op string, run func()) commandCost {
 		t.Helper()
@@ -204,7 +220,19 @@ func TestCommandWireCost(t *testing.T) {
 				create("count-replayed") // the answer replayed below
 				replayed = true
 			}
-			create("count-replayed")
+			if _, resp := create("count-replayed"); !resp.Replayed {
+				t.Fatal("the retry was not answered as a replay")
+			}
+		}),
+		measure("create_task (replay, not answered here)", func() {
+			n++
+			key := fmt.Sprintf("count-%d", n)
+			create(key) // answered by svc; restarted has not seen it
+			createOn(restarted, fmt.Sprintf("count-warm-%d", n))
+			w.reset() // only the replay
+			if _, resp := createOn(restarted, key); !resp.Replayed {
+				t.Fatal("the retry was not answered as a replay")
+			}
 		}),
 		measure("cancel_task", func() {
 			n++
@@ -218,15 +246,18 @@ func TestCommandWireCost(t *testing.T) {
 		}),
 	}
 	// Before ADR 0027: create_task 4 round trips, 14 statements, 12 rows; its replay 4, 4, 0;
-	// cancel_task 12, 19, 11.
+	// cancel_task 12, 19, 11. After it, before the answered keys (answered.go): the replay 9, 7, 0.
 	bounds := map[string]commandCost{
 		// BEGIN, the completed idempotency record, task, history (one INSERT), origin, command,
 		// receipt, authorisation decision, outbox message, COMMIT: one pipeline.
 		"create_task": {RoundTrips: 1, Statements: 10, Rows: 11},
-		// The queued claim finds the key taken (its pipeline, ROLLBACK), then claim, read and
-		// COMMIT; pgx forgets the prepared statements of a failed pipeline, so they are prepared
-		// again (DEALLOCATE, then one prepare per pipeline).
-		"create_task (replay)": {RoundTrips: 9, Statements: 7, Rows: 0},
+		// This process answered the key: its record, one read (was 9 round trips, 7 statements).
+		"create_task (replay)": {RoundTrips: 1, Statements: 1, Rows: 0},
+		// Another node (or this one before a restart) answered it: the queued claim finds the key
+		// taken (its pipeline; ROLLBACK), then the record is read before BEGIN (was claim, read and
+		// COMMIT). pgx forgets the prepared statements of a failed pipeline: the next command on
+		// that connection prepares its own again (one more round trip), not counted here.
+		"create_task (replay, not answered here)": {RoundTrips: 4, Statements: 4, Rows: 0},
 		// Two transactions (two-phase): claim with the task lock, then the writes with COMMIT;
 		// the command lock, the task lock, the pending approvals, then the writes with COMMIT.
 		"cancel_task": {RoundTrips: 6, Statements: 19, Rows: 11},
@@ -314,5 +345,37 @@ func TestAFailedPipelineLeavesNothing(t *testing.T) {
 	resp, err := svc.CreateTask(t.Context(), call, app.CreateTaskInput{Goal: "short"}, &recorder[*app.TaskResult]{})
 	if err != nil || resp.Replayed {
 		t.Fatalf("the corrected request with the same key: %+v, %v; want a fresh answer", resp, err)
+	}
+}
+
+// TestAnsweredKeyIsOnlyAHint: a key this process answered is replayed from its record, but the
+// record decides: once it is purged the same key runs the command again (a new task), and the
+// same key with another body is refused as reused, as on the command's path.
+func TestAnsweredKeyIsOnlyAHint(t *testing.T) {
+	b := setup(t)
+	call := b.call(t, "create_task", nil, map[string]any{"goal": "buy milk"}, "answered-hint")
+	in := app.CreateTaskInput{Goal: "buy milk"}
+	firstRec := &recorder[*app.TaskResult]{}
+	first, err := b.svc.CreateTask(t.Context(), call, in, firstRec)
+	if err != nil || first.Replayed || firstRec.result == nil {
+		t.Fatalf("first create_task: %+v, %v", first, err)
+	}
+	again, err := b.svc.CreateTask(t.Context(), call, in, &recorder[*app.TaskResult]{})
+	if err != nil || !again.Replayed || string(again.Body) != string(first.Body) {
+		t.Fatalf("retry: %+v, %v; want the replay of %s", again, err, first.Body)
+	}
+	other := b.call(t, "create_task", nil, map[string]any{"goal": "buy bread"}, "answered-hint")
+	if _, err := b.svc.CreateTask(t.Context(), other, app.CreateTaskInput{Goal: "buy bread"}, &recorder[*app.TaskResult]{}); app.AsError(err) == nil ||
+		app.AsError(err).Code != app.CodeIdempotencyKeyReused {
+		t.Fatalf("the key with another body: %v; want idempotency_key_reused", err)
+	}
+	b.advance(25 * time.Hour) // past the record's retention
+	if n, err := b.svc.PurgeIdempotency(t.Context()); err != nil || n != 1 {
+		t.Fatalf("purge: %d, %v; want the one record", n, err)
+	}
+	rec := &recorder[*app.TaskResult]{}
+	fresh, err := b.svc.CreateTask(t.Context(), call, in, rec)
+	if err != nil || fresh.Replayed || rec.result == nil || rec.result.Task.ID == firstRec.result.Task.ID {
+		t.Fatalf("the purged key: %+v, %v; want the command to run again", fresh, err)
 	}
 }

@@ -130,6 +130,8 @@ type Service struct {
 	sessions admission.Reservations
 
 	keys keyring // what the server key derives (keys.go)
+
+	answered answeredKeys // the keys whose first response this process recorded (answered.go)
 }
 
 // NewService builds a Service over store.
@@ -139,7 +141,7 @@ func NewService(store Store, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return &Service{store: store, cfg: cfg, browserEvents: make(chan browserEvent, 4096),
-		endedTasks: make(chan struct{}, 1), keys: newKeyring(cfg.ServerKey)}, nil
+		endedTasks: make(chan struct{}, 1), keys: newKeyring(cfg.ServerKey), answered: newAnsweredKeys()}, nil
 }
 
 // Call is one mutating request as a transport received it, after authentication and validation.
@@ -216,6 +218,10 @@ func runCommand[R any](ctx context.Context, s *Service, call Call, r Responder[R
 	exec func(ctx context.Context, tx Tx, cmd *Command) (R, *refusal, error),
 ) (Response, error) {
 	ctx, sp := s.startCommand(ctx, call, "")
+	if resp, ok, err := s.replayAnswered(ctx, call); ok || err != nil { // a retry: one read (answered.go)
+		endCommand(sp, nil, resp, err)
+		return resp, err
+	}
 	var resp Response
 	var cmd *Command
 	err := s.store.InTx(ctx, func(tx Tx) error {
@@ -241,6 +247,7 @@ func runCommand[R any](ctx context.Context, s *Service, call Call, r Responder[R
 		return tx.CompleteIdempotency(ctx, call.Actor.Tenant, call.IdempotencyKey, resp.Status, resp.Body)
 	})
 	endCommand(sp, cmd, resp, err)
+	s.noteAnswered(call, resp, err)
 	return resp, err
 }
 

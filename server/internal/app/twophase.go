@@ -42,11 +42,15 @@ type twoPhase[P, O, R any] struct {
 // first delivery's node is dead has that command classified at once and answers the
 // classification (inbox.go). (A function, not a method: Go methods take no type parameters.)
 func runTwoPhase[P, O, R any](ctx context.Context, s *Service, call Call, taskID string, r Responder[R], op twoPhase[P, O, R]) (Response, error) {
+	if resp, ok, err := s.replayAnswered(ctx, call); ok || err != nil { // a retry: one read (answered.go)
+		return resp, err
+	}
 	var settled firstDeliverySettled
 	for {
 		resp, err := runTwoPhaseOnce(ctx, s, call, taskID, r, op)
 		again, err := s.awaitFirstDelivery(ctx, err, &settled)
 		if !again {
+			s.noteAnswered(call, resp, err)
 			return resp, err
 		}
 	}

@@ -27,6 +27,20 @@ func (t *pgTx) ClaimIdempotency(ctx context.Context, c app.IdempotencyClaim) (*a
 		t.claim = &queuedClaim{c: c}
 		return nil, true, nil
 	}
+	if !t.begun && t.batch.Len() == 0 && len(t.newTasks) == 0 && len(t.pendingEvents) == 0 {
+		// Claimed first after the queued claim found the key taken (or the command failed before
+		// sending it): the key is most likely recorded, so its record is read first, before BEGIN.
+		// A committed record answers at once (a replay, 409 or 422, decided by the caller) and
+		// the transaction sends nothing more; a key with no committed record is claimed below,
+		// where the INSERT waits for a concurrent first request that holds the key.
+		ex, err := readIdempotency(ctx, t.conn, c.Tenant, c.Key)
+		if err == nil {
+			return ex, false, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, fmt.Errorf("reading claimed key: %w", err)
+		}
+	}
 	q, err := t.q(ctx)
 	if err != nil {
 		return nil, false, err
