@@ -67,8 +67,11 @@ func BenchmarkCreateTaskHTTP(b *testing.B) {
 			b.Fatalf("create_task answered %d: %s", w.Code, w.Body)
 		}
 	}
-	// Warm up, then analyse (docs/benchmarks.md, "Cold start").
-	for range 200 {
+	// Warm up, then analyse (docs/benchmarks.md, "Cold start"). 1,000 tasks, not fewer: analysed
+	// at a few pages, agent_task's foreign-key checks get a sequential-scan generic plan, which every
+	// pooled connection keeps until the next ANALYZE while the table grows (benchmarks.md, "bap's
+	// own CPU per create_task").
+	for range 1000 {
 		post(fmt.Sprintf("bench-%d", keys.Add(1)))
 	}
 	if _, err := db.Exec(ctx, "ANALYZE"); err != nil {

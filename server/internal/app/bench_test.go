@@ -78,8 +78,11 @@ func BenchmarkCreateTask(b *testing.B) {
 		return err
 	}
 	// Warm up, then analyse, as a running server's autovacuum soon would: on never-analysed tables
-	// PostgreSQL caches plans made for an empty table (docs/benchmarks.md, "Cold start").
-	for range 200 {
+	// PostgreSQL caches plans made for an empty table (docs/benchmarks.md, "Cold start"). 1,000
+	// tasks, not fewer: analysed at a few pages, agent_task's foreign-key checks get a
+	// sequential-scan generic plan that the pool keeps while the table grows (benchmarks.md, "bap's
+	// own CPU per create_task").
+	for range 1000 {
 		if err := create(b.Context(), bn.svc); err != nil {
 			b.Fatal(err)
 		}
