@@ -73,8 +73,13 @@ func setupWith(t testing.TB, cacheTTL, ttl time.Duration, limiter api.Limiter, c
 	b.http = httptest.NewServer(mux)
 	t.Cleanup(b.http.Close)
 	b.base = b.http.URL
+	// The rate limits' clock stands still but for advance: a count of attempts against a burst
+	// never sees a token refilled because the machine was slow.
+	limitEpoch := time.Now()
 	b.srv, err = New(ctx, Config{Pool: b.pool, ServerKey: b.key, Issuer: b.base, Resource: b.base, AccessTokenTTL: ttl,
-		Now: func() time.Time { return time.Now().Add(time.Duration(b.skew.Load())) }, RevocationCacheTTL: cacheTTL})
+		Now:                func() time.Time { return time.Now().Add(time.Duration(b.skew.Load())) },
+		LimitNow:           func() time.Time { return limitEpoch.Add(time.Duration(b.skew.Load())) },
+		RevocationCacheTTL: cacheTTL})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,6 +76,11 @@ type Config struct {
 	Logger        *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// LimitNow is the rate limits' clock (tests); default Now. A test that counts attempts against
+	// a burst runs its limits on a clock that moves only when the test says, so that how fast the
+	// machine hashes passwords never refills a token mid-count; fosite's token stamps still need
+	// the real clock (Now).
+	LimitNow func() time.Time
 }
 
 func (c *Config) setDefaults() {
@@ -105,6 +110,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.LimitNow == nil {
+		c.LimitNow = c.Now
 	}
 	c.Issuer = strings.TrimSuffix(c.Issuer, "/")
 	c.Resource = CanonicalResource(c.Resource)
@@ -188,12 +196,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		store:  &storage{pool: cfg.Pool, resource: cfg.Resource, now: cfg.Now},
 		audit:  NewAudit(cfg.Pool, cfg.Logger),
 		active: newActiveCache(cfg.RevocationCacheTTL, cfg.Now),
-		// The limits run on the server's clock: a test's frozen clock makes them independent of
-		// how fast the machine hashes passwords (under -race a burst of sign-ins used to outlast
-		// the window).
-		tokenLimit:    ratelimit.New(cfg.TokenRate, cfg.TokenBurst).WithClock(cfg.Now),
-		failureLimit:  ratelimit.New(cfg.FailureRate, cfg.FailureBurst).WithClock(cfg.Now),
-		signInIPLimit: ratelimit.New(cfg.SignInIPRate, cfg.SignInIPBurst).WithClock(cfg.Now),
+		// The limits run on their own clock (Config.LimitNow): a test's frozen one makes them
+		// independent of how fast the machine hashes passwords (under -race a burst of sign-ins
+		// outlasted the window).
+		tokenLimit:    ratelimit.New(cfg.TokenRate, cfg.TokenBurst).WithClock(cfg.LimitNow),
+		failureLimit:  ratelimit.New(cfg.FailureRate, cfg.FailureBurst).WithClock(cfg.LimitNow),
+		signInIPLimit: ratelimit.New(cfg.SignInIPRate, cfg.SignInIPBurst).WithClock(cfg.LimitNow),
 		stop:          make(chan struct{}),
 	}
 	s.store.revoked = s.active.clear
