@@ -480,6 +480,10 @@ yes_no() {
 	[[ ${noisy:-false} == true ]] && v="$v (noisy run)"
 	echo "$v"
 }
+# at_most V GOAL / at_least V GOAL: "true" when the number that V starts with meets the goal
+# ("false" when V is not a number, such as n/a).
+at_most() { awk -v r="${1%% *}" -v g="$2" 'BEGIN { print (r ~ /^[0-9.]+$/ && r + 0 <= g) ? "true" : "false" }'; }
+at_least() { awk -v r="${1%% *}" -v g="$2" 'BEGIN { print (r ~ /^[0-9.]+$/ && r + 0 >= g) ? "true" : "false" }'; }
 # CPU per operation, from the "cpu_per_op" objects (the last "total_ms" and "postgres_ms" of each line).
 pgb_cpu=$(jget "$pgbench_main" total_ms)
 bap_cpu=$(jget "$bap_main" total_ms)
@@ -614,12 +618,12 @@ if [[ $run_go == 1 ]]; then
 		-benchtime 10x -count 2 | tee -a "$out_go" | tee "$tmp/concurrent.txt"
 	# metric NAME FILE: the values of one reported metric, one per run, in run order.
 	metric() { awk -v m="$1" '/^Benchmark/ { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }' "$2"; }
-	# spread A B: per run A/B, then "median (min–max)" over the runs.
-	spread() {
-		paste <(metric "$1" "$3") <(metric "$2" "$3") | awk '$2 > 0 { print $1 / $2 }' | sort -g |
-			awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f (%.2f–%.2f, %d runs)\n", m, v[1], v[NR], NR }'
+	# median_spread: the numbers on stdin as "median (min–max, N runs)", or n/a when there are none.
+	median_spread() {
+		sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f (%.2f–%.2f, %d runs)\n", m, v[1], v[NR], NR }'
 	}
-	median_of() { awk '{ print $1 }' <<<"$1"; }
+	# spread A B FILE: per run A/B, as median_spread.
+	spread() { paste <(metric "$1" "$3") <(metric "$2" "$3") | awk '$2 > 0 { print $1 / $2 }' | median_spread; }
 	nav=$(spread bap_navigate_p50_ms chromedp_navigate_p50_ms "$tmp/workflow.txt")
 	navt=$(spread bap_navigate_p50_ms chromedp_titled_navigate_p50_ms "$tmp/workflow.txt")
 	wf=$(spread bap_workflow_p50_ms chromedp_workflow_p50_ms "$tmp/workflow.txt")
@@ -630,17 +634,15 @@ if [[ $run_go == 1 ]]; then
 	conc() { # conc N: the median over runs of bap_N / chromedp_N workflows/s
 		awk -v n="$1" '$2 == n { for (i = 3; i <= NF; i++) v[$1, i-2] = $i; c = NF - 2 }
 			END { for (i = 1; i <= c; i++) if (v["chromedp", i] > 0) print v["bap", i] / v["chromedp", i] }' "$tmp/concurrent.rows" |
-			sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f (%.2f–%.2f, %d runs)\n", m, v[1], v[NR], NR }'
+			median_spread
 	}
 	c4=$(conc 4) c16=$(conc 16)
-	le() { awk -v r="$(median_of "$1")" -v g="$2" 'BEGIN { print (r != "n/a" && r <= g) ? "true" : "false" }'; }
-	ge() { awk -v r="$(median_of "$1")" -v g="$2" 'BEGIN { print (r != "n/a" && r >= g) ? "true" : "false" }'; }
 	printf '\nbrowser against raw chromedp (median ratio of BAP to chromedp, spread over runs; load average %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-	row "navigate" "$nav" "goal ≤ 1.25 (issue #24): $(yes_no "$(le "$nav" 1.25)")"
+	row "navigate" "$nav" "goal ≤ 1.25 (issue #24): $(yes_no "$(at_most "$nav" 1.25)")"
 	row "navigate, chromedp reading the title too" "$navt" "the same work on both sides"
 	row "raw chromedp behind the egress proxy" "$prox" "what the proxy costs chromedp's navigate"
-	row "warm workflow" "$wf" "goal ≤ 1.25 (issue #24): $(yes_no "$(le "$wf" 1.25)"); ≤ 0.7 (issue #25): $(yes_no "$(le "$wf" 0.7)")"
-	row "4 sessions at once, workflows/s" "$c4" "goal ≥ 0.9 (issue #25): $(yes_no "$(ge "$c4" 0.9)")"
+	row "warm workflow" "$wf" "goal ≤ 1.25 (issue #24): $(yes_no "$(at_most "$wf" 1.25)"); ≤ 0.7 (issue #25): $(yes_no "$(at_most "$wf" 0.7)")"
+	row "4 sessions at once, workflows/s" "$c4" "goal ≥ 0.9 (issue #25): $(yes_no "$(at_least "$c4" 0.9)")"
 	row "16 sessions at once, workflows/s" "$c16" "errors: $(metric errors "$tmp/concurrent.txt" | awk '{ s += $1 } END { print s + 0 }')"
 	echo
 fi
@@ -685,11 +687,11 @@ if [[ $run_heavy == 1 ]]; then
 		-bench '^BenchmarkHeavyObserve$' -benchtime "${heavy_iters}x" -count 1 | tee -a "$out_go"
 	[[ -s $out_heavy ]] || die "the heavy-page benchmark wrote no results ($out_heavy)"
 	h=$(tr -d ' \n' <"$out_heavy")
-	hget() { sed -n "s/.*\"$1\":\([-0-9.e+]*\).*/\1/p" <<<"$h"; }
+	hget() { jget "$h" "$1"; }
 	hb=$(awk -v r="$(hget bytes_ratio)" 'BEGIN { printf "%.3f", r }') ht=$(awk -v r="$(hget time_ratio)" 'BEGIN { printf "%.3f", r }')
 	printf '\nheavy-page observe beside Playwright MCP (%s iterations, load average %s)\n' "$heavy_iters" "$(cut -d' ' -f1-3 /proc/loadavg)"
-	row "bytes: BAP / Playwright MCP" "$(hget bap_bytes) / $(hget pwmcp_bytes)" "ratio $hb, goal ≤ 0.5: $(yes_no "$(awk -v r="$hb" 'BEGIN { print (r <= 0.5) ? "true" : "false" }')")"
-	row "p50 ms: BAP / Playwright MCP" "$(hget bap_p50_ms) / $(hget pwmcp_p50_ms)" "ratio $ht, goal ≤ 0.15: $(yes_no "$(awk -v r="$ht" 'BEGIN { print (r <= 0.15) ? "true" : "false" }')")"
+	row "bytes: BAP / Playwright MCP" "$(hget bap_bytes) / $(hget pwmcp_bytes)" "ratio $hb, goal ≤ 0.5: $(yes_no "$(at_most "$hb" 0.5)")"
+	row "p50 ms: BAP / Playwright MCP" "$(hget bap_p50_ms) / $(hget pwmcp_p50_ms)" "ratio $ht, goal ≤ 0.15: $(yes_no "$(at_most "$ht" 0.15)")"
 	row "addressable: BAP handles / interactive" "$(hget bap_handles) / $(hget interactive_elements)" "Playwright refs $(hget pwmcp_refs)"
 	printf '  results: %s\n\n' "$out_heavy"
 fi
