@@ -137,30 +137,27 @@ func (s *Session) Navigate(ctx context.Context, req NavigateRequest) (*NavigateR
 		// A same-document navigation (fragment): no new document, no new epoch.
 		return s.navResult(ctx, t)
 	}
-	reached := func(name string) func() bool {
-		return func() bool {
-			if t.closed {
-				return true
-			}
-			if t.blocked != blocked0 && t.commits == commits0 {
-				return true
-			}
-			m := t.main
-			return m.loader == res.LoaderID && (name == lifecycleCommit || m.life[res.LoaderID][name])
+	// reached reports (under s.mu) whether the new document reached the lifecycle event name, or
+	// the wait is over otherwise (the tab closed, the document was refused).
+	reached := func(name string) bool {
+		if t.closed || (t.blocked != blocked0 && t.commits == commits0) {
+			return true
 		}
+		m := t.main
+		return m.loader == res.LoaderID && (name == lifecycleCommit || m.life[res.LoaderID][name])
 	}
 	// Waiting for load, the title is asked for as the document is parsed (DOMContentLoaded): the
 	// browser process answers a call made right after load 8-23 ms late (docs/benchmarks.md),
 	// one made before it in the meantime.
 	var history *future
 	if life == "load" {
-		err = s.waitFor(ctx, func() bool { return reached("DOMContentLoaded")() || reached(life)() })
+		err = s.waitFor(ctx, func() bool { return reached("DOMContentLoaded") || reached(life) })
 		if err == nil {
 			history = start(ctx, t.page.sess, page.GetNavigationHistory, cdp.Empty{})
 		}
 	}
 	if err == nil {
-		err = s.waitFor(ctx, reached(life))
+		err = s.waitFor(ctx, func() bool { return reached(life) })
 	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
