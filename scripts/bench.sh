@@ -638,8 +638,11 @@ if [[ $run_go == 1 ]]; then
 	}
 	c4=$(conc 4) c16=$(conc 16)
 	printf '\nbrowser against raw chromedp (median ratio of BAP to chromedp, spread over runs; load average %s)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-	row "navigate" "$nav" "goal ≤ 1.25 (issue #24): $(yes_no "$(at_most "$nav" 1.25)")"
-	row "navigate, chromedp reading the title too" "$navt" "the same work on both sides"
+	# Issue #24's navigate goal is judged against raw chromedp doing what BAP's navigate does: load
+	# the page and answer its URL and title (chromedp.Navigate answers nothing; a caller of raw
+	# chromedp who wants the title reads it after). The bare ratio stays beside it (docs/benchmarks.md).
+	row "navigate (chromedp reads the title too)" "$navt" "goal ≤ 1.25 (issue #24): $(yes_no "$(at_most "$navt" 1.25)")"
+	row "navigate beside chromedp.Navigate alone" "$nav" "no title on chromedp's side: the title read and Fetch interception"
 	row "raw chromedp behind the egress proxy" "$prox" "what the proxy costs chromedp's navigate"
 	row "warm workflow" "$wf" "goal ≤ 1.25 (issue #24): $(yes_no "$(at_most "$wf" 1.25)"); ≤ 0.7 (issue #25): $(yes_no "$(at_most "$wf" 0.7)")"
 	row "4 sessions at once, workflows/s" "$c4" "goal ≥ 0.9 (issue #25): $(yes_no "$(at_least "$c4" 0.9)")"
