@@ -645,6 +645,14 @@ if [[ $run_go == 1 ]]; then
 	row "navigate beside chromedp.Navigate alone" "$nav" "no title on chromedp's side: the title read and Fetch interception"
 	row "raw chromedp behind the egress proxy" "$prox" "what the proxy costs chromedp's navigate"
 	row "warm workflow" "$wf" "goal ≤ 1.25 (issue #24): $(yes_no "$(at_most "$wf" 1.25)"); ≤ 0.7 (issue #25): $(yes_no "$(at_most "$wf" 0.7)")"
+	row "raw-CDP floor's workflow / chromedp's" "$(spread cdp_floor_workflow_p50_ms chromedp_workflow_p50_ms "$tmp/workflow.txt")" "the least any CDP client waits (floorWorkflow): issue #25's 0.7 against it"
+	row "warm workflow / the raw-CDP floor" "$(spread bap_workflow_p50_ms cdp_floor_workflow_p50_ms "$tmp/workflow.txt")" "what BAP adds to the browser's own time"
+	# Each step's p50 (ms), the median over the runs, beside raw chromedp's and the floor's.
+	med() { metric "$1" "$tmp/workflow.txt" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } printf "%.1f\n", (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
+	printf '  %-12s %10s %10s %10s   (p50 ms, median over runs)\n' step BAP chromedp floor
+	for step in navigate observe fill click extract screenshot workflow; do
+		printf '  %-12s %10s %10s %10s\n' "$step" "$(med "bap_${step}_p50_ms")" "$(med "chromedp_${step}_p50_ms")" "$(med "cdp_floor_${step}_p50_ms")"
+	done
 	row "4 sessions at once, workflows/s" "$c4" "goal ≥ 0.9 (issue #25): $(yes_no "$(at_least "$c4" 0.9)")"
 	row "16 sessions at once, workflows/s" "$c16" "errors: $(metric errors "$tmp/concurrent.txt" | awk '{ s += $1 } END { print s + 0 }')"
 	echo
