@@ -98,6 +98,18 @@ func Dial(ctx context.Context, url string, log *slog.Logger) (*Conn, error) {
 // Done is closed when the connection has stopped reading (closed, or the remote end went away).
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
+// Err tells why the connection stopped reading once Done is closed, and nil before.
+func (c *Conn) Err() error {
+	select {
+	case <-c.done:
+	default:
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readErr
+}
+
 // Close closes the connection and waits for its reader to stop. Calls still waiting fail with
 // ErrClosed. Closing a connection the remote end already closed is not an error.
 func (c *Conn) Close() error {

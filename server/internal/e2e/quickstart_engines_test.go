@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -26,7 +27,10 @@ func sharedFirefox(t *testing.T) *firefox.Driver {
 	firefoxOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		firefoxDrv, firefoxErr = firefox.Start(ctx, firefox.Config{Binary: os.Getenv("BAP_FIREFOX"), MaxSessions: 16})
+		// Its warnings and errors (Firefox going away, and why) go to the test binary's output,
+		// which go test shows when the package fails.
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		firefoxDrv, firefoxErr = firefox.Start(ctx, firefox.Config{Binary: os.Getenv("BAP_FIREFOX"), MaxSessions: 16, Logger: log})
 	})
 	if firefoxErr != nil {
 		t.Fatalf("starting Firefox: %v", firefoxErr)

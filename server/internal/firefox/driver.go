@@ -329,7 +329,7 @@ func (d *Driver) watch(life context.Context, b *Browser, e *Engine) {
 	if closing {
 		return
 	}
-	d.log.Error("firefox went away: its sessions are lost")
+	d.log.Error("firefox went away: its sessions are lost", goneCause(b, e)...)
 	for _, s := range list {
 		s.mu.Lock()
 		was := s.lost || s.closed
@@ -347,6 +347,22 @@ func (d *Driver) watch(life context.Context, b *Browser, e *Engine) {
 	_ = e.c.Close()
 	_ = b.Close()
 	d.restart(life)
+}
+
+// goneCause says, for the operator's log, which end went first: the process (with its exit
+// status: a signal names a crash or the OOM killer) or the BiDi connection (with its error). It
+// names no page, URL or browser output, which may carry what a page holds.
+func goneCause(b *Browser, e *Engine) []any {
+	select {
+	case <-b.Exited():
+		status := "exit status 0"
+		if b.waitErr != nil {
+			status = b.waitErr.Error()
+		}
+		return []any{"cause", "process exited", "pid", b.cmd.Process.Pid, "status", status}
+	default:
+		return []any{"cause", "connection closed", "pid", b.cmd.Process.Pid, "err", e.c.Err()}
+	}
 }
 
 // restart starts a new Firefox, retrying with a growing delay until it runs or the driver closes.

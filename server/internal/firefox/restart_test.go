@@ -3,6 +3,10 @@ package firefox
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +25,8 @@ import (
 func TestDriverRestartsAfterCrash(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	d, err := Start(ctx, Config{MaxSessions: 2})
+	logs := &lockedLog{}
+	d, err := Start(ctx, Config{MaxSessions: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,4 +104,34 @@ func TestDriverRestartsAfterCrash(t *testing.T) {
 	if product, _ := d.Version(); product == "" {
 		t.Fatal("no version after the restart")
 	}
+	// The operator's log says which end went first, and how the process ended when it did.
+	gone := ""
+	for line := range strings.Lines(logs.String()) {
+		if strings.Contains(line, "firefox went away") {
+			gone = line
+		}
+	}
+	if !strings.Contains(gone, fmt.Sprintf("pid=%d", old.cmd.Process.Pid)) ||
+		!strings.Contains(gone, `cause="process exited"`) && !strings.Contains(gone, `cause="connection closed"`) ||
+		strings.Contains(gone, `cause="process exited"`) && !strings.Contains(gone, `status="signal: killed"`) {
+		t.Fatalf("the log line of the crash: %q", gone)
+	}
+}
+
+// lockedLog is a log destination that tests read while the driver writes.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
