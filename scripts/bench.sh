@@ -597,7 +597,7 @@ if [[ $run_go == 1 ]]; then
 		xargs -r -n 1 dirname | sort -u | sed 's|^|./|')
 	if [[ ${#pkgs[@]} -gt 0 ]]; then
 		log "go test -bench in ${pkgs[*]}"
-		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkEngine.*|BenchmarkWorkflow|BenchmarkConcurrent|BenchmarkExtractTable)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
+		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkEngine.*|BenchmarkWorkflow|BenchmarkConcurrent|BenchmarkExtractTable|BenchmarkOpenSession|BenchmarkNavigateInterception|BenchmarkNavigateSplit)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
 	else
 		log "no Go benchmarks found"
 	fi
@@ -618,6 +618,10 @@ if [[ $run_go == 1 ]]; then
 		-benchtime 10x -count 2 | tee -a "$out_go" | tee "$tmp/concurrent.txt"
 	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkExtractTable$' \
 		-benchtime 30x -count 3 | tee -a "$out_go" | tee "$tmp/extract.txt"
+	# A fixed count: the warm open takes 0.05 ms and each iteration waits outside the timer for
+	# the pool to refill, so a benchtime in seconds would loop for tens of minutes.
+	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkOpenSession$' \
+		-benchtime 20x -count 1 | tee -a "$out_go" | tee "$tmp/open.txt"
 	# metric NAME FILE: the values of one reported metric, one per run, in run order.
 	metric() { awk -v m="$1" '/^Benchmark/ { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }' "$2"; }
 	# median_spread: the numbers on stdin as "median (min–max, N runs)", or n/a when there are none.
@@ -662,6 +666,9 @@ if [[ $run_go == 1 ]]; then
 	xt_ok=$(at_most "$xt" 1.25)
 	[[ $xt_ok == true ]] || xt_ok=$(awk -v d="$xt_slack" 'BEGIN { print (d ~ /^-?[0-9.]+$/ && d + 0 <= 10) ? "true" : "false" }')
 	row "extract of a 50-row table" "$xt" "BAP − chromedp ${xt_slack} ms; goal ≤ 1.25× or within 10 ms (issue #25): $(yes_no "$xt_ok")"
+	ow=$(awk '/^BenchmarkOpenSession\/bap_warm/ { for (i = 2; i < NF; i++) if ($(i+1) == "open_p50_ms") print $i }' "$tmp/open.txt")
+	of=$(awk '/^BenchmarkOpenSession\/chromedp_fresh/ { for (i = 2; i < NF; i++) if ($(i+1) == "open_p50_ms") print $i }' "$tmp/open.txt")
+	row "create_browser_session (warm) p50, ms" "${ow:-n/a}" "a fresh chromedp context and tab: ${of:-n/a} ms"
 	row "4 sessions at once, workflows/s" "$c4" "goal ≥ 0.9 (issue #25): $(yes_no "$(at_least "$c4" 0.9)")"
 	row "16 sessions at once, workflows/s" "$c16" "errors: $(metric errors "$tmp/concurrent.txt" | awk '{ s += $1 } END { print s + 0 }')"
 	echo
