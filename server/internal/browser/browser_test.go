@@ -2,11 +2,14 @@ package browser
 
 import (
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 )
 
 func TestCheckoutFlow(t *testing.T) {
@@ -263,5 +266,55 @@ func TestFrameHandlesGoStaleWithTheirFrame(t *testing.T) {
 	}
 	if _, _, err := b.s.ClassifyAction(tctx(t), ActRequest{Action: ActionClick, NodeID: top.NodeID}); err != nil {
 		t.Fatalf("top handle went stale with the frame: %v", err)
+	}
+}
+
+// A link's URL in an observation is relative to the page when it stays on the page's origin, and
+// whole otherwise — also when only a prefix matches (another port of the host, a userinfo, a
+// longer host name).
+func TestObservedLinkURLs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.navigate("/bench.html")
+	a, err := url.Parse(fx.A)
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]string{
+		"same":     fx.A + "/thanks.html?p=1#top",
+		"root":     fx.A,
+		"other":    fx.B + "/x",
+		"port":     fx.A + "0/x", // the port with one more digit: a prefix of the origin, not it
+		"userinfo": "http://user@" + a.Host + "/x",
+		"longer":   "http://" + a.Hostname() + ".example:" + a.Port() + "/x",
+		"protocol": "//" + a.Host + "/y",
+		"dotdot":   "../z",
+	}
+	want := map[string]string{
+		"same": "/thanks.html?p=1#top", "root": "/", "other": fx.B + "/x", "port": fx.A + "0/x",
+		"userinfo": "http://user@" + a.Host + "/x", "longer": "http://" + a.Hostname() + ".example:" + a.Port() + "/x",
+		"protocol": "/y", "dotdot": "/z",
+	}
+	js := ""
+	for name, href := range links {
+		js += fmt.Sprintf(`{ const l = document.createElement('a'); l.href = %q; l.textContent = 'link-%s'; document.body.append(l); }`, href, name)
+	}
+	s := b.s
+	s.mu.Lock()
+	tb := s.tabs[s.defaultCtx]
+	s.mu.Unlock()
+	if _, err := call(tctx(t), tb.page.sess, runtime.Evaluate, runtime.EvaluateParams{Expression: js}); err != nil {
+		t.Fatal(err)
+	}
+	snap := b.observe(ModeInteractive)
+	for name, w := range want {
+		n, ok := find(snap.Nodes, func(n Node) bool { return n.Role == "link" && n.Name == "link-"+name })
+		if !ok {
+			t.Errorf("no link-%s", name)
+			continue
+		}
+		if n.URL != w {
+			t.Errorf("link-%s: url %q, want %q", name, n.URL, w)
+		}
 	}
 }

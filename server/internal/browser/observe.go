@@ -159,7 +159,7 @@ func (s *Session) snapFrame(ctx context.Context, t *tab, f *frameState, opts sna
 			res = snapResult{}
 			o := opts
 			o.AX = ax
-			err := s.eval(ctx, w, agentCall("snapshot", o), false, &res)
+			err := s.evalJSON(ctx, w, agentCall("snapshot", o), &res)
 			return res.Ask, err
 		})
 		if err != nil {

@@ -152,6 +152,20 @@ func (s *Session) evalOnce(ctx context.Context, w *world, expr string, await boo
 	return false, jsonv2.Unmarshal(res.Result.Value, out, chromedp.DefaultUnmarshalOptions)
 }
 
+// evalJSON is eval for an agent call with a large result (a snapshot): the page serialises it
+// with JSON.stringify and the protocol carries one string, which costs a 5,000-element page's
+// observe about a ninth less than the protocol's own by-value serialisation of the object.
+func (s *Session) evalJSON(ctx context.Context, w *world, expr string, out any) error {
+	var text string
+	if err := s.eval(ctx, w, "JSON.stringify("+expr+")", false, &text); err != nil {
+		return err
+	}
+	if err := jsonv2.Unmarshal([]byte(text), out, chromedp.DefaultUnmarshalOptions); err != nil {
+		return fmt.Errorf("page agent: %w", err)
+	}
+	return nil
+}
+
 // evalObject runs an agent expression and returns the remote object it
 // yields (an element), or "" for null.
 func (s *Session) evalObject(ctx context.Context, w *world, expr string) (runtime.RemoteObjectID, error) {
