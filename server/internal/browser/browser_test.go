@@ -271,7 +271,7 @@ func TestFrameHandlesGoStaleWithTheirFrame(t *testing.T) {
 
 // A link's URL in an observation is relative to the page when it stays on the page's origin, and
 // whole otherwise — also when only a prefix matches (another port of the host, a userinfo, a
-// longer host name).
+// longer host name); an SVG link's is resolved like an HTML one's.
 func TestObservedLinkURLs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -306,6 +306,16 @@ func TestObservedLinkURLs(t *testing.T) {
 	if _, err := call(tctx(t), tb.page.sess, runtime.Evaluate, runtime.EvaluateParams{Expression: js}); err != nil {
 		t.Fatal(err)
 	}
+	// An SVG <a> given the role of a link: its href is an SVGAnimatedString, not a string.
+	svg := `{ const ns = 'http://www.w3.org/2000/svg'; const s = document.createElementNS(ns, 'svg');
+		const l = document.createElementNS(ns, 'a'); l.setAttribute('href', '/svg-target?q=1');
+		l.setAttribute('role', 'link'); l.setAttribute('aria-label', 'link-svg');
+		const r = document.createElementNS(ns, 'rect'); r.setAttribute('width', '20'); r.setAttribute('height', '20');
+		l.append(r); s.append(l); document.body.append(s); }`
+	if _, err := call(tctx(t), tb.page.sess, runtime.Evaluate, runtime.EvaluateParams{Expression: svg}); err != nil {
+		t.Fatal(err)
+	}
+	want["svg"] = "/svg-target?q=1"
 	snap := b.observe(ModeInteractive)
 	for name, w := range want {
 		n, ok := find(snap.Nodes, func(n Node) bool { return n.Role == "link" && n.Name == "link-"+name })

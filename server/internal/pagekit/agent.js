@@ -322,11 +322,24 @@
 
   // shortURL gives a link's target relative to the page when it stays on the
   // page's origin (a snapshot carries hundreds of links).
+  // hrefOf is a link's absolute URL: an SVG <a>'s href is an SVGAnimatedString, whose baseVal is
+  // resolved against the document's base URL as the browser resolves it when followed.
+  const hrefOf = (a) => {
+    const h = a.href;
+    if (typeof h === 'string') return h;
+    const raw = h && typeof h.baseVal === 'string' ? h.baseVal : '';
+    try {
+      return new URL(raw, document.baseURI).href;
+    } catch (e) {
+      return raw;
+    }
+  };
+
   // The page's origin is read once per snapshot (ORIGIN); the link's own origin is its href's
   // prefix up to the path, which spares parsing every href a second time.
   let ORIGIN = null;
   const shortURL = (a) => {
-    const u = String(a.href);
+    const u = hrefOf(a);
     const o = ORIGIN === null ? location.origin : ORIGIN;
     if (o !== 'null' && u.startsWith(o) && (u.length === o.length || u.charCodeAt(o.length) === 47)) {
       return u.slice(o.length) || '/';
@@ -1169,7 +1182,7 @@
     if (SECRETS.has(e)) out.value = secretMark(SECRETS.get(e)); // never the secret typed into it
     else if (e.tagName === 'INPUT' && inputType(e) === 'password') delete out.value;
     else if ('value' in e && (e.tagName === 'INPUT' || e.tagName === 'TEXTAREA' || e.tagName === 'SELECT')) out.value = e.value;
-    if (e.href) out.href = String(e.href);
+    if (e.href) out.href = hrefOf(e);
     return { st: 'ok', v: out };
   };
 
@@ -1185,7 +1198,7 @@
           continue;
         }
         if ((c.tagName === 'A' || c.tagName === 'AREA') && c.hasAttribute('href')) {
-          out.push({ i: reg(c), t: clip(nameOf(c, 'link'), 300), u: String(c.href) });
+          out.push({ i: reg(c), t: clip(nameOf(c, 'link'), 300), u: hrefOf(c) });
           if (out.length >= 5000) return;
         }
         walk(c);
