@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
+
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // heldLog is what one checkout page (by the id in its URL) sent to /held-order.
@@ -236,6 +239,20 @@ func TestHeldRequestAbandonedByThePage(t *testing.T) {
 		t.Fatalf("nothing held: %+v", res)
 	}
 	b.waitText("gave up: TimeoutError")
+	// The page's give-up reaches the browser process a moment after the page says so; a release
+	// in between sends the request after all (the browser still had it), and then waits for an
+	// answer the page no longer reads. Release once the browser has dropped it: a paused request
+	// that is gone answers Invalid InterceptionId.
+	b.s.mu.Lock()
+	h := b.s.hold
+	b.s.mu.Unlock()
+	if h == nil {
+		t.Fatal("the hold went away before its release")
+	}
+	waitfor.True(t, 10*time.Second, "the browser to drop the request the page gave up", func() bool {
+		_, err := call(tctx(t), h.tc.sess, fetch.GetResponseBody, fetch.GetResponseBodyParams{RequestID: h.rid})
+		return err != nil && strings.Contains(err.Error(), "Invalid InterceptionId")
+	})
 	if _, err := b.s.Release(tctx(t), res.Held.ID); !errors.Is(err, ErrHoldAbandoned) {
 		t.Fatalf("release after the page gave up: %v, want ErrHoldAbandoned", err)
 	}
