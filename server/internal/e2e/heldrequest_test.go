@@ -95,8 +95,12 @@ func TestApprovalHoldsWhatLeavesTheBrowser(t *testing.T) {
 				if got := held.str("approval", "held_request", "method"); got != "POST" || !strings.HasSuffix(held.str("approval", "held_request", "url"), "/order") {
 					t.Fatalf("%s: the approval does not name the held request: %s", tt.name, held.raw)
 				}
-				if strings.Contains(string(held.raw), "4242") {
-					t.Fatalf("%s: the held body shows: %s", tt.name, held.raw)
+				// The bodies the page sends, as they would show in the answer (a bare "4242" also
+				// turns up in a timestamp's nanoseconds now and then).
+				for _, body := range []string{"4242424242424242", "card=4242", `card\":\"4242`, `"card":"4242"`} {
+					if strings.Contains(string(held.raw), body) {
+						t.Fatalf("%s: the held body shows (%s): %s", tt.name, body, held.raw)
+					}
 				}
 				if want := tt.orders - map[string]int64{"approve": 1, "deny": 0}[tt.decision]; sh.orders.Load() != want {
 					t.Fatalf("%s: %d orders while held, want %d", tt.name, sh.orders.Load(), want)
