@@ -628,6 +628,8 @@ if [[ $run_go == 1 ]]; then
 	median_spread() {
 		sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } m = (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2; printf "%.2f (%.2f–%.2f, %d runs)\n", m, v[1], v[NR], NR }'
 	}
+	# median: the median of the numbers on stdin, to a tenth, or n/a when there are none.
+	median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } printf "%.1f\n", (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
 	# spread A B FILE: per run A/B, as median_spread.
 	spread() { paste <(metric "$1" "$3") <(metric "$2" "$3") | awk '$2 > 0 { print $1 / $2 }' | median_spread; }
 	nav=$(spread bap_navigate_p50_ms chromedp_navigate_p50_ms "$tmp/workflow.txt")
@@ -654,7 +656,7 @@ if [[ $run_go == 1 ]]; then
 	row "raw-CDP floor's workflow / chromedp's" "$(spread cdp_floor_workflow_p50_ms chromedp_workflow_p50_ms "$tmp/workflow.txt")" "the least any CDP client waits (floorWorkflow): issue #25's 0.7 against it"
 	row "warm workflow / the raw-CDP floor" "$(spread bap_workflow_p50_ms cdp_floor_workflow_p50_ms "$tmp/workflow.txt")" "what BAP adds to the browser's own time"
 	# Each step's p50 (ms), the median over the runs, beside raw chromedp's and the floor's.
-	med() { metric "$1" "$tmp/workflow.txt" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } printf "%.1f\n", (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }'; }
+	med() { metric "$1" "$tmp/workflow.txt" | median; }
 	printf '  %-12s %10s %10s %10s   (p50 ms, median over runs)\n' step BAP chromedp floor
 	for step in navigate observe fill click extract screenshot workflow; do
 		printf '  %-12s %10s %10s %10s\n' "$step" "$(med "bap_${step}_p50_ms")" "$(med "chromedp_${step}_p50_ms")" "$(med "cdp_floor_${step}_p50_ms")"
@@ -662,7 +664,7 @@ if [[ $run_go == 1 ]]; then
 	xt=$(spread bap_extract_table_p50_ms chromedp_extract_table_p50_ms "$tmp/extract.txt")
 	# Issue #25: ≤ 1.25× raw, with 10 ms of slack: met when the median run is within either.
 	xt_slack=$(paste <(metric bap_extract_table_p50_ms "$tmp/extract.txt") <(metric chromedp_extract_table_p50_ms "$tmp/extract.txt") |
-		awk '{ print $1 - $2 }' | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.1f", (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2 }')
+		awk '{ print $1 - $2 }' | median)
 	xt_ok=$(at_most "$xt" 1.25)
 	[[ $xt_ok == true ]] || xt_ok=$(awk -v d="$xt_slack" 'BEGIN { print (d ~ /^-?[0-9.]+$/ && d + 0 <= 10) ? "true" : "false" }')
 	row "extract of a 50-row table" "$xt" "BAP − chromedp ${xt_slack} ms; goal ≤ 1.25× or within 10 ms (issue #25): $(yes_no "$xt_ok")"

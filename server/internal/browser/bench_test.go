@@ -904,20 +904,11 @@ func BenchmarkExtractTable(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var tableID string
-	var walk func([]Node)
-	walk = func(ns []Node) {
-		for _, n := range ns {
-			if n.Role == "table" && tableID == "" {
-				tableID = n.NodeID
-			}
-			walk(n.Children)
-		}
-	}
-	walk(snap.Nodes)
-	if tableID == "" {
+	table, ok := find(snap.Nodes, func(n Node) bool { return n.Role == "table" })
+	if !ok {
 		b.Fatal("no table in the observation")
 	}
+	tableID := table.NodeID
 	rctx, _ := rawContexts(b)
 	if err := chromedp.Do(rctx, chromedp.Navigate(fx.A+"/table50.html")); err != nil {
 		b.Fatal(err)
