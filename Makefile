@@ -67,6 +67,7 @@ RACE_PKGS ?= ./server/internal/task/ ./server/internal/policy/ ./server/internal
   ./server/internal/admission/ ./server/internal/ratelimit/ ./server/internal/events/ \
   ./server/internal/page/ ./server/internal/mcpcatalog/ ./server/internal/tracing/ \
   ./server/internal/serverkey/ ./server/internal/egress/ ./server/internal/schemaextract/ \
+  ./server/internal/historychain/ \
   ./server/internal/store/ ./server/internal/orchestrator/ ./server/internal/api/ \
   ./server/internal/app/ ./server/internal/mcpserver/ ./server/internal/auth/
 ## test-race: go test -race on the pure and mid-size Go packages (RACE_PKGS)

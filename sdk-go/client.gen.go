@@ -376,6 +376,24 @@ func (r *RequestApprovalResponse) Interrupted() (*InterruptedCommandResponse, bo
 	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
+// GetTaskAudit calls get_task_audit (GET /bap/v1/tasks/{task_id}/audit): Verify a task's history chain.
+//
+// Recomputes the keyed hash chain over the task's whole history and checks its anchors (ADR 0033):
+// every event's digest is HMAC-SHA256, under a key the database does not hold, of the event's
+// canonical form and the previous event's digest, so an event edited, inserted or dropped behind
+// the server's back breaks the chain at its seq. Answers `valid`, or `broken` with the first seq
+// that fails and why. `bap audit verify` runs the same check for one task or all of them.
+//
+// Read-only: it sends no Idempotency-Key. Scope (remote profile): bap:tasks.read.
+func (c *Client) GetTaskAudit(ctx context.Context, taskID string, opts ...CallOption) (*GetTaskAuditResponse, error) {
+	req := &request{op: "get_task_audit", method: http.MethodGet, path: "/bap/v1/tasks/" + url.PathEscape(taskID) + "/audit"}
+	out := new(GetTaskAuditResponse)
+	if err := c.call(ctx, req, out, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CreateBrowserSession calls create_browser_session (POST /bap/v1/tasks/{task_id}/browser-sessions): Open a browser session.
 //
 // Opens an isolated browser session for the task (own cookies and storage) on a browser engine

@@ -38,6 +38,8 @@ __all__ = [
     "ApprovalState",
     "Artifact",
     "ArtifactKind",
+    "AuditAnchor",
+    "AuditBreak",
     "BrowserEngine",
     "BrowserSession",
     "BrowserSessionClosedData",
@@ -101,6 +103,8 @@ __all__ = [
     "ExtractedLink",
     "ExtractedTable",
     "GetArtifactResponse",
+    "GetAuditKeysResponse",
+    "GetTaskAuditResponse",
     "GetTaskResponse",
     "HandBackTaskRequest",
     "HandBackTaskResponse",
@@ -640,6 +644,59 @@ ArtifactKind = Literal[
 """Kind of an artifact. `result_manifest` is a finished task's result manifest
 (`Task.result.integrity`).
 """
+
+
+class AuditAnchor(TypedDict):
+    """A signed statement of a task's history-chain head at one moment (ADR 0033): made when the task
+    ends and periodically while its history grows. `statement` is a compact JWS (ES256, header `typ:
+    bap-anchor+jws`, `kid` naming a key of `GET /bap/v1/audit/keys`) whose payload is `{typ:
+    bap.audit_anchor.v1, tenant_id, task_id, seq, digest, history_sha256, reason, anchored_at}`;
+    anyone holding the key set can check it offline.
+    """
+
+    #: When the anchor was made.
+    anchored_at: str
+    #: The keyed digest of event `seq` (HMAC-SHA256 under the server's history-chain key), lowercase
+    #: hex.
+    digest: str
+    #: The public hash through event `seq`: SHA-256(previous ‖ canonical(event)) from 32 zero
+    #: bytes, which anyone can recompute from the history.
+    history_sha256: str
+    #: The audit key that signed the statement.
+    key_id: str
+    #: `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history
+    #: grew.
+    reason: Literal["task_ended", "periodic"]
+    #: The seq of the event whose chain head is anchored.
+    seq: int
+    #: The compact JWS.
+    statement: str
+    #: In an audit: whether the anchor's signature verifies and it pins the head the history has at
+    #: `seq`. Absent in a task's result.
+    valid: NotRequired[bool]
+
+
+class AuditBreak(TypedDict):
+    """Where a task's history chain first fails to verify."""
+
+    #: What was found, in words.
+    detail: str
+    #: `missing`: the event is not there (a gap, or a tail the task or an anchor says existed);
+    #: `unchained`: it carries no digest although earlier events do; `link_mismatch`: its
+    #: prev_digest is not the previous event's digest; `digest_mismatch`: its content changed since
+    #: it was written; `anchor_mismatch`: an anchor pins another head at that seq;
+    #: `anchor_signature`: an anchor's signature does not verify, or it signs something else than
+    #: its row.
+    reason: Literal[
+    "missing",
+    "unchained",
+    "link_mismatch",
+    "digest_mismatch",
+    "anchor_mismatch",
+    "anchor_signature",
+]
+    #: The first seq that does not verify.
+    seq: int
 
 
 BrowserEngine = Literal["chromium", "firefox"]
@@ -1549,6 +1606,45 @@ class GetArtifactResponse(TypedDict):
     sha256: str
     #: Size of the artifact in bytes.
     size: int
+
+
+class GetAuditKeysResponse(TypedDict):
+    """The public keys that verify this server's audit anchors, as a JSON Web Key Set (RFC 7517): EC
+    P-256 keys for ES256. Unlike the token keys, an audit key stays published for as long as the
+    database keeps it, so that a bundle's anchors verify for as long as the bundle is kept. An
+    auditor keeps a copy beside the bundles it checks.
+    """
+
+    #: The keys, newest first.
+    keys: list[dict[str, Any]]
+
+
+class GetTaskAuditResponse(TypedDict):
+    """Answer of get_task_audit: the server recomputed the keyed hash chain over the task's whole
+    history (every event's digest is HMAC-SHA256 under a key the database does not hold, of the
+    event's canonical form and the previous event's digest) and checked every anchor. `status` is
+    `valid`, or `broken` with the first seq where the chain breaks.
+    """
+
+    #: The task's anchors, in seq order, each with `valid`.
+    anchors: list["AuditAnchor"]
+    #: Where the chain first breaks; present when `status` is `broken`.
+    broken_at: NotRequired["AuditBreak"]
+    #: The first chained seq: 1, unless the task began before this server chained its history (its
+    #: earlier events carry no digest). Absent when no event is chained.
+    chained_from_seq: NotRequired[int]
+    #: How many history events were read.
+    events_checked: int
+    #: The last event's digest.
+    head_digest: NotRequired[str]
+    #: The last event's seq.
+    head_seq: int
+    #: The public hash through the last event.
+    history_sha256: NotRequired[str]
+    #: `valid`: every event and anchor checks; `broken`: see `broken_at`.
+    status: Literal["valid", "broken"]
+    #: The task.
+    task_id: str
 
 
 class GetTaskResponse(TypedDict):
@@ -3102,6 +3198,9 @@ class TaskResult(TypedDict):
     checked. Cancelled and expired tasks have none.
     """
 
+    #: The anchor made when the task ended: a signed statement of its history chain's head
+    #: (get_task_audit checks it against the history).
+    anchor: NotRequired["AuditAnchor"]
     #: The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the close's
     #: own come last.
     evidence: list["Artifact"]
@@ -3840,6 +3939,30 @@ class Operations:
             has_body=True,
             mutating=True,
             idempotency_key=idempotency_key,
+            timeout=timeout,
+        )
+
+    def get_task_audit(
+        self,
+        task_id: str,
+        *,
+        timeout: Optional[float] = None,
+    ) -> "GetTaskAuditResponse":
+        """Verify a task's history chain.
+
+        Recomputes the keyed hash chain over the task's whole history and checks its anchors (ADR
+        0033): every event's digest is HMAC-SHA256, under a key the database does not hold, of the
+        event's canonical form and the previous event's digest, so an event edited, inserted or
+        dropped behind the server's back breaks the chain at its seq. Answers `valid`, or `broken`
+        with the first seq that fails and why. `bap audit verify` runs the same check for one task
+        or all of them.
+
+        ``GET /bap/v1/tasks/{task_id}/audit`` (read-only); scope ``bap:tasks.read``.
+        """
+        return self._request(
+            "get_task_audit",
+            "GET",
+            "/bap/v1/tasks/" + _quote(task_id, safe="") + "/audit",
             timeout=timeout,
         )
 

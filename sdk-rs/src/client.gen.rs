@@ -352,6 +352,27 @@ impl Client {
         RequestApprovalAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
+    /// Verify a task's history chain.
+    ///
+    /// Recomputes the keyed hash chain over the task's whole history and checks its anchors (ADR
+    /// 0033): every event's digest is HMAC-SHA256, under a key the database does not hold, of the
+    /// event's canonical form and the previous event's digest, so an event edited, inserted or
+    /// dropped behind the server's back breaks the chain at its seq. Answers `valid`, or `broken`
+    /// with the first seq that fails and why. `bap audit verify` runs the same check for one task
+    /// or all of them.
+    ///
+    /// `GET /bap/v1/tasks/{task_id}/audit` (read-only); scope `bap:tasks.read`.
+    pub fn get_task_audit(&self, task_id: &str) -> Result<GetTaskAuditResponse, Error> {
+        self.get_task_audit_with(task_id, &CallOptions::default())
+    }
+
+    /// [`Client::get_task_audit`] with per-call options (idempotency key, timeout, headers).
+    pub fn get_task_audit_with(&self, task_id: &str, opts: &CallOptions) -> Result<GetTaskAuditResponse, Error> {
+        let call = Call::new("get_task_audit", "GET", format!("/bap/v1/tasks/{}/audit", path_escape(task_id)));
+        let (status, answer) = self.call(&call, opts)?;
+        serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
+    }
+
     /// Open a browser session.
     ///
     /// Opens an isolated browser session for the task (own cookies and storage) on a browser engine

@@ -1137,6 +1137,52 @@ impl<'de> Deserialize<'de> for ArtifactKind {
     }
 }
 
+/// A signed statement of a task's history-chain head at one moment (ADR 0033): made when the task
+/// ends and periodically while its history grows. `statement` is a compact JWS (ES256, header `typ:
+/// bap-anchor+jws`, `kid` naming a key of `GET /bap/v1/audit/keys`) whose payload is `{typ:
+/// bap.audit_anchor.v1, tenant_id, task_id, seq, digest, history_sha256, reason, anchored_at}`;
+/// anyone holding the key set can check it offline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct AuditAnchor {
+    /// When the anchor was made.
+    pub anchored_at: String,
+    /// The keyed digest of event `seq` (HMAC-SHA256 under the server's history-chain key),
+    /// lowercase hex.
+    pub digest: String,
+    /// The public hash through event `seq`: SHA-256(previous ‖ canonical(event)) from 32 zero
+    /// bytes, which anyone can recompute from the history.
+    pub history_sha256: String,
+    /// The audit key that signed the statement.
+    pub key_id: String,
+    /// `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history
+    /// grew.
+    pub reason: String,
+    /// The seq of the event whose chain head is anchored.
+    pub seq: i64,
+    /// The compact JWS.
+    pub statement: String,
+    /// In an audit: whether the anchor's signature verifies and it pins the head the history has at
+    /// `seq`. Absent in a task's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid: Option<bool>,
+}
+
+/// Where a task's history chain first fails to verify.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct AuditBreak {
+    /// What was found, in words.
+    pub detail: String,
+    /// `missing`: the event is not there (a gap, or a tail the task or an anchor says existed);
+    /// `unchained`: it carries no digest although earlier events do; `link_mismatch`: its
+    /// prev_digest is not the previous event's digest; `digest_mismatch`: its content changed since
+    /// it was written; `anchor_mismatch`: an anchor pins another head at that seq;
+    /// `anchor_signature`: an anchor's signature does not verify, or it signs something else than
+    /// its row.
+    pub reason: String,
+    /// The first seq that does not verify.
+    pub seq: i64,
+}
+
 /// A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools
 /// Protocol) or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its
 /// `--engines` (GET /bap/v1 lists them); asking for one it does not run answers `503
@@ -3011,6 +3057,47 @@ pub struct GetArtifactResponse {
     pub sha256: String,
     /// Size of the artifact in bytes.
     pub size: i64,
+}
+
+/// The public keys that verify this server's audit anchors, as a JSON Web Key Set (RFC 7517): EC
+/// P-256 keys for ES256. Unlike the token keys, an audit key stays published for as long as the
+/// database keeps it, so that a bundle's anchors verify for as long as the bundle is kept. An
+/// auditor keeps a copy beside the bundles it checks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct GetAuditKeysResponse {
+    /// The keys, newest first.
+    pub keys: Vec<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Answer of get_task_audit: the server recomputed the keyed hash chain over the task's whole
+/// history (every event's digest is HMAC-SHA256 under a key the database does not hold, of the
+/// event's canonical form and the previous event's digest) and checked every anchor. `status` is
+/// `valid`, or `broken` with the first seq where the chain breaks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct GetTaskAuditResponse {
+    /// The task's anchors, in seq order, each with `valid`.
+    pub anchors: Vec<AuditAnchor>,
+    /// Where the chain first breaks; present when `status` is `broken`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken_at: Option<AuditBreak>,
+    /// The first chained seq: 1, unless the task began before this server chained its history (its
+    /// earlier events carry no digest). Absent when no event is chained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chained_from_seq: Option<i64>,
+    /// How many history events were read.
+    pub events_checked: i64,
+    /// The last event's digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_digest: Option<String>,
+    /// The last event's seq.
+    pub head_seq: i64,
+    /// The public hash through the last event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_sha256: Option<String>,
+    /// `valid`: every event and anchor checks; `broken`: see `broken_at`.
+    pub status: String,
+    /// The task.
+    pub task_id: String,
 }
 
 /// Answer of get_task.
@@ -5832,6 +5919,10 @@ impl TaskOutcomeRecord {
 /// checked. Cancelled and expired tasks have none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskResult {
+    /// The anchor made when the task ended: a signed statement of its history chain's head
+    /// (get_task_audit checks it against the history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchor: Option<AuditAnchor>,
     /// The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the
     /// close's own come last.
     pub evidence: Vec<Artifact>,
@@ -5847,6 +5938,7 @@ impl TaskResult {
     /// A value with the required fields; the optional ones are `None`.
     pub fn new(evidence: Vec<Artifact>, integrity: ResultIntegrity, summary: String, verification: ResultVerification) -> Self {
         TaskResult {
+            anchor: None,
             evidence,
             integrity,
             summary,

@@ -93,6 +93,16 @@ export type Artifact = S["Artifact"];
  */
 export type ArtifactKind = S["ArtifactKind"];
 /**
+ * A signed statement of a task's history-chain head at one moment (ADR 0033): made when the task
+ * ends and periodically while its history grows. `statement` is a compact JWS (ES256, header `typ:
+ * bap-anchor+jws`, `kid` naming a key of `GET /bap/v1/audit/keys`) whose payload is `{typ:
+ * bap.audit_anchor.v1, tenant_id, task_id, seq, digest, history_sha256, reason, anchored_at}`;
+ * anyone holding the key set can check it offline.
+ */
+export type AuditAnchor = S["AuditAnchor"];
+/** Where a task's history chain first fails to verify. */
+export type AuditBreak = S["AuditBreak"];
+/**
  * A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools
  * Protocol) or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its
  * `--engines` (GET /bap/v1 lists them); asking for one it does not run answers `503
@@ -264,6 +274,20 @@ export type ExtractedTable = S["ExtractedTable"];
  * JSON form of get_artifact that MCP returns beside the blob (the HTTP route answers the bytes).
  */
 export type GetArtifactResponse = S["GetArtifactResponse"];
+/**
+ * The public keys that verify this server's audit anchors, as a JSON Web Key Set (RFC 7517): EC
+ * P-256 keys for ES256. Unlike the token keys, an audit key stays published for as long as the
+ * database keeps it, so that a bundle's anchors verify for as long as the bundle is kept. An
+ * auditor keeps a copy beside the bundles it checks.
+ */
+export type GetAuditKeysResponse = S["GetAuditKeysResponse"];
+/**
+ * Answer of get_task_audit: the server recomputed the keyed hash chain over the task's whole
+ * history (every event's digest is HMAC-SHA256 under a key the database does not hold, of the
+ * event's canonical form and the previous event's digest) and checked every anchor. `status` is
+ * `valid`, or `broken` with the first seq where the chain breaks.
+ */
+export type GetTaskAuditResponse = S["GetTaskAuditResponse"];
 /** Answer of get_task. */
 export type GetTaskResponse = S["GetTaskResponse"];
 /** Body of hand_back_task (empty). */
@@ -898,6 +922,22 @@ export abstract class Operations {
    */
   requestApproval(taskId: string, body: RequestApprovalRequest, options?: CallOptions): Promise<RequestApprovalResponse | InterruptedCommandResponse> {
     return this.request<RequestApprovalResponse | InterruptedCommandResponse>({ op: "request_approval", method: "POST", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/approvals`, body, mutating: true }, options);
+  }
+
+  /**
+   * Verify a task's history chain.
+   *
+   * Recomputes the keyed hash chain over the task's whole history and checks its anchors (ADR
+   * 0033): every event's digest is HMAC-SHA256, under a key the database does not hold, of the
+   * event's canonical form and the previous event's digest, so an event edited, inserted or dropped
+   * behind the server's back breaks the chain at its seq. Answers `valid`, or `broken` with the
+   * first seq that fails and why. `bap audit verify` runs the same check for one task or all of
+   * them.
+   *
+   * `GET /bap/v1/tasks/{task_id}/audit` (`get_task_audit`; read-only; scope `bap:tasks.read`).
+   */
+  getTaskAudit(taskId: string, options?: CallOptions): Promise<GetTaskAuditResponse> {
+    return this.request<GetTaskAuditResponse>({ op: "get_task_audit", method: "GET", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/audit` }, options);
   }
 
   /**

@@ -108,6 +108,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/bap/v1/audit/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Audit keys
+         * @description The public keys (a JSON Web Key Set, ES256) that verify this server's audit anchors, every one it ever signed with. Anonymous: an auditor fetches it once and checks bundles offline with it.
+         */
+        get: operations["get_audit_keys"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/bap/v1/browser-sessions/{session_id}/act": {
         parameters: {
             query?: never;
@@ -406,6 +426,26 @@ export interface paths {
          * @description Asks a person for approval; the task waits in `waiting_for_approval`. The approval expires 15 minutes after it was requested (`expires_at`) unless resolved, and whoever requested it can never resolve it (separation of duties, see resolve_approval).
          */
         post: operations["request_approval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/bap/v1/tasks/{task_id}/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Verify a task's history chain
+         * @description Recomputes the keyed hash chain over the task's whole history and checks its anchors (ADR 0033): every event's digest is HMAC-SHA256, under a key the database does not hold, of the event's canonical form and the previous event's digest, so an event edited, inserted or dropped behind the server's back breaks the chain at its seq. Answers `valid`, or `broken` with the first seq that fails and why. `bap audit verify` runs the same check for one task or all of them.
+         */
+        get: operations["get_task_audit"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1261,6 +1301,55 @@ export interface components {
          * @enum {string}
          */
         ArtifactKind: "screenshot" | "dom_snapshot" | "ax_snapshot" | "upload" | "result_manifest" | "other";
+        /**
+         * AuditAnchor
+         * @description A signed statement of a task's history-chain head at one moment (ADR 0033): made when the task ends and periodically while its history grows. `statement` is a compact JWS (ES256, header `typ: bap-anchor+jws`, `kid` naming a key of `GET /bap/v1/audit/keys`) whose payload is `{typ: bap.audit_anchor.v1, tenant_id, task_id, seq, digest, history_sha256, reason, anchored_at}`; anyone holding the key set can check it offline.
+         */
+        AuditAnchor: {
+            /**
+             * Format: date-time
+             * @description When the anchor was made.
+             */
+            anchored_at: string;
+            /** @description The keyed digest of event `seq` (HMAC-SHA256 under the server's history-chain key), lowercase hex. */
+            digest: string;
+            /** @description The public hash through event `seq`: SHA-256(previous ‖ canonical(event)) from 32 zero bytes, which anyone can recompute from the history. */
+            history_sha256: string;
+            /** @description The audit key that signed the statement. */
+            key_id: string;
+            /**
+             * @description `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew.
+             * @enum {string}
+             */
+            reason: "task_ended" | "periodic";
+            /**
+             * Format: int64
+             * @description The seq of the event whose chain head is anchored.
+             */
+            seq: number;
+            /** @description The compact JWS. */
+            statement: string;
+            /** @description In an audit: whether the anchor's signature verifies and it pins the head the history has at `seq`. Absent in a task's result. */
+            valid?: boolean;
+        };
+        /**
+         * AuditBreak
+         * @description Where a task's history chain first fails to verify.
+         */
+        AuditBreak: {
+            /** @description What was found, in words. */
+            detail: string;
+            /**
+             * @description `missing`: the event is not there (a gap, or a tail the task or an anchor says existed); `unchained`: it carries no digest although earlier events do; `link_mismatch`: its prev_digest is not the previous event's digest; `digest_mismatch`: its content changed since it was written; `anchor_mismatch`: an anchor pins another head at that seq; `anchor_signature`: an anchor's signature does not verify, or it signs something else than its row.
+             * @enum {string}
+             */
+            reason: "missing" | "unchained" | "link_mismatch" | "digest_mismatch" | "anchor_mismatch" | "anchor_signature";
+            /**
+             * Format: int64
+             * @description The first seq that does not verify.
+             */
+            seq: number;
+        };
         /**
          * BrowserEngine
          * @description A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools Protocol) or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its `--engines` (GET /bap/v1 lists them); asking for one it does not run answers `503 browser_unavailable` naming it.
@@ -2805,6 +2894,89 @@ export interface components {
             sha256: string;
             /** @description Size of the artifact in bytes. */
             size: number;
+        };
+        /**
+         * GetAuditKeysResponse
+         * @description The public keys that verify this server's audit anchors, as a JSON Web Key Set (RFC 7517): EC P-256 keys for ES256. Unlike the token keys, an audit key stays published for as long as the database keeps it, so that a bundle's anchors verify for as long as the bundle is kept. An auditor keeps a copy beside the bundles it checks.
+         */
+        GetAuditKeysResponse: {
+            /** @description The keys, newest first. */
+            keys: {
+                /**
+                 * @description Algorithm.
+                 * @constant
+                 */
+                alg: "ES256";
+                /**
+                 * @description Curve.
+                 * @constant
+                 */
+                crv: "P-256";
+                /** @description Key id, as anchors name it. */
+                kid: string;
+                /**
+                 * @description Key type.
+                 * @constant
+                 */
+                kty: "EC";
+                /**
+                 * @description Use.
+                 * @constant
+                 */
+                use: "sig";
+                /** @description The point's x, base64url. */
+                x: string;
+                /** @description The point's y, base64url. */
+                y: string;
+            }[];
+        };
+        /**
+         * GetTaskAuditResponse
+         * @description Answer of get_task_audit: the server recomputed the keyed hash chain over the task's whole history (every event's digest is HMAC-SHA256 under a key the database does not hold, of the event's canonical form and the previous event's digest) and checked every anchor. `status` is `valid`, or `broken` with the first seq where the chain breaks.
+         * @example {
+         *       "anchors": [],
+         *       "broken_at": {
+         *         "detail": "the digest is not that of the event's content",
+         *         "reason": "digest_mismatch",
+         *         "seq": 7
+         *       },
+         *       "chained_from_seq": 1,
+         *       "events_checked": 14,
+         *       "head_digest": "5d41402abc4b2a76b9719d911017c592ae2f1c3e6b3f1b9d1ea5f8a3c2f0e1d4",
+         *       "head_seq": 14,
+         *       "history_sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+         *       "status": "broken",
+         *       "task_id": "tsk_7Hq2ZkP9xW3m"
+         *     }
+         */
+        GetTaskAuditResponse: {
+            /** @description The task's anchors, in seq order, each with `valid`. */
+            anchors: components["schemas"]["AuditAnchor"][];
+            /** @description Where the chain first breaks; present when `status` is `broken`. */
+            broken_at?: components["schemas"]["AuditBreak"];
+            /**
+             * Format: int64
+             * @description The first chained seq: 1, unless the task began before this server chained its history (its earlier events carry no digest). Absent when no event is chained.
+             */
+            chained_from_seq?: number;
+            /** @description How many history events were read. */
+            events_checked: number;
+            /** @description The last event's digest. */
+            head_digest?: string;
+            /**
+             * Format: int64
+             * @description The last event's seq.
+             */
+            head_seq: number;
+            /** @description The public hash through the last event. */
+            history_sha256?: string;
+            /**
+             * @description `valid`: every event and anchor checks; `broken`: see `broken_at`.
+             * @enum {string}
+             */
+            status: "valid" | "broken";
+            /** @description The task. */
+            task_id: string;
         };
         /**
          * GetTaskResponse
@@ -5281,6 +5453,8 @@ export interface components {
          * @description A finished task's verifiable result, recorded by close_task and never changed. The task's `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was checked. Cancelled and expired tasks have none.
          */
         TaskResult: {
+            /** @description The anchor made when the task ended: a signed statement of its history chain's head (get_task_audit checks it against the history). */
+            anchor?: components["schemas"]["AuditAnchor"];
             /** @description The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the close's own come last. */
             evidence: components["schemas"]["Artifact"][];
             /** @description The digest of the result's manifest. */
@@ -5923,6 +6097,28 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    get_audit_keys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GetAuditKeysResponse"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6636,6 +6832,38 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    get_task_audit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Task identifier.
+                 * @example tsk_7Hq2ZkP9xW3m
+                 */
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GetTaskAuditResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };

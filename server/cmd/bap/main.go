@@ -40,6 +40,8 @@ commands:
   approvals the local operator's approvals, over the server's Unix socket (approvals list | approvals approve ID [--reason TEXT] | approvals deny ID [--reason TEXT])
   console   print a one-time login URL of the operator console (/console), over the server's Unix socket
   tasks     the tasks, over the server's Unix socket (tasks list [--state S] [--origin O] [--since D] | tasks show ID | tasks events ID [--follow])
+  audit     verify the keyed hash chain over every task's history and its signed anchors, with the
+            server key (audit verify [--task ID]); prints one JSON line per task, exits 1 if any breaks
   database-url
             print the connection string of the embedded database of --data-dir, for another node
             on this machine to share it (BAP_DATABASE_URL) while its server runs
@@ -77,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = tasksCommand(ctx, args[1:], stdout, stderr)
 	case "keys":
 		err = keysCommand(ctx, args[1:], stdout, logger, stderr)
+	case "audit":
+		err = auditCommand(ctx, args[1:], stdout, logger, stderr)
 	case "secret":
 		err = secretCommand(ctx, args[1:], os.Stdin, stdout, logger, stderr)
 	case "migrate":

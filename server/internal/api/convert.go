@@ -80,11 +80,15 @@ func toTaskResult(r *app.ResultRecord) apigen.TaskResult {
 	for _, a := range r.Evidence {
 		ev = append(ev, toArtifact(a))
 	}
-	return apigen.TaskResult{
+	out := apigen.TaskResult{
 		Summary: r.Summary, Evidence: ev,
 		Verification: apigen.ResultVerification{State: apigen.ResultVerificationState(r.VerificationState), Reason: r.VerificationReason},
 		Integrity:    apigen.ResultIntegrity{Algorithm: apigen.ResultIntegrityAlgorithmSha256, Digest: r.Digest, ManifestArtifactId: r.ManifestArtifactID},
 	}
+	if r.Anchor != nil {
+		out.Anchor = ptr(toAuditAnchor(r.Anchor))
+	}
+	return out
 }
 
 func toModelPolicy(p app.ModelPolicy) *apigen.ModelPolicy {

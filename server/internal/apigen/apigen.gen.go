@@ -228,6 +228,54 @@ func (e ArtifactKind) Valid() bool {
 	}
 }
 
+// Defines values for AuditAnchorReason.
+const (
+	AuditAnchorReasonPeriodic  AuditAnchorReason = "periodic"
+	AuditAnchorReasonTaskEnded AuditAnchorReason = "task_ended"
+)
+
+// Valid indicates whether the value is a known member of the AuditAnchorReason enum.
+func (e AuditAnchorReason) Valid() bool {
+	switch e {
+	case AuditAnchorReasonPeriodic:
+		return true
+	case AuditAnchorReasonTaskEnded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AuditBreakReason.
+const (
+	AuditBreakReasonAnchorMismatch  AuditBreakReason = "anchor_mismatch"
+	AuditBreakReasonAnchorSignature AuditBreakReason = "anchor_signature"
+	AuditBreakReasonDigestMismatch  AuditBreakReason = "digest_mismatch"
+	AuditBreakReasonLinkMismatch    AuditBreakReason = "link_mismatch"
+	AuditBreakReasonMissing         AuditBreakReason = "missing"
+	AuditBreakReasonUnchained       AuditBreakReason = "unchained"
+)
+
+// Valid indicates whether the value is a known member of the AuditBreakReason enum.
+func (e AuditBreakReason) Valid() bool {
+	switch e {
+	case AuditBreakReasonAnchorMismatch:
+		return true
+	case AuditBreakReasonAnchorSignature:
+		return true
+	case AuditBreakReasonDigestMismatch:
+		return true
+	case AuditBreakReasonLinkMismatch:
+		return true
+	case AuditBreakReasonMissing:
+		return true
+	case AuditBreakReasonUnchained:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BrowserEngine.
 const (
 	BrowserEngineChromium BrowserEngine = "chromium"
@@ -615,6 +663,84 @@ func (e ExtractKind) Valid() bool {
 	case ExtractKindTable:
 		return true
 	case ExtractKindText:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAuditKeysResponseKeysAlg.
+const (
+	GetAuditKeysResponseKeysAlgES256 GetAuditKeysResponseKeysAlg = "ES256"
+)
+
+// Valid indicates whether the value is a known member of the GetAuditKeysResponseKeysAlg enum.
+func (e GetAuditKeysResponseKeysAlg) Valid() bool {
+	switch e {
+	case GetAuditKeysResponseKeysAlgES256:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAuditKeysResponseKeysCrv.
+const (
+	GetAuditKeysResponseKeysCrvP256 GetAuditKeysResponseKeysCrv = "P-256"
+)
+
+// Valid indicates whether the value is a known member of the GetAuditKeysResponseKeysCrv enum.
+func (e GetAuditKeysResponseKeysCrv) Valid() bool {
+	switch e {
+	case GetAuditKeysResponseKeysCrvP256:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAuditKeysResponseKeysKty.
+const (
+	GetAuditKeysResponseKeysKtyEC GetAuditKeysResponseKeysKty = "EC"
+)
+
+// Valid indicates whether the value is a known member of the GetAuditKeysResponseKeysKty enum.
+func (e GetAuditKeysResponseKeysKty) Valid() bool {
+	switch e {
+	case GetAuditKeysResponseKeysKtyEC:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetAuditKeysResponseKeysUse.
+const (
+	GetAuditKeysResponseKeysUseSig GetAuditKeysResponseKeysUse = "sig"
+)
+
+// Valid indicates whether the value is a known member of the GetAuditKeysResponseKeysUse enum.
+func (e GetAuditKeysResponseKeysUse) Valid() bool {
+	switch e {
+	case GetAuditKeysResponseKeysUseSig:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetTaskAuditResponseStatus.
+const (
+	GetTaskAuditResponseStatusBroken GetTaskAuditResponseStatus = "broken"
+	GetTaskAuditResponseStatusValid  GetTaskAuditResponseStatus = "valid"
+)
+
+// Valid indicates whether the value is a known member of the GetTaskAuditResponseStatus enum.
+func (e GetTaskAuditResponseStatus) Valid() bool {
+	switch e {
+	case GetTaskAuditResponseStatusBroken:
+		return true
+	case GetTaskAuditResponseStatusValid:
 		return true
 	default:
 		return false
@@ -1786,6 +1912,51 @@ type Artifact struct {
 
 // ArtifactKind Kind of an artifact. `result_manifest` is a finished task's result manifest (`Task.result.integrity`).
 type ArtifactKind string
+
+// AuditAnchor A signed statement of a task's history-chain head at one moment (ADR 0033): made when the task ends and periodically while its history grows. `statement` is a compact JWS (ES256, header `typ: bap-anchor+jws`, `kid` naming a key of `GET /bap/v1/audit/keys`) whose payload is `{typ: bap.audit_anchor.v1, tenant_id, task_id, seq, digest, history_sha256, reason, anchored_at}`; anyone holding the key set can check it offline.
+type AuditAnchor struct {
+	// AnchoredAt When the anchor was made.
+	AnchoredAt time.Time `json:"anchored_at"`
+
+	// Digest The keyed digest of event `seq` (HMAC-SHA256 under the server's history-chain key), lowercase hex.
+	Digest string `json:"digest"`
+
+	// HistorySha256 The public hash through event `seq`: SHA-256(previous ‖ canonical(event)) from 32 zero bytes, which anyone can recompute from the history.
+	HistorySha256 string `json:"history_sha256"`
+
+	// KeyId The audit key that signed the statement.
+	KeyId string `json:"key_id"`
+
+	// Reason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew.
+	Reason AuditAnchorReason `json:"reason"`
+
+	// Seq The seq of the event whose chain head is anchored.
+	Seq int64 `json:"seq"`
+
+	// Statement The compact JWS.
+	Statement string `json:"statement"`
+
+	// Valid In an audit: whether the anchor's signature verifies and it pins the head the history has at `seq`. Absent in a task's result.
+	Valid *bool `json:"valid,omitempty"`
+}
+
+// AuditAnchorReason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew.
+type AuditAnchorReason string
+
+// AuditBreak Where a task's history chain first fails to verify.
+type AuditBreak struct {
+	// Detail What was found, in words.
+	Detail string `json:"detail"`
+
+	// Reason `missing`: the event is not there (a gap, or a tail the task or an anchor says existed); `unchained`: it carries no digest although earlier events do; `link_mismatch`: its prev_digest is not the previous event's digest; `digest_mismatch`: its content changed since it was written; `anchor_mismatch`: an anchor pins another head at that seq; `anchor_signature`: an anchor's signature does not verify, or it signs something else than its row.
+	Reason AuditBreakReason `json:"reason"`
+
+	// Seq The first seq that does not verify.
+	Seq int64 `json:"seq"`
+}
+
+// AuditBreakReason `missing`: the event is not there (a gap, or a tail the task or an anchor says existed); `unchained`: it carries no digest although earlier events do; `link_mismatch`: its prev_digest is not the previous event's digest; `digest_mismatch`: its content changed since it was written; `anchor_mismatch`: an anchor pins another head at that seq; `anchor_signature`: an anchor's signature does not verify, or it signs something else than its row.
+type AuditBreakReason string
 
 // BrowserEngine A browser engine a node may run sessions on: `chromium` (driven over the Chrome DevTools Protocol) or `firefox` (Firefox ESR over WebDriver BiDi). A node runs the engines of its `--engines` (GET /bap/v1 lists them); asking for one it does not run answers `503 browser_unavailable` naming it.
 type BrowserEngine string
@@ -3036,6 +3207,80 @@ type GetArtifactResponse struct {
 	// Size Size of the artifact in bytes.
 	Size int `json:"size"`
 }
+
+// GetAuditKeysResponse The public keys that verify this server's audit anchors, as a JSON Web Key Set (RFC 7517): EC P-256 keys for ES256. Unlike the token keys, an audit key stays published for as long as the database keeps it, so that a bundle's anchors verify for as long as the bundle is kept. An auditor keeps a copy beside the bundles it checks.
+type GetAuditKeysResponse struct {
+	// Keys The keys, newest first.
+	Keys []struct {
+		// Alg Algorithm.
+		Alg GetAuditKeysResponseKeysAlg `json:"alg"`
+
+		// Crv Curve.
+		Crv GetAuditKeysResponseKeysCrv `json:"crv"`
+
+		// Kid Key id, as anchors name it.
+		Kid string `json:"kid"`
+
+		// Kty Key type.
+		Kty GetAuditKeysResponseKeysKty `json:"kty"`
+
+		// Use Use.
+		Use GetAuditKeysResponseKeysUse `json:"use"`
+
+		// X The point's x, base64url.
+		X string `json:"x"`
+
+		// Y The point's y, base64url.
+		Y string `json:"y"`
+	} `json:"keys"`
+}
+
+// GetAuditKeysResponseKeysAlg Algorithm.
+type GetAuditKeysResponseKeysAlg string
+
+// GetAuditKeysResponseKeysCrv Curve.
+type GetAuditKeysResponseKeysCrv string
+
+// GetAuditKeysResponseKeysKty Key type.
+type GetAuditKeysResponseKeysKty string
+
+// GetAuditKeysResponseKeysUse Use.
+type GetAuditKeysResponseKeysUse string
+
+// GetTaskAuditResponse Answer of get_task_audit: the server recomputed the keyed hash chain over the task's whole history (every event's digest is HMAC-SHA256 under a key the database does not hold, of the event's canonical form and the previous event's digest) and checked every anchor. `status` is `valid`, or `broken` with the first seq where the chain breaks.
+//
+// Examples: {"anchors":[],"broken_at":{"detail":"the digest is not that of the event's content","reason":"digest_mismatch","seq":7},"chained_from_seq":1,"events_checked":14,"head_digest":"5d41402abc4b2a76b9719d911017c592ae2f1c3e6b3f1b9d1ea5f8a3c2f0e1d4","head_seq":14,"history_sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","status":"broken","task_id":"tsk_7Hq2ZkP9xW3m"}
+type GetTaskAuditResponse struct {
+	// Anchors The task's anchors, in seq order, each with `valid`.
+	Anchors []AuditAnchor `json:"anchors"`
+
+	// BrokenAt Where the chain first breaks; present when `status` is `broken`.
+	BrokenAt *AuditBreak `json:"broken_at,omitempty"`
+
+	// ChainedFromSeq The first chained seq: 1, unless the task began before this server chained its history (its earlier events carry no digest). Absent when no event is chained.
+	ChainedFromSeq *int64 `json:"chained_from_seq,omitempty"`
+
+	// EventsChecked How many history events were read.
+	EventsChecked int `json:"events_checked"`
+
+	// HeadDigest The last event's digest.
+	HeadDigest *string `json:"head_digest,omitempty"`
+
+	// HeadSeq The last event's seq.
+	HeadSeq int64 `json:"head_seq"`
+
+	// HistorySha256 The public hash through the last event.
+	HistorySha256 *string `json:"history_sha256,omitempty"`
+
+	// Status `valid`: every event and anchor checks; `broken`: see `broken_at`.
+	Status GetTaskAuditResponseStatus `json:"status"`
+
+	// TaskId The task.
+	TaskId string `json:"task_id"`
+}
+
+// GetTaskAuditResponseStatus `valid`: every event and anchor checks; `broken`: see `broken_at`.
+type GetTaskAuditResponseStatus string
 
 // GetTaskResponse Answer of get_task.
 //
@@ -5068,6 +5313,9 @@ type TaskOutcomeRecord struct {
 
 // TaskResult A finished task's verifiable result, recorded by close_task and never changed. The task's `state` says it finished (`succeeded` or `failed`); `verification.state` says whether it was checked. Cancelled and expired tasks have none.
 type TaskResult struct {
+	// Anchor The anchor made when the task ended: a signed statement of its history chain's head (get_task_audit checks it against the history).
+	Anchor *AuditAnchor `json:"anchor,omitempty"`
+
 	// Evidence The task's evidence (screenshots, DOM and accessibility snapshots), oldest first; the close's own come last.
 	Evidence []Artifact `json:"evidence"`
 
@@ -6359,6 +6607,9 @@ type ServerInterface interface {
 	// VerifyArtifact Verify an artifact
 	// (POST /bap/v1/artifacts/{artifact_id}/verify)
 	VerifyArtifact(w http.ResponseWriter, r *http.Request, artifactId ArtifactId)
+	// GetAuditKeys Audit keys
+	// (GET /bap/v1/audit/keys)
+	GetAuditKeys(w http.ResponseWriter, r *http.Request)
 	// Act Act on the page
 	// (POST /bap/v1/browser-sessions/{session_id}/act)
 	Act(w http.ResponseWriter, r *http.Request, sessionId SessionId, params ActParams)
@@ -6407,6 +6658,9 @@ type ServerInterface interface {
 	// RequestApproval Request an approval
 	// (POST /bap/v1/tasks/{task_id}/approvals)
 	RequestApproval(w http.ResponseWriter, r *http.Request, taskId TaskId, params RequestApprovalParams)
+	// GetTaskAudit Verify a task's history chain
+	// (GET /bap/v1/tasks/{task_id}/audit)
+	GetTaskAudit(w http.ResponseWriter, r *http.Request, taskId TaskId)
 	// CreateBrowserSession Open a browser session
 	// (POST /bap/v1/tasks/{task_id}/browser-sessions)
 	CreateBrowserSession(w http.ResponseWriter, r *http.Request, taskId TaskId, params CreateBrowserSessionParams)
@@ -6608,6 +6862,20 @@ func (siw *ServerInterfaceWrapper) VerifyArtifact(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.VerifyArtifact(w, r, artifactId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetAuditKeys operation middleware
+func (siw *ServerInterfaceWrapper) GetAuditKeys(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetAuditKeys(w, r)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -7311,6 +7579,32 @@ func (siw *ServerInterfaceWrapper) RequestApproval(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// GetTaskAudit operation middleware
+func (siw *ServerInterfaceWrapper) GetTaskAudit(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTaskAudit(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // CreateBrowserSession operation middleware
 func (siw *ServerInterfaceWrapper) CreateBrowserSession(w http.ResponseWriter, r *http.Request) {
 
@@ -7932,6 +8226,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/approvals/{approval_id}/resolve", wrapper.ResolveApproval)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/artifacts/{artifact_id}", wrapper.GetArtifact)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/artifacts/{artifact_id}/verify", wrapper.VerifyArtifact)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/audit/keys", wrapper.GetAuditKeys)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/browser-sessions/{session_id}/act", wrapper.Act)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/browser-sessions/{session_id}/checkpoint", wrapper.CheckpointBrowserSession)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/browser-sessions/{session_id}/close", wrapper.CloseBrowserSession)
@@ -7948,6 +8243,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks", wrapper.CreateTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}", wrapper.GetTask)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/approvals", wrapper.RequestApproval)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/audit", wrapper.GetTaskAudit)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/browser-sessions", wrapper.CreateBrowserSession)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/cancel", wrapper.CancelTask)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/close", wrapper.CloseTask)

@@ -22,6 +22,8 @@ type keyring struct {
 	plan         *serverkey.Sealer
 	checkpoint   *serverkey.Sealer // checkpoint state artifacts (ADR 0017)
 	secrets      *serverkey.Sealer // the values of tenants' secrets (secrets.go)
+	chain        []byte            // keys the history chain's digests (audit.go)
+	auditSeal    *serverkey.Sealer // the audit signing keys (audit.go)
 }
 
 func newKeyring(k *serverkey.Key) keyring {
@@ -33,7 +35,8 @@ func newKeyring(k *serverkey.Key) keyring {
 		panic("app: a derived key is 32 bytes: " + err.Error())
 	}
 	return keyring{fingerprints: fp, actionKey: k, plan: k.Sealer(serverkey.PurposePlanValues),
-		checkpoint: k.Sealer(serverkey.PurposeCheckpointState), secrets: k.Sealer(serverkey.PurposeSecretValues)}
+		checkpoint: k.Sealer(serverkey.PurposeCheckpointState), secrets: k.Sealer(serverkey.PurposeSecretValues),
+		chain: k.Derive(serverkey.PurposeHistoryChain), auditSeal: auditSealer(k)}
 }
 
 // Fingerprints reduces requests to their keyed fingerprints: a transport fills Call.Fingerprint

@@ -125,6 +125,11 @@ func (s *Service) Upkeep(ctx context.Context, interval time.Duration, advertiseU
 				s.cfg.Logger.Warn("browser sessions of stopped nodes marked lost", "count", n)
 			}
 		}
+		if n, err := s.AnchorDue(ctx, s.cfg.AnchorInterval); err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("anchoring history chains failed", "err", err)
+		} else if n > 0 {
+			s.cfg.Logger.Debug("history chains anchored", "count", n)
+		}
 		if n, err := s.CloseEndedSessions(ctx); err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Error("closing sessions of ended tasks failed", "err", err)
 		} else if n > 0 {

@@ -35,6 +35,9 @@ type Task struct {
 	UpdatedAt     time.Time
 	EndedAt       *time.Time
 	LastSeq       int64
+	// ChainDigest and ChainSHA256 are the head of the task's history chain (ADR 0033): the digest
+	// of event LastSeq and the public hash through it; nil while no event is chained.
+	ChainDigest, ChainSHA256 []byte
 	// Result is the verifiable result close_task recorded (nil before, and for a task that was
 	// cancelled or expired).
 	Result *ResultRecord
@@ -89,6 +92,10 @@ type Event struct {
 	Cause     string
 	CommandID string
 	Data      map[string]any
+	// DataJSON is Data as stored and chained (emit encodes it once).
+	DataJSON []byte
+	// PrevDigest and Digest chain the event to the one before it (ADR 0033; audit.go).
+	PrevDigest, Digest []byte
 }
 
 // Receipt is the durable record that a command was accepted and what became of it. It is not task

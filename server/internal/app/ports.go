@@ -19,6 +19,7 @@ type Store interface {
 	Owners      // which node holds a session, task or held action (ownership.go)
 	PlanStore   // delegated plans and their leases (plan.go)
 	SecretStore // stored secrets (secrets.go)
+	AuditStore  // the history chain's keys and anchors (audit.go)
 	// InTx runs fn in one READ COMMITTED transaction, committing when fn returns nil and rolling
 	// back otherwise (including when ctx ends). fn may be retried by the store on a serialisation
 	// failure, so it must not have effects outside tx.
@@ -148,6 +149,18 @@ type Tx interface {
 	// AfterCommit runs fn once the transaction has committed (never when it rolls back or is run
 	// again): what acts on the transaction's outcome outside it must not race its commit.
 	AfterCommit(fn func())
+	// BeforeCommit runs fn after the command's work, just before its transaction commits (in it):
+	// what must see the command's final state, such as the anchor of a task that ended.
+	BeforeCommit(fn func(ctx context.Context) error)
+	// AuditKeys reads every audit signing key, newest first, its private key sealed.
+	AuditKeys(ctx context.Context) ([]SealedAuditKey, error)
+	// LockAuditKeys takes, until the transaction ends, the lock under which a node creates the
+	// first audit key: two nodes never both create one.
+	LockAuditKeys(ctx context.Context) error
+	// InsertAuditKey stores a new audit signing key.
+	InsertAuditKey(ctx context.Context, k SealedAuditKey) error
+	// InsertAnchor records an anchor of a task's chain head (none when that head is anchored).
+	InsertAnchor(ctx context.Context, a *AnchorRecord) error
 	// RecordCommand records a command before anything it causes.
 	RecordCommand(ctx context.Context, c *Command) error
 	// IssueReceipt records a command's receipt.

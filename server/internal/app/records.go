@@ -91,6 +91,9 @@ type ResultRecord struct {
 	Digest             string
 	Evidence           []*Artifact
 	CreatedAt          time.Time
+	// Anchor is the signed statement of the task's history-chain head made when it ended (nil
+	// for a task that ended before the chain existed; audit.go).
+	Anchor *AnchorRecord
 }
 
 // ManifestReceipt is one receipt as a result manifest lists it.

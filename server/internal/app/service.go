@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/admission"
+	"github.com/originweave/bap/server/internal/historychain"
 	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/serverkey"
@@ -63,6 +64,9 @@ type Config struct {
 	// a random key of this Service alone (tests, and embeddings whose fingerprints and sealed
 	// values need not outlive the process).
 	ServerKey *serverkey.Key
+	// AnchorInterval is how often a task whose history grows is anchored by Upkeep (default
+	// DefaultAnchorInterval); a task is anchored when it ends in any case.
+	AnchorInterval time.Duration
 	// Now is the clock (default time.Now); tests may fix it.
 	Now func() time.Time
 	// Logger receives operational logs (default slog.Default()).
@@ -86,6 +90,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.CancelDeadline <= 0 {
 		c.CancelDeadline = 3 * time.Second
+	}
+	if c.AnchorInterval <= 0 {
+		c.AnchorInterval = DefaultAnchorInterval
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -130,6 +137,8 @@ type Service struct {
 	sessions admission.Reservations
 
 	keys keyring // what the server key derives (keys.go)
+	// audit holds the audit signing keys (audit.go).
+	audit auditKeys
 
 	answered answeredKeys // the keys whose first response this process recorded (answered.go)
 }
@@ -275,9 +284,17 @@ func (c *commandCtx) emit(ctx context.Context, t *Task, typ, cause string, data 
 	if data == nil {
 		data = map[string]any{}
 	}
+	raw, err := eventDataJSON(data)
+	if err != nil {
+		return fmt.Errorf("encoding %s event data: %w", typ, err)
+	}
+	// The database keeps microseconds: the chained time is the stored one.
 	e := &Event{
-		ID: ids.New(ids.Event), TaskID: t.ID, Tenant: t.Tenant, Seq: t.LastSeq, Type: typ, Time: c.now,
-		Actor: c.cmd.Actor, Cause: cause, CommandID: c.cmd.ID, Data: data,
+		ID: ids.New(ids.Event), TaskID: t.ID, Tenant: t.Tenant, Seq: t.LastSeq, Type: typ, Time: c.now.Truncate(time.Microsecond),
+		Actor: c.cmd.Actor, Cause: cause, CommandID: c.cmd.ID, Data: data, DataJSON: raw,
+	}
+	if err := c.s.keys.link(t, e); err != nil {
+		return err
 	}
 	if err := c.tx.AppendEvent(ctx, e); err != nil {
 		return fmt.Errorf("appending %s event to task %s: %w", typ, t.ID, err)
@@ -298,6 +315,7 @@ func (c *commandCtx) transition(ctx context.Context, t *Task, trig task.Trigger,
 	if next.Terminal() {
 		end := c.now
 		t.EndedAt = &end
+		c.anchorAtCommit(t, historychain.ReasonTaskEnded)
 		c.s.lastUsed.Delete(t.ID)               // nothing evaluates an ended task's page again
 		c.tx.AfterCommit(c.s.closeSessionsSoon) // its browser sessions are closed (session_end.go)
 	}

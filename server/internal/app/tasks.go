@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/originweave/bap/server/internal/historychain"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/policy"
 	"github.com/originweave/bap/server/internal/task"
@@ -138,6 +139,18 @@ func (s *Service) withResult(ctx context.Context, t *Task) (*Task, error) {
 		return nil, err
 	}
 	t.Result = r // nil for a task closed before results were recorded
+	if r != nil {
+		anchors, err := s.store.ListAnchors(ctx, t.Tenant, t.ID)
+		if err != nil {
+			return nil, err
+		}
+		for i := len(anchors) - 1; i >= 0; i-- {
+			if anchors[i].Reason == historychain.ReasonTaskEnded {
+				r.Anchor = &anchors[i]
+				break
+			}
+		}
+	}
 	return t, nil
 }
 

@@ -158,13 +158,16 @@ func openNodeDatabase(ctx context.Context, cfg Config) (*Database, error) {
 
 // announceNode registers this node, records the protocol adapters it serves (for GET /bap/v1,
 // browser.go) and takes over from the node that used its data dir before (this process holds the
-// data-dir lock, embedded cluster or database URL alike).
+// data-dir lock, embedded cluster or database URL alike), and loads the audit keys that sign anchors.
 func announceNode(ctx context.Context, cfg Config, svc *app.Service, nodeID string, br *Engines, log *slog.Logger) error {
 	if err := svc.RegisterNode(ctx, cfg.AdvertiseURL, version.Software); err != nil {
 		return err
 	}
 	if err := svc.RecordAdapters(ctx, nodeAdapters(br)); err != nil {
 		return err
+	}
+	if err := svc.LoadAuditKeys(ctx); err != nil { // before any task can end and be anchored
+		return fmt.Errorf("loading the audit keys: %w", err)
 	}
 	return succeedDataDirNode(ctx, svc, cfg.DataDir, nodeID, log)
 }

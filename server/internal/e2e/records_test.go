@@ -163,6 +163,11 @@ func TestTaskResultIsVerifiable(t *testing.T) {
 					Digest             string `json:"digest"`
 					ManifestArtifactID string `json:"manifest_artifact_id"`
 				} `json:"integrity"`
+				Anchor *struct {
+					Seq    int64  `json:"seq"`
+					Reason string `json:"reason"`
+					Digest string `json:"digest"`
+				} `json:"anchor"`
 			} `json:"result"`
 		} `json:"task"`
 	}
@@ -170,6 +175,26 @@ func TestTaskResultIsVerifiable(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := tr.Task.Result
+	// The result carries the anchor made when the task ended (ADR 0033): the head of its history
+	// chain then (the sessions' closing comes after), which get_task_audit finds valid.
+	audit := s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/audit", "", nil)
+	matchesSchema(t, "GetTaskAuditResponse", audit.raw)
+	var ar struct {
+		Status  string `json:"status"`
+		HeadSeq int64  `json:"head_seq"`
+		Anchors []struct {
+			Seq    int64  `json:"seq"`
+			Digest string `json:"digest"`
+			Valid  bool   `json:"valid"`
+		} `json:"anchors"`
+	}
+	if err := json.Unmarshal(audit.raw, &ar); err != nil {
+		t.Fatal(err)
+	}
+	if a := res.Anchor; a == nil || a.Reason != "task_ended" || ar.Status != "valid" || a.Seq > ar.HeadSeq ||
+		len(ar.Anchors) == 0 || ar.Anchors[0].Seq != a.Seq || ar.Anchors[0].Digest != a.Digest || !ar.Anchors[0].Valid {
+		t.Fatalf("result anchor %+v, audit %s", a, audit.raw)
+	}
 	if tr.Task.State != "succeeded" || res.Verification.State != "verified" || res.Verification.Reason == "" || res.Summary == "" ||
 		len(res.Evidence) < 2 || res.Integrity.Algorithm != "sha256" || len(res.Integrity.Digest) != 64 {
 		t.Fatalf("result of a verified close: %s", got.raw)

@@ -287,7 +287,11 @@ func TestFeedOrderFollowsTaskOrderNotXidOrder(t *testing.T) {
 	write := func(exec func(string, ...any) error, seq int64) {
 		t.Helper()
 		evID := fmt.Sprintf("evt_order%d", seq)
-		if err := exec(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', $1, $2, $3, 'task.state_changed', 'operator:local')`, id, seq, evID); err != nil {
+		// Linked to the event before, as the database checks; the digest is a stand-in.
+		if err := exec(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
+			VALUES ('local', $1, $2, $3, 'task.state_changed', 'operator:local',
+			coalesce((SELECT digest FROM agent_task_event WHERE task_id = $1 ORDER BY seq DESC LIMIT 1), decode(repeat('00', 32), 'hex')),
+			sha256(convert_to($3, 'UTF8')))`, id, seq, evID); err != nil {
 			t.Fatal(err)
 		}
 		payload, _ := json.Marshal([]map[string]any{{"event_id": evID, "task_id": id, "tenant_id": "local", "seq": seq,

@@ -59,8 +59,8 @@ func TestToolsListIsExactlyTheReviewedCatalog(t *testing.T) {
 	}
 	var page listResult
 	b.rpc(t, "/mcp", "tools/list", nil).result(t, &page)
-	if len(page.Tools) != 20 || len(page.Tools) != len(catalog) || page.NextCursor != "" {
-		t.Fatalf("%d tools (next %q), want the 20 of the catalog on one page", len(page.Tools), page.NextCursor)
+	if len(page.Tools) != 21 || len(page.Tools) != len(catalog) || page.NextCursor != "" {
+		t.Fatalf("%d tools (next %q), want the 21 of the catalog on one page", len(page.Tools), page.NextCursor)
 	}
 	for i, tool := range page.Tools {
 		want := catalog[i]
@@ -95,8 +95,8 @@ func TestToolsListPagesWithSealedCursors(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *mcpserver.Options) { o.PageSize = 4 })
 	names, pages := b.listAll(t)
-	if len(names) != 20 || len(pages) != 5 || !slices.IsSorted(names) {
-		t.Fatalf("%d tools over %d pages (sorted %v), want 20 over 5", len(names), len(pages), slices.IsSorted(names))
+	if len(names) != 21 || len(pages) != 6 || !slices.IsSorted(names) {
+		t.Fatalf("%d tools over %d pages (sorted %v), want 21 over 6", len(names), len(pages), slices.IsSorted(names))
 	}
 	next := pages[0].NextCursor
 	for name, cursor := range map[string]string{
@@ -120,7 +120,7 @@ func TestToolsListShowsOnlyToolsTheCallerMayCall(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	names, _ := b.listAll(t, "X-Test-Scopes", "bap:tasks.read bap:artifacts.read")
-	want := []string{"get_artifact", "get_task", "list_task_events", "verify_artifact"}
+	want := []string{"get_artifact", "get_task", "get_task_audit", "list_task_events", "verify_artifact"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}
@@ -191,6 +191,12 @@ func TestToolResultsAreTheBAPJSON(t *testing.T) {
 	cancelled := b.call(t, "cancel_task", map[string]any{"task_id": taskID, "reason": "done", "idempotency_key": "k-cancel"})
 	if cancelled.IsError || field(t, cancelled.StructuredContent, "task", "state") != "cancelled" {
 		t.Fatalf("cancel_task: %s", cancelled.StructuredContent)
+	}
+	// The history chain's check is a read an agent may run: the same answer as HTTP's.
+	audit := b.call(t, "get_task_audit", map[string]any{"task_id": taskID})
+	_, auditHTTP := b.httpDo(t, "GET", "/bap/v1/tasks/"+taskID+"/audit", "")
+	if audit.IsError || !jsonEqual(t, audit.StructuredContent, auditHTTP) || field(t, audit.StructuredContent, "status") != "valid" {
+		t.Fatalf("get_task_audit: %s, HTTP %s", audit.StructuredContent, auditHTTP)
 	}
 }
 

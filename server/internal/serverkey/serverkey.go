@@ -57,6 +57,10 @@ const (
 	// PurposeSecretDigest keys the digest that tells one secret value from another (rotation
 	// without a change is refused) without an unkeyed hash of it anywhere.
 	PurposeSecretDigest Purpose = "secret-value-digest"
+	// PurposeHistoryChain keys the digests that chain each task's history events (ADR 0033).
+	PurposeHistoryChain Purpose = "history-chain"
+	// PurposeAuditSigningKeys seals the private keys that sign audit anchors (ADR 0033).
+	PurposeAuditSigningKeys Purpose = "audit-signing-keys"
 	// purposeKeyID derives the key's public identifier.
 	purposeKeyID Purpose = "key-id"
 )

@@ -158,9 +158,12 @@ func (s *Store) PurgeIdempotency(ctx context.Context, now time.Time) (int64, err
 // pipeline's history rows in one INSERT), the outbox message (one per task of the command, see
 // outbox.go) just before commit, both in this transaction.
 func (t *pgTx) AppendEvent(ctx context.Context, e *app.Event) error {
-	data, err := json.Marshal(e.Data)
-	if err != nil {
-		return fmt.Errorf("encoding event data: %w", err)
+	data := e.DataJSON
+	if data == nil {
+		var err error
+		if data, err = json.Marshal(e.Data); err != nil {
+			return fmt.Errorf("encoding event data: %w", err)
+		}
 	}
 	t.pendingEvents = append(t.pendingEvents, queuedEvent{e: *e, data: string(data)})
 	t.events = append(t.events, *e)
@@ -176,19 +179,21 @@ func queueEvents(b *pgx.Batch, evs []queuedEvent) {
 	seqs := make([]int64, n)
 	times := make([]time.Time, n)
 	data := make([]string, n)
+	prevs, digests := make([][]byte, n), make([][]byte, n)
 	for i, q := range evs {
 		e := &evs[i].e
 		if e.CommandID != "" {
 			commands[i] = &e.CommandID
 		}
+		prevs[i], digests[i] = e.PrevDigest, e.Digest
 		tenants[i], tasks[i], seqs[i], ids[i], types[i], times[i], actors[i], causes[i], data[i] =
 			e.Tenant, e.TaskID, e.Seq, e.ID, e.Type, e.Time, e.Actor, e.Cause, q.data
 	}
-	b.Queue(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data)
-		SELECT tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data::jsonb
-		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::text[], $10::text[])
-			AS e (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data)`,
-		tenants, tasks, seqs, ids, types, times, actors, causes, commands, data)
+	b.Queue(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data, prev_digest, digest)
+		SELECT tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data::jsonb, prev_digest, digest
+		FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[], $12::bytea[])
+			AS e (tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause, command_id, data, prev_digest, digest)`,
+		tenants, tasks, seqs, ids, types, times, actors, causes, commands, data, prevs, digests)
 }
 
 // queuedEvent is a history row not yet sent, its data encoded.

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -11,6 +12,17 @@ import (
 	"github.com/originweave/bap/server/internal/store"
 )
 
+// eventSQL inserts one history event of tenant's task linked, as the database checks, to the
+// task's last event: its prev_digest is that event's digest (zeros for the first). The digest is
+// a stand-in (SHA-256 of the event id): only the server key makes a real one, which the database
+// cannot check.
+func eventSQL(tenant, task string, seq int, typ, actor, cause string) string {
+	return fmt.Sprintf(`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, cause, prev_digest, digest)
+		VALUES ('%[1]s', '%[2]s', %[3]d, 'evt_%[2]s%[3]d', '%[4]s', '%[5]s', '%[6]s',
+		coalesce((SELECT digest FROM agent_task_event WHERE task_id = '%[2]s' ORDER BY seq DESC LIMIT 1), decode(repeat('00', 32), 'hex')),
+		sha256('evt_%[2]s%[3]d'::bytea))`, tenant, task, seq, typ, actor, cause)
+}
+
 // seedTask inserts one task with two events through SQL, the way the store does.
 func seedTask(t *testing.T, ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
@@ -18,8 +30,8 @@ func seedTask(t *testing.T, ctx context.Context, db interface {
 	t.Helper()
 	for _, q := range []string{
 		`INSERT INTO agent_task (tenant_id, task_id, goal, state, created_by) VALUES ('local', '` + id + `', 'g', 'created', 'operator:local')`,
-		`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', '` + id + `', 1, 'evt_` + id + `1', 'task.created', 'operator:local')`,
-		`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', '` + id + `', 2, 'evt_` + id + `2', 'task.state_changed', 'operator:local')`,
+		eventSQL("local", id, 1, "task.created", "operator:local", ""),
+		eventSQL("local", id, 2, "task.state_changed", "operator:local", ""),
 	} {
 		if _, err := db.Exec(ctx, q); err != nil {
 			t.Fatalf("seeding: %v", err)
@@ -49,6 +61,11 @@ func TestTaskEventHistoryIsAppendOnly(t *testing.T) {
 		{"truncate", `TRUNCATE agent_task_event CASCADE`, "23001"},
 		{"gap in seq", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 4, 'evt_x4', 'task.created', 'x')`, "23514"},
 		{"repeated seq", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 2, 'evt_x2', 'task.created', 'x')`, "23514"},
+		{"unchained", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 3, 'evt_x3', 'task.created', 'x')`, "23514"},
+		{"not linked to the event before", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
+			VALUES ('local', 'tsk_a', 3, 'evt_x3', 'task.created', 'x', decode(repeat('00', 32), 'hex'), decode(repeat('01', 32), 'hex'))`, "23514"},
+		{"short digest", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
+			VALUES ('local', 'tsk_a', 3, 'evt_x3', 'task.created', 'x', (SELECT digest FROM agent_task_event WHERE task_id = 'tsk_a' AND seq = 2), '\x01')`, "23514"},
 		{"seq zero", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 0, 'evt_x0', 'task.created', 'x')`, "23514"},
 	}
 	for _, tt := range tests {
@@ -61,7 +78,7 @@ func TestTaskEventHistoryIsAppendOnly(t *testing.T) {
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM agent_task_event WHERE task_id = 'tsk_a'`).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("history changed: %d events, %v", n, err)
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 3, 'evt_a3', 'task.state_changed', 'x')`); err != nil {
+	if _, err := db.Exec(ctx, eventSQL("local", "tsk_a", 3, "task.state_changed", "x", "")); err != nil {
 		t.Fatalf("the next seq must be accepted: %v", err)
 	}
 }
@@ -83,7 +100,7 @@ func TestSchemaConstraints(t *testing.T) {
 		{"bad task id", `INSERT INTO agent_task (tenant_id, task_id, goal, state, created_by) VALUES ('local', 'task-1', 'g', 'created', 'x')`, "23514"},
 		{"empty goal", `INSERT INTO agent_task (tenant_id, task_id, goal, state, created_by) VALUES ('local', 'tsk_c', '', 'created', 'x')`, "23514"},
 		{"unknown tenant", `INSERT INTO agent_task (tenant_id, task_id, goal, state, created_by) VALUES ('nobody', 'tsk_d', 'g', 'created', 'x')`, "23503"},
-		{"event of another tenant's task", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('other', 'tsk_b', 3, 'evt_b3', 'task.created', 'x')`, "23503"},
+		{"event of another tenant's task", eventSQL("other", "tsk_b", 3, "task.created", "x", ""), "23503"},
 		{"unknown receipt outcome", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_1', 'tsk_b', 'cancel_task', 'x', false);
 			INSERT INTO task_receipt (tenant_id, receipt_id, command_id, outcome) VALUES ('local', 'rcp_1', 'cmd_1', 'maybe')`, "23514"},
 		{"rejected receipt without code", `INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting) VALUES ('local', 'cmd_2', 'tsk_b', 'cancel_task', 'x', false);

@@ -116,6 +116,11 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(app.Tx) error, optimistic 
 	case err != nil:
 		return err
 	}
+	for _, fn := range tx.beforeCommit {
+		if err := fn(ctx); err != nil {
+			return err
+		}
+	}
 	if err := s.publishEvents(ctx, tx); err != nil {
 		return err
 	}
@@ -174,10 +179,17 @@ type pgTx struct {
 	newTasks []*app.Task
 	// afterCommit runs once COMMIT succeeded (app.Tx.AfterCommit); each attempt has its own.
 	afterCommit []func()
+	// beforeCommit runs after the command's work, before COMMIT (app.Tx.BeforeCommit).
+	beforeCommit []func(context.Context) error
 }
 
 // AfterCommit implements app.Tx.
 func (t *pgTx) AfterCommit(fn func()) { t.afterCommit = append(t.afterCommit, fn) }
+
+// BeforeCommit implements app.Tx.
+func (t *pgTx) BeforeCommit(fn func(context.Context) error) {
+	t.beforeCommit = append(t.beforeCommit, fn)
+}
 
 func (t *pgTx) queue(sql string, args ...any) { t.batch.Queue(sql, args...) }
 

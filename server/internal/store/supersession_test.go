@@ -30,7 +30,7 @@ func TestCorrectionsSupersedeAndNeverUpdate(t *testing.T) {
 		`INSERT INTO reconciliation_resolution (tenant_id, reconciliation_id, resolution, note, resolved_by) VALUES ('local', 'rec_s', 'no_side_effect', 'n', 'operator:local'),
 			('local', 'rec_o', 'applied', 'n', 'operator:local')`,
 		// tsk_o ends: its outcome is recorded by the database at commit, with its last state change's actor.
-		`INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, cause) VALUES ('local', 'tsk_o', 3, 'evt_o3', 'task.state_changed', 'agent:local', 'close_task')`,
+		eventSQL("local", "tsk_o", 3, "task.state_changed", "agent:local", "close_task"),
 		`UPDATE agent_task SET state = 'succeeded', verification = 'verified', ended_at = now() WHERE task_id = 'tsk_o'`,
 	} {
 		if _, err := db.Exec(ctx, q); err != nil {

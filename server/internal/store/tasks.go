@@ -15,7 +15,7 @@ import (
 // taskColumns reads a task with its policy and plan in one row: the child rows come back as JSON
 // arrays, so reading a task is one round trip.
 const taskColumns = `t.tenant_id, t.task_id, t.goal, t.state, coalesce(t.verification, ''), t.postcondition, t.deadline,
-	t.created_by, coalesce(t.created_client, ''), t.created_at, t.updated_at, t.ended_at, t.last_seq,
+	t.created_by, coalesce(t.created_client, ''), t.created_at, t.updated_at, t.ended_at, t.last_seq, t.chain_digest, t.chain_sha256,
 	(SELECT coalesce(json_agg(o.pattern ORDER BY o.position), '[]') FROM task_allowed_origin o WHERE o.task_id = t.task_id),
 	(SELECT coalesce(json_agg(json_build_object('effect', r.effect, 'ttl_seconds', r.ttl_seconds, 'channel', r.channel, 'origins',
 		(SELECT coalesce(json_agg(ro.pattern ORDER BY ro.position), '[]') FROM task_approval_rule_origin ro
@@ -67,7 +67,7 @@ func scanTask(row pgx.Row) (*app.Task, error) {
 	var state string
 	var pc, origins, rules, steps, modelPolicy, budget []byte
 	if err := row.Scan(&t.Tenant, &t.ID, &t.Goal, &state, &t.Verification, &pc, &t.Deadline,
-		&t.CreatedBy, &t.CreatedClient, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &origins, &rules, &steps,
+		&t.CreatedBy, &t.CreatedClient, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &t.ChainDigest, &t.ChainSHA256, &origins, &rules, &steps,
 		&t.Mode, &modelPolicy, &budget); err != nil {
 		return nil, translate(err)
 	}
@@ -144,10 +144,10 @@ func queueTaskInsert(b *pgx.Batch, tk *app.Task) {
 		mode = app.ModeInteractive
 	}
 	b.Queue(`INSERT INTO agent_task (tenant_id, task_id, goal, state, verification, postcondition, deadline,
-		created_by, created_client, created_at, updated_at, ended_at, last_seq, mode)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14)`,
+		created_by, created_client, created_at, updated_at, ended_at, last_seq, mode, chain_digest, chain_sha256)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
 		tk.Tenant, tk.ID, tk.Goal, string(tk.State), nullIfEmpty(tk.Verification), pc, tk.Deadline,
-		tk.CreatedBy, nullIfEmpty(tk.CreatedClient), tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq, mode)
+		tk.CreatedBy, nullIfEmpty(tk.CreatedClient), tk.CreatedAt, tk.UpdatedAt, tk.EndedAt, tk.LastSeq, mode, tk.ChainDigest, tk.ChainSHA256)
 }
 
 // GetTask implements app.Store.
@@ -269,9 +269,10 @@ func (t *pgTx) UpdateTask(ctx context.Context, tk *app.Task) error {
 			return nil
 		}
 	}
-	t.queue(`UPDATE agent_task SET state = $3, verification = $4, updated_at = $5, ended_at = $6, last_seq = $7
-		WHERE tenant_id = $1 AND task_id = $2`,
-		tk.Tenant, tk.ID, string(tk.State), nullIfEmpty(tk.Verification), tk.UpdatedAt, tk.EndedAt, tk.LastSeq)
+	t.queue(`UPDATE agent_task SET state = $3, verification = $4, updated_at = $5, ended_at = $6, last_seq = $7,
+		chain_digest = $8, chain_sha256 = $9 WHERE tenant_id = $1 AND task_id = $2`,
+		tk.Tenant, tk.ID, string(tk.State), nullIfEmpty(tk.Verification), tk.UpdatedAt, tk.EndedAt, tk.LastSeq,
+		tk.ChainDigest, tk.ChainSHA256)
 	return nil
 }
 

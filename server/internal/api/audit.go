@@ -1,0 +1,74 @@
+package api
+
+import (
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"github.com/originweave/bap/server/internal/apigen"
+	"github.com/originweave/bap/server/internal/app"
+)
+
+// GetTaskAudit implements apigen.ServerInterface: the server recomputes the task's history chain.
+func (s *server) GetTaskAudit(w http.ResponseWriter, r *http.Request, taskID apigen.TaskId) {
+	req, ok := s.begin(w, r)
+	if !ok {
+		return
+	}
+	rep, err := s.svc.VerifyAudit(r.Context(), req.principal.Actor, taskID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toTaskAudit(rep))
+}
+
+// toTaskAudit renders a verification report.
+func toTaskAudit(rep *app.AuditReport) apigen.GetTaskAuditResponse {
+	r := rep.Report
+	out := apigen.GetTaskAuditResponse{TaskId: rep.TaskID, Status: apigen.GetTaskAuditResponseStatusValid, EventsChecked: r.Checked, HeadSeq: r.HeadSeq,
+		Anchors: make([]apigen.AuditAnchor, 0, len(rep.Anchors))}
+	if r.ChainedFrom > 0 {
+		out.ChainedFromSeq = ptr(r.ChainedFrom)
+		out.HeadDigest = ptr(hex.EncodeToString(r.HeadDigest))
+		out.HistorySha256 = ptr(hex.EncodeToString(r.HistorySHA256))
+	}
+	if b := r.Break; b != nil {
+		out.Status = apigen.GetTaskAuditResponseStatusBroken
+		out.BrokenAt = &apigen.AuditBreak{Seq: b.Seq, Reason: apigen.AuditBreakReason(b.Reason), Detail: clip(b.Detail, 500)}
+	}
+	for i, a := range rep.Anchors {
+		wa := toAuditAnchor(&a)
+		if i < len(r.Anchors) {
+			wa.Valid = ptr(r.Anchors[i].Valid)
+		}
+		out.Anchors = append(out.Anchors, wa)
+	}
+	return out
+}
+
+// toAuditAnchor renders an anchor.
+func toAuditAnchor(a *app.AnchorRecord) apigen.AuditAnchor {
+	return apigen.AuditAnchor{Seq: a.Seq, Digest: hex.EncodeToString(a.Digest), HistorySha256: hex.EncodeToString(a.HistorySHA256),
+		Reason: apigen.AuditAnchorReason(a.Reason), KeyId: a.KeyID, Statement: a.Statement, AnchoredAt: a.AnchoredAt}
+}
+
+// GetAuditKeys implements apigen.ServerInterface: the public keys of the anchors, anonymous.
+func (s *server) GetAuditKeys(w http.ResponseWriter, r *http.Request) {
+	setOpLabel(r.Context(), "get_audit_keys")
+	set, err := s.svc.AuditKeySet(r.Context())
+	if err != nil {
+		s.log.Error("reading the audit keys", "err", err)
+		writeProblem(w, &app.Error{Code: app.CodeOverloaded, Detail: "the audit keys cannot be read now; retry", RetryAfter: time.Second})
+		return
+	}
+	writeJSON(w, http.StatusOK, set)
+}
+
+// clip shortens s to at most n bytes.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,87 @@
+package app_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/historychain"
+	"github.com/originweave/bap/server/internal/store"
+)
+
+// A task whose history grows is anchored by the upkeep at most once per interval, and only when
+// its head moved; the task's end anchors it in the ending transaction; every anchor verifies.
+func TestAnchorsWhileATaskRunsAndWhenItEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tk := b.create(t, app.CreateTaskInput{})
+
+	anchor := func(want int) {
+		t.Helper()
+		n, err := b.svc.AnchorDue(ctx, time.Minute)
+		if err != nil || n != want {
+			t.Fatalf("AnchorDue: %d, %v; want %d", n, err, want)
+		}
+	}
+	anchor(1) // never anchored: due
+	b.advance(2 * time.Minute)
+	anchor(0) // its head did not move since
+	cancelRec := &recorder[*app.TaskResult]{}
+	if _, err := b.svc.CancelTask(ctx, b.call(t, "cancel_task", []string{tk.ID}, "cancel"), tk.ID, "", cancelRec); err != nil {
+		t.Fatal(err)
+	}
+	anchor(0) // anchored when it ended, at its head
+
+	rep, err := b.svc.VerifyAudit(ctx, b.actor, tk.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := b.events(t, tk.ID)
+	if !rep.Report.Valid() || rep.Report.HeadSeq != int64(len(last)) || len(rep.Anchors) != 2 {
+		t.Fatalf("report %+v, break %+v, %d anchors", rep.Report, rep.Report.Break, len(rep.Anchors))
+	}
+	for i, want := range []struct {
+		seq    int64
+		reason string
+	}{{4, historychain.ReasonPeriodic}, {int64(len(last)), historychain.ReasonTaskEnded}} {
+		a := rep.Anchors[i]
+		if a.Seq != want.seq || a.Reason != want.reason || !rep.Report.Anchors[i].Valid {
+			t.Errorf("anchor %d: seq %d %s (valid %v), want seq %d %s", i, a.Seq, a.Reason, rep.Report.Anchors[i].Valid, want.seq, want.reason)
+		}
+	}
+	// The key set the server publishes verifies them.
+	set, err := b.svc.AuditKeySet(ctx)
+	if err != nil || len(set.Keys) != 1 || set.Keys[0].Kid != rep.Anchors[0].KeyID {
+		t.Fatalf("key set %+v: %v", set, err)
+	}
+}
+
+// Another server key cannot open the audit key of the first: it makes its own and publishes only
+// that, and a chain it did not write does not verify under its key.
+func TestAuditKeysBelongToTheirServerKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	tk := b.create(t, app.CreateTaskInput{})
+	if err := b.svc.LoadAuditKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := b.svc.AuditKeySet(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := app.NewService(store.New(b.db), app.Config{NodeID: "node_other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := other.AuditKeySet(ctx)
+	if err != nil || len(theirs.Keys) != 1 || theirs.Keys[0].Kid == mine.Keys[0].Kid {
+		t.Fatalf("other server's keys %+v (mine %+v): %v", theirs, mine, err)
+	}
+	rep, err := other.VerifyAudit(ctx, b.actor, tk.ID)
+	if err != nil || rep.Report.Valid() || rep.Report.Break.Seq != 1 || rep.Report.Break.Reason != historychain.BreakDigest {
+		t.Fatalf("another key verifies the chain: %+v %v", rep.Report.Break, err)
+	}
+}

@@ -1,0 +1,233 @@
+package historychain
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Entry is one history event as the chain sees it: every column of agent_task_event but the
+// digests themselves.
+type Entry struct {
+	Tenant    string
+	TaskID    string
+	Seq       int64
+	EventID   string
+	Type      string
+	Time      time.Time // stored to the microsecond: finer digits are not part of the event
+	Actor     string
+	Cause     string
+	CommandID string          // "" when the event has no command
+	Data      json.RawMessage // a JSON object
+}
+
+// Canonical is the bytes the chain links: a canonical JSON object (CanonicalJSON) of the event's
+// columns, with a version so that the form can change without two forms ever colliding.
+func (e *Entry) Canonical() ([]byte, error) {
+	data, err := CanonicalJSON(e.Data)
+	if err != nil {
+		return nil, fmt.Errorf("event %d data: %w", e.Seq, err)
+	}
+	if len(data) == 0 || data[0] != '{' {
+		return nil, fmt.Errorf("event %d data: not a JSON object", e.Seq)
+	}
+	var cmd any
+	if e.CommandID != "" {
+		cmd = e.CommandID
+	}
+	head := map[string]any{
+		"v": 1, "tenant_id": e.Tenant, "task_id": e.TaskID, "seq": e.Seq, "event_id": e.EventID,
+		"event_type": e.Type, "occurred_at": FormatTime(e.Time), "actor": e.Actor, "cause": e.Cause,
+		"command_id": cmd,
+	}
+	var b bytes.Buffer
+	b.WriteString(`{"data":`)
+	b.Write(data)
+	keys := make([]string, 0, len(head))
+	for k := range head {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // "data" sorts first of all of them
+	for _, k := range keys {
+		b.WriteByte(',')
+		writeString(&b, k)
+		b.WriteByte(':')
+		switch v := head[k].(type) {
+		case string:
+			writeString(&b, v)
+		case int:
+			b.WriteString(strconv.Itoa(v))
+		case int64:
+			b.WriteString(strconv.FormatInt(v, 10))
+		case nil:
+			b.WriteString("null")
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// FormatTime is an event's time as the chain hashes it: UTC, to the microsecond (PostgreSQL's
+// timestamptz precision), always six fractional digits.
+func FormatTime(t time.Time) string {
+	return t.UTC().Truncate(time.Microsecond).Format("2006-01-02T15:04:05.000000Z")
+}
+
+// CanonicalJSON rewrites one JSON value in the chain's canonical form, so that a value and the
+// same value read back from PostgreSQL's jsonb (which reorders keys, drops whitespace and may
+// respell numbers) give the same bytes. Unlike the idempotency fingerprints' canonical form, which
+// lives as long as one key's retention, this one must give the same bytes in every release and
+// under every Go version for as long as a history is kept, so it spells strings and numbers
+// itself:
+//   - object members sorted by key (by bytes of UTF-8, which is code point order); of duplicate
+//     keys the last one counts, as in jsonb;
+//   - no whitespace;
+//   - strings with the fewest escapes (writeString);
+//   - numbers exact, in their shortest decimal spelling: digits when the value is an integer of at
+//     most 21 digits, otherwise digits, "e" and the exponent (1.50 → 15e-1,
+//     1e+20 → 100000000000000000000, 1000000000000000000000 → 1e21, -0 → 0).
+func CanonicalJSON(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("canonical JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("canonical JSON: trailing data after the value")
+	}
+	var b bytes.Buffer
+	if err := writeValue(&b, v, 0); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// maxDepth bounds nesting: a canonical form is computed for the server's own event data, and for
+// bundles handed to `bap bundle verify`, which may be hostile.
+const maxDepth = 200
+
+func writeValue(b *bytes.Buffer, v any, depth int) error {
+	if depth > maxDepth {
+		return errors.New("canonical JSON: nested too deeply")
+	}
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case string:
+		writeString(b, x)
+	case json.Number:
+		n, err := canonicalNumber(string(x))
+		if err != nil {
+			return err
+		}
+		b.WriteString(n)
+	case []any:
+		b.WriteByte('[')
+		for i, e := range x {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			if err := writeValue(b, e, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte(']')
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			writeString(b, k)
+			b.WriteByte(':')
+			if err := writeValue(b, x[k], depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("canonical JSON: unexpected %T", v)
+	}
+	return nil
+}
+
+// writeString writes s as a JSON string with the chain's own escapes, so that no library's
+// choices (which differ between versions) move a digest: '"' and '\\' are escaped, as are
+// control characters (\n, \r and \t by name, the others as \u00xx); every other character is
+// written as it is, in UTF-8. Invalid UTF-8 cannot reach here: the JSON decoder has replaced it
+// with U+FFFD already.
+func writeString(b *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '\r':
+			b.WriteString(`\r`)
+		case c == '\t':
+			b.WriteString(`\t`)
+		case c < 0x20:
+			b.WriteString(`\u00`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xf])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+}
+
+// canonicalNumber spells a JSON number's exact value in one way (see CanonicalJSON).
+func canonicalNumber(s string) (string, error) {
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	mant, exp := s, 0
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+		if err != nil || e > 1_000_000 || e < -1_000_000 {
+			return "", fmt.Errorf("canonical JSON: number %q out of range", s)
+		}
+		mant, exp = s[:i], e
+	}
+	if i := strings.IndexByte(mant, '.'); i >= 0 {
+		exp -= len(mant) - i - 1
+		mant = mant[:i] + mant[i+1:]
+	}
+	mant = strings.TrimLeft(mant, "0")
+	if mant == "" {
+		return "0", nil
+	}
+	for strings.HasSuffix(mant, "0") {
+		mant = mant[:len(mant)-1]
+		exp++
+	}
+	var out string
+	if exp >= 0 && len(mant)+exp <= 21 {
+		out = mant + strings.Repeat("0", exp)
+	} else {
+		out = mant + "e" + strconv.Itoa(exp)
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out, nil
+}

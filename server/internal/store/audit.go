@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/historychain"
+)
+
+// AuditKeys implements app.Tx.
+func (t *pgTx) AuditKeys(ctx context.Context) ([]app.SealedAuditKey, error) {
+	q, err := t.q(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.Query(ctx, `SELECT key_id, private_key FROM audit_signing_key ORDER BY created_at DESC, key_id`)
+	if err != nil {
+		return nil, fmt.Errorf("reading audit keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.SealedAuditKey, error) {
+		var k app.SealedAuditKey
+		return k, r.Scan(&k.ID, &k.Sealed)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading audit keys: %w", err)
+	}
+	return keys, nil
+}
+
+// auditKeyLockID serialises the creation of the first audit key across nodes.
+const auditKeyLockID = 0x626170617564 // "bapaud"
+
+// LockAuditKeys implements app.Tx.
+func (t *pgTx) LockAuditKeys(ctx context.Context) error {
+	q, err := t.q(ctx)
+	if err != nil {
+		return err
+	}
+	var ok bool
+	if err := q.QueryRow(ctx, `SELECT true FROM pg_advisory_xact_lock($1)`, int64(auditKeyLockID)).Scan(&ok); err != nil {
+		return fmt.Errorf("locking audit keys: %w", err)
+	}
+	return nil
+}
+
+// InsertAuditKey implements app.Tx.
+func (t *pgTx) InsertAuditKey(ctx context.Context, k app.SealedAuditKey) error {
+	t.queue(`INSERT INTO audit_signing_key (key_id, private_key) VALUES ($1, $2)`, k.ID, k.Sealed)
+	return nil
+}
+
+// ChainedHistory implements app.AuditStore: every event as stored, data read back as jsonb
+// spells it (the chain's canonical form does not depend on the spelling).
+func (s *Store) ChainedHistory(ctx context.Context, tenant, taskID string) ([]historychain.Event, int64, error) {
+	var last int64
+	if err := s.pool.QueryRow(ctx, `SELECT last_seq FROM agent_task WHERE tenant_id = $1 AND task_id = $2`, tenant, taskID).Scan(&last); err != nil {
+		return nil, 0, translate(err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id, task_id, seq, event_id, event_type, occurred_at, actor, cause,
+		coalesce(command_id, ''), data, prev_digest, digest FROM agent_task_event
+		WHERE tenant_id = $1 AND task_id = $2 ORDER BY seq`, tenant, taskID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading history: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (historychain.Event, error) {
+		var e historychain.Event
+		var data []byte
+		err := r.Scan(&e.Tenant, &e.TaskID, &e.Seq, &e.EventID, &e.Type, &e.Time, &e.Actor, &e.Cause, &e.CommandID,
+			&data, &e.PrevDigest, &e.Digest)
+		e.Data = json.RawMessage(data)
+		return e, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading history: %w", err)
+	}
+	return evs, last, nil
+}
+
+// ListAnchors implements app.AuditStore.
+func (s *Store) ListAnchors(ctx context.Context, tenant, taskID string) ([]app.AnchorRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id, task_id, seq, digest, history_sha256, reason, key_id, statement, anchored_at
+		FROM audit_anchor WHERE tenant_id = $1 AND task_id = $2 ORDER BY seq`, tenant, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("reading anchors: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.AnchorRecord, error) {
+		var a app.AnchorRecord
+		err := r.Scan(&a.Tenant, &a.TaskID, &a.Seq, &a.Digest, &a.HistorySHA256, &a.Reason, &a.KeyID, &a.Statement, &a.AnchoredAt)
+		a.AnchoredAt = a.AnchoredAt.UTC()
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading anchors: %w", err)
+	}
+	return out, nil
+}
+
+// AuditTaskRefs implements app.AuditStore.
+func (s *Store) AuditTaskRefs(ctx context.Context, taskID, after string, limit int) ([]app.TaskRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT tenant_id, task_id FROM agent_task
+		WHERE ($1 = '' OR task_id = $1) AND task_id > $2 ORDER BY task_id LIMIT $3`, taskID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing tasks: %w", err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.TaskRef, error) {
+		var ref app.TaskRef
+		return ref, r.Scan(&ref.Tenant, &ref.TaskID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing tasks: %w", err)
+	}
+	return refs, nil
+}
+
+// DueForAnchor implements app.AuditStore.
+func (s *Store) DueForAnchor(ctx context.Context, before time.Time, limit int) ([]app.TaskRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT t.tenant_id, t.task_id FROM agent_task t
+		WHERE t.chain_digest IS NOT NULL AND (t.ended_at IS NULL OR t.ended_at > $1)
+		  AND t.last_seq > coalesce((SELECT max(a.seq) FROM audit_anchor a WHERE a.task_id = t.task_id), 0)
+		  AND NOT EXISTS (SELECT 1 FROM audit_anchor a WHERE a.task_id = t.task_id AND a.anchored_at > $1)
+		ORDER BY t.updated_at LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing tasks due for an anchor: %w", err)
+	}
+	refs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (app.TaskRef, error) {
+		var ref app.TaskRef
+		return ref, r.Scan(&ref.Tenant, &ref.TaskID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing tasks due for an anchor: %w", err)
+	}
+	return refs, nil
+}
+
+// InsertAnchor implements app.Tx.
+func (t *pgTx) InsertAnchor(ctx context.Context, a *app.AnchorRecord) error {
+	t.queue(`INSERT INTO audit_anchor (tenant_id, task_id, seq, digest, history_sha256, reason, key_id, statement, anchored_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (task_id, seq) DO NOTHING`,
+		a.Tenant, a.TaskID, a.Seq, a.Digest, a.HistorySHA256, a.Reason, a.KeyID, a.Statement, a.AnchoredAt)
+	return nil
+}
