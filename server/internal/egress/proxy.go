@@ -175,8 +175,10 @@ func newProxy(cfg Config) (*Proxy, error) {
 			pr.Out.Header.Del("Proxy-Connection")
 			pr.Out.Header.Del("Proxy-Authorization")
 			if rec := p.recorder(); rec != nil {
-				if done := rec.Exchange(pr.Out); done != nil {
-					pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), recordKey{}, &recording{done: done}))
+				if pm, _ := pr.Out.Context().Value(permitKey{}).(*permit); pm != nil {
+					if done := rec.Exchange(pr.Out); done != nil {
+						pm.rec = &recording{done: done}
+					}
 				}
 			}
 		},
@@ -197,8 +199,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		return fmt.Errorf("egress: unclassifiable response status %d", resp.StatusCode) // a bare 502
 	}
 	if resp.Request != nil {
-		if r, _ := resp.Request.Context().Value(recordKey{}).(*recording); r != nil {
-			r.end(resp) // as the site sent it: before the CSP below
+		if pm, _ := resp.Request.Context().Value(permitKey{}).(*permit); pm != nil && pm.rec != nil {
+			pm.rec.end(resp) // as the site sent it: before the CSP below
 		}
 	}
 	p.addDocumentCSP(resp)
@@ -267,9 +269,6 @@ func (p *Proxy) checkRedirect(resp *http.Response) error {
 // recorderBox holds a Recorder for an atomic pointer.
 type recorderBox struct{ r Recorder }
 
-// recordKey carries an exchange's recording from the request to its response or failure.
-type recordKey struct{}
-
 // recording is one exchange being recorded; end is called once.
 type recording struct {
 	once sync.Once
@@ -295,6 +294,17 @@ func (p *Proxy) SetRecorder(r Recorder) {
 	if closed && r != nil && p.rec.CompareAndSwap(box, nil) {
 		_ = r.Close()
 	}
+}
+
+// Record is SetRecorder for a recorder handed over by a narrower interface (page.Recorder, which
+// the engine adapters receive): it must be a Recorder, else nothing is set and the error says so.
+func (p *Proxy) Record(rec io.Closer) error {
+	r, ok := rec.(Recorder)
+	if !ok {
+		return fmt.Errorf("egress: %T cannot record the proxy's exchanges", rec)
+	}
+	p.SetRecorder(r)
+	return nil
 }
 
 func (p *Proxy) recorder() Recorder {
@@ -465,6 +475,7 @@ func splice(client net.Conn, buffered *bufio.Reader, up net.Conn) {
 type permit struct {
 	named     bool
 	url, dest string
+	rec       *recording // the exchange's recording, from the request to its response or failure
 }
 
 type permitKey struct{}
@@ -545,8 +556,8 @@ func (p *Proxy) forbidden(ap netip.AddrPort) bool {
 // upstreamError answers a request the proxy could not forward: refused at dial (a private
 // address), or the site unreachable.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	if rec, _ := r.Context().Value(recordKey{}).(*recording); rec != nil {
-		rec.end(nil) // no response: nothing is archived
+	if pm, _ := r.Context().Value(permitKey{}).(*permit); pm != nil && pm.rec != nil {
+		pm.rec.end(nil) // no response: nothing is archived
 	}
 	var refused *refusedError
 	if errors.As(err, &refused) {

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,12 +42,8 @@ func (a *archive) bytes() []byte {
 	return bytes.Clone(a.buf.Bytes())
 }
 
-// rec is one record read back, with its block.
-type rec struct {
-	typ    string
-	header *gowarc.WarcFields
-	block  []byte
-}
+// rec is a record read back.
+type rec = Record
 
 // records waits until the archive holds n whole records (an exchange is written when the proxy
 // closes the site's body, which may come after the client has read all of it), and reads them.
@@ -57,67 +52,17 @@ func (p *proxied) records(t *testing.T, n int) ([]rec, []byte) {
 	var b []byte
 	waitfor.Until(t, 10*time.Second, "the archive's records", func() (bool, string) {
 		b = p.out.bytes()
-		got, err := parse(b)
+		got, err := ReadAll(bytes.NewReader(b), 1<<20)
 		if err != nil {
 			return false, err.Error()
 		}
 		return len(got) >= n, fmt.Sprintf("%d records", len(got))
 	})
-	return readBack(t, b), b
-}
-
-// parse counts the whole records of b.
-func parse(b []byte) ([]string, error) {
-	rd, err := gowarc.NewWarcFileReaderFromStream(bytes.NewReader(b), 0, gowarc.WithStrictValidation())
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for {
-		r, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, r.WarcRecord.Type().String())
-		_ = r.WarcRecord.Close()
-	}
-}
-
-// readBack parses an archive with gowarc's strict reader (which checks the block and payload
-// digests against the stored bytes) and returns its records.
-func readBack(t *testing.T, b []byte) []rec {
-	t.Helper()
-	rd, err := gowarc.NewWarcFileReaderFromStream(bytes.NewReader(b), 0, gowarc.WithStrictValidation())
+	recs, err := ReadAll(bytes.NewReader(b), 1<<20) // checks every block and payload digest
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []rec
-	for {
-		r, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("reading record %d: %v", len(out), err)
-		}
-		if len(r.Validation) > 0 {
-			t.Fatalf("record %d does not validate: %v", len(out), r.Validation)
-		}
-		raw, err := r.WarcRecord.Block().RawBytes()
-		if err != nil {
-			t.Fatal(err)
-		}
-		blk, err := io.ReadAll(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rec{typ: r.WarcRecord.Type().String(), header: r.WarcRecord.WarcHeader(), block: blk})
-		_ = r.WarcRecord.Close()
-	}
-	return out
+	return recs, b
 }
 
 // sha is the WARC digest of b as the recorder writes it.
@@ -225,49 +170,49 @@ func TestExchangesAreRequestAndResponseRecordsWithSHA256Digests(t *testing.T) {
 	if len(recs) != 5 {
 		t.Fatalf("%d records, want warcinfo and two exchanges of two", len(recs))
 	}
-	if recs[0].typ != "warcinfo" || !bytes.Contains(recs[0].block, []byte("bap-task: tsk_test\r\n")) {
-		t.Fatalf("first record: %s %q", recs[0].typ, recs[0].block)
+	if recs[0].Type != "warcinfo" || !bytes.Contains(recs[0].Block, []byte("bap-task: tsk_test\r\n")) {
+		t.Fatalf("first record: %s %q", recs[0].Type, recs[0].Block)
 	}
-	infoID := recs[0].header.Get(gowarc.WarcRecordID)
+	infoID := recs[0].Header.Get(gowarc.WarcRecordID)
 	for i, want := range []struct{ target, method, reqBody, respBody string }{
 		{p.site.URL + "/page?q=1", "GET", "", "GET /page got 0 bytes"},
 		{p.site.URL + "/form", "POST", "a=1&b=two", "POST /form got 9 bytes"},
 	} {
 		req, resp := recs[1+2*i], recs[2+2*i]
-		if req.typ != "request" || resp.typ != "response" {
-			t.Fatalf("exchange %d: records %s, %s", i, req.typ, resp.typ)
+		if req.Type != "request" || resp.Type != "response" {
+			t.Fatalf("exchange %d: records %s, %s", i, req.Type, resp.Type)
 		}
 		for _, r := range []rec{req, resp} {
-			h := r.header
+			h := r.Header
 			if h.Get(gowarc.WarcTargetURI) != want.target || h.Get(gowarc.WarcWarcinfoID) != infoID || h.Get(gowarc.WarcDate) == "" {
-				t.Errorf("exchange %d %s: target %q, warcinfo %q, date %q", i, r.typ, h.Get(gowarc.WarcTargetURI), h.Get(gowarc.WarcWarcinfoID), h.Get(gowarc.WarcDate))
+				t.Errorf("exchange %d %s: target %q, warcinfo %q, date %q", i, r.Type, h.Get(gowarc.WarcTargetURI), h.Get(gowarc.WarcWarcinfoID), h.Get(gowarc.WarcDate))
 			}
-			if got := h.Get(gowarc.ContentType); got != "application/http;msgtype="+r.typ {
-				t.Errorf("exchange %d %s: Content-Type %q", i, r.typ, got)
+			if got := h.Get(gowarc.ContentType); got != "application/http;msgtype="+r.Type {
+				t.Errorf("exchange %d %s: Content-Type %q", i, r.Type, got)
 			}
-			if got := h.Get(gowarc.WarcBlockDigest); got != sha(r.block) {
-				t.Errorf("exchange %d %s: WARC-Block-Digest %q, the block's is %q", i, r.typ, got, sha(r.block))
+			if got := h.Get(gowarc.WarcBlockDigest); got != sha(r.Block) {
+				t.Errorf("exchange %d %s: WARC-Block-Digest %q, the block's is %q", i, r.Type, got, sha(r.Block))
 			}
-			if got := h.Get(gowarc.WarcPayloadDigest); got != sha(payload(t, r.block)) {
-				t.Errorf("exchange %d %s: WARC-Payload-Digest %q, the payload's is %q", i, r.typ, got, sha(payload(t, r.block)))
+			if got := h.Get(gowarc.WarcPayloadDigest); got != sha(payload(t, r.Block)) {
+				t.Errorf("exchange %d %s: WARC-Payload-Digest %q, the payload's is %q", i, r.Type, got, sha(payload(t, r.Block)))
 			}
-			if h.Has(gowarc.WarcTruncated) || h.Has("BAP-Masked") {
-				t.Errorf("exchange %d %s: truncated %q, masked %q", i, r.typ, h.Get(gowarc.WarcTruncated), h.Get("BAP-Masked"))
+			if h.Get(gowarc.WarcTruncated) != "" || h.Get("BAP-Masked") != "" {
+				t.Errorf("exchange %d %s: truncated %q, masked %q", i, r.Type, h.Get(gowarc.WarcTruncated), h.Get("BAP-Masked"))
 			}
 		}
-		if req.header.Get(gowarc.WarcConcurrentTo) != resp.header.Get(gowarc.WarcRecordID) ||
-			resp.header.Get(gowarc.WarcConcurrentTo) != req.header.Get(gowarc.WarcRecordID) {
+		if req.Header.Get(gowarc.WarcConcurrentTo) != resp.Header.Get(gowarc.WarcRecordID) ||
+			resp.Header.Get(gowarc.WarcConcurrentTo) != req.Header.Get(gowarc.WarcRecordID) {
 			t.Errorf("exchange %d: the records do not name each other", i)
 		}
 		u, _ := url.Parse(want.target)
-		if line := want.method + " " + u.RequestURI() + " HTTP/1.1\r\n"; !bytes.HasPrefix(req.block, []byte(line)) {
-			t.Errorf("exchange %d: request block starts %q, want %q", i, req.block[:min(len(req.block), 60)], line)
+		if line := want.method + " " + u.RequestURI() + " HTTP/1.1\r\n"; !bytes.HasPrefix(req.Block, []byte(line)) {
+			t.Errorf("exchange %d: request block starts %q, want %q", i, req.Block[:min(len(req.Block), 60)], line)
 		}
-		if got := string(payload(t, req.block)); got != want.reqBody {
+		if got := string(payload(t, req.Block)); got != want.reqBody {
 			t.Errorf("exchange %d: request body %q, want %q", i, got, want.reqBody)
 		}
-		if !bytes.HasPrefix(resp.block, []byte("HTTP/1.1 200 OK\r\n")) || string(payload(t, resp.block)) != want.respBody {
-			t.Errorf("exchange %d: response block %q", i, resp.block)
+		if !bytes.HasPrefix(resp.Block, []byte("HTTP/1.1 200 OK\r\n")) || string(payload(t, resp.Block)) != want.respBody {
+			t.Errorf("exchange %d: response block %q", i, resp.Block)
 		}
 	}
 	if tr := p.truncations(); len(tr) != 0 {
@@ -290,11 +235,11 @@ func TestCapsStopStoringBodiesAndReportOnce(t *testing.T) {
 			t.Fatalf("%d records", len(recs))
 		}
 		for _, r := range recs[2:] {
-			if r.typ != "response" {
+			if r.Type != "response" {
 				continue
 			}
-			if got := len(payload(t, r.block)); got != 1000 || r.header.Get(gowarc.WarcTruncated) != "length" {
-				t.Errorf("stored body %d bytes, WARC-Truncated %q; want 1000, length", got, r.header.Get(gowarc.WarcTruncated))
+			if got := len(payload(t, r.Block)); got != 1000 || r.Header.Get(gowarc.WarcTruncated) != "length" {
+				t.Errorf("stored body %d bytes, WARC-Truncated %q; want 1000, length", got, r.Header.Get(gowarc.WarcTruncated))
 			}
 		}
 		tr := p.truncations()
@@ -317,16 +262,16 @@ func TestCapsStopStoringBodiesAndReportOnce(t *testing.T) {
 		}
 		var whole, cut int
 		for _, r := range recs[1:] {
-			if r.typ != "response" {
+			if r.Type != "response" {
 				continue
 			}
 			switch {
-			case len(payload(t, r.block)) == len(big) && !r.header.Has(gowarc.WarcTruncated):
+			case len(payload(t, r.Block)) == len(big) && r.Header.Get(gowarc.WarcTruncated) == "":
 				whole++
-			case len(payload(t, r.block)) == 0 && r.header.Get(gowarc.WarcTruncated) == "length":
+			case len(payload(t, r.Block)) == 0 && r.Header.Get(gowarc.WarcTruncated) == "length":
 				cut++
 			default:
-				t.Errorf("a response of %d body bytes, WARC-Truncated %q", len(payload(t, r.block)), r.header.Get(gowarc.WarcTruncated))
+				t.Errorf("a response of %d body bytes, WARC-Truncated %q", len(payload(t, r.Block)), r.Header.Get(gowarc.WarcTruncated))
 			}
 		}
 		if whole != 1 || cut < 1 {
@@ -370,12 +315,12 @@ func TestProtectedValuesAreMaskedInEveryEncoding(t *testing.T) {
 				}
 			}
 			req, resp := recs[1], recs[2]
-			if got, want := string(payload(t, req.block)), "before=1&v=[masked:card_pin]&after=2"; got != want {
+			if got, want := string(payload(t, req.Block)), "before=1&v=[masked:card_pin]&after=2"; got != want {
 				t.Errorf("stored request body %q, want %q", got, want)
 			}
-			if !bytes.Contains(resp.block, []byte("you sent <before=1&v=[masked:card_pin]&after=2>")) ||
-				!bytes.Contains(resp.block, []byte("X-Echo: [masked:card_pin]\r\n")) {
-				t.Errorf("stored response %q", resp.block)
+			if !bytes.Contains(resp.Block, []byte("you sent <before=1&v=[masked:card_pin]&after=2>")) ||
+				!bytes.Contains(resp.Block, []byte("X-Echo: [masked:card_pin]\r\n")) {
+				t.Errorf("stored response %q", resp.Block)
 			}
 			for _, c := range []struct {
 				r    rec
@@ -384,12 +329,12 @@ func TestProtectedValuesAreMaskedInEveryEncoding(t *testing.T) {
 				{req, []string{"body;name=card_pin", "target;name=card_pin"}},
 				{resp, []string{"body;name=card_pin", "header;name=card_pin"}},
 			} {
-				if got := c.r.header.GetAll("BAP-Masked"); strings.Join(got, ",") != strings.Join(c.want, ",") {
-					t.Errorf("%s BAP-Masked %q, want %q", c.r.typ, got, c.want)
+				if got := c.r.Header.Values("BAP-Masked"); strings.Join(got, ",") != strings.Join(c.want, ",") {
+					t.Errorf("%s BAP-Masked %q, want %q", c.r.Type, got, c.want)
 				}
 			}
-			if !strings.Contains(req.header.Get(gowarc.WarcTargetURI), "v=[masked:card_pin]") {
-				t.Errorf("target %q", req.header.Get(gowarc.WarcTargetURI))
+			if !strings.Contains(req.Header.Get(gowarc.WarcTargetURI), "v=[masked:card_pin]") {
+				t.Errorf("target %q", req.Header.Get(gowarc.WarcTargetURI))
 			}
 		})
 	}
@@ -423,12 +368,12 @@ func TestCompressedResponsesAreStoredDecodedAndMasked(t *testing.T) {
 		t.Fatal("the archive holds the value")
 	}
 	gz, br := recs[2], recs[4]
-	if got := string(payload(t, gz.block)); got != "<p>your pin is [masked:card_pin]</p>" || gz.header.Get("BAP-Decoded") != "gzip" ||
-		bytes.Contains(gz.block, []byte("Content-Encoding")) {
-		t.Errorf("gzip response stored as %q (BAP-Decoded %q)", gz.block, gz.header.Get("BAP-Decoded"))
+	if got := string(payload(t, gz.Block)); got != "<p>your pin is [masked:card_pin]</p>" || gz.Header.Get("BAP-Decoded") != "gzip" ||
+		bytes.Contains(gz.Block, []byte("Content-Encoding")) {
+		t.Errorf("gzip response stored as %q (BAP-Decoded %q)", gz.Block, gz.Header.Get("BAP-Decoded"))
 	}
-	if len(payload(t, br.block)) != 0 || br.header.Get(gowarc.WarcTruncated) != "unspecified" || br.header.Get("BAP-Omitted") != "body;reason=content_encoding" {
-		t.Errorf("brotli response stored as %q, truncated %q, omitted %q", br.block, br.header.Get(gowarc.WarcTruncated), br.header.Get("BAP-Omitted"))
+	if len(payload(t, br.Block)) != 0 || br.Header.Get(gowarc.WarcTruncated) != "unspecified" || br.Header.Get("BAP-Omitted") != "body;reason=content_encoding" {
+		t.Errorf("brotli response stored as %q, truncated %q, omitted %q", br.Block, br.Header.Get(gowarc.WarcTruncated), br.Header.Get("BAP-Omitted"))
 	}
 	if tr := p.truncations(); len(tr) != 1 || tr[0].Reason != ReasonContentEncoding {
 		t.Errorf("reported %+v, want content_encoding once", tr)
@@ -480,11 +425,11 @@ func TestTunnelsAreMetadataAndRefusalsAreNotRecorded(t *testing.T) {
 	}
 	p.do(t, "GET", "/after", "", "")
 	recs, a := p.records(t, 4)
-	if got := []string{recs[0].typ, recs[1].typ, recs[2].typ, recs[3].typ}; strings.Join(got, ",") != "warcinfo,metadata,request,response" || len(recs) != 4 {
+	if got := []string{recs[0].Type, recs[1].Type, recs[2].Type, recs[3].Type}; strings.Join(got, ",") != "warcinfo,metadata,request,response" || len(recs) != 4 {
 		t.Fatalf("records %v (%d)", got, len(recs))
 	}
-	if got := recs[1].header.Get(gowarc.WarcTargetURI); got != "tunnel://"+pu.Host || !bytes.Contains(recs[1].block, []byte("content: not recorded")) {
-		t.Errorf("tunnel record %q: %q", got, recs[1].block)
+	if got := recs[1].Header.Get(gowarc.WarcTargetURI); got != "tunnel://"+pu.Host || !bytes.Contains(recs[1].Block, []byte("content: not recorded")) {
+		t.Errorf("tunnel record %q: %q", got, recs[1].Block)
 	}
 	if bytes.Contains(a, []byte("elsewhere.invalid")) {
 		t.Error("the archive holds the refused request")
