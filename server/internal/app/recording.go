@@ -9,7 +9,7 @@ import (
 	"github.com/originweave/bap/server/internal/page"
 )
 
-// Recording (issue #20 item 2, ADR 0033): a task with policy.record has what its browser
+// Recording (issue #20 item 2, ADR 0034): a task with policy.record has what its browser
 // sessions exchange archived as WARC by their egress proxies, with every secret and fill value
 // of the task masked. The archive is kept on the node that ran each session; later evidence
 // bundles and replay read it through TaskArchive.

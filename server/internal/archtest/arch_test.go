@@ -156,7 +156,7 @@ var rules = []rule{
 	},
 	{
 		name: "warcrecord", packages: internal("warcrecord"), forbid: []string{module, pgx},
-		why: "warcrecord writes the WARC archive of policy.record (ADR 0033) with the standard library and gowarc: it implements egress.Recorder without importing egress, so the proxy stays a boundary that knows nothing of archives, and the composition root joins the two",
+		why: "warcrecord writes the WARC archive of policy.record (ADR 0034) with the standard library and gowarc: it implements egress.Recorder without importing egress, so the proxy stays a boundary that knows nothing of archives, and the composition root joins the two",
 	},
 	{
 		name: "auth", packages: internal("auth"), forbid: concat(internal("store", "browser", "events"), chromedp),

@@ -21,7 +21,7 @@ import (
 	"github.com/originweave/bap/server/internal/warcrecord"
 )
 
-// Recordings is app.Recording over files of this node (ADR 0033): each session of a recording
+// Recordings is app.Recording over files of this node (ADR 0034): each session of a recording
 // task writes <dir>/<tenant>/<task>/<session>.warc; the task's sessions share one byte cap and one
 // set of protected values while any of them records. Bodies of exchanges in flight past their
 // first 256 KiB are spooled, masked, under <dir>/.spool.

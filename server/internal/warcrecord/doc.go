@@ -1,5 +1,5 @@
 // Package warcrecord archives what a task's browser sessions exchange (a task's policy.record) as
-// WARC 1.1 (ISO 28500:2017), with the National Library of Norway's gowarc (ADR 0033): one
+// WARC 1.1 (ISO 28500:2017), with the National Library of Norway's gowarc (ADR 0034): one
 // warcinfo record, then for each plain-HTTP exchange the egress proxy forwards a request and a
 // response record that name each other (WARC-Concurrent-To), with SHA-256 WARC-Block-Digest and
 // WARC-Payload-Digest over what is stored, and a metadata record for each CONNECT tunnel, whose
