@@ -89,6 +89,14 @@ func (b *Budget) take(n int64) bool {
 	return true
 }
 
+// spend counts n bytes written whatever the cap (a warcinfo record: an archive file needs one).
+func (b *Budget) spend(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used += n
+	b.exhausted = b.exhausted || b.used >= b.max
+}
+
 func (b *Budget) isExhausted() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -177,6 +185,7 @@ func New(cfg Config) (*Recorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("warcrecord: warcinfo: %w", err)
 	}
+	cfg.Budget.spend(size(rec))
 	if err := r.write(rec); err != nil {
 		return nil, fmt.Errorf("warcrecord: writing the warcinfo record: %w", err)
 	}
