@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -100,7 +101,9 @@ func newProxied(t *testing.T, cfg Config, h http.Handler) *proxied {
 		t.Fatal(err)
 	}
 	cfg.Out = p.out
-	cfg.SpoolDir = t.TempDir()
+	if cfg.SpoolDir == "" {
+		cfg.SpoolDir = t.TempDir()
+	}
 	cfg.Info = []Field{{"bap-task", "tsk_test"}}
 	cfg.OnTruncated = func(tr Truncation) {
 		p.mu.Lock()
@@ -434,4 +437,45 @@ func TestTunnelsAreMetadataAndRefusalsAreNotRecorded(t *testing.T) {
 	if bytes.Contains(a, []byte("elsewhere.invalid")) {
 		t.Error("the archive holds the refused request")
 	}
+}
+
+// A request the site never answered is not archived, and a body spooled to disk is gone from the
+// spool once its exchange is written.
+func TestUnansweredRequestsAreDroppedAndSpoolFilesRemoved(t *testing.T) {
+	big := strings.Repeat("y", 300<<10) // past memBytes: spooled
+	spool := t.TempDir()
+	p := newProxied(t, Config{SpoolDir: spool}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hangup" {
+			_, _ = io.Copy(io.Discard, r.Body)
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				_ = c.Close() // no response at all
+			}
+			return
+		}
+		_, _ = io.WriteString(w, big)
+	}))
+	req, _ := http.NewRequest("POST", p.site.URL+"/hangup", strings.NewReader(big))
+	resp, err := p.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("the hung-up request answered %d", resp.StatusCode)
+	}
+	if got := p.do(t, "GET", "/big", "", ""); got != big {
+		t.Fatalf("the browser got %d bytes", len(got))
+	}
+	recs, a := p.records(t, 3)
+	if len(recs) != 3 || bytes.Contains(a, []byte("/hangup")) {
+		t.Fatalf("%d records; the unanswered request archived: %v", len(recs), bytes.Contains(a, []byte("/hangup")))
+	}
+	if len(payload(t, recs[2].Block)) != len(big) {
+		t.Fatalf("the spooled body was stored with %d bytes", len(payload(t, recs[2].Block)))
+	}
+	waitfor.True(t, 5*time.Second, "an empty spool", func() bool {
+		left, _ := os.ReadDir(spool)
+		return len(left) == 0
+	})
 }
