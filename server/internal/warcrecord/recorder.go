@@ -2,8 +2,8 @@ package warcrecord
 
 import (
 	"bytes"
-	"compress/flate"
 	"compress/gzip"
+	"compress/zlib"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -138,8 +139,8 @@ type Recorder struct {
 	cfg    Config
 	infoID string
 
-	mu     sync.Mutex // serializes writes to Out
-	closed bool
+	mu     sync.Mutex  // serializes writes to Out
+	closed atomic.Bool // set under mu: a write in progress finishes before Close returns
 
 	rmu      sync.Mutex
 	reported map[Reason]bool
@@ -200,7 +201,7 @@ func (r *Recorder) Protect(name, value string) { r.cfg.Protected.Add(name, value
 func (r *Recorder) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.closed = true
+	r.closed.Store(true)
 	return nil
 }
 
@@ -233,7 +234,7 @@ func (r *Recorder) write(recs ...gowarc.WarcRecord) error {
 	}()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	if r.closed.Load() {
 		return errors.New("warcrecord: the recorder is closed")
 	}
 	m := gowarc.NewMarshaler()
@@ -298,10 +299,7 @@ func (r *Recorder) Tunnel(hostport string) {
 // when it is closed), or with nil when no response came (nothing is written). nil when the
 // recorder is closed.
 func (r *Recorder) Exchange(req *http.Request) func(*http.Response) {
-	r.mu.Lock()
-	closed := r.closed
-	r.mu.Unlock()
-	if closed {
+	if r.closed.Load() { // without the lock: a request never waits for an archive write
 		return nil
 	}
 	pats := r.cfg.Protected.patterns()
@@ -710,7 +708,7 @@ func newDecoder(coding string, out io.Writer) *decoder {
 		var rd io.ReadCloser
 		var err error
 		if coding == "deflate" {
-			rd = flate.NewReader(pr)
+			rd, err = zlib.NewReader(pr) // HTTP's deflate is the zlib format (RFC 9110 8.4.1.2)
 		} else {
 			rd, err = gzip.NewReader(pr)
 		}

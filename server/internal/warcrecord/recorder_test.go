@@ -3,6 +3,7 @@ package warcrecord
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -353,6 +354,13 @@ func mustJSON(s string, escHTML bool) string {
 func TestCompressedResponsesAreStoredDecodedAndMasked(t *testing.T) {
 	page := "<p>your pin is " + canary + "</p>"
 	p := newProxied(t, Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/deflate" {
+			w.Header().Set("Content-Encoding", "deflate")
+			z := zlib.NewWriter(w)
+			_, _ = io.WriteString(z, page)
+			_ = z.Close()
+			return
+		}
 		if r.URL.Path == "/br" {
 			w.Header().Set("Content-Encoding", "br")
 			_, _ = io.WriteString(w, "opaque bytes "+canary)
@@ -366,7 +374,8 @@ func TestCompressedResponsesAreStoredDecodedAndMasked(t *testing.T) {
 	p.rec.Protect("card_pin", canary)
 	p.do(t, "GET", "/gz", "", "")
 	p.do(t, "GET", "/br", "", "")
-	recs, a := p.records(t, 5)
+	p.do(t, "GET", "/deflate", "", "")
+	recs, a := p.records(t, 7)
 	if bytes.Contains(a, []byte(canary)) {
 		t.Fatal("the archive holds the value")
 	}
@@ -377,6 +386,9 @@ func TestCompressedResponsesAreStoredDecodedAndMasked(t *testing.T) {
 	}
 	if len(payload(t, br.Block)) != 0 || br.Header.Get(gowarc.WarcTruncated) != "unspecified" || br.Header.Get("BAP-Omitted") != "body;reason=content_encoding" {
 		t.Errorf("brotli response stored as %q, truncated %q, omitted %q", br.Block, br.Header.Get(gowarc.WarcTruncated), br.Header.Get("BAP-Omitted"))
+	}
+	if got := string(payload(t, recs[6].Block)); got != "<p>your pin is [masked:card_pin]</p>" || recs[6].Header.Get("BAP-Decoded") != "deflate" {
+		t.Errorf("deflate response stored as %q", recs[6].Block)
 	}
 	if tr := p.truncations(); len(tr) != 1 || tr[0].Reason != ReasonContentEncoding {
 		t.Errorf("reported %+v, want content_encoding once", tr)
@@ -478,4 +490,27 @@ func TestUnansweredRequestsAreDroppedAndSpoolFilesRemoved(t *testing.T) {
 		left, _ := os.ReadDir(spool)
 		return len(left) == 0
 	})
+}
+
+// A compressed body stops being decoded at the body cap (a compression bomb costs the recorder
+// no more than the cap), while the browser gets it whole.
+func TestDecodingStopsAtTheBodyCap(t *testing.T) {
+	var bomb bytes.Buffer
+	gz := gzip.NewWriter(&bomb)
+	_, _ = gz.Write(make([]byte, 4<<20))
+	_ = gz.Close()
+	p := newProxied(t, Config{MaxBodyBytes: 1000}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write(bomb.Bytes())
+	}))
+	if got := p.do(t, "GET", "/bomb", "", ""); got != bomb.String() {
+		t.Fatalf("the browser got %d bytes, want the %d the site sent", len(got), bomb.Len())
+	}
+	recs, _ := p.records(t, 3)
+	if n := len(payload(t, recs[2].Block)); n != 1000 || recs[2].Header.Get(gowarc.WarcTruncated) != "length" {
+		t.Fatalf("stored %d decoded bytes, WARC-Truncated %q", n, recs[2].Header.Get(gowarc.WarcTruncated))
+	}
+	if tr := p.truncations(); len(tr) != 1 || tr[0].Reason != ReasonBodyBytes {
+		t.Fatalf("reported %+v", tr)
+	}
 }
