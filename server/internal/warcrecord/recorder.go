@@ -632,7 +632,7 @@ func (s bodySink) Write(p []byte) (int, error) {
 // add takes body bytes as they pass. Errors stay in the capture: the exchange goes on.
 func (c *capture) add(p []byte) {
 	c.mu.Lock()
-	if c.sealed || c.omit != "" || c.err != nil {
+	if c.sealed || c.omit != "" || c.err != nil || c.truncated == "length" { // past the cap: not even masked
 		c.mu.Unlock()
 		return
 	}
