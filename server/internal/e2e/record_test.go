@@ -96,3 +96,31 @@ func TestRecordedTaskArchivesTheFormPostWithItsSecretMasked(t *testing.T) {
 		t.Fatalf("a task without policy.record has an archive: %v", err)
 	}
 }
+
+// A task whose archive reaches its cap records one record.truncated event (in the spec's shape:
+// s.must checks every event against its schema), naming the cap and its size.
+func TestRecordCapIsReportedAsATaskEvent(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t, func(c *app.Config) { c.Recording = daemon.NewRecordings(t.TempDir(), 2000, 0, nil) })
+	r := s.must(t, 201, "POST", "/bap/v1/tasks", "cap-task", map[string]any{
+		"goal": "browse", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}, "record": true}})
+	taskID := r.str("task", "task_id")
+	sessionID := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "cap-session", map[string]any{}).str("session", "session_id")
+	for i, p := range []string{"/checkout", "/thanks?order=1"} {
+		s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", "cap-nav-"+strings.Repeat("x", i+1), map[string]any{"url": sh.srv.URL + p})
+	}
+	var ev reply
+	waitfor.Until(t, 10*time.Second, "a record.truncated event", func() (bool, string) {
+		ev = s.must(t, 200, "GET", "/bap/v1/tasks/"+taskID+"/events?limit=1000", "", nil)
+		return strings.Contains(string(ev.raw), `"record.truncated"`), "not yet"
+	})
+	if n := strings.Count(string(ev.raw), `"record.truncated"`); n != 1 {
+		t.Fatalf("%d record.truncated events", n)
+	}
+	for _, want := range []string{`"reason":"task_bytes"`, `"limit_bytes":2000`, `"session_id":"` + sessionID + `"`} {
+		if !strings.Contains(string(ev.raw), want) {
+			t.Errorf("the event lacks %s: %s", want, ev.raw)
+		}
+	}
+}
