@@ -29,6 +29,7 @@ type Protected struct {
 	mu   sync.RWMutex
 	seen map[string]bool // value → added (values are never kept elsewhere)
 	pats []pattern
+	gen  uint64 // counts the Adds that changed pats
 }
 
 // pattern is one form of a protected value (raw, percent-encoded, JSON- or HTML-escaped,
@@ -66,16 +67,23 @@ func (p *Protected) Add(name, value string) {
 	// Longest first: where two forms match at one place, the longer one is masked whole.
 	slices.SortStableFunc(pats, func(a, b pattern) int { return len(b.form) - len(a.form) })
 	p.pats = pats
+	p.gen++
 }
 
 // patterns is the current set (the caller must not change it).
 func (p *Protected) patterns() []pattern {
+	pats, _ := p.current()
+	return pats
+}
+
+// current is the current set and its generation.
+func (p *Protected) current() ([]pattern, uint64) {
 	if p == nil {
-		return nil
+		return nil, 0
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.pats
+	return p.pats, p.gen
 }
 
 func validName(s string) bool {
@@ -153,9 +161,14 @@ func maskText(name string) []byte { return []byte("[masked:" + name + "]") }
 
 // masker copies bytes to w with every protected form replaced by its mask. It streams: it holds
 // back only as many bytes as the longest form (plus one, to see the boundary after a short form),
-// so that a form split across writes is still found. It records the names it masked.
+// so that a form split across writes is still found. With a source, it takes the values added
+// while it runs from its next write on (a value is protected before it is typed, so no byte
+// passed on earlier can hold it: a long poll's response that echoes it later is masked). It
+// records the names it masked.
 type masker struct {
 	w      io.Writer
+	src    *Protected // nil: pats is fixed
+	gen    uint64
 	pats   []pattern
 	maxLen int
 	buf    []byte
@@ -164,16 +177,36 @@ type masker struct {
 }
 
 func newMasker(w io.Writer, pats []pattern) *masker {
-	m := &masker{w: w, pats: pats}
+	m := &masker{w: w}
+	m.use(pats)
+	return m
+}
+
+// newFollowingMasker is a masker over src's values, as they are now and as they grow.
+func newFollowingMasker(w io.Writer, src *Protected) *masker {
+	m := &masker{w: w, src: src}
+	pats, gen := src.current()
+	m.gen = gen
+	m.use(pats)
+	return m
+}
+
+func (m *masker) use(pats []pattern) {
+	m.pats, m.maxLen = pats, 0
 	for _, p := range pats {
 		m.maxLen = max(m.maxLen, len(p.form))
 	}
-	return m
 }
 
 // Write takes p; what it passes on may lag by maxLen bytes until close.
 func (m *masker) Write(p []byte) (int, error) {
-	if len(m.pats) == 0 {
+	if m.src != nil {
+		if pats, gen := m.src.current(); gen != m.gen {
+			m.gen = gen
+			m.use(pats)
+		}
+	}
+	if len(m.pats) == 0 && len(m.buf) == 0 {
 		return m.w.Write(p)
 	}
 	m.buf = append(m.buf, p...)
@@ -185,7 +218,7 @@ func (m *masker) Write(p []byte) (int, error) {
 
 // close passes on what is held back.
 func (m *masker) close() error {
-	if len(m.pats) == 0 {
+	if len(m.buf) == 0 {
 		return nil
 	}
 	return m.run(true)

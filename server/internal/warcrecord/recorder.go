@@ -313,7 +313,10 @@ func (r *Recorder) Exchange(req *http.Request) func(*http.Response) {
 	if req.Header.Get("Content-Encoding") != "" {
 		omit = "content_encoding" // a coded request body is not decoded: not stored
 	}
-	x.req = r.newCapture(gowarc.Request, x.reqID, x.at, head, x.pats, omit, "")
+	x.req = r.newCapture(gowarc.Request, x.reqID, x.at, head, omit, "")
+	if omit != "" {
+		r.report(Truncation{Reason: ReasonContentEncoding, URL: x.url})
+	}
 	if noBody {
 		x.req.complete = true
 	} else {
@@ -392,6 +395,7 @@ func (x *exchange) response(resp *http.Response) {
 		return
 	}
 	x.respAt = x.r.cfg.Now()
+	x.pats = x.r.cfg.Protected.patterns() // what was added while the request went out too
 	h := resp.Header.Clone()
 	omit, decoded := "", ""
 	switch ce := strings.ToLower(strings.TrimSpace(h.Get("Content-Encoding"))); {
@@ -413,7 +417,7 @@ func (x *exchange) response(resp *http.Response) {
 	reason := strings.TrimSpace(strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode)))
 	fmt.Fprintf(&b, "%s %03d %s\r\n", proto, resp.StatusCode, x.mask(reason, x.respMasked, "status"))
 	x.writeHeaders(&b, h, x.respMasked)
-	x.resp = x.r.newCapture(gowarc.Response, x.respID, x.respAt, b.Bytes(), x.pats, omit, decoded)
+	x.resp = x.r.newCapture(gowarc.Response, x.respID, x.respAt, b.Bytes(), omit, decoded)
 	if omit != "" {
 		if omit == "content_encoding" {
 			x.r.report(Truncation{Reason: ReasonContentEncoding, URL: x.url})
@@ -569,7 +573,7 @@ type capture struct {
 }
 
 // newCapture begins the record t of id at at with head; the body follows.
-func (r *Recorder) newCapture(t gowarc.RecordType, id string, at time.Time, head []byte, pats []pattern, omit, decoded string) *capture {
+func (r *Recorder) newCapture(t gowarc.RecordType, id string, at time.Time, head []byte, omit, decoded string) *capture {
 	c := &capture{head: head, omit: omit, decoded: decoded, limit: r.cfg.MaxBodyBytes}
 	if r.cfg.Budget.isExhausted() {
 		c.limit = 0 // bodies are no longer stored (reported when it happened)
@@ -578,7 +582,7 @@ func (r *Recorder) newCapture(t gowarc.RecordType, id string, at time.Time, head
 	if _, err := c.b.Write(head); err != nil {
 		c.err = err
 	}
-	c.mask = newMasker(bodySink{c}, pats)
+	c.mask = newFollowingMasker(bodySink{c}, r.cfg.Protected)
 	if omit != "" {
 		c.truncated = "unspecified"
 		c.complete = true

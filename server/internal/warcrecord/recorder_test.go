@@ -514,3 +514,34 @@ func TestDecodingStopsAtTheBodyCap(t *testing.T) {
 		t.Fatalf("reported %+v", tr)
 	}
 }
+
+// A value protected while a response streams (a long poll opened before the fill, echoing what
+// was typed) is masked in the rest of that response.
+func TestAValueProtectedMidStreamIsMaskedInTheRestOfIt(t *testing.T) {
+	release := make(chan struct{})
+	p := newProxied(t, Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "event: waiting\n\n")
+		http.NewResponseController(w).Flush()
+		<-release
+		_, _ = io.WriteString(w, "event: typed\ndata: "+canary+"\n\n")
+	}))
+	resp, err := p.client.Get(p.site.URL + "/poll")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	first := make([]byte, len("event: waiting\n\n"))
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	p.rec.Protect("card_pin", canary) // the fill, after the poll began
+	close(release)
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(rest), canary) {
+		t.Fatalf("the page got %q", rest)
+	}
+	recs, a := p.records(t, 3)
+	if bytes.Contains(a, []byte(canary)) || !bytes.HasSuffix(recs[2].Block, []byte("data: [masked:card_pin]\n\n")) {
+		t.Fatalf("stored %q", recs[2].Block)
+	}
+}
