@@ -69,7 +69,8 @@ RACE_PKGS ?= ./server/internal/task/ ./server/internal/policy/ ./server/internal
   ./server/internal/serverkey/ ./server/internal/egress/ ./server/internal/schemaextract/ \
   ./server/internal/historychain/ \
   ./server/internal/store/ ./server/internal/orchestrator/ ./server/internal/api/ \
-  ./server/internal/app/ ./server/internal/mcpserver/ ./server/internal/auth/
+  ./server/internal/app/ ./server/internal/mcpserver/ ./server/internal/auth/ \
+  ./server/internal/warcrecord/
 ## test-race: go test -race on the pure and mid-size Go packages (RACE_PKGS)
 .PHONY: test-race
 test-race:

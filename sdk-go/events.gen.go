@@ -36,6 +36,7 @@ var EventTypes = []EventType{
 	"receipt.issued",
 	"reconciliation.opened",
 	"reconciliation.resolved",
+	"record.truncated",
 	"request.blocked",
 	"safety.judged",
 	"task.created",
@@ -97,6 +98,8 @@ var EventDataTypes = map[EventType]func() any{
 	"reconciliation.opened": func() any { return new(ReconciliationOpenedData) },
 	// `data` of a `reconciliation.resolved` event: an operator settled a reconciliation.
 	"reconciliation.resolved": func() any { return new(ReconciliationResolvedData) },
+	// `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something a session exchanged (a cap was hit, a body could not be decoded, or the archive could not be written); once per reason and session.
+	"record.truncated": func() any { return new(RecordTruncatedData) },
 	// `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
 	"request.blocked": func() any { return new(RequestBlockedData) },
 	// `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step, `hold` asks a person, `allow` leaves the task's policy and approval rules to decide. Never holds page text or a protected value.

@@ -170,6 +170,8 @@ __all__ = [
     "ReconciliationOutcome",
     "ReconciliationResolvedData",
     "ReconciliationResolvedEvent",
+    "RecordTruncatedData",
+    "RecordTruncatedEvent",
     "RequestApprovalRequest",
     "RequestApprovalResponse",
     "RequestBlockedData",
@@ -1475,6 +1477,7 @@ EventType = Literal[
     "plan.step_started",
     "plan.step_finished",
     "request.blocked",
+    "record.truncated",
     "browsing_context.opened",
     "browsing_context.closed",
     "dialog.handled",
@@ -2376,6 +2379,15 @@ class Policy(TypedDict):
     allowed_origins: list[str]
     #: Rules that hold matching actions for approval.
     approval_rules: NotRequired[list["ApprovalRule"]]
+    #: Archive what the task's browser sessions exchange as WARC 1.1: a request and a response
+    #: record (with SHA-256 `WARC-Payload-Digest`) for every plain-HTTP exchange the session's
+    #: egress proxy forwards, and a metadata record for each TLS or WebSocket tunnel, whose content
+    #: the proxy cannot read (HTTPS is not recorded yet). Secrets and fill values are masked
+    #: (`[masked:NAME]`) before anything is stored. What it costs: every recorded body passes
+    #: through the proxy's masking and is written to disk on the node that runs the session, up to
+    #: 64 MiB per task and 8 MiB per body (a `record.truncated` event says when a cap was hit);
+    #: bodies compressed with a coding other than gzip or deflate are not stored. Off by default.
+    record: NotRequired[bool]
 
 
 class Postcondition(TypedDict):
@@ -2770,6 +2782,52 @@ class ReconciliationResolvedEvent(TypedDict):
     time: str
     #: Always `reconciliation.resolved`.
     type: Literal["reconciliation.resolved"]
+
+
+class RecordTruncatedData(TypedDict):
+    """`data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
+    lacks something of what a session exchanged. Reported once per reason and session; the exchanges
+    themselves went on.
+    """
+
+    #: The cap that was hit, in bytes (for `task_bytes` and `body_bytes`).
+    limit_bytes: NotRequired[int]
+    #: What was hit: `task_bytes` (the task's archive reached its cap: from then on exchanges are
+    #: stored without their bodies, and once not even that fits, not at all), `body_bytes` (a body
+    #: was longer than the per-body cap: its first `limit_bytes` are stored, `WARC-Truncated:
+    #: length`), `content_encoding` (a body was compressed with a coding BAP cannot decode, so it
+    #: could not be checked for protected values and is not stored), `write_failed` (the archive
+    #: could not be written: what failed is missing from it).
+    reason: Literal["task_bytes", "body_bytes", "content_encoding", "write_failed"]
+    #: Browser session identifier.
+    session_id: str
+    #: The exchange it first happened to: its URL without query or fragment (with protected values
+    #: masked), or `host:port` of a tunnel.
+    url: NotRequired[str]
+
+
+class RecordTruncatedEvent(TypedDict):
+    """An Event of type `record.truncated`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `record.truncated` event records.
+    data: "RecordTruncatedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `record.truncated`.
+    type: Literal["record.truncated"]
 
 
 class RequestApprovalRequest(TypedDict):
@@ -3421,6 +3479,7 @@ TaskEvent = Union[
     "ReceiptIssuedEvent",
     "ReconciliationOpenedEvent",
     "ReconciliationResolvedEvent",
+    "RecordTruncatedEvent",
     "RequestBlockedEvent",
     "SafetyJudgedEvent",
     "TaskCreatedEvent",
@@ -3456,6 +3515,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "receipt.issued",
     "reconciliation.opened",
     "reconciliation.resolved",
+    "record.truncated",
     "request.blocked",
     "safety.judged",
     "task.created",
@@ -3491,6 +3551,7 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "receipt.issued": ReceiptIssuedData,
     "reconciliation.opened": ReconciliationOpenedData,
     "reconciliation.resolved": ReconciliationResolvedData,
+    "record.truncated": RecordTruncatedData,
     "request.blocked": RequestBlockedData,
     "safety.judged": SafetyJudgedData,
     "task.created": TaskCreatedData,

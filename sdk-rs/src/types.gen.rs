@@ -2651,6 +2651,8 @@ pub enum EventType {
     PlanStepFinished,
     /// `request.blocked`
     RequestBlocked,
+    /// `record.truncated`
+    RecordTruncated,
     /// `browsing_context.opened`
     BrowsingContextOpened,
     /// `browsing_context.closed`
@@ -2681,7 +2683,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
+    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::RecordTruncated, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -2705,6 +2707,7 @@ impl EventType {
             EventType::PlanStepStarted => "plan.step_started",
             EventType::PlanStepFinished => "plan.step_finished",
             EventType::RequestBlocked => "request.blocked",
+            EventType::RecordTruncated => "record.truncated",
             EventType::BrowsingContextOpened => "browsing_context.opened",
             EventType::BrowsingContextClosed => "browsing_context.closed",
             EventType::DialogHandled => "dialog.handled",
@@ -2744,6 +2747,7 @@ impl From<&str> for EventType {
             "plan.step_started" => EventType::PlanStepStarted,
             "plan.step_finished" => EventType::PlanStepFinished,
             "request.blocked" => EventType::RequestBlocked,
+            "record.truncated" => EventType::RecordTruncated,
             "browsing_context.opened" => EventType::BrowsingContextOpened,
             "browsing_context.closed" => EventType::BrowsingContextClosed,
             "dialog.handled" => EventType::DialogHandled,
@@ -4497,6 +4501,16 @@ pub struct Policy {
     /// Rules that hold matching actions for approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_rules: Option<Vec<ApprovalRule>>,
+    /// Archive what the task's browser sessions exchange as WARC 1.1: a request and a response
+    /// record (with SHA-256 `WARC-Payload-Digest`) for every plain-HTTP exchange the session's
+    /// egress proxy forwards, and a metadata record for each TLS or WebSocket tunnel, whose content
+    /// the proxy cannot read (HTTPS is not recorded yet). Secrets and fill values are masked
+    /// (`[masked:NAME]`) before anything is stored. What it costs: every recorded body passes
+    /// through the proxy's masking and is written to disk on the node that runs the session, up to
+    /// 64 MiB per task and 8 MiB per body (a `record.truncated` event says when a cap was hit);
+    /// bodies compressed with a coding other than gzip or deflate are not stored. Off by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<bool>,
 }
 
 /// Declared success condition of a task: every clause must hold on the task's most recently used
@@ -5240,6 +5254,56 @@ impl ReconciliationResolvedEvent {
             r#type,
         }
     }
+}
+
+/// `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
+/// lacks something of what a session exchanged. Reported once per reason and session; the exchanges
+/// themselves went on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RecordTruncatedData {
+    /// The cap that was hit, in bytes (for `task_bytes` and `body_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<i64>,
+    /// What was hit: `task_bytes` (the task's archive reached its cap: from then on exchanges are
+    /// stored without their bodies, and once not even that fits, not at all), `body_bytes` (a body
+    /// was longer than the per-body cap: its first `limit_bytes` are stored, `WARC-Truncated:
+    /// length`), `content_encoding` (a body was compressed with a coding BAP cannot decode, so it
+    /// could not be checked for protected values and is not stored), `write_failed` (the archive
+    /// could not be written: what failed is missing from it).
+    pub reason: String,
+    /// Browser session identifier.
+    pub session_id: String,
+    /// The exchange it first happened to: its URL without query or fragment (with protected values
+    /// masked), or `host:port` of a tunnel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// An Event of type `record.truncated`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RecordTruncatedEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `record.truncated` event records.
+    pub data: RecordTruncatedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `record.truncated`.
+    pub r#type: String,
 }
 
 /// Body of request_approval.
@@ -6882,6 +6946,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "receipt.issued",
     "reconciliation.opened",
     "reconciliation.resolved",
+    "record.truncated",
     "request.blocked",
     "safety.judged",
     "task.created",
@@ -6967,6 +7032,10 @@ pub enum EventData {
     /// `reconciliation.resolved`: `data` of a `reconciliation.resolved` event: an operator settled
     /// a reconciliation.
     ReconciliationResolved(ReconciliationResolvedData),
+    /// `record.truncated`: `data` of a `record.truncated` event: the WARC archive of a recording
+    /// task (`policy.record`) lacks something a session exchanged (a cap was hit, a body could not
+    /// be decoded, or the archive could not be written); once per reason and session.
+    RecordTruncated(RecordTruncatedData),
     /// `request.blocked`: `data` of a `request.blocked` event: a request of the page (a
     /// subresource, a frame, a redirect or a popup) was refused by the task's origin policy;
     /// nothing was loaded.
@@ -7022,6 +7091,7 @@ impl Event {
             "receipt.issued" => serde_json::from_value(data).map(EventData::ReceiptIssued),
             "reconciliation.opened" => serde_json::from_value(data).map(EventData::ReconciliationOpened),
             "reconciliation.resolved" => serde_json::from_value(data).map(EventData::ReconciliationResolved),
+            "record.truncated" => serde_json::from_value(data).map(EventData::RecordTruncated),
             "request.blocked" => serde_json::from_value(data).map(EventData::RequestBlocked),
             "safety.judged" => serde_json::from_value(data).map(EventData::SafetyJudged),
             "task.created" => serde_json::from_value(data).map(EventData::TaskCreated),

@@ -522,6 +522,14 @@ export type ReconciliationOutcome = S["ReconciliationOutcome"];
 export type ReconciliationResolvedData = S["ReconciliationResolvedData"];
 /** An Event of type `reconciliation.resolved`. */
 export type ReconciliationResolvedEvent = S["ReconciliationResolvedEvent"];
+/**
+ * `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
+ * lacks something of what a session exchanged. Reported once per reason and session; the exchanges
+ * themselves went on.
+ */
+export type RecordTruncatedData = S["RecordTruncatedData"];
+/** An Event of type `record.truncated`. */
+export type RecordTruncatedEvent = S["RecordTruncatedEvent"];
 /** Body of request_approval. */
 export type RequestApprovalRequest = S["RequestApprovalRequest"];
 /** Answer of request_approval. */

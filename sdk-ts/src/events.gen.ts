@@ -33,6 +33,7 @@ export type TaskEvent =
   | S["ReceiptIssuedEvent"]
   | S["ReconciliationOpenedEvent"]
   | S["ReconciliationResolvedEvent"]
+  | S["RecordTruncatedEvent"]
   | S["RequestBlockedEvent"]
   | S["SafetyJudgedEvent"]
   | S["TaskCreatedEvent"]
@@ -67,6 +68,7 @@ export const EVENT_TYPES = [
   "receipt.issued",
   "reconciliation.opened",
   "reconciliation.resolved",
+  "record.truncated",
   "request.blocked",
   "safety.judged",
   "task.created",
@@ -162,6 +164,12 @@ export interface EventDataMap {
   "reconciliation.opened": S["ReconciliationOpenedData"];
   /** `data` of a `reconciliation.resolved` event: an operator settled a reconciliation. */
   "reconciliation.resolved": S["ReconciliationResolvedData"];
+  /**
+   * `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
+   * lacks something a session exchanged (a cap was hit, a body could not be decoded, or the archive
+   * could not be written); once per reason and session.
+   */
+  "record.truncated": S["RecordTruncatedData"];
   /**
    * `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect
    * or a popup) was refused by the task's origin policy; nothing was loaded.

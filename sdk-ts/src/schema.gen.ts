@@ -2681,7 +2681,7 @@ export interface components {
          * @description Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
          * @enum {string}
          */
-        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
+        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "record.truncated" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
         /**
          * EvidenceCapturedData
          * @description `data` of a `evidence.captured` event: evidence artifacts were stored.
@@ -4185,6 +4185,11 @@ export interface components {
             allowed_origins: string[];
             /** @description Rules that hold matching actions for approval. */
             approval_rules?: components["schemas"]["ApprovalRule"][];
+            /**
+             * @description Archive what the task's browser sessions exchange as WARC 1.1: a request and a response record (with SHA-256 `WARC-Payload-Digest`) for every plain-HTTP exchange the session's egress proxy forwards, and a metadata record for each TLS or WebSocket tunnel, whose content the proxy cannot read (HTTPS is not recorded yet). Secrets and fill values are masked (`[masked:NAME]`) before anything is stored. What it costs: every recorded body passes through the proxy's masking and is written to disk on the node that runs the session, up to 64 MiB per task and 8 MiB per body (a `record.truncated` event says when a cap was hit); bodies compressed with a coding other than gzip or deflate are not stored. Off by default.
+             * @default false
+             */
+            record?: boolean;
         };
         /**
          * Postcondition
@@ -4726,6 +4731,64 @@ export interface components {
              * @constant
              */
             type: "reconciliation.resolved";
+        };
+        /**
+         * RecordTruncatedData
+         * @description `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something of what a session exchanged. Reported once per reason and session; the exchanges themselves went on.
+         * @example {
+         *       "limit_bytes": 8388608,
+         *       "reason": "body_bytes",
+         *       "session_id": "bs_4fT8nQ2rL6vY",
+         *       "url": "http://shop.example.com/catalog.pdf"
+         *     }
+         */
+        RecordTruncatedData: {
+            /** @description The cap that was hit, in bytes (for `task_bytes` and `body_bytes`). */
+            limit_bytes?: number;
+            /**
+             * @description What was hit: `task_bytes` (the task's archive reached its cap: from then on exchanges are stored without their bodies, and once not even that fits, not at all), `body_bytes` (a body was longer than the per-body cap: its first `limit_bytes` are stored, `WARC-Truncated: length`), `content_encoding` (a body was compressed with a coding BAP cannot decode, so it could not be checked for protected values and is not stored), `write_failed` (the archive could not be written: what failed is missing from it).
+             * @enum {string}
+             */
+            reason: "task_bytes" | "body_bytes" | "content_encoding" | "write_failed";
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+            /** @description The exchange it first happened to: its URL without query or fragment (with protected values masked), or `host:port` of a tunnel. */
+            url?: string;
+        };
+        /**
+         * RecordTruncatedEvent
+         * @description An Event of type `record.truncated`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "browser"
+         *       },
+         *       "data": {
+         *         "limit_bytes": 8388608,
+         *         "reason": "body_bytes",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "url": "http://shop.example.com/catalog.pdf"
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 9,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:04Z",
+         *       "type": "record.truncated"
+         *     }
+         */
+        RecordTruncatedEvent: components["schemas"]["Event"] & {
+            /** @description What the `record.truncated` event records. */
+            data: components["schemas"]["RecordTruncatedData"];
+            /**
+             * @description Always `record.truncated`.
+             * @constant
+             */
+            type: "record.truncated";
         };
         /**
          * RequestApprovalRequest

@@ -131,6 +131,8 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.BoolVar(&cfg.MCPConformanceFixtures, "mcp-conformance-fixtures", false, "mount /mcp-conformance fixtures (local profile, tests)")
 	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-retention", 0, "how long completed Idempotency-Keys are kept (default 24h)")
 	fs.IntVar(&cfg.MaxActiveTasksPerTenant, "max-active-tasks", 0, "admitted tasks per tenant before new ones wait in created (0: no cap)")
+	fs.Int64Var(&cfg.RecordMaxBytes, "record-max-bytes", 0, "cap in bytes of the WARC archive of one task with policy.record on this node (default 64 MiB)")
+	fs.Int64Var(&cfg.RecordMaxBodyBytes, "record-max-body-bytes", 0, "cap in bytes of one request or response body stored in such an archive (default 8 MiB)")
 	fs.DurationVar(&cfg.CheckpointMaxAge, "checkpoint-max-age", 0, "how old a checkpoint may be when a session is restored from it (default 24h)")
 	sod := fs.Bool("separation-of-duties", true, "always on, kept for old scripts: whoever requested or caused an approval never resolves it (false is refused)")
 	fs.DurationVar(&cfg.CancelDeadline, "cancel-deadline", 0, "how long cancel_task waits for the task's in-flight browser commands to stop and record their outcome (default 3s)")

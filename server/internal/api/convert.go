@@ -63,6 +63,9 @@ func toTask(t *app.Task) (apigen.Task, error) {
 		}
 		pol.ApprovalRules = &rules
 	}
+	if t.Policy.Record {
+		pol.Record = ptr(true)
+	}
 	out.Policy = &pol
 	if len(t.Postcondition) > 0 {
 		var pc apigen.Postcondition
@@ -245,6 +248,7 @@ func toEvent(e *app.Event) apigen.Event {
 func fromCreateTask(in apigen.CreateTaskRequest) (app.CreateTaskInput, error) {
 	out := app.CreateTaskInput{Goal: in.Goal, Deadline: in.Deadline}
 	out.Policy.AllowedOrigins = in.Policy.AllowedOrigins
+	out.Policy.Record = in.Policy.Record != nil && *in.Policy.Record
 	if in.Policy.ApprovalRules != nil {
 		for _, r := range *in.Policy.ApprovalRules {
 			spec := app.ApprovalRuleSpec{Effect: string(r.Effect)}

@@ -544,6 +544,7 @@ const (
 	EventTypeReceiptIssued          EventType = "receipt.issued"
 	EventTypeReconciliationOpened   EventType = "reconciliation.opened"
 	EventTypeReconciliationResolved EventType = "reconciliation.resolved"
+	EventTypeRecordTruncated        EventType = "record.truncated"
 	EventTypeRequestBlocked         EventType = "request.blocked"
 	EventTypeSafetyJudged           EventType = "safety.judged"
 	EventTypeTaskCreated            EventType = "task.created"
@@ -605,6 +606,8 @@ func (e EventType) Valid() bool {
 	case EventTypeReconciliationOpened:
 		return true
 	case EventTypeReconciliationResolved:
+		return true
+	case EventTypeRecordTruncated:
 		return true
 	case EventTypeRequestBlocked:
 		return true
@@ -1116,6 +1119,30 @@ func (e ReconciliationOutcome) Valid() bool {
 	case ReconciliationOutcomeApplied:
 		return true
 	case ReconciliationOutcomeNoSideEffect:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordTruncatedDataReason.
+const (
+	RecordTruncatedDataReasonBodyBytes       RecordTruncatedDataReason = "body_bytes"
+	RecordTruncatedDataReasonContentEncoding RecordTruncatedDataReason = "content_encoding"
+	RecordTruncatedDataReasonTaskBytes       RecordTruncatedDataReason = "task_bytes"
+	RecordTruncatedDataReasonWriteFailed     RecordTruncatedDataReason = "write_failed"
+)
+
+// Valid indicates whether the value is a known member of the RecordTruncatedDataReason enum.
+func (e RecordTruncatedDataReason) Valid() bool {
+	switch e {
+	case RecordTruncatedDataReasonBodyBytes:
+		return true
+	case RecordTruncatedDataReasonContentEncoding:
+		return true
+	case RecordTruncatedDataReasonTaskBytes:
+		return true
+	case RecordTruncatedDataReasonWriteFailed:
 		return true
 	default:
 		return false
@@ -4282,6 +4309,9 @@ type Policy struct {
 
 	// ApprovalRules Rules that hold matching actions for approval.
 	ApprovalRules *[]ApprovalRule `json:"approval_rules,omitempty"`
+
+	// Record Archive what the task's browser sessions exchange as WARC 1.1: a request and a response record (with SHA-256 `WARC-Payload-Digest`) for every plain-HTTP exchange the session's egress proxy forwards, and a metadata record for each TLS or WebSocket tunnel, whose content the proxy cannot read (HTTPS is not recorded yet). Secrets and fill values are masked (`[masked:NAME]`) before anything is stored. What it costs: every recorded body passes through the proxy's masking and is written to disk on the node that runs the session, up to 64 MiB per task and 8 MiB per body (a `record.truncated` event says when a cap was hit); bodies compressed with a coding other than gzip or deflate are not stored. Off by default.
+	Record *bool `json:"record,omitempty"`
 }
 
 // Postcondition Declared success condition of a task: every clause must hold on the task's most recently used browsing context at close.
@@ -4771,6 +4801,68 @@ type ReconciliationResolvedEvent struct {
 	Time time.Time `json:"time"`
 
 	// Type Always `reconciliation.resolved`.
+	Type interface{} `json:"type"`
+}
+
+// RecordTruncatedData `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something of what a session exchanged. Reported once per reason and session; the exchanges themselves went on.
+//
+// Examples: {"limit_bytes":8388608,"reason":"body_bytes","session_id":"bs_4fT8nQ2rL6vY","url":"http://shop.example.com/catalog.pdf"}
+type RecordTruncatedData struct {
+	// LimitBytes The cap that was hit, in bytes (for `task_bytes` and `body_bytes`).
+	LimitBytes *int `json:"limit_bytes,omitempty"`
+
+	// Reason What was hit: `task_bytes` (the task's archive reached its cap: from then on exchanges are stored without their bodies, and once not even that fits, not at all), `body_bytes` (a body was longer than the per-body cap: its first `limit_bytes` are stored, `WARC-Truncated: length`), `content_encoding` (a body was compressed with a coding BAP cannot decode, so it could not be checked for protected values and is not stored), `write_failed` (the archive could not be written: what failed is missing from it).
+	Reason RecordTruncatedDataReason `json:"reason"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+
+	// Url The exchange it first happened to: its URL without query or fragment (with protected values masked), or `host:port` of a tunnel.
+	Url *string `json:"url,omitempty"`
+}
+
+// RecordTruncatedDataReason What was hit: `task_bytes` (the task's archive reached its cap: from then on exchanges are stored without their bodies, and once not even that fits, not at all), `body_bytes` (a body was longer than the per-body cap: its first `limit_bytes` are stored, `WARC-Truncated: length`), `content_encoding` (a body was compressed with a coding BAP cannot decode, so it could not be checked for protected values and is not stored), `write_failed` (the archive could not be written: what failed is missing from it).
+type RecordTruncatedDataReason string
+
+// RecordTruncatedEvent An Event of type `record.truncated`.
+type RecordTruncatedEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `record.truncated` event records.
+	//
+	// Examples: {"limit_bytes":8388608,"reason":"body_bytes","session_id":"bs_4fT8nQ2rL6vY","url":"http://shop.example.com/catalog.pdf"}
+	Data RecordTruncatedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `record.truncated`.
 	Type interface{} `json:"type"`
 }
 

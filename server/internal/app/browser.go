@@ -50,6 +50,9 @@ type BrowserSession interface {
 	// RestoreState writes a state into this fresh session and navigates its primary context to
 	// the state's URL (a new epoch).
 	RestoreState(ctx context.Context, st *page.StorageState) (*page.RestoreResult, error)
+	// Record makes the session archive what it exchanges into rec (policy.record, recording.go),
+	// from now until it closes; an engine that cannot answers an error.
+	Record(rec page.Recorder) error
 	// Watch calls onFrame with the session's live view (JPEG frames of the viewport the agent
 	// works in, at most one per page.LiveFrameInterval, shared by every watcher, nothing captured
 	// while nobody watches) until ctx ends, onFrame fails, or the session closes or is lost
@@ -158,6 +161,8 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 		return &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}, task.Rejected
 	case errors.Is(err, page.ErrSessionLost), errors.Is(err, page.ErrSessionClosed):
 		return &Error{Code: CodeBrowserSessionLost, Detail: "the browser session was lost; open a new session"}, task.ClassifyInterrupted(sideEffecting)
+	case errors.Is(err, errRecording):
+		return &Error{Code: CodeBrowserUnavailable, Detail: "the task records its sessions (policy.record), and this node could not start the session's archive; the operator's log says why"}, task.Rejected
 	case errors.Is(err, page.ErrUnavailable):
 		// Not the engine's own words: they may name paths of this machine. The operator's log has them.
 		return &Error{Code: CodeBrowserUnavailable, Detail: "the session's browser engine does not run on this node (not installed, failed to start, or restarting); GET /bap/v1 lists each engine and whether it is available"}, task.Rejected
@@ -375,13 +380,20 @@ func openSession[R any](ctx context.Context, s *Service, call Call, taskID, chec
 					return nil, Errorf(CodeEngineCapabilityUnsupported, "the task's policy needs %s, which the browser engine %s cannot do; open the session on another engine", need, eng.Name)
 				}
 			}
-			return &openPlan{id: ids.New(ids.BrowserSession), pol: pol, tenant: c.t.Tenant, taskID: c.t.ID, state: state}, nil
+			if c.t.Policy.Record && s.cfg.Recording == nil {
+				return nil, Errorf(CodeBrowserUnavailable, "the task records its sessions (policy.record), which this node cannot do")
+			}
+			return &openPlan{id: ids.New(ids.BrowserSession), pol: pol, tenant: c.t.Tenant, taskID: c.t.ID, state: state, record: c.t.Policy.Record, task: c.t}, nil
 		},
 		dispatch: func(ctx context.Context, p *openPlan) (*opened, error) {
 			defer adm.dispatched() // the browser counts the session (if it opened) from now on
 			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 			defer cancel()
 			sess, err := s.openBrowserSession(ctx, b, eng.Name, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
+			if err == nil && p.record {
+				// Before anything loads (a restore navigates): the archive starts with the session.
+				err = s.recordSession(ctx, sess, p.task, p.id)
+			}
 			if err != nil || p.state == nil {
 				return &opened{sess: sess}, err
 			}
@@ -467,6 +479,8 @@ func openSession[R any](ctx context.Context, s *Service, call Call, taskID, chec
 
 type openPlan struct {
 	id, tenant, taskID string
+	record             bool  // policy.record: the session gets a recorder before anything loads
+	task               *Task // for the secrets its recorder masks from the start
 	pol                *policy.Policy
 	state              *page.StorageState // restore this (from a checkpoint) when set
 }
@@ -683,10 +697,12 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			return Response{}, err
 		}
 	}
-	if err := s.resolveSecretFill(ctx, call.Actor, &req); err != nil { // secrets.go
+	secretName, err := s.resolveSecretFill(ctx, call.Actor, &req) // secrets.go
+	if err != nil {
 		return Response{}, err
 	}
 	taskID := rec.TaskID
+	s.protectFill(rec.Tenant, taskID, req, secretName) // masked in the task's archive before it is typed
 	if rec.State == SessionOpen {
 		effect, rule, spec, err := s.approvalRule(ctx, call.Actor, rec, req)
 		if err != nil {

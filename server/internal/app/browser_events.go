@@ -22,6 +22,7 @@ var historyType = map[string]string{
 	page.EventDialogHandled:       "dialog.handled",
 	page.EventDownloadCompleted:   "download.completed",
 	page.EventSessionLost:         "browser_session.lost",
+	page.EventRecordTruncated:     "record.truncated",
 }
 
 // browserEventSink returns the callback a session reports its events to. It never blocks the

@@ -55,6 +55,8 @@ type Task struct {
 type PolicySpec struct {
 	AllowedOrigins []string
 	ApprovalRules  []ApprovalRuleSpec
+	// Record archives what the task's browser sessions exchange as WARC (recording.go).
+	Record bool
 }
 
 // ApprovalRuleSpec marks actions of an effect (optionally only on some origins) as needing approval.

@@ -321,36 +321,36 @@ func (s *Service) liveSecret(ctx context.Context, tenant, id string) (*SecretInf
 
 // resolveSecretFill puts the value of the secret req names into req for the browser, with the
 // secret's origins: the value lives in this request's memory only, and the browser types it only
-// into a field of one of those origins. A reference outside a fill, beside a value, unknown or
-// deleted is refused before anything runs.
-func (s *Service) resolveSecretFill(ctx context.Context, actor Actor, req *page.ActRequest) error {
+// into a field of one of those origins. It returns the secret's name ("" without a reference). A
+// reference outside a fill, beside a value, unknown or deleted is refused before anything runs.
+func (s *Service) resolveSecretFill(ctx context.Context, actor Actor, req *page.ActRequest) (string, error) {
 	if req.SecretRef == "" {
-		return nil
+		return "", nil
 	}
 	if req.Action != "fill" {
-		return Errorf(CodeInvalidRequest, "secret_ref is for fill only")
+		return "", Errorf(CodeInvalidRequest, "secret_ref is for fill only")
 	}
 	if req.Value != "" {
-		return Errorf(CodeInvalidRequest, "give value or secret_ref, not both")
+		return "", Errorf(CodeInvalidRequest, "give value or secret_ref, not both")
 	}
 	info, sealed, err := s.store.GetSecret(ctx, actor.Tenant, req.SecretRef)
 	if errors.Is(err, ErrNotFound) {
-		return &Error{Code: CodeSecretNotFound, Detail: "secret_ref names no secret of this tenant"}
+		return "", &Error{Code: CodeSecretNotFound, Detail: "secret_ref names no secret of this tenant"}
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	if info.Deleted || sealed == nil {
 		_ = s.store.RecordSecretUse(ctx, SecretUse{Tenant: actor.Tenant, SecretID: info.ID, Action: "refuse", Actor: actor.Subject, Reason: "deleted"})
-		return &Error{Code: CodeSecretNotFound, Detail: "the secret secret_ref names was deleted; an operator stores a new one"}
+		return "", &Error{Code: CodeSecretNotFound, Detail: "the secret secret_ref names was deleted; an operator stores a new one"}
 	}
 	value, err := s.keys.secrets.Open(sealed, secretAAD(info.Tenant, info.ID, info.Version))
 	if err != nil {
-		return fmt.Errorf("secret %s does not open under the server key: %w", info.ID, err)
+		return "", fmt.Errorf("secret %s does not open under the server key: %w", info.ID, err)
 	}
 	req.Value = string(value)
 	req.SecretOrigins = info.Origins
-	return nil
+	return info.Name, nil
 }
 
 // recordSecretUse appends the audit line of a secret fill that ran (or was refused).

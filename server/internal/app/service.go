@@ -36,6 +36,9 @@ type Config struct {
 	InterruptedResponse func(rc *Receipt) (Response, error)
 	// Browser is the browser adapter; nil answers browser operations 503 browser_unavailable.
 	Browser Browser
+	// Recording archives the browser sessions of tasks with policy.record (recording.go); nil
+	// refuses to open a session of such a task.
+	Recording Recording
 	// Orchestrator is the model orchestrator port (orchestrator.go); nil refuses autonomous tasks
 	// with 503 orchestrator_unavailable.
 	Orchestrator Orchestrator

@@ -36,7 +36,7 @@ var (
 	core       = internal("task", "policy", "ids", "idempotency", "page", "admission", "serverkey", "problem", "historychain")
 	useCases   = internal("app")
 	drivers    = internal("worker")
-	adapters   = internal("store", "events", "browser", "egress", "auth", "artifact", "orchestrator", "tracing")
+	adapters   = internal("store", "events", "browser", "egress", "warcrecord", "auth", "artifact", "orchestrator", "tracing")
 	transports = internal("api", "mcp", "mcpserver", "stream")                         // only api exists today
 	generated  = internal("apigen", "mcpcatalog", "streamgen")                         // only apigen exists today
 	leaves     = concat(internal("version"), []string{mod("migrations"), mod("spec")}) // constants and embedded files
@@ -155,6 +155,10 @@ var rules = []rule{
 		why: "firefox starts Firefox ESR and drives it over bidi for the second browser adapter (issue 19); like the CDP adapter it knows nothing of the use-cases, the store or the transports, and it does not lean on the CDP adapter",
 	},
 	{
+		name: "warcrecord", packages: internal("warcrecord"), forbid: []string{module, pgx},
+		why: "warcrecord writes the WARC archive of policy.record (ADR 0034) with the standard library and gowarc: it implements egress.Recorder without importing egress, so the proxy stays a boundary that knows nothing of archives, and the composition root joins the two",
+	},
+	{
 		name: "auth", packages: internal("auth"), forbid: concat(internal("store", "browser", "events"), chromedp),
 		why: "auth owns its OAuth tables (with pgx) and speaks to app only through app's types; it never reaches task state through the store, nor the browser",
 	},
@@ -251,6 +255,14 @@ var reverseRules = []reverseRule{
 	{
 		name: "bidi", imported: internal("bidi"), by: internal("firefox"),
 		why: "only the Firefox adapter speaks WebDriver BiDi; raw BiDi ids stay inside it",
+	},
+	{
+		name: "the WARC recorder", imported: internal("warcrecord"), by: roots,
+		why: "only the composition root builds a session's recorder (app asks for it through its Recording port) and hands it to the engine, whose proxy sees it as an egress.Recorder",
+	},
+	{
+		name: "gowarc", imported: []string{"github.com/nlnwa/gowarc"}, by: internal("warcrecord"),
+		why: "one package writes WARC; replay and bundles read archives through it",
 	},
 	{
 		name: "egress", imported: internal("egress"), by: internal("browser", "firefox"),

@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/cdproto/target"
 
 	"github.com/originweave/bap/server/internal/egress"
+	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/policy"
 )
 
@@ -551,3 +552,7 @@ func (g *sessionGate) blocked(b egress.Blocked) {
 	s.claimRedirect(b.URL)
 	s.emit(ev)
 }
+
+// Record makes the context's egress proxy archive what it forwards into rec (a task's
+// policy.record) until the session closes; rec must implement egress.Recorder.
+func (s *Session) Record(rec page.Recorder) error { return s.proxy.Record(rec) }

@@ -100,6 +100,10 @@ type Config struct {
 	OrchestratorCallTimeout time.Duration
 	// LeaseTTL is how long a worker's lease on a delegated task lasts unless renewed (default 15 s).
 	LeaseTTL time.Duration
+	// RecordMaxBytes caps the WARC archive of one recording task (policy.record) on this node
+	// (--record-max-bytes; 0: 64 MiB); RecordMaxBodyBytes caps one stored body in it
+	// (--record-max-body-bytes; 0: 8 MiB). Archives live under <DataDir>/records.
+	RecordMaxBytes, RecordMaxBodyBytes int64
 	// MaxBodyBytes bounds request bodies (default 1 MiB); larger → 413.
 	MaxBodyBytes int64
 	// UpkeepInterval is the period of deadline expiry, key purge and heartbeat (default 1 s).

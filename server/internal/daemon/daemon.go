@@ -222,7 +222,7 @@ func Run(ctx context.Context, cfg Config) error {
 	storeOpts.Tracer = tracer // a span per SQL transaction
 	svc, err := app.NewService(store.New(db.Pool, storeOpts), app.Config{
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
-		Browser: br, Orchestrator: orch, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
+		Browser: br, Recording: NewRecordings(filepath.Join(cfg.DataDir, "records"), cfg.RecordMaxBytes, cfg.RecordMaxBodyBytes, log), Orchestrator: orch, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
 		CancelDeadline:      cfg.CancelDeadline,
 		InterruptedResponse: api.InterruptedResponse,
 		ServerKey:           serverKey,

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/originweave/bap/server/internal/policy"
@@ -82,6 +83,22 @@ type Config struct {
 	DocumentCSP func() string
 }
 
+// Recorder archives what the proxy forwards (a task's policy.record; package warcrecord
+// implements it). Its methods must not block on the network; a failure to archive is its own to
+// report: the exchange goes on as it would unrecorded.
+type Recorder interface {
+	// Exchange is called with each plain-HTTP request as it goes upstream (after the policy
+	// allowed it); it may replace req.Body with a reader that copies what is sent. The function it
+	// returns (nil: record nothing) is called once: with the response as the site sent it, before
+	// the proxy adds its own headers (it may replace resp.Body; the exchange ends when that is
+	// closed), or with nil when no response came.
+	Exchange(req *http.Request) func(resp *http.Response)
+	// Tunnel is called for each CONNECT tunnel opened, whose content the proxy cannot read.
+	Tunnel(hostport string)
+	// Close ends recording; the proxy calls it when it closes.
+	Close() error
+}
+
 // Proxy is an HTTP forward proxy on a loopback port of its own, for one browser context. It is
 // safe for concurrent use.
 type Proxy struct {
@@ -90,6 +107,7 @@ type Proxy struct {
 	srv       *http.Server
 	rp        *httputil.ReverseProxy
 	transport *http.Transport
+	rec       atomic.Pointer[recorderBox]
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -156,6 +174,13 @@ func newProxy(cfg Config) (*Proxy, error) {
 			pr.Out.Host = pr.In.Host
 			pr.Out.Header.Del("Proxy-Connection")
 			pr.Out.Header.Del("Proxy-Authorization")
+			if rec := p.recorder(); rec != nil {
+				if pm, _ := pr.Out.Context().Value(permitKey{}).(*permit); pm != nil {
+					if done := rec.Exchange(pr.Out); done != nil {
+						pm.rec = &recording{done: done}
+					}
+				}
+			}
 		},
 		Transport:      p.transport,
 		FlushInterval:  -1, // stream every write: event streams and long polls must not wait
@@ -172,6 +197,11 @@ func newProxy(cfg Config) (*Proxy, error) {
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if resp.StatusCode < 100 || resp.StatusCode > 999 {
 		return fmt.Errorf("egress: unclassifiable response status %d", resp.StatusCode) // a bare 502
+	}
+	if resp.Request != nil {
+		if pm, _ := resp.Request.Context().Value(permitKey{}).(*permit); pm != nil && pm.rec != nil {
+			pm.rec.end(resp) // as the site sent it: before the CSP below
+		}
 	}
 	p.addDocumentCSP(resp)
 	return p.checkRedirect(resp)
@@ -236,6 +266,54 @@ func (p *Proxy) checkRedirect(resp *http.Response) error {
 	return nil
 }
 
+// recorderBox holds a Recorder for an atomic pointer.
+type recorderBox struct{ r Recorder }
+
+// recording is one exchange being recorded; end is called once.
+type recording struct {
+	once sync.Once
+	done func(*http.Response)
+}
+
+func (r *recording) end(resp *http.Response) { r.once.Do(func() { r.done(resp) }) }
+
+// SetRecorder makes the proxy archive what it forwards from now on (nil: no more). A recorder
+// replaced or left when the proxy closes is closed.
+func (p *Proxy) SetRecorder(r Recorder) {
+	var box *recorderBox
+	if r != nil {
+		box = &recorderBox{r: r}
+	}
+	old := p.rec.Swap(box)
+	if old != nil && old.r != r {
+		_ = old.r.Close()
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed && r != nil && p.rec.CompareAndSwap(box, nil) {
+		_ = r.Close()
+	}
+}
+
+// Record is SetRecorder for a recorder handed over by a narrower interface (page.Recorder, which
+// the engine adapters receive): it must be a Recorder, else nothing is set and the error says so.
+func (p *Proxy) Record(rec io.Closer) error {
+	r, ok := rec.(Recorder)
+	if !ok {
+		return fmt.Errorf("egress: %T cannot record the proxy's exchanges", rec)
+	}
+	p.SetRecorder(r)
+	return nil
+}
+
+func (p *Proxy) recorder() Recorder {
+	if b := p.rec.Load(); b != nil {
+		return b.r
+	}
+	return nil
+}
+
 // Addr is the proxy's address, 127.0.0.1:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
@@ -257,6 +335,9 @@ func (p *Proxy) Close() error {
 	err := p.srv.Close()
 	<-p.done
 	p.transport.CloseIdleConnections()
+	if old := p.rec.Swap(nil); old != nil {
+		_ = old.r.Close()
+	}
 	return err
 }
 
@@ -333,6 +414,9 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.untrack(conn, up)
+	if rec := p.recorder(); rec != nil {
+		rec.Tunnel(hostport) // its content stays unseen: the archive says so
+	}
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
@@ -391,6 +475,7 @@ func splice(client net.Conn, buffered *bufio.Reader, up net.Conn) {
 type permit struct {
 	named     bool
 	url, dest string
+	rec       *recording // the exchange's recording, from the request to its response or failure
 }
 
 type permitKey struct{}
@@ -471,6 +556,9 @@ func (p *Proxy) forbidden(ap netip.AddrPort) bool {
 // upstreamError answers a request the proxy could not forward: refused at dial (a private
 // address), or the site unreachable.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if pm, _ := r.Context().Value(permitKey{}).(*permit); pm != nil && pm.rec != nil {
+		pm.rec.end(nil) // no response: nothing is archived
+	}
 	var refused *refusedError
 	if errors.As(err, &refused) {
 		p.refuse(w, refused.b, http.StatusForbidden)

@@ -326,6 +326,16 @@ func scriptException(d *bidi.ScriptExceptionDetails) error {
 	return fmt.Errorf("firefox: page agent: %s", text)
 }
 
+// Record makes the session's egress proxy archive what it forwards into rec (a task's
+// policy.record) until the session closes; rec must implement egress.Recorder. A session opened
+// without a proxy (NewSession, tests) cannot record.
+func (s *Session) Record(rec page.Recorder) error {
+	if s.proxy == nil {
+		return fmt.Errorf("%w: the session has no egress proxy to record", page.ErrInvalidRequest)
+	}
+	return s.proxy.Record(rec)
+}
+
 // Close removes the session's user context, which closes its tabs and drops its cookies and
 // storage, and stops its egress proxy. It is safe to call more than once.
 func (s *Session) Close(ctx context.Context) error {

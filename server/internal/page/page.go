@@ -200,7 +200,18 @@ const (
 	EventDialogHandled       = "dialog.handled"
 	EventDownloadCompleted   = "download.completed"
 	EventSessionLost         = "session.lost"
+	// EventRecordTruncated: the session's WARC archive lacks something (policy.record); reported
+	// by the recorder, not the engine. Data: reason, limit_bytes, url.
+	EventRecordTruncated = "record.truncated"
 )
+
+// Recorder archives what a session exchanges (a task's policy.record). The composition root
+// makes it and the use-cases hand it to the session (Record); an engine adapter passes it to the
+// session's egress proxy, whose own interface (egress.Recorder) it also implements. The proxy
+// closes it when the session ends.
+type Recorder interface {
+	Close() error
+}
 
 // NavigateRequest is the input of Session.Navigate.
 type NavigateRequest struct {

@@ -30,7 +30,8 @@ const taskColumns = `t.tenant_id, t.task_id, t.goal, t.state, coalesce(t.verific
 		'allowed_regions', (SELECT json_agg(pr.region ORDER BY pr.position) FROM task_model_policy_region pr WHERE pr.task_id = mp.task_id))
 	 FROM task_model_policy mp WHERE mp.task_id = t.task_id),
 	(SELECT json_build_object('max_steps', b.max_steps, 'max_tokens', b.max_tokens, 'max_cost_usd', b.max_cost_usd,
-		'max_wall_time_ms', b.max_wall_time_ms) FROM task_budget b WHERE b.task_id = t.task_id)`
+		'max_wall_time_ms', b.max_wall_time_ms) FROM task_budget b WHERE b.task_id = t.task_id),
+	EXISTS (SELECT 1 FROM task_recording rc WHERE rc.task_id = t.task_id)`
 
 type ruleRow struct {
 	Effect     string   `json:"effect"`
@@ -68,7 +69,7 @@ func scanTask(row pgx.Row) (*app.Task, error) {
 	var pc, origins, rules, steps, modelPolicy, budget []byte
 	if err := row.Scan(&t.Tenant, &t.ID, &t.Goal, &state, &t.Verification, &pc, &t.Deadline,
 		&t.CreatedBy, &t.CreatedClient, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &t.ChainDigest, &t.ChainSHA256, &origins, &rules, &steps,
-		&t.Mode, &modelPolicy, &budget); err != nil {
+		&t.Mode, &modelPolicy, &budget, &t.Policy.Record); err != nil {
 		return nil, translate(err)
 	}
 	if len(modelPolicy) > 0 {
@@ -228,6 +229,9 @@ func (t *pgTx) InsertTask(ctx context.Context, tk *app.Task) error {
 			t.queue(`INSERT INTO task_approval_rule_origin (tenant_id, task_id, rule_index, position, pattern)
 				VALUES ($1, $2, $3, $4, $5)`, tk.Tenant, tk.ID, i, j, o)
 		}
+	}
+	if tk.Policy.Record {
+		t.queue(`INSERT INTO task_recording (tenant_id, task_id) VALUES ($1, $2)`, tk.Tenant, tk.ID)
 	}
 	for i, st := range tk.Plan {
 		args := []byte(st.Args)

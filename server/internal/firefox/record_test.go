@@ -1,0 +1,65 @@
+package firefox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/originweave/bap/server/internal/page"
+	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/waitfor"
+	"github.com/originweave/bap/server/internal/warcrecord"
+)
+
+// A Firefox session records through its egress proxy as a Chromium one does: the document's
+// request and response, read back with their digests checked.
+func TestRecordedSessionArchivesTheDocument(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hs := newHeldSite(t)
+	pol, err := policy.ParsePolicy([]string{hs.srv.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openOn(t, ctx, testDriver(t, ctx), &events{}, pol)
+	path := filepath.Join(t.TempDir(), "session.warc")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	rec, err := warcrecord.New(warcrecord.Config{Out: f, SpoolDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Record(rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: hs.srv.URL + "/shop.html"}); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Until(t, 10*time.Second, "the document's exchange in the archive", func() (bool, string) {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return false, err.Error()
+		}
+		recs, err := warcrecord.ReadAll(bytes.NewReader(raw), 4<<20)
+		if err != nil {
+			return false, err.Error()
+		}
+		var req, resp bool
+		for _, r := range recs {
+			if r.Header.Get("WARC-Target-URI") != hs.srv.URL+"/shop.html" {
+				continue
+			}
+			req = req || r.Type == "request" && bytes.HasPrefix(r.Block, []byte("GET /shop.html HTTP/1.1\r\n"))
+			resp = resp || r.Type == "response" && bytes.Contains(r.Block, []byte("<h1>Checkout</h1>"))
+		}
+		return req && resp, fmt.Sprintf("%d records, request %v, response %v", len(recs), req, resp)
+	})
+}
