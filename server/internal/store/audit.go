@@ -117,6 +117,20 @@ func (s *Store) AuditTaskRefs(ctx context.Context, taskID, after string, limit i
 	return refs, nil
 }
 
+// TaskArtifactIDs implements app.AuditStore.
+func (s *Store) TaskArtifactIDs(ctx context.Context, tenant, taskID string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT artifact_id FROM artifact_reference
+		WHERE tenant_id = $1 AND task_id = $2 AND kind <> 'checkpoint' ORDER BY created_at, artifact_id`, tenant, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("listing artifacts: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing artifacts: %w", err)
+	}
+	return ids, nil
+}
+
 // DueForAnchor implements app.AuditStore.
 func (s *Store) DueForAnchor(ctx context.Context, before time.Time, limit int) ([]app.TaskRef, error) {
 	rows, err := s.pool.Query(ctx, `SELECT t.tenant_id, t.task_id FROM agent_task t
