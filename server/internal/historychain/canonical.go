@@ -37,39 +37,36 @@ func (e *Entry) Canonical() ([]byte, error) {
 	if len(data) == 0 || data[0] != '{' {
 		return nil, fmt.Errorf("event %d data: not a JSON object", e.Seq)
 	}
-	var cmd any
-	if e.CommandID != "" {
-		cmd = e.CommandID
-	}
-	head := map[string]any{
-		"v": 1, "tenant_id": e.Tenant, "task_id": e.TaskID, "seq": e.Seq, "event_id": e.EventID,
-		"event_type": e.Type, "occurred_at": FormatTime(e.Time), "actor": e.Actor, "cause": e.Cause,
-		"command_id": cmd,
-	}
+	// The members in key order (actor, cause, command_id, data, event_id, event_type,
+	// occurred_at, seq, task_id, tenant_id, v), written directly: this runs for every event a
+	// command appends.
 	var b bytes.Buffer
-	b.WriteString(`{"data":`)
+	b.Grow(len(data) + 256)
+	b.WriteString(`{"actor":`)
+	writeString(&b, e.Actor)
+	b.WriteString(`,"cause":`)
+	writeString(&b, e.Cause)
+	b.WriteString(`,"command_id":`)
+	if e.CommandID == "" {
+		b.WriteString("null")
+	} else {
+		writeString(&b, e.CommandID)
+	}
+	b.WriteString(`,"data":`)
 	b.Write(data)
-	keys := make([]string, 0, len(head))
-	for k := range head {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys) // "data" sorts first of all of them
-	for _, k := range keys {
-		b.WriteByte(',')
-		writeString(&b, k)
-		b.WriteByte(':')
-		switch v := head[k].(type) {
-		case string:
-			writeString(&b, v)
-		case int:
-			b.WriteString(strconv.Itoa(v))
-		case int64:
-			b.WriteString(strconv.FormatInt(v, 10))
-		case nil:
-			b.WriteString("null")
-		}
-	}
-	b.WriteByte('}')
+	b.WriteString(`,"event_id":`)
+	writeString(&b, e.EventID)
+	b.WriteString(`,"event_type":`)
+	writeString(&b, e.Type)
+	b.WriteString(`,"occurred_at":`)
+	writeString(&b, FormatTime(e.Time))
+	b.WriteString(`,"seq":`)
+	b.WriteString(strconv.FormatInt(e.Seq, 10))
+	b.WriteString(`,"task_id":`)
+	writeString(&b, e.TaskID)
+	b.WriteString(`,"tenant_id":`)
+	writeString(&b, e.Tenant)
+	b.WriteString(`,"v":1}`)
 	return b.Bytes(), nil
 }
 
