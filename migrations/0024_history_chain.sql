@@ -85,6 +85,11 @@ BEGIN
 END;
 $$;
 
+-- The live tasks the upkeep anchors periodically (DueForAnchor): a task enters the index when
+-- it starts running, so create_task, whose tasks wait in admitted, writes no entry.
+CREATE INDEX agent_task_live_idx ON agent_task (updated_at)
+    WHERE state IN ('running', 'waiting_for_approval', 'waiting_for_external_input', 'checkpointed');
+
 CREATE TRIGGER audit_anchor_no_update BEFORE UPDATE OR DELETE ON audit_anchor
     FOR EACH ROW EXECUTE FUNCTION audit_anchor_append_only();
 CREATE TRIGGER audit_anchor_no_truncate BEFORE TRUNCATE ON audit_anchor
