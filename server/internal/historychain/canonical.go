@@ -3,10 +3,7 @@ package historychain
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,78 +86,11 @@ func FormatTime(t time.Time) string {
 //   - numbers exact, in their shortest decimal spelling: digits when the value is an integer of at
 //     most 21 digits, otherwise digits, "e" and the exponent (1.50 → 15e-1,
 //     1e+20 → 100000000000000000000, 1000000000000000000000 → 1e21, -0 → 0).
-func CanonicalJSON(raw []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("canonical JSON: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("canonical JSON: trailing data after the value")
-	}
-	var b bytes.Buffer
-	if err := writeValue(&b, v, 0); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
+func CanonicalJSON(raw []byte) ([]byte, error) { return canonical(raw) }
 
 // maxDepth bounds nesting: a canonical form is computed for the server's own event data, and for
 // bundles handed to `bap bundle verify`, which may be hostile.
 const maxDepth = 200
-
-func writeValue(b *bytes.Buffer, v any, depth int) error {
-	if depth > maxDepth {
-		return errors.New("canonical JSON: nested too deeply")
-	}
-	switch x := v.(type) {
-	case nil:
-		b.WriteString("null")
-	case bool:
-		b.WriteString(strconv.FormatBool(x))
-	case string:
-		writeString(b, x)
-	case json.Number:
-		n, err := canonicalNumber(string(x))
-		if err != nil {
-			return err
-		}
-		b.WriteString(n)
-	case []any:
-		b.WriteByte('[')
-		for i, e := range x {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			if err := writeValue(b, e, depth+1); err != nil {
-				return err
-			}
-		}
-		b.WriteByte(']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeString(b, k)
-			b.WriteByte(':')
-			if err := writeValue(b, x[k], depth+1); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
-	default:
-		return fmt.Errorf("canonical JSON: unexpected %T", v)
-	}
-	return nil
-}
 
 // writeString writes s as a JSON string with the chain's own escapes, so that no library's
 // choices (which differ between versions) move a digest: '"' and '\\' are escaped, as are
