@@ -270,13 +270,11 @@ func (p *canonParser) str() (string, error) {
 					return "", errCanon
 				}
 				if utf16.IsSurrogate(r) {
-					r2 := rune(-1)
 					if p.i+1 < len(p.in) && p.in[p.i] == '\\' && p.in[p.i+1] == 'u' {
 						save := p.i
 						p.i += 2
-						if x, ok := p.hex4(); ok {
-							r2 = x
-						} else {
+						r2, ok := p.hex4()
+						if !ok {
 							return "", errCanon
 						}
 						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
