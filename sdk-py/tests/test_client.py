@@ -280,7 +280,7 @@ class InterruptedReplayTests(TCPCase):
 class GeneratedTests(unittest.TestCase):
     def test_operations(self):
         ops = [n for n in dir(bap.Operations) if not n.startswith("_")]
-        self.assertEqual(len(ops), 20, ops)
+        self.assertEqual(len(ops), 22, ops)
         for name in ("create_task", "navigate", "get_artifact", "list_task_events", "resolve_approval"):
             self.assertIn(name, ops)
 
