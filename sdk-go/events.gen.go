@@ -36,6 +36,7 @@ var EventTypes = []EventType{
 	"receipt.issued",
 	"reconciliation.opened",
 	"reconciliation.resolved",
+	"record.step",
 	"record.truncated",
 	"request.blocked",
 	"safety.judged",
@@ -98,6 +99,8 @@ var EventDataTypes = map[EventType]func() any{
 	"reconciliation.opened": func() any { return new(ReconciliationOpenedData) },
 	// `data` of a `reconciliation.resolved` event: an operator settled a reconciliation.
 	"reconciliation.resolved": func() any { return new(ReconciliationResolvedData) },
+	// `data` of a `record.step` event: a recording task ran a navigate or an act; what a replay repeats and compares (the target by role, name and frame; never a fill value).
+	"record.step": func() any { return new(RecordStepData) },
 	// `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something a session exchanged (a cap was hit, a body could not be decoded, or the archive could not be written); once per reason and session.
 	"record.truncated": func() any { return new(RecordTruncatedData) },
 	// `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.

@@ -170,6 +170,8 @@ __all__ = [
     "ReconciliationOutcome",
     "ReconciliationResolvedData",
     "ReconciliationResolvedEvent",
+    "RecordStepData",
+    "RecordStepEvent",
     "RecordTruncatedData",
     "RecordTruncatedEvent",
     "RequestApprovalRequest",
@@ -1478,6 +1480,7 @@ EventType = Literal[
     "plan.step_finished",
     "request.blocked",
     "record.truncated",
+    "record.step",
     "browsing_context.opened",
     "browsing_context.closed",
     "dialog.handled",
@@ -2784,6 +2787,74 @@ class ReconciliationResolvedEvent(TypedDict):
     type: Literal["reconciliation.resolved"]
 
 
+class RecordStepData(TypedDict):
+    """`data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an
+    `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it:
+    only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay
+    refuses that step.
+    """
+
+    #: The action an `act` ran.
+    action: NotRequired["ActAction"]
+    #: Command identifier.
+    command_id: str
+    #: True when the step replaced the document (a new epoch).
+    epoch_changed: NotRequired[bool]
+    #: The document epoch after the step.
+    epoch_id: NotRequired[str]
+    #: For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value
+    #: the runtime does not keep).
+    fill: NotRequired[Literal["secret", "plain"]]
+    #: The key a `press_key` pressed.
+    key: NotRequired[str]
+    #: A digest, keyed by the server key, of what an observation of the page showed after the step
+    #: (its URL, title and nodes, without node handles): equal for two sessions showing the same
+    #: document alike.
+    observation_digest: NotRequired[str]
+    #: The command the step ran.
+    operation: Literal["navigate", "act"]
+    #: The option a `select_option` chose.
+    option: NotRequired[str]
+    #: The URL of the document after the step.
+    page_url: NotRequired[str]
+    #: The secret a fill typed, by reference.
+    secret_ref: NotRequired[str]
+    #: Browser session identifier.
+    session_id: str
+    #: The act's target as another session can find it again (a node handle is valid for one
+    #: document epoch only): its role, accessible name, and the URL of the frame document holding it
+    #: (empty in the top document). Absent when the target could not be observed before the act.
+    target: NotRequired[dict[str, Any]]
+    #: The URL a `navigate` was asked to load.
+    url: NotRequired[str]
+    #: The options a `select_option` chose.
+    values: NotRequired[list[str]]
+
+
+class RecordStepEvent(TypedDict):
+    """An Event of type `record.step`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `record.step` event records.
+    data: "RecordStepData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `record.step`.
+    type: Literal["record.step"]
+
+
 class RecordTruncatedData(TypedDict):
     """`data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
     lacks something of what a session exchanged. Reported once per reason and session; the exchanges
@@ -2875,13 +2946,16 @@ class RequestBlockedData(TypedDict):
     #: was answered with a redirect to a URL the policy does not allow, and the browser was refused
     #: the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer`
     #: `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect
-    #: (`layer` `csp`, `before_redirect` true).
+    #: (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against
+    #: its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never
+    #: recorded); nothing was sent to the network.
     reason: NotRequired[Literal[
     "origin_not_allowed",
     "private_network",
     "unclassifiable",
     "unapproved_side_effect",
     "redirect_not_allowed",
+    "not_in_archive",
 ]]
     #: What was requested: the browser's resource type at the interception layer (document, script,
     #: image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a
@@ -3479,6 +3553,7 @@ TaskEvent = Union[
     "ReceiptIssuedEvent",
     "ReconciliationOpenedEvent",
     "ReconciliationResolvedEvent",
+    "RecordStepEvent",
     "RecordTruncatedEvent",
     "RequestBlockedEvent",
     "SafetyJudgedEvent",
@@ -3515,6 +3590,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "receipt.issued",
     "reconciliation.opened",
     "reconciliation.resolved",
+    "record.step",
     "record.truncated",
     "request.blocked",
     "safety.judged",
@@ -3551,6 +3627,7 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "receipt.issued": ReceiptIssuedData,
     "reconciliation.opened": ReconciliationOpenedData,
     "reconciliation.resolved": ReconciliationResolvedData,
+    "record.step": RecordStepData,
     "record.truncated": RecordTruncatedData,
     "request.blocked": RequestBlockedData,
     "safety.judged": SafetyJudgedData,

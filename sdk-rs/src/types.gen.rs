@@ -2653,6 +2653,8 @@ pub enum EventType {
     RequestBlocked,
     /// `record.truncated`
     RecordTruncated,
+    /// `record.step`
+    RecordStep,
     /// `browsing_context.opened`
     BrowsingContextOpened,
     /// `browsing_context.closed`
@@ -2683,7 +2685,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::RecordTruncated, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
+    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::RecordTruncated, EventType::RecordStep, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -2708,6 +2710,7 @@ impl EventType {
             EventType::PlanStepFinished => "plan.step_finished",
             EventType::RequestBlocked => "request.blocked",
             EventType::RecordTruncated => "record.truncated",
+            EventType::RecordStep => "record.step",
             EventType::BrowsingContextOpened => "browsing_context.opened",
             EventType::BrowsingContextClosed => "browsing_context.closed",
             EventType::DialogHandled => "dialog.handled",
@@ -2748,6 +2751,7 @@ impl From<&str> for EventType {
             "plan.step_finished" => EventType::PlanStepFinished,
             "request.blocked" => EventType::RequestBlocked,
             "record.truncated" => EventType::RecordTruncated,
+            "record.step" => EventType::RecordStep,
             "browsing_context.opened" => EventType::BrowsingContextOpened,
             "browsing_context.closed" => EventType::BrowsingContextClosed,
             "dialog.handled" => EventType::DialogHandled,
@@ -5256,6 +5260,88 @@ impl ReconciliationResolvedEvent {
     }
 }
 
+/// `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an
+/// `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it:
+/// only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay
+/// refuses that step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RecordStepData {
+    /// The action an `act` ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActAction>,
+    /// Command identifier.
+    pub command_id: String,
+    /// True when the step replaced the document (a new epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_changed: Option<bool>,
+    /// The document epoch after the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_id: Option<String>,
+    /// For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a
+    /// value the runtime does not keep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fill: Option<String>,
+    /// The key a `press_key` pressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// A digest, keyed by the server key, of what an observation of the page showed after the step
+    /// (its URL, title and nodes, without node handles): equal for two sessions showing the same
+    /// document alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation_digest: Option<String>,
+    /// The command the step ran.
+    pub operation: String,
+    /// The option a `select_option` chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub option: Option<String>,
+    /// The URL of the document after the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_url: Option<String>,
+    /// The secret a fill typed, by reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<String>,
+    /// Browser session identifier.
+    pub session_id: String,
+    /// The act's target as another session can find it again (a node handle is valid for one
+    /// document epoch only): its role, accessible name, and the URL of the frame document holding
+    /// it (empty in the top document). Absent when the target could not be observed before the act.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The URL a `navigate` was asked to load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The options a `select_option` chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<String>>,
+}
+
+/// An Event of type `record.step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RecordStepEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `record.step` event records.
+    pub data: RecordStepData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `record.step`.
+    pub r#type: String,
+}
+
 /// `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
 /// lacks something of what a session exchanged. Reported once per reason and session; the exchanges
 /// themselves went on.
@@ -5364,7 +5450,9 @@ pub struct RequestBlockedData {
     /// was answered with a redirect to a URL the policy does not allow, and the browser was refused
     /// the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer`
     /// `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect
-    /// (`layer` `csp`, `before_redirect` true).
+    /// (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task
+    /// against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel,
+    /// never recorded); nothing was sent to the network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What was requested: the browser's resource type at the interception layer (document, script,
@@ -6946,6 +7034,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "receipt.issued",
     "reconciliation.opened",
     "reconciliation.resolved",
+    "record.step",
     "record.truncated",
     "request.blocked",
     "safety.judged",
@@ -7032,6 +7121,9 @@ pub enum EventData {
     /// `reconciliation.resolved`: `data` of a `reconciliation.resolved` event: an operator settled
     /// a reconciliation.
     ReconciliationResolved(ReconciliationResolvedData),
+    /// `record.step`: `data` of a `record.step` event: a recording task ran a navigate or an act;
+    /// what a replay repeats and compares (the target by role, name and frame; never a fill value).
+    RecordStep(RecordStepData),
     /// `record.truncated`: `data` of a `record.truncated` event: the WARC archive of a recording
     /// task (`policy.record`) lacks something a session exchanged (a cap was hit, a body could not
     /// be decoded, or the archive could not be written); once per reason and session.
@@ -7091,6 +7183,7 @@ impl Event {
             "receipt.issued" => serde_json::from_value(data).map(EventData::ReceiptIssued),
             "reconciliation.opened" => serde_json::from_value(data).map(EventData::ReconciliationOpened),
             "reconciliation.resolved" => serde_json::from_value(data).map(EventData::ReconciliationResolved),
+            "record.step" => serde_json::from_value(data).map(EventData::RecordStep),
             "record.truncated" => serde_json::from_value(data).map(EventData::RecordTruncated),
             "request.blocked" => serde_json::from_value(data).map(EventData::RequestBlocked),
             "safety.judged" => serde_json::from_value(data).map(EventData::SafetyJudged),

@@ -523,6 +523,15 @@ export type ReconciliationResolvedData = S["ReconciliationResolvedData"];
 /** An Event of type `reconciliation.resolved`. */
 export type ReconciliationResolvedEvent = S["ReconciliationResolvedEvent"];
 /**
+ * `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`;
+ * what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only
+ * whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses
+ * that step.
+ */
+export type RecordStepData = S["RecordStepData"];
+/** An Event of type `record.step`. */
+export type RecordStepEvent = S["RecordStepEvent"];
+/**
  * `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
  * lacks something of what a session exchanged. Reported once per reason and session; the exchanges
  * themselves went on.

@@ -33,6 +33,7 @@ export type TaskEvent =
   | S["ReceiptIssuedEvent"]
   | S["ReconciliationOpenedEvent"]
   | S["ReconciliationResolvedEvent"]
+  | S["RecordStepEvent"]
   | S["RecordTruncatedEvent"]
   | S["RequestBlockedEvent"]
   | S["SafetyJudgedEvent"]
@@ -68,6 +69,7 @@ export const EVENT_TYPES = [
   "receipt.issued",
   "reconciliation.opened",
   "reconciliation.resolved",
+  "record.step",
   "record.truncated",
   "request.blocked",
   "safety.judged",
@@ -164,6 +166,11 @@ export interface EventDataMap {
   "reconciliation.opened": S["ReconciliationOpenedData"];
   /** `data` of a `reconciliation.resolved` event: an operator settled a reconciliation. */
   "reconciliation.resolved": S["ReconciliationResolvedData"];
+  /**
+   * `data` of a `record.step` event: a recording task ran a navigate or an act; what a replay
+   * repeats and compares (the target by role, name and frame; never a fill value).
+   */
+  "record.step": S["RecordStepData"];
   /**
    * `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
    * lacks something a session exchanged (a cap was hit, a body could not be decoded, or the archive

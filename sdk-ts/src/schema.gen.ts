@@ -2681,7 +2681,7 @@ export interface components {
          * @description Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
          * @enum {string}
          */
-        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "record.truncated" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
+        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "record.truncated" | "record.step" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
         /**
          * EvidenceCapturedData
          * @description `data` of a `evidence.captured` event: evidence artifacts were stored.
@@ -4733,6 +4733,118 @@ export interface components {
             type: "reconciliation.resolved";
         };
         /**
+         * RecordStepData
+         * @description `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses that step.
+         * @example {
+         *       "action": "click",
+         *       "command_id": "cmd_1hJ3kL5mN7pQ",
+         *       "epoch_changed": true,
+         *       "epoch_id": "ep_3nQ5pR7sT9uV",
+         *       "observation_digest": "hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",
+         *       "operation": "act",
+         *       "page_url": "http://shop.example.com/thanks?order=1",
+         *       "session_id": "bs_4fT8nQ2rL6vY",
+         *       "target": {
+         *         "frame": "",
+         *         "name": "Place order",
+         *         "role": "button"
+         *       }
+         *     }
+         */
+        RecordStepData: {
+            /** @description The action an `act` ran. */
+            action?: components["schemas"]["ActAction"];
+            /**
+             * @description Command identifier.
+             * @example cmd_1hJ3kL5mN7pQ
+             */
+            command_id: string;
+            /** @description True when the step replaced the document (a new epoch). */
+            epoch_changed?: boolean;
+            /** @description The document epoch after the step. */
+            epoch_id?: string;
+            /**
+             * @description For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+             * @enum {string}
+             */
+            fill?: "secret" | "plain";
+            /** @description The key a `press_key` pressed. */
+            key?: string;
+            /** @description A digest, keyed by the server key, of what an observation of the page showed after the step (its URL, title and nodes, without node handles): equal for two sessions showing the same document alike. */
+            observation_digest?: string;
+            /**
+             * @description The command the step ran.
+             * @enum {string}
+             */
+            operation: "navigate" | "act";
+            /** @description The option a `select_option` chose. */
+            option?: string;
+            /** @description The URL of the document after the step. */
+            page_url?: string;
+            /** @description The secret a fill typed, by reference. */
+            secret_ref?: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+            /** @description The act's target as another session can find it again (a node handle is valid for one document epoch only): its role, accessible name, and the URL of the frame document holding it (empty in the top document). Absent when the target could not be observed before the act. */
+            target?: {
+                /** @description The URL of the frame document holding the target; empty in the top document. */
+                frame: string;
+                /** @description The target's accessible name. */
+                name: string;
+                /** @description The target's WAI-ARIA role. */
+                role: string;
+            };
+            /** @description The URL a `navigate` was asked to load. */
+            url?: string;
+            /** @description The options a `select_option` chose. */
+            values?: string[];
+        };
+        /**
+         * RecordStepEvent
+         * @description An Event of type `record.step`.
+         * @example {
+         *       "actor": {
+         *         "id": "agent-ci",
+         *         "kind": "client"
+         *       },
+         *       "cause": {
+         *         "command_id": "cmd_1hJ3kL5mN7pQ"
+         *       },
+         *       "data": {
+         *         "action": "click",
+         *         "command_id": "cmd_1hJ3kL5mN7pQ",
+         *         "epoch_changed": true,
+         *         "epoch_id": "ep_3nQ5pR7sT9uV",
+         *         "observation_digest": "hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",
+         *         "operation": "act",
+         *         "page_url": "http://shop.example.com/thanks?order=1",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "target": {
+         *           "frame": "",
+         *           "name": "Place order",
+         *           "role": "button"
+         *         }
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:04Z",
+         *       "type": "record.step"
+         *     }
+         */
+        RecordStepEvent: components["schemas"]["Event"] & {
+            /** @description What the `record.step` event records. */
+            data: components["schemas"]["RecordStepData"];
+            /**
+             * @description Always `record.step`.
+             * @constant
+             */
+            type: "record.step";
+        };
+        /**
          * RecordTruncatedData
          * @description `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something of what a session exchanged. Reported once per reason and session; the exchanges themselves went on.
          * @example {
@@ -4857,10 +4969,10 @@ export interface components {
             /** @description The refused request's HTTP method, for `unapproved_side_effect`. */
             method?: string;
             /**
-             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
+             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network.
              * @enum {string}
              */
-            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect" | "redirect_not_allowed";
+            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect" | "redirect_not_allowed" | "not_in_archive";
             /** @description What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see. */
             resource_type?: string;
             /**

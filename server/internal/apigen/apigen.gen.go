@@ -544,6 +544,7 @@ const (
 	EventTypeReceiptIssued          EventType = "receipt.issued"
 	EventTypeReconciliationOpened   EventType = "reconciliation.opened"
 	EventTypeReconciliationResolved EventType = "reconciliation.resolved"
+	EventTypeRecordStep             EventType = "record.step"
 	EventTypeRecordTruncated        EventType = "record.truncated"
 	EventTypeRequestBlocked         EventType = "request.blocked"
 	EventTypeSafetyJudged           EventType = "safety.judged"
@@ -606,6 +607,8 @@ func (e EventType) Valid() bool {
 	case EventTypeReconciliationOpened:
 		return true
 	case EventTypeReconciliationResolved:
+		return true
+	case EventTypeRecordStep:
 		return true
 	case EventTypeRecordTruncated:
 		return true
@@ -1125,6 +1128,42 @@ func (e ReconciliationOutcome) Valid() bool {
 	}
 }
 
+// Defines values for RecordStepDataFill.
+const (
+	RecordStepDataFillPlain  RecordStepDataFill = "plain"
+	RecordStepDataFillSecret RecordStepDataFill = "secret"
+)
+
+// Valid indicates whether the value is a known member of the RecordStepDataFill enum.
+func (e RecordStepDataFill) Valid() bool {
+	switch e {
+	case RecordStepDataFillPlain:
+		return true
+	case RecordStepDataFillSecret:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordStepDataOperation.
+const (
+	RecordStepDataOperationAct      RecordStepDataOperation = "act"
+	RecordStepDataOperationNavigate RecordStepDataOperation = "navigate"
+)
+
+// Valid indicates whether the value is a known member of the RecordStepDataOperation enum.
+func (e RecordStepDataOperation) Valid() bool {
+	switch e {
+	case RecordStepDataOperationAct:
+		return true
+	case RecordStepDataOperationNavigate:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RecordTruncatedDataReason.
 const (
 	RecordTruncatedDataReasonBodyBytes       RecordTruncatedDataReason = "body_bytes"
@@ -1172,6 +1211,7 @@ func (e RequestBlockedDataLayer) Valid() bool {
 
 // Defines values for RequestBlockedDataReason.
 const (
+	RequestBlockedDataReasonNotInArchive         RequestBlockedDataReason = "not_in_archive"
 	RequestBlockedDataReasonOriginNotAllowed     RequestBlockedDataReason = "origin_not_allowed"
 	RequestBlockedDataReasonPrivateNetwork       RequestBlockedDataReason = "private_network"
 	RequestBlockedDataReasonRedirectNotAllowed   RequestBlockedDataReason = "redirect_not_allowed"
@@ -1182,6 +1222,8 @@ const (
 // Valid indicates whether the value is a known member of the RequestBlockedDataReason enum.
 func (e RequestBlockedDataReason) Valid() bool {
 	switch e {
+	case RequestBlockedDataReasonNotInArchive:
+		return true
 	case RequestBlockedDataReasonOriginNotAllowed:
 		return true
 	case RequestBlockedDataReasonPrivateNetwork:
@@ -4804,6 +4846,115 @@ type ReconciliationResolvedEvent struct {
 	Type interface{} `json:"type"`
 }
 
+// RecordStepData `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses that step.
+//
+// Examples: {"action":"click","command_id":"cmd_1hJ3kL5mN7pQ","epoch_changed":true,"epoch_id":"ep_3nQ5pR7sT9uV","observation_digest":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","operation":"act","page_url":"http://shop.example.com/thanks?order=1","session_id":"bs_4fT8nQ2rL6vY","target":{"frame":"","name":"Place order","role":"button"}}
+type RecordStepData struct {
+	// Action The action an `act` ran.
+	Action *ActAction `json:"action,omitempty"`
+
+	// CommandId Command identifier.
+	//
+	// Examples: cmd_1hJ3kL5mN7pQ
+	CommandId string `json:"command_id"`
+
+	// EpochChanged True when the step replaced the document (a new epoch).
+	EpochChanged *bool `json:"epoch_changed,omitempty"`
+
+	// EpochId The document epoch after the step.
+	EpochId *string `json:"epoch_id,omitempty"`
+
+	// Fill For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+	Fill *RecordStepDataFill `json:"fill,omitempty"`
+
+	// Key The key a `press_key` pressed.
+	Key *string `json:"key,omitempty"`
+
+	// ObservationDigest A digest, keyed by the server key, of what an observation of the page showed after the step (its URL, title and nodes, without node handles): equal for two sessions showing the same document alike.
+	ObservationDigest *string `json:"observation_digest,omitempty"`
+
+	// Operation The command the step ran.
+	Operation RecordStepDataOperation `json:"operation"`
+
+	// Option The option a `select_option` chose.
+	Option *string `json:"option,omitempty"`
+
+	// PageUrl The URL of the document after the step.
+	PageUrl *string `json:"page_url,omitempty"`
+
+	// SecretRef The secret a fill typed, by reference.
+	SecretRef *string `json:"secret_ref,omitempty"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+
+	// Target The act's target as another session can find it again (a node handle is valid for one document epoch only): its role, accessible name, and the URL of the frame document holding it (empty in the top document). Absent when the target could not be observed before the act.
+	Target *struct {
+		// Frame The URL of the frame document holding the target; empty in the top document.
+		Frame string `json:"frame"`
+
+		// Name The target's accessible name.
+		Name string `json:"name"`
+
+		// Role The target's WAI-ARIA role.
+		Role string `json:"role"`
+	} `json:"target,omitempty"`
+
+	// Url The URL a `navigate` was asked to load.
+	Url *string `json:"url,omitempty"`
+
+	// Values The options a `select_option` chose.
+	Values *[]string `json:"values,omitempty"`
+}
+
+// RecordStepDataFill For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+type RecordStepDataFill string
+
+// RecordStepDataOperation The command the step ran.
+type RecordStepDataOperation string
+
+// RecordStepEvent An Event of type `record.step`.
+type RecordStepEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `record.step` event records.
+	//
+	// Examples: {"action":"click","command_id":"cmd_1hJ3kL5mN7pQ","epoch_changed":true,"epoch_id":"ep_3nQ5pR7sT9uV","observation_digest":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","operation":"act","page_url":"http://shop.example.com/thanks?order=1","session_id":"bs_4fT8nQ2rL6vY","target":{"frame":"","name":"Place order","role":"button"}}
+	Data RecordStepData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `record.step`.
+	Type interface{} `json:"type"`
+}
+
 // RecordTruncatedData `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something of what a session exchanged. Reported once per reason and session; the exchanges themselves went on.
 //
 // Examples: {"limit_bytes":8388608,"reason":"body_bytes","session_id":"bs_4fT8nQ2rL6vY","url":"http://shop.example.com/catalog.pdf"}
@@ -4907,7 +5058,7 @@ type RequestBlockedData struct {
 	// Method The refused request's HTTP method, for `unapproved_side_effect`.
 	Method *string `json:"method,omitempty"`
 
-	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
+	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network.
 	Reason *RequestBlockedDataReason `json:"reason,omitempty"`
 
 	// ResourceType What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see.
@@ -4928,7 +5079,7 @@ type RequestBlockedData struct {
 // RequestBlockedDataLayer Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
 type RequestBlockedDataLayer string
 
-// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
+// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network.
 type RequestBlockedDataReason string
 
 // RequestBlockedEvent An Event of type `request.blocked`.
