@@ -179,6 +179,8 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 type sessionPlan struct {
 	rec     *SessionRecord
 	timeout time.Duration
+	// record is the task's policy.record: its steps leave what a replay needs (replaystep.go).
+	record bool
 }
 
 // prepareSession is phase 1 of a command on an open session: the session (locked), checked
@@ -190,7 +192,7 @@ func prepareSession(sessionID string, timeout time.Duration) func(context.Contex
 		if err != nil {
 			return nil, err
 		}
-		return &sessionPlan{rec: rec, timeout: timeout}, nil
+		return &sessionPlan{rec: rec, timeout: timeout, record: c.t.Policy.Record}, nil
 	}
 }
 
@@ -599,20 +601,32 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 	if err != nil {
 		return Response{}, err
 	}
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *page.NavigateResult, *NavigateResult]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, navOut, *NavigateResult]{
 		sideEffecting: false, // a GET navigation is safe (CONTRACT "Mutating requests")
 		prepare:       notingOrigin(req.URL, prepareSession(sessionID, timeoutOf(timeoutMs))),
-		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (*page.NavigateResult, error) {
+		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (navOut, error) {
 			req.Timeout = p.timeout
-			return sess.Navigate(ctx, req)
+			res, err := sess.Navigate(ctx, req)
+			var tr *stepTrace
+			if err == nil && p.record {
+				tr = &stepTrace{}
+				s.traceAfter(ctx, sess, res.ContextID, tr)
+			}
+			return navOut{res: res, trace: tr}, err
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.NavigateResult, dispatchErr error) (*NavigateResult, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, out navOut, dispatchErr error) (*NavigateResult, task.Outcome, error) {
 			if dispatchErr != nil {
 				return finishFailed[*NavigateResult](ctx, c, plan.rec, dispatchErr, false)
 			}
+			res := out.res
 			s.noteUse(c.t.ID, plan.rec.ID, res.ContextID)
 			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, plan.rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
 				return nil, "", err
+			}
+			if out.trace != nil {
+				if err := c.emit(ctx, c.t, "record.step", "navigate", stepData(plan.rec.ID, c.cmd.ID, "navigate", &req, nil, out.trace)); err != nil {
+					return nil, "", err
+				}
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {
@@ -724,6 +738,11 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 		// browser report what blocked before our deadline cuts it off.
 		dispatch: onLiveSession(s, 5*time.Second, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (actOut, error) {
 			req.Timeout = p.timeout
+			var tr *stepTrace
+			if p.record {
+				tr = &stepTrace{}
+				tr.target, tr.beforeEpoch = s.traceTarget(ctx, sess, req)
+			}
 			res, err := sess.Act(ctx, req)
 			if err == nil && res.Held != nil {
 				return actOut{held: holdScreenshot(ctx, sess, res)}, nil
@@ -731,7 +750,10 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			if err != nil {
 				return actOut{}, s.explainHandle(ctx, call.Actor.Tenant, sessionID, err, req.NodeID, actWithin(req))
 			}
-			return actOut{res: res}, nil
+			if tr != nil {
+				s.traceAfter(ctx, sess, res.ContextID, tr)
+			}
+			return actOut{res: res, trace: tr}, nil
 		}),
 		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, out actOut, dispatchErr error) (*ActOutcome, task.Outcome, error) {
 			rec := plan.rec
@@ -754,6 +776,11 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			if err != nil {
 				return nil, "", err
 			}
+			if out.trace != nil {
+				if err := c.emit(ctx, c.t, "record.step", "act", stepData(rec.ID, c.cmd.ID, "act", nil, &req, out.trace)); err != nil {
+					return nil, "", err
+				}
+			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {
 				return nil, "", err
@@ -766,8 +793,16 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 // actOut is what an act's effect hands phase 3: the action's result, or the request it sent that
 // the browser held for approval.
 type actOut struct {
-	res  *page.ActResult
-	held *heldAct
+	res   *page.ActResult
+	held  *heldAct
+	trace *stepTrace // a recording task's step (replaystep.go)
+}
+
+// navOut is what a navigation hands phase 3: its result and, for a recording task, what the
+// page showed after it.
+type navOut struct {
+	res   *page.NavigateResult
+	trace *stepTrace
 }
 
 // recordAction records an action that ran (directly, or released by its approval): where the
