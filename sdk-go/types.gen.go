@@ -349,6 +349,7 @@ const (
 	CommandOperationNavigate                 CommandOperation = "navigate"
 	CommandOperationObserve                  CommandOperation = "observe"
 	CommandOperationQueryNodes               CommandOperation = "query_nodes"
+	CommandOperationReplayTask               CommandOperation = "replay_task"
 	CommandOperationRequestApproval          CommandOperation = "request_approval"
 	CommandOperationResolveApproval          CommandOperation = "resolve_approval"
 	CommandOperationResumeTask               CommandOperation = "resume_task"
@@ -383,6 +384,8 @@ func (e CommandOperation) Valid() bool {
 	case CommandOperationObserve:
 		return true
 	case CommandOperationQueryNodes:
+		return true
+	case CommandOperationReplayTask:
 		return true
 	case CommandOperationRequestApproval:
 		return true
@@ -541,6 +544,8 @@ const (
 	EventTypeReconciliationResolved EventType = "reconciliation.resolved"
 	EventTypeRecordStep             EventType = "record.step"
 	EventTypeRecordTruncated        EventType = "record.truncated"
+	EventTypeReplayFinished         EventType = "replay.finished"
+	EventTypeReplayStepCompared     EventType = "replay.step_compared"
 	EventTypeRequestBlocked         EventType = "request.blocked"
 	EventTypeSafetyJudged           EventType = "safety.judged"
 	EventTypeTaskCreated            EventType = "task.created"
@@ -606,6 +611,10 @@ func (e EventType) Valid() bool {
 	case EventTypeRecordStep:
 		return true
 	case EventTypeRecordTruncated:
+		return true
+	case EventTypeReplayFinished:
+		return true
+	case EventTypeReplayStepCompared:
 		return true
 	case EventTypeRequestBlocked:
 		return true
@@ -995,6 +1004,7 @@ const (
 	ProblemCodeOverloaded                  ProblemCode = "overloaded"
 	ProblemCodePayloadTooLarge             ProblemCode = "payload_too_large"
 	ProblemCodeRateLimited                 ProblemCode = "rate_limited"
+	ProblemCodeReplayNotPossible           ProblemCode = "replay_not_possible"
 	ProblemCodeSecretNotFound              ProblemCode = "secret_not_found"
 	ProblemCodeSecretOriginMismatch        ProblemCode = "secret_origin_mismatch"
 	ProblemCodeStaleNodeHandle             ProblemCode = "stale_node_handle"
@@ -1057,6 +1067,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodePayloadTooLarge:
 		return true
 	case ProblemCodeRateLimited:
+		return true
+	case ProblemCodeReplayNotPossible:
 		return true
 	case ProblemCodeSecretNotFound:
 		return true
@@ -1177,6 +1189,111 @@ func (e RecordTruncatedDataReason) Valid() bool {
 	case RecordTruncatedDataReasonTaskBytes:
 		return true
 	case RecordTruncatedDataReasonWriteFailed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayFinishedDataField.
+const (
+	ReplayFinishedDataFieldEpoch         ReplayFinishedDataField = "epoch"
+	ReplayFinishedDataFieldObservation   ReplayFinishedDataField = "observation"
+	ReplayFinishedDataFieldOperation     ReplayFinishedDataField = "operation"
+	ReplayFinishedDataFieldPostcondition ReplayFinishedDataField = "postcondition"
+	ReplayFinishedDataFieldRefused       ReplayFinishedDataField = "refused"
+	ReplayFinishedDataFieldStepCount     ReplayFinishedDataField = "step_count"
+	ReplayFinishedDataFieldTarget        ReplayFinishedDataField = "target"
+	ReplayFinishedDataFieldUrl           ReplayFinishedDataField = "url"
+)
+
+// Valid indicates whether the value is a known member of the ReplayFinishedDataField enum.
+func (e ReplayFinishedDataField) Valid() bool {
+	switch e {
+	case ReplayFinishedDataFieldEpoch:
+		return true
+	case ReplayFinishedDataFieldObservation:
+		return true
+	case ReplayFinishedDataFieldOperation:
+		return true
+	case ReplayFinishedDataFieldPostcondition:
+		return true
+	case ReplayFinishedDataFieldRefused:
+		return true
+	case ReplayFinishedDataFieldStepCount:
+		return true
+	case ReplayFinishedDataFieldTarget:
+		return true
+	case ReplayFinishedDataFieldUrl:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayFinishedDataOutcome.
+const (
+	ReplayFinishedDataOutcomeDiverged  ReplayFinishedDataOutcome = "diverged"
+	ReplayFinishedDataOutcomeIdentical ReplayFinishedDataOutcome = "identical"
+)
+
+// Valid indicates whether the value is a known member of the ReplayFinishedDataOutcome enum.
+func (e ReplayFinishedDataOutcome) Valid() bool {
+	switch e {
+	case ReplayFinishedDataOutcomeDiverged:
+		return true
+	case ReplayFinishedDataOutcomeIdentical:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayStepComparedDataField.
+const (
+	ReplayStepComparedDataFieldEpoch         ReplayStepComparedDataField = "epoch"
+	ReplayStepComparedDataFieldObservation   ReplayStepComparedDataField = "observation"
+	ReplayStepComparedDataFieldOperation     ReplayStepComparedDataField = "operation"
+	ReplayStepComparedDataFieldPostcondition ReplayStepComparedDataField = "postcondition"
+	ReplayStepComparedDataFieldRefused       ReplayStepComparedDataField = "refused"
+	ReplayStepComparedDataFieldStepCount     ReplayStepComparedDataField = "step_count"
+	ReplayStepComparedDataFieldTarget        ReplayStepComparedDataField = "target"
+	ReplayStepComparedDataFieldUrl           ReplayStepComparedDataField = "url"
+)
+
+// Valid indicates whether the value is a known member of the ReplayStepComparedDataField enum.
+func (e ReplayStepComparedDataField) Valid() bool {
+	switch e {
+	case ReplayStepComparedDataFieldEpoch:
+		return true
+	case ReplayStepComparedDataFieldObservation:
+		return true
+	case ReplayStepComparedDataFieldOperation:
+		return true
+	case ReplayStepComparedDataFieldPostcondition:
+		return true
+	case ReplayStepComparedDataFieldRefused:
+		return true
+	case ReplayStepComparedDataFieldStepCount:
+		return true
+	case ReplayStepComparedDataFieldTarget:
+		return true
+	case ReplayStepComparedDataFieldUrl:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayTaskRequestMode.
+const (
+	ReplayTaskRequestModeArchive ReplayTaskRequestMode = "archive"
+)
+
+// Valid indicates whether the value is a known member of the ReplayTaskRequestMode enum.
+func (e ReplayTaskRequestMode) Valid() bool {
+	switch e {
+	case ReplayTaskRequestModeArchive:
 		return true
 	default:
 		return false
@@ -4978,6 +5095,169 @@ type RecordTruncatedEvent struct {
 	Type interface{} `json:"type"`
 }
 
+// ReplayFinishedData `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the first divergence.
+//
+// Examples: {"outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
+type ReplayFinishedData struct {
+	// Expected The recorded value of `field`.
+	Expected *string `json:"expected,omitempty"`
+
+	// Field What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+	Field *ReplayFinishedDataField `json:"field,omitempty"`
+
+	// Got The replay's value of `field`.
+	Got *string `json:"got,omitempty"`
+
+	// Outcome `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
+	Outcome ReplayFinishedDataOutcome `json:"outcome"`
+
+	// ReplayOf The task replayed.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	ReplayOf string `json:"replay_of"`
+
+	// Step The first step that diverged.
+	Step *int `json:"step,omitempty"`
+
+	// Steps The steps compared.
+	Steps int `json:"steps"`
+}
+
+// ReplayFinishedDataField What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+type ReplayFinishedDataField string
+
+// ReplayFinishedDataOutcome `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
+type ReplayFinishedDataOutcome string
+
+// ReplayFinishedEvent An Event of type `replay.finished`.
+type ReplayFinishedEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `replay.finished` event records.
+	//
+	// Examples: {"outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
+	Data ReplayFinishedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `replay.finished`.
+	Type interface{} `json:"type"`
+}
+
+// ReplayStepComparedData `data` of a `replay.step_compared` event: a replay's step compared with the recorded one.
+//
+// Examples: {"expected":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","field":"observation","got":"hmac-sha256:3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a","identical":false,"step":4}
+type ReplayStepComparedData struct {
+	// Expected The recorded value of `field`.
+	Expected *string `json:"expected,omitempty"`
+
+	// Field What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+	Field *ReplayStepComparedDataField `json:"field,omitempty"`
+
+	// Got The replay's value of `field`.
+	Got *string `json:"got,omitempty"`
+
+	// Identical True when every compared field was equal.
+	Identical bool `json:"identical"`
+
+	// Step The step's index in the replay's plan (and in the recorded task's `record.step` events).
+	Step int `json:"step"`
+}
+
+// ReplayStepComparedDataField What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+type ReplayStepComparedDataField string
+
+// ReplayStepComparedEvent An Event of type `replay.step_compared`.
+type ReplayStepComparedEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `replay.step_compared` event records.
+	//
+	// Examples: {"expected":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","field":"observation","got":"hmac-sha256:3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a","identical":false,"step":4}
+	Data ReplayStepComparedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `replay.step_compared`.
+	Type interface{} `json:"type"`
+}
+
+// ReplayTaskRequest Body of replay_task.
+//
+// Examples: {"mode":"archive"}
+type ReplayTaskRequest struct {
+	// Mode `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`).
+	Mode *ReplayTaskRequestMode `json:"mode,omitempty"`
+}
+
+// ReplayTaskRequestMode `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`).
+type ReplayTaskRequestMode string
+
+// ReplayTaskResponse Answer of replay_task.
+//
+// Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"replay_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"replay_of":"tsk_2bC4dE6fG8hJ","state":"created","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:00Z"}}
+type ReplayTaskResponse struct {
+	// Receipt The command's durable receipt.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
+	Receipt Receipt `json:"receipt"`
+
+	// Task The replay: a new delegated task with `replay_of`, whose plan repeats the recorded steps.
+	//
+	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
+	Task Task `json:"task"`
+}
+
 // RequestApprovalRequest Body of request_approval.
 //
 // Examples: {"reason":"Confirm the shipping address before paying"}
@@ -5391,6 +5671,11 @@ type Task struct {
 	//
 	// Examples: {"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}
 	Postcondition *Postcondition `json:"postcondition,omitempty"`
+
+	// ReplayOf The task this one replays against its archive (`replay_task`); absent for any other task.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	ReplayOf *string `json:"replay_of,omitempty"`
 
 	// Result Set when close_task ended the task: its verifiable result.
 	Result *TaskResult `json:"result,omitempty"`
@@ -6016,6 +6301,12 @@ type HandBackTask200JSONResponseBody struct {
 	union json.RawMessage
 }
 
+// ReplayTaskParams defines parameters for ReplayTask.
+type ReplayTaskParams struct {
+	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
 // ResumeTaskParams defines parameters for ResumeTask.
 type ResumeTaskParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
@@ -6089,6 +6380,9 @@ type CloseTaskJSONRequestBody = CloseTaskRequest
 
 // HandBackTaskJSONRequestBody defines body for HandBackTask for application/json ContentType.
 type HandBackTaskJSONRequestBody = HandBackTaskRequest
+
+// ReplayTaskJSONRequestBody defines body for ReplayTask for application/json ContentType.
+type ReplayTaskJSONRequestBody = ReplayTaskRequest
 
 // ResumeTaskJSONRequestBody defines body for ResumeTask for application/json ContentType.
 type ResumeTaskJSONRequestBody = ResumeTaskRequest

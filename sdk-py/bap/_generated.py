@@ -174,6 +174,12 @@ __all__ = [
     "RecordStepEvent",
     "RecordTruncatedData",
     "RecordTruncatedEvent",
+    "ReplayFinishedData",
+    "ReplayFinishedEvent",
+    "ReplayStepComparedData",
+    "ReplayStepComparedEvent",
+    "ReplayTaskRequest",
+    "ReplayTaskResponse",
     "RequestApprovalRequest",
     "RequestApprovalResponse",
     "RequestBlockedData",
@@ -1131,6 +1137,7 @@ CommandOperation = Literal[
     "cancel_task",
     "resume_task",
     "close_task",
+    "replay_task",
     "create_browser_session",
     "checkpoint_browser_session",
     "close_browser_session",
@@ -1481,6 +1488,8 @@ EventType = Literal[
     "request.blocked",
     "record.truncated",
     "record.step",
+    "replay.step_compared",
+    "replay.finished",
     "browsing_context.opened",
     "browsing_context.closed",
     "dialog.handled",
@@ -2509,6 +2518,7 @@ ProblemCode = Literal[
     "observation_stale",
     "task_handed_off",
     "engine_capability_unsupported",
+    "replay_not_possible",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
@@ -2901,6 +2911,135 @@ class RecordTruncatedEvent(TypedDict):
     type: Literal["record.truncated"]
 
 
+class ReplayFinishedData(TypedDict):
+    """`data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the
+    first divergence.
+    """
+
+    #: The recorded value of `field`.
+    expected: NotRequired[str]
+    #: What differed first: `operation` (the step is another command), `target` (the act's target by
+    #: role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document
+    #: changed), `observation` (the observation's digest), `postcondition` (whether the task's
+    #: postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the
+    #: step failed: `got` is its problem code).
+    field: NotRequired[Literal[
+    "operation",
+    "target",
+    "url",
+    "epoch",
+    "observation",
+    "postcondition",
+    "step_count",
+    "refused",
+]]
+    #: The replay's value of `field`.
+    got: NotRequired[str]
+    #: `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got`
+    #: name the first difference.
+    outcome: Literal["identical", "diverged"]
+    #: The task replayed.
+    replay_of: str
+    #: The first step that diverged.
+    step: NotRequired[int]
+    #: The steps compared.
+    steps: int
+
+
+class ReplayFinishedEvent(TypedDict):
+    """An Event of type `replay.finished`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `replay.finished` event records.
+    data: "ReplayFinishedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `replay.finished`.
+    type: Literal["replay.finished"]
+
+
+class ReplayStepComparedData(TypedDict):
+    """`data` of a `replay.step_compared` event: a replay's step compared with the recorded one."""
+
+    #: The recorded value of `field`.
+    expected: NotRequired[str]
+    #: What differed first: `operation` (the step is another command), `target` (the act's target by
+    #: role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document
+    #: changed), `observation` (the observation's digest), `postcondition` (whether the task's
+    #: postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the
+    #: step failed: `got` is its problem code).
+    field: NotRequired[Literal[
+    "operation",
+    "target",
+    "url",
+    "epoch",
+    "observation",
+    "postcondition",
+    "step_count",
+    "refused",
+]]
+    #: The replay's value of `field`.
+    got: NotRequired[str]
+    #: True when every compared field was equal.
+    identical: bool
+    #: The step's index in the replay's plan (and in the recorded task's `record.step` events).
+    step: int
+
+
+class ReplayStepComparedEvent(TypedDict):
+    """An Event of type `replay.step_compared`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `replay.step_compared` event records.
+    data: "ReplayStepComparedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `replay.step_compared`.
+    type: Literal["replay.step_compared"]
+
+
+class ReplayTaskRequest(TypedDict):
+    """Body of replay_task."""
+
+    #: `archive`: every request of the replay is answered from the task's own WARC archive and
+    #: nothing reaches the network; a request the archive lacks is refused (`request.blocked`,
+    #: `not_in_archive`).
+    mode: NotRequired[Literal["archive"]]
+
+
+class ReplayTaskResponse(TypedDict):
+    """Answer of replay_task."""
+
+    #: The command's durable receipt.
+    receipt: "Receipt"
+    #: The replay: a new delegated task with `replay_of`, whose plan repeats the recorded steps.
+    task: "Task"
+
+
 class RequestApprovalRequest(TypedDict):
     """Body of request_approval."""
 
@@ -3225,6 +3364,8 @@ class Task(TypedDict):
     policy: NotRequired["Policy"]
     #: The condition close_task checks before the task may succeed.
     postcondition: NotRequired["Postcondition"]
+    #: The task this one replays against its archive (`replay_task`); absent for any other task.
+    replay_of: NotRequired[str]
     #: Set when close_task ended the task: its verifiable result.
     result: NotRequired["TaskResult"]
     #: Where the task is in its lifecycle.
@@ -3555,6 +3696,8 @@ TaskEvent = Union[
     "ReconciliationResolvedEvent",
     "RecordStepEvent",
     "RecordTruncatedEvent",
+    "ReplayFinishedEvent",
+    "ReplayStepComparedEvent",
     "RequestBlockedEvent",
     "SafetyJudgedEvent",
     "TaskCreatedEvent",
@@ -3592,6 +3735,8 @@ EVENT_TYPES: tuple[str, ...] = (
     "reconciliation.resolved",
     "record.step",
     "record.truncated",
+    "replay.finished",
+    "replay.step_compared",
     "request.blocked",
     "safety.judged",
     "task.created",
@@ -3629,6 +3774,8 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "reconciliation.resolved": ReconciliationResolvedData,
     "record.step": RecordStepData,
     "record.truncated": RecordTruncatedData,
+    "replay.finished": ReplayFinishedData,
+    "replay.step_compared": ReplayStepComparedData,
     "request.blocked": RequestBlockedData,
     "safety.judged": SafetyJudgedData,
     "task.created": TaskCreatedData,

@@ -1885,6 +1885,8 @@ pub enum CommandOperation {
     ResumeTask,
     /// `close_task`
     CloseTask,
+    /// `replay_task`
+    ReplayTask,
     /// `create_browser_session`
     CreateBrowserSession,
     /// `checkpoint_browser_session`
@@ -1917,7 +1919,7 @@ pub enum CommandOperation {
 
 impl CommandOperation {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [CommandOperation] = &[CommandOperation::CreateTask, CommandOperation::CancelTask, CommandOperation::ResumeTask, CommandOperation::CloseTask, CommandOperation::CreateBrowserSession, CommandOperation::CheckpointBrowserSession, CommandOperation::CloseBrowserSession, CommandOperation::Navigate, CommandOperation::Observe, CommandOperation::QueryNodes, CommandOperation::Act, CommandOperation::Extract, CommandOperation::CaptureEvidence, CommandOperation::RequestApproval, CommandOperation::ResolveApproval, CommandOperation::TakeOverTask, CommandOperation::HandBackTask];
+    pub const ALL: &'static [CommandOperation] = &[CommandOperation::CreateTask, CommandOperation::CancelTask, CommandOperation::ResumeTask, CommandOperation::CloseTask, CommandOperation::ReplayTask, CommandOperation::CreateBrowserSession, CommandOperation::CheckpointBrowserSession, CommandOperation::CloseBrowserSession, CommandOperation::Navigate, CommandOperation::Observe, CommandOperation::QueryNodes, CommandOperation::Act, CommandOperation::Extract, CommandOperation::CaptureEvidence, CommandOperation::RequestApproval, CommandOperation::ResolveApproval, CommandOperation::TakeOverTask, CommandOperation::HandBackTask];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -1926,6 +1928,7 @@ impl CommandOperation {
             CommandOperation::CancelTask => "cancel_task",
             CommandOperation::ResumeTask => "resume_task",
             CommandOperation::CloseTask => "close_task",
+            CommandOperation::ReplayTask => "replay_task",
             CommandOperation::CreateBrowserSession => "create_browser_session",
             CommandOperation::CheckpointBrowserSession => "checkpoint_browser_session",
             CommandOperation::CloseBrowserSession => "close_browser_session",
@@ -1951,6 +1954,7 @@ impl From<&str> for CommandOperation {
             "cancel_task" => CommandOperation::CancelTask,
             "resume_task" => CommandOperation::ResumeTask,
             "close_task" => CommandOperation::CloseTask,
+            "replay_task" => CommandOperation::ReplayTask,
             "create_browser_session" => CommandOperation::CreateBrowserSession,
             "checkpoint_browser_session" => CommandOperation::CheckpointBrowserSession,
             "close_browser_session" => CommandOperation::CloseBrowserSession,
@@ -2655,6 +2659,10 @@ pub enum EventType {
     RecordTruncated,
     /// `record.step`
     RecordStep,
+    /// `replay.step_compared`
+    ReplayStepCompared,
+    /// `replay.finished`
+    ReplayFinished,
     /// `browsing_context.opened`
     BrowsingContextOpened,
     /// `browsing_context.closed`
@@ -2685,7 +2693,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::RecordTruncated, EventType::RecordStep, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
+    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::RecordTruncated, EventType::RecordStep, EventType::ReplayStepCompared, EventType::ReplayFinished, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -2711,6 +2719,8 @@ impl EventType {
             EventType::RequestBlocked => "request.blocked",
             EventType::RecordTruncated => "record.truncated",
             EventType::RecordStep => "record.step",
+            EventType::ReplayStepCompared => "replay.step_compared",
+            EventType::ReplayFinished => "replay.finished",
             EventType::BrowsingContextOpened => "browsing_context.opened",
             EventType::BrowsingContextClosed => "browsing_context.closed",
             EventType::DialogHandled => "dialog.handled",
@@ -2752,6 +2762,8 @@ impl From<&str> for EventType {
             "request.blocked" => EventType::RequestBlocked,
             "record.truncated" => EventType::RecordTruncated,
             "record.step" => EventType::RecordStep,
+            "replay.step_compared" => EventType::ReplayStepCompared,
+            "replay.finished" => EventType::ReplayFinished,
             "browsing_context.opened" => EventType::BrowsingContextOpened,
             "browsing_context.closed" => EventType::BrowsingContextClosed,
             "dialog.handled" => EventType::DialogHandled,
@@ -4664,13 +4676,15 @@ pub enum ProblemCode {
     TaskHandedOff,
     /// `engine_capability_unsupported`
     EngineCapabilityUnsupported,
+    /// `replay_not_possible`
+    ReplayNotPossible,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale, ProblemCode::TaskHandedOff, ProblemCode::EngineCapabilityUnsupported];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale, ProblemCode::TaskHandedOff, ProblemCode::EngineCapabilityUnsupported, ProblemCode::ReplayNotPossible];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -4707,6 +4721,7 @@ impl ProblemCode {
             ProblemCode::ObservationStale => "observation_stale",
             ProblemCode::TaskHandedOff => "task_handed_off",
             ProblemCode::EngineCapabilityUnsupported => "engine_capability_unsupported",
+            ProblemCode::ReplayNotPossible => "replay_not_possible",
             ProblemCode::Unknown(s) => s,
         }
     }
@@ -4747,6 +4762,7 @@ impl From<&str> for ProblemCode {
             "observation_stale" => ProblemCode::ObservationStale,
             "task_handed_off" => ProblemCode::TaskHandedOff,
             "engine_capability_unsupported" => ProblemCode::EngineCapabilityUnsupported,
+            "replay_not_possible" => ProblemCode::ReplayNotPossible,
             other => ProblemCode::Unknown(other.to_string()),
         }
     }
@@ -5392,6 +5408,140 @@ pub struct RecordTruncatedEvent {
     pub r#type: String,
 }
 
+/// `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the
+/// first divergence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayFinishedData {
+    /// The recorded value of `field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    /// What differed first: `operation` (the step is another command), `target` (the act's target
+    /// by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the
+    /// document changed), `observation` (the observation's digest), `postcondition` (whether the
+    /// task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused`
+    /// (the step failed: `got` is its problem code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The replay's value of `field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub got: Option<String>,
+    /// `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got`
+    /// name the first difference.
+    pub outcome: String,
+    /// The task replayed.
+    pub replay_of: String,
+    /// The first step that diverged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+    /// The steps compared.
+    pub steps: i64,
+}
+
+/// An Event of type `replay.finished`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayFinishedEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `replay.finished` event records.
+    pub data: ReplayFinishedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `replay.finished`.
+    pub r#type: String,
+}
+
+/// `data` of a `replay.step_compared` event: a replay's step compared with the recorded one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayStepComparedData {
+    /// The recorded value of `field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    /// What differed first: `operation` (the step is another command), `target` (the act's target
+    /// by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the
+    /// document changed), `observation` (the observation's digest), `postcondition` (whether the
+    /// task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused`
+    /// (the step failed: `got` is its problem code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The replay's value of `field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub got: Option<String>,
+    /// True when every compared field was equal.
+    pub identical: bool,
+    /// The step's index in the replay's plan (and in the recorded task's `record.step` events).
+    pub step: i64,
+}
+
+/// An Event of type `replay.step_compared`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayStepComparedEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `replay.step_compared` event records.
+    pub data: ReplayStepComparedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `replay.step_compared`.
+    pub r#type: String,
+}
+
+/// Body of replay_task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayTaskRequest {
+    /// `archive`: every request of the replay is answered from the task's own WARC archive and
+    /// nothing reaches the network; a request the archive lacks is refused (`request.blocked`,
+    /// `not_in_archive`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+/// Answer of replay_task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayTaskResponse {
+    /// The command's durable receipt.
+    pub receipt: Receipt,
+    /// The replay: a new delegated task with `replay_of`, whose plan repeats the recorded steps.
+    pub task: Task,
+}
+
+impl ReplayTaskResponse {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(receipt: Receipt, task: Task) -> Self {
+        ReplayTaskResponse {
+            receipt,
+            task,
+        }
+    }
+}
+
 /// Body of request_approval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RequestApprovalRequest {
@@ -5859,6 +6009,9 @@ pub struct Task {
     /// The condition close_task checks before the task may succeed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postcondition: Option<Postcondition>,
+    /// The task this one replays against its archive (`replay_task`); absent for any other task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_of: Option<String>,
     /// Set when close_task ended the task: its verifiable result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<TaskResult>,
@@ -5888,6 +6041,7 @@ impl Task {
             outcomes: None,
             policy: None,
             postcondition: None,
+            replay_of: None,
             result: None,
             state,
             task_id,
@@ -7036,6 +7190,8 @@ pub const EVENT_TYPES: &[&str] = &[
     "reconciliation.resolved",
     "record.step",
     "record.truncated",
+    "replay.finished",
+    "replay.step_compared",
     "request.blocked",
     "safety.judged",
     "task.created",
@@ -7128,6 +7284,12 @@ pub enum EventData {
     /// task (`policy.record`) lacks something a session exchanged (a cap was hit, a body could not
     /// be decoded, or the archive could not be written); once per reason and session.
     RecordTruncated(RecordTruncatedData),
+    /// `replay.finished`: `data` of a `replay.finished` event: a replay's verdict, `identical` or
+    /// the first divergence (step, field, expected, got).
+    ReplayFinished(ReplayFinishedData),
+    /// `replay.step_compared`: `data` of a `replay.step_compared` event: a replay's step compared
+    /// with the recorded one (target, URL, epoch change, observation digest).
+    ReplayStepCompared(ReplayStepComparedData),
     /// `request.blocked`: `data` of a `request.blocked` event: a request of the page (a
     /// subresource, a frame, a redirect or a popup) was refused by the task's origin policy;
     /// nothing was loaded.
@@ -7185,6 +7347,8 @@ impl Event {
             "reconciliation.resolved" => serde_json::from_value(data).map(EventData::ReconciliationResolved),
             "record.step" => serde_json::from_value(data).map(EventData::RecordStep),
             "record.truncated" => serde_json::from_value(data).map(EventData::RecordTruncated),
+            "replay.finished" => serde_json::from_value(data).map(EventData::ReplayFinished),
+            "replay.step_compared" => serde_json::from_value(data).map(EventData::ReplayStepCompared),
             "request.blocked" => serde_json::from_value(data).map(EventData::RequestBlocked),
             "safety.judged" => serde_json::from_value(data).map(EventData::SafetyJudged),
             "task.created" => serde_json::from_value(data).map(EventData::TaskCreated),

@@ -539,6 +539,21 @@ export type RecordStepEvent = S["RecordStepEvent"];
 export type RecordTruncatedData = S["RecordTruncatedData"];
 /** An Event of type `record.truncated`. */
 export type RecordTruncatedEvent = S["RecordTruncatedEvent"];
+/**
+ * `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the
+ * first divergence.
+ */
+export type ReplayFinishedData = S["ReplayFinishedData"];
+/** An Event of type `replay.finished`. */
+export type ReplayFinishedEvent = S["ReplayFinishedEvent"];
+/** `data` of a `replay.step_compared` event: a replay's step compared with the recorded one. */
+export type ReplayStepComparedData = S["ReplayStepComparedData"];
+/** An Event of type `replay.step_compared`. */
+export type ReplayStepComparedEvent = S["ReplayStepComparedEvent"];
+/** Body of replay_task. */
+export type ReplayTaskRequest = S["ReplayTaskRequest"];
+/** Answer of replay_task. */
+export type ReplayTaskResponse = S["ReplayTaskResponse"];
 /** Body of request_approval. */
 export type RequestApprovalRequest = S["RequestApprovalRequest"];
 /** Answer of request_approval. */

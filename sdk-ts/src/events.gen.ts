@@ -35,6 +35,8 @@ export type TaskEvent =
   | S["ReconciliationResolvedEvent"]
   | S["RecordStepEvent"]
   | S["RecordTruncatedEvent"]
+  | S["ReplayFinishedEvent"]
+  | S["ReplayStepComparedEvent"]
   | S["RequestBlockedEvent"]
   | S["SafetyJudgedEvent"]
   | S["TaskCreatedEvent"]
@@ -71,6 +73,8 @@ export const EVENT_TYPES = [
   "reconciliation.resolved",
   "record.step",
   "record.truncated",
+  "replay.finished",
+  "replay.step_compared",
   "request.blocked",
   "safety.judged",
   "task.created",
@@ -177,6 +181,16 @@ export interface EventDataMap {
    * could not be written); once per reason and session.
    */
   "record.truncated": S["RecordTruncatedData"];
+  /**
+   * `data` of a `replay.finished` event: a replay's verdict, `identical` or the first divergence
+   * (step, field, expected, got).
+   */
+  "replay.finished": S["ReplayFinishedData"];
+  /**
+   * `data` of a `replay.step_compared` event: a replay's step compared with the recorded one
+   * (target, URL, epoch change, observation digest).
+   */
+  "replay.step_compared": S["ReplayStepComparedData"];
   /**
    * `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect
    * or a popup) was refused by the task's origin policy; nothing was loaded.

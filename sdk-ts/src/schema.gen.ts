@@ -572,6 +572,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/bap/v1/tasks/{task_id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replay a finished task against its archive
+         * @description Creates a new delegated task (`replay_of`) whose plan repeats the `record.step`s of a finished recording task (`policy.record`) in a fresh browser session whose every request is answered from the task's own WARC archive: nothing reaches the network, and a request the archive lacks is refused (`request.blocked`, `not_in_archive`). No model is called. Each step is compared with the recorded one (`replay.step_compared`: target, URL, epoch change, observation digest) and the verdict is a `replay.finished` event: `identical`, or the first divergence (step, field, expected, got). `409 replay_not_possible` when the task is not finished, recorded no steps, typed a plain value it did not keep, or its archive holds a tunnel (HTTPS, never recorded).
+         */
+        post: operations["replay_task"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/bap/v1/tasks/{task_id}/resume": {
         parameters: {
             query?: never;
@@ -2116,7 +2136,7 @@ export interface components {
          * @description The operation a command executes (its operationId).
          * @enum {string}
          */
-        CommandOperation: "create_task" | "cancel_task" | "resume_task" | "close_task" | "create_browser_session" | "checkpoint_browser_session" | "close_browser_session" | "navigate" | "observe" | "query_nodes" | "act" | "extract" | "capture_evidence" | "request_approval" | "resolve_approval" | "take_over_task" | "hand_back_task";
+        CommandOperation: "create_task" | "cancel_task" | "resume_task" | "close_task" | "replay_task" | "create_browser_session" | "checkpoint_browser_session" | "close_browser_session" | "navigate" | "observe" | "query_nodes" | "act" | "extract" | "capture_evidence" | "request_approval" | "resolve_approval" | "take_over_task" | "hand_back_task";
         /**
          * CommandRecordedData
          * @description `data` of a `command.recorded` event: a command was recorded before dispatch.
@@ -2681,7 +2701,7 @@ export interface components {
          * @description Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
          * @enum {string}
          */
-        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "record.truncated" | "record.step" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
+        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "record.truncated" | "record.step" | "replay.step_compared" | "replay.finished" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
         /**
          * EvidenceCapturedData
          * @description `data` of a `evidence.captured` event: evidence artifacts were stored.
@@ -4321,7 +4341,7 @@ export interface components {
          * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch), task_handed_off (a person took the task over: until they hand it back, only their commands run on it, and their own only within the handoff's lease); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented, engine_capability_unsupported (the session's browser engine cannot do what the operation needs: GET /bap/v1 lists each engine's capabilities); 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale" | "task_handed_off" | "engine_capability_unsupported";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale" | "task_handed_off" | "engine_capability_unsupported" | "replay_not_possible";
         /**
          * ProblemViolation
          * @description One validation failure.
@@ -4903,6 +4923,183 @@ export interface components {
             type: "record.truncated";
         };
         /**
+         * ReplayFinishedData
+         * @description `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the first divergence.
+         * @example {
+         *       "outcome": "identical",
+         *       "replay_of": "tsk_2bC4dE6fG8hJ",
+         *       "steps": 5
+         *     }
+         */
+        ReplayFinishedData: {
+            /** @description The recorded value of `field`. */
+            expected?: string;
+            /**
+             * @description What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+             * @enum {string}
+             */
+            field?: "operation" | "target" | "url" | "epoch" | "observation" | "postcondition" | "step_count" | "refused";
+            /** @description The replay's value of `field`. */
+            got?: string;
+            /**
+             * @description `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
+             * @enum {string}
+             */
+            outcome: "identical" | "diverged";
+            /**
+             * @description The task replayed.
+             * @example tsk_7Hq2ZkP9xW3m
+             */
+            replay_of: string;
+            /** @description The first step that diverged. */
+            step?: number;
+            /** @description The steps compared. */
+            steps: number;
+        };
+        /**
+         * ReplayFinishedEvent
+         * @description An Event of type `replay.finished`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "replay"
+         *       },
+         *       "data": {
+         *         "outcome": "identical",
+         *         "replay_of": "tsk_2bC4dE6fG8hJ",
+         *         "steps": 5
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 12,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:04Z",
+         *       "type": "replay.finished"
+         *     }
+         */
+        ReplayFinishedEvent: components["schemas"]["Event"] & {
+            /** @description What the `replay.finished` event records. */
+            data: components["schemas"]["ReplayFinishedData"];
+            /**
+             * @description Always `replay.finished`.
+             * @constant
+             */
+            type: "replay.finished";
+        };
+        /**
+         * ReplayStepComparedData
+         * @description `data` of a `replay.step_compared` event: a replay's step compared with the recorded one.
+         * @example {
+         *       "expected": "hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",
+         *       "field": "observation",
+         *       "got": "hmac-sha256:3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a",
+         *       "identical": false,
+         *       "step": 4
+         *     }
+         */
+        ReplayStepComparedData: {
+            /** @description The recorded value of `field`. */
+            expected?: string;
+            /**
+             * @description What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+             * @enum {string}
+             */
+            field?: "operation" | "target" | "url" | "epoch" | "observation" | "postcondition" | "step_count" | "refused";
+            /** @description The replay's value of `field`. */
+            got?: string;
+            /** @description True when every compared field was equal. */
+            identical: boolean;
+            /** @description The step's index in the replay's plan (and in the recorded task's `record.step` events). */
+            step: number;
+        };
+        /**
+         * ReplayStepComparedEvent
+         * @description An Event of type `replay.step_compared`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "replay"
+         *       },
+         *       "data": {
+         *         "expected": "hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",
+         *         "field": "observation",
+         *         "got": "hmac-sha256:3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a",
+         *         "identical": false,
+         *         "step": 4
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 8,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:04Z",
+         *       "type": "replay.step_compared"
+         *     }
+         */
+        ReplayStepComparedEvent: components["schemas"]["Event"] & {
+            /** @description What the `replay.step_compared` event records. */
+            data: components["schemas"]["ReplayStepComparedData"];
+            /**
+             * @description Always `replay.step_compared`.
+             * @constant
+             */
+            type: "replay.step_compared";
+        };
+        /**
+         * ReplayTaskRequest
+         * @description Body of replay_task.
+         * @example {
+         *       "mode": "archive"
+         *     }
+         */
+        ReplayTaskRequest: {
+            /**
+             * @description `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`).
+             * @default archive
+             * @enum {string}
+             */
+            mode?: "archive";
+        };
+        /**
+         * ReplayTaskResponse
+         * @description Answer of replay_task.
+         * @example {
+         *       "receipt": {
+         *         "command_id": "cmd_1hJ3kL5mN7pQ",
+         *         "issued_at": "2026-11-20T09:15:02Z",
+         *         "operation": "replay_task",
+         *         "outcome": "applied",
+         *         "receipt_id": "rcp_9rS1tU3vW5xY",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m"
+         *       },
+         *       "task": {
+         *         "created_at": "2026-11-20T09:15:00Z",
+         *         "goal": "Order the items in the cart",
+         *         "policy": {
+         *           "allowed_origins": [
+         *             "https://shop.example.com"
+         *           ],
+         *           "approval_rules": [
+         *             {
+         *               "effect": "form_submission"
+         *             }
+         *           ]
+         *         },
+         *         "replay_of": "tsk_2bC4dE6fG8hJ",
+         *         "state": "created",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m",
+         *         "updated_at": "2026-11-20T09:15:00Z"
+         *       }
+         *     }
+         */
+        ReplayTaskResponse: {
+            /** @description The command's durable receipt. */
+            receipt: components["schemas"]["Receipt"];
+            /** @description The replay: a new delegated task with `replay_of`, whose plan repeats the recorded steps. */
+            task: components["schemas"]["Task"];
+        };
+        /**
          * RequestApprovalRequest
          * @description Body of request_approval.
          * @example {
@@ -5482,6 +5679,11 @@ export interface components {
             policy?: components["schemas"]["Policy"];
             /** @description The condition close_task checks before the task may succeed. */
             postcondition?: components["schemas"]["Postcondition"];
+            /**
+             * @description The task this one replays against its archive (`replay_task`); absent for any other task.
+             * @example tsk_7Hq2ZkP9xW3m
+             */
+            replay_of?: string;
             /** @description Set when close_task ended the task: its verifiable result. */
             result?: components["schemas"]["TaskResult"];
             /** @description Where the task is in its lifecycle. */
@@ -7320,6 +7522,64 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HandBackTaskResponse"] | components["schemas"]["InterruptedCommandResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    replay_task: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+                 * @example 7c9e6679-7425-40de-944b-e07fc1f90ae7
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description Task identifier.
+                 * @example tsk_7Hq2ZkP9xW3m
+                 */
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        /** @description Optional: an absent body is the same as `{}`. */
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ReplayTaskRequest"];
+            };
+        };
+        responses: {
+            /** @description Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (`unknown_outcome` or `reconciliation_required`). */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InterruptedCommandResponse"];
+                };
+            };
+            /** @description Created: the replay task. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. */
+            201: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReplayTaskResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];
