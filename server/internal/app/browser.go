@@ -53,6 +53,9 @@ type BrowserSession interface {
 	// Record makes the session archive what it exchanges into rec (policy.record, recording.go),
 	// from now until it closes; an engine that cannot answers an error.
 	Record(rec page.Recorder) error
+	// ServeFrom makes the session answer every request from a, its task's replayed archive
+	// (replay.go), and never reach the network again; an engine that cannot answers an error.
+	ServeFrom(a page.Archive) error
 	// Watch calls onFrame with the session's live view (JPEG frames of the viewport the agent
 	// works in, at most one per page.LiveFrameInterval, shared by every watcher, nothing captured
 	// while nobody watches) until ctx ends, onFrame fails, or the session closes or is lost
@@ -131,7 +134,10 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 	var timeout *page.ActionTimeoutError
 	var nav *page.NavigationError
 	var secretOrigin *page.SecretOriginError
+	var own *Error
 	switch {
+	case errors.As(err, &own) && own.Code == CodeReplayNotPossible:
+		return own, task.Rejected // a replay's session that could not serve its archive (replay.go)
 	case errors.As(err, &secretOrigin):
 		return Errorf(CodeSecretOriginMismatch, "the field is in a document of %q, not one of the secret's origins; nothing was typed", secretOrigin.Origin), task.Rejected
 	case errors.As(err, &origin):
@@ -179,7 +185,8 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 type sessionPlan struct {
 	rec     *SessionRecord
 	timeout time.Duration
-	// record is the task's policy.record: its steps leave what a replay needs (replaystep.go).
+	// record is the task's policy.record (its steps leave what a replay needs, replaystep.go), or
+	// the task is a replay (its steps leave what it compares, replay.go).
 	record bool
 }
 
@@ -192,7 +199,7 @@ func prepareSession(sessionID string, timeout time.Duration) func(context.Contex
 		if err != nil {
 			return nil, err
 		}
-		return &sessionPlan{rec: rec, timeout: timeout, record: c.t.Policy.Record}, nil
+		return &sessionPlan{rec: rec, timeout: timeout, record: c.t.Policy.Record || c.t.ReplayOf != ""}, nil
 	}
 }
 
@@ -392,9 +399,8 @@ func openSession[R any](ctx context.Context, s *Service, call Call, taskID, chec
 			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 			defer cancel()
 			sess, err := s.openBrowserSession(ctx, b, eng.Name, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
-			if err == nil && p.record {
-				// Before anything loads (a restore navigates): the archive starts with the session.
-				err = s.recordSession(ctx, sess, p.task, p.id)
+			if err == nil {
+				err = s.readyOpened(ctx, sess, p)
 			}
 			if err != nil || p.state == nil {
 				return &opened{sess: sess}, err
@@ -635,6 +641,21 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 			return &NavigateResult{NavigateResult: *res, Receipt: rc}, "", nil
 		},
 	})
+}
+
+// readyOpened readies a fresh session before anything loads (a restore navigates): a recording
+// task's archive starts with the session, and a replay's session answers from the replayed
+// task's archive, never from the network (replay.go).
+func (s *Service) readyOpened(ctx context.Context, sess BrowserSession, p *openPlan) error {
+	if p.record {
+		if err := s.recordSession(ctx, sess, p.task, p.id); err != nil {
+			return err
+		}
+	}
+	if p.task.ReplayOf != "" {
+		return s.serveReplay(ctx, sess, p.task)
+	}
+	return nil
 }
 
 // finishFailed records a browser command that failed: its problem, the loss of the session, and

@@ -371,6 +371,17 @@ func (p *Proxy) Record(rec io.Closer) error {
 	return nil
 }
 
+// Replay is ServeFrom for an archive handed over by a narrower interface (page.Archive, which
+// the engine adapters receive): it must be an Archive, else nothing is set and the error says so.
+func (p *Proxy) Replay(a any) error {
+	ar, ok := a.(Archive)
+	if !ok || ar == nil {
+		return fmt.Errorf("egress: %T cannot answer the proxy's requests", a)
+	}
+	p.ServeFrom(ar)
+	return nil
+}
+
 func (p *Proxy) recorder() Recorder {
 	if b := p.rec.Load(); b != nil {
 		return b.r

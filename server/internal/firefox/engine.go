@@ -336,6 +336,16 @@ func (s *Session) Record(rec page.Recorder) error {
 	return s.proxy.Record(rec)
 }
 
+// ServeFrom makes the session's egress proxy answer every request from a (a replay, ADR 0035)
+// and never reach the network again; a must implement egress.Archive. A session without a proxy
+// cannot.
+func (s *Session) ServeFrom(a page.Archive) error {
+	if s.proxy == nil {
+		return fmt.Errorf("%w: the session has no egress proxy to serve an archive", page.ErrInvalidRequest)
+	}
+	return s.proxy.Replay(a)
+}
+
 // Close removes the session's user context, which closes its tabs and drops its cookies and
 // storage, and stops its egress proxy. It is safe to call more than once.
 func (s *Session) Close(ctx context.Context) error {
