@@ -62,6 +62,7 @@ func (s *Service) ReplayTask(ctx context.Context, call Call, taskID string, r Re
 
 // recordedStep is a record.step event's data.
 type recordedStep struct {
+	CommandID         string      `json:"command_id"`
 	Operation         string      `json:"operation"`
 	URL               string      `json:"url"`
 	Action            string      `json:"action"`
@@ -218,10 +219,11 @@ type ReplayStepResult struct {
 	Finished bool
 }
 
-// CompareReplayStep compares step i of a replay task (claim's) with the recorded step and
-// records replay.step_compared, and replay.finished at the first divergence or after the last
-// step. actor is the worker's subject.
-func (s *Service) CompareReplayStep(ctx context.Context, claim *LeaseClaim, actor string, i int) (ReplayStepResult, error) {
+// CompareReplayStep compares step i of a replay task (claim's), which ran as command commandID,
+// with the recorded step and records replay.step_compared, and replay.finished at the first
+// divergence or after the last step (where the task's postcondition is compared too: whether it
+// holds on the replayed page as it held on the recorded one). actor is the worker's subject.
+func (s *Service) CompareReplayStep(ctx context.Context, claim *LeaseClaim, actor string, i int, commandID string) (ReplayStepResult, error) {
 	var res ReplayStepResult
 	t, err := s.store.GetTask(ctx, claim.Tenant, claim.TaskID)
 	if err != nil || t.ReplayOf == "" {
@@ -235,16 +237,62 @@ func (s *Service) CompareReplayStep(ctx context.Context, claim *LeaseClaim, acto
 	if err != nil {
 		return res, err
 	}
+	// The replay's own record of the step is the one its command left (a safe step rerun after a
+	// lost session leaves another, which is not compared).
+	var mine *recordedStep
+	for k := range got {
+		if got[k].CommandID == commandID && commandID != "" {
+			mine = &got[k]
+		}
+	}
 	var d *stepDiff
 	switch {
 	case i >= len(want):
 		d = &stepDiff{field: "step_count", expected: strconv.Itoa(len(want)), got: strconv.Itoa(i + 1)}
-	case i >= len(got):
+	case mine == nil:
 		d = &stepDiff{field: "refused", expected: want[i].Operation, got: "no step recorded"}
 	default:
-		d = compareSteps(want[i], got[i])
+		d = compareSteps(want[i], *mine)
+	}
+	if d == nil && i+1 >= len(want) {
+		d = s.comparePostcondition(ctx, t)
 	}
 	return s.replayVerdict(ctx, claim, actor, t, i, len(want), d)
+}
+
+// comparePostcondition tells whether the replayed task's postcondition holds on the replay's page
+// as it held on the recorded task's at its close (nil: alike, none declared, or the recorded
+// task's was never evaluated).
+func (s *Service) comparePostcondition(ctx context.Context, t *Task) *stepDiff {
+	if len(t.Postcondition) == 0 {
+		return nil
+	}
+	orig, err := s.store.GetTask(ctx, t.Tenant, t.ReplayOf)
+	if err != nil {
+		return &stepDiff{field: "postcondition", expected: "", got: "the replayed task cannot be read"}
+	}
+	if orig.Verification != "verified" && orig.Verification != "unmet" {
+		return nil // never evaluated (cancelled, expired): nothing recorded to compare with
+	}
+	clauses, err := postconditionClauses(t.Postcondition)
+	if err != nil {
+		return nil
+	}
+	holds, _ := s.evaluatePostcondition(ctx, t.ID, clauses)
+	got := "met"
+	for _, h := range holds {
+		if !h {
+			got = "unmet"
+		}
+	}
+	want := "unmet"
+	if orig.Verification == "verified" {
+		want = "met"
+	}
+	if got != want {
+		return &stepDiff{field: "postcondition", expected: want, got: got}
+	}
+	return nil
 }
 
 // ReplayStepFailed records that step i of a replay task failed (code): a divergence.

@@ -117,7 +117,7 @@ func (r *planRun) run() (bool, time.Duration) {
 		}
 		if res.done {
 			if r.t.ReplayOf != "" && !rerun { // a replay compares each step with the recorded one (ADR 0035)
-				cmp, err := r.s.CompareReplayStep(r.ctx, r.claim, r.actor.Subject, i)
+				cmp, err := r.s.CompareReplayStep(r.ctx, r.claim, r.actor.Subject, i, res.commandID)
 				if err != nil {
 					return r.internal(err)
 				}
