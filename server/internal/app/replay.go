@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/originweave/bap/server/internal/page"
 )
@@ -202,7 +203,9 @@ func (s *Service) serveReplay(ctx context.Context, sess BrowserSession, t *Task)
 		}
 	}
 	if err != nil {
-		_ = sess.Close(context.WithoutCancel(ctx))
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = sess.Close(cctx)
 		if AsError(err) != nil {
 			return err
 		}

@@ -180,7 +180,9 @@ func (r *Recordings) ReplayArchive(ctx context.Context, tenant, taskID string, p
 	defer func() { _ = rc.Close() }()
 	recs, err := warcrecord.ReadAll(rc, max(r.maxBodyBytes, warcrecord.DefaultMaxBodyBytes)+64<<10)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", app.ErrNotReplayable, err)
+		// Not the reader's own words to the caller: a file error names a path of this machine.
+		r.log.Warn("a task's archive does not read back for its replay", "task_id", taskID, "err", err)
+		return nil, fmt.Errorf("%w: a record of the archive does not read back (its digests or its form do not hold; the operator's log says which)", app.ErrNotReplayable)
 	}
 	p := warcrecord.NewProtected()
 	for value, name := range protected {
