@@ -67,7 +67,7 @@ RACE_PKGS ?= ./server/internal/task/ ./server/internal/policy/ ./server/internal
   ./server/internal/admission/ ./server/internal/ratelimit/ ./server/internal/events/ \
   ./server/internal/page/ ./server/internal/mcpcatalog/ ./server/internal/tracing/ \
   ./server/internal/serverkey/ ./server/internal/egress/ ./server/internal/schemaextract/ \
-  ./server/internal/historychain/ \
+  ./server/internal/historychain/ ./server/internal/evidencebundle/ \
   ./server/internal/store/ ./server/internal/orchestrator/ ./server/internal/api/ \
   ./server/internal/app/ ./server/internal/mcpserver/ ./server/internal/auth/ \
   ./server/internal/warcrecord/

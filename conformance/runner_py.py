@@ -63,6 +63,11 @@ def call(client, op, args, key):
         # The runner-neutral document of get_artifact (conformance/README.md).
         blob = client.get_artifact(args["artifact_id"])
         return {"media_type": blob.media_type, "sha256": blob.sha256, "size": len(blob.body)}
+    if op == "get_task_audit":
+        return client.get_task_audit(args["task_id"])
+    if op == "get_task_bundle":
+        blob = client.get_task_bundle(args["task_id"])
+        return {"media_type": blob.media_type, "sha256": blob.sha256, "size": len(blob.body)}
     if op == "verify_artifact":
         return client.verify_artifact(args["artifact_id"], body)
     raise ValueError("unknown op " + op)

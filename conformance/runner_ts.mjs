@@ -48,6 +48,11 @@ async function call(client, op, args, key) {
       const blob = await client.getArtifact(args.artifact_id);
       return { media_type: blob.mediaType, sha256: blob.sha256, size: blob.body.length };
     }
+    case "get_task_audit": return client.getTaskAudit(args.task_id);
+    case "get_task_bundle": {
+      const blob = await client.getTaskBundle(args.task_id);
+      return { media_type: blob.mediaType, sha256: blob.sha256, size: blob.body.length };
+    }
     case "verify_artifact": return client.verifyArtifact(args.artifact_id, b);
     default: throw new Error(`unknown op ${op}`);
   }

@@ -60,15 +60,16 @@ CREATE TABLE audit_signing_key (
     created_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- An anchor: a signed statement of one task's chain head at one moment (at the task's end, and
--- periodically while its history grows). Append-only like the history it pins.
+-- An anchor: a signed statement of one task's chain head at one moment (at the task's end,
+-- periodically while its history grows, and when a bundle of it is exported past its last
+-- anchor). Append-only like the history it pins.
 CREATE TABLE audit_anchor (
     tenant_id      text NOT NULL,
     task_id        text NOT NULL,
     seq            bigint NOT NULL CHECK (seq >= 1),
     digest         bytea NOT NULL CHECK (octet_length(digest) = 32),
     history_sha256 bytea NOT NULL CHECK (octet_length(history_sha256) = 32),
-    reason         text NOT NULL CHECK (reason IN ('task_ended', 'periodic')),
+    reason         text NOT NULL CHECK (reason IN ('task_ended', 'periodic', 'exported')),
     key_id         text NOT NULL REFERENCES audit_signing_key (key_id),
     statement      text NOT NULL CHECK (char_length(statement) BETWEEN 1 AND 4096),
     anchored_at    timestamptz NOT NULL,
@@ -83,6 +84,11 @@ BEGIN
         USING ERRCODE = 'restrict_violation';
 END;
 $$;
+
+-- The live tasks the upkeep anchors periodically (DueForAnchor): a task enters the index when
+-- it starts running, so create_task, whose tasks wait in admitted, writes no entry.
+CREATE INDEX agent_task_live_idx ON agent_task (updated_at)
+    WHERE state IN ('running', 'waiting_for_approval', 'waiting_for_external_input', 'checkpointed');
 
 CREATE TRIGGER audit_anchor_no_update BEFORE UPDATE OR DELETE ON audit_anchor
     FOR EACH ROW EXECUTE FUNCTION audit_anchor_append_only();

@@ -655,6 +655,9 @@ if [[ $run_go == 1 ]]; then
 	row "warm workflow" "$wf" "goal ≤ 1.25 (issue #24): $(yes_no "$(at_most "$wf" 1.25)"); ≤ 0.7 (issue #25): $(yes_no "$(at_most "$wf" 0.7)")"
 	row "raw-CDP floor's workflow / chromedp's" "$(spread cdp_floor_workflow_p50_ms chromedp_workflow_p50_ms "$tmp/workflow.txt")" "the least any CDP client waits (floorWorkflow): issue #25's 0.7 against it"
 	row "warm workflow / the raw-CDP floor" "$(spread bap_workflow_p50_ms cdp_floor_workflow_p50_ms "$tmp/workflow.txt")" "what BAP adds to the browser's own time"
+	# Issue #20: what policy.record costs — the same workflow with every exchange archived as WARC.
+	row "warm workflow recorded / not recorded" "$(spread bap_recorded_workflow_p50_ms bap_workflow_p50_ms "$tmp/workflow.txt")" "policy.record: true (issue #20)"
+	row "archive bytes per recorded workflow" "$(metric 'bap_recorded_archive_bytes/workflow' "$tmp/workflow.txt" | median)" "WARC 1.1, masked, bodies decoded"
 	# Each step's p50 (ms), the median over the runs, beside raw chromedp's and the floor's.
 	med() { metric "$1" "$tmp/workflow.txt" | median; }
 	printf '  %-12s %10s %10s %10s   (p50 ms, median over runs)\n' step BAP chromedp floor

@@ -427,6 +427,26 @@ func (r *CreateBrowserSessionResponse) Interrupted() (*InterruptedCommandRespons
 	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
 }
 
+// GetTaskBundle calls get_task_bundle (GET /bap/v1/tasks/{task_id}/bundle): Export a task's evidence bundle.
+//
+// One POSIX tar file (ADR 0036) holding everything a third party needs to check what a finished
+// task did: `history.jsonl` (every event with its chain digests), `anchors.json` (the signed
+// anchors), `receipts.json`, `task.json` (the task and its result), `artifacts.json` with
+// `artifacts/<artifact_id>` (every artifact's bytes but checkpoints), `archive/sessions.warc` when
+// the task was recorded (`policy.record`), and `prov.json` (W3C PROV-JSON: the agents, the commands
+// and approvals, the artifacts and pages, and how they relate); `manifest.json` lists the SHA-256
+// of every member and `manifest.jws` signs it with the audit key. When events followed the last
+// anchor, the head is anchored first (`reason: exported`), so the whole history is pinned. `bap
+// bundle verify FILE --jwks KEYS` checks it offline with `GET /bap/v1/audit/keys`. Only a task that
+// has ended: otherwise `409 invalid_transition`. The bundle carries the task's artifacts, so the
+// caller needs `bap:artifacts.read` too, as get_artifact does (`403 insufficient_scope` otherwise).
+//
+// Read-only: it sends no Idempotency-Key. Scope (remote profile): bap:tasks.read.
+func (c *Client) GetTaskBundle(ctx context.Context, taskID string, opts ...CallOption) (*Blob, error) {
+	req := &request{op: "get_task_bundle", method: http.MethodGet, path: "/bap/v1/tasks/" + url.PathEscape(taskID) + "/bundle"}
+	return c.callBlob(ctx, req, opts)
+}
+
 // CancelTask calls cancel_task (POST /bap/v1/tasks/{task_id}/cancel): Cancel a task.
 //
 // Moves any non-terminal task to `cancelled`: stops in-flight browser I/O, cancels pending

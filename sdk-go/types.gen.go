@@ -225,6 +225,7 @@ func (e ArtifactKind) Valid() bool {
 
 // Defines values for AuditAnchorReason.
 const (
+	AuditAnchorReasonExported  AuditAnchorReason = "exported"
 	AuditAnchorReasonPeriodic  AuditAnchorReason = "periodic"
 	AuditAnchorReasonTaskEnded AuditAnchorReason = "task_ended"
 )
@@ -232,6 +233,8 @@ const (
 // Valid indicates whether the value is a known member of the AuditAnchorReason enum.
 func (e AuditAnchorReason) Valid() bool {
 	switch e {
+	case AuditAnchorReasonExported:
+		return true
 	case AuditAnchorReasonPeriodic:
 		return true
 	case AuditAnchorReasonTaskEnded:
@@ -2108,7 +2111,7 @@ type AuditAnchor struct {
 	// KeyId The audit key that signed the statement.
 	KeyId string `json:"key_id"`
 
-	// Reason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew.
+	// Reason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew; `exported`: when a bundle was exported and events had followed the last anchor.
 	Reason AuditAnchorReason `json:"reason"`
 
 	// Seq The seq of the event whose chain head is anchored.
@@ -2121,7 +2124,7 @@ type AuditAnchor struct {
 	Valid *bool `json:"valid,omitempty"`
 }
 
-// AuditAnchorReason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew.
+// AuditAnchorReason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew; `exported`: when a bundle was exported and events had followed the last anchor.
 type AuditAnchorReason string
 
 // AuditBreak Where a task's history chain first fails to verify.
@@ -3462,6 +3465,18 @@ type GetTaskAuditResponse struct {
 
 // GetTaskAuditResponseStatus `valid`: every event and anchor checks; `broken`: see `broken_at`.
 type GetTaskAuditResponseStatus string
+
+// GetTaskBundleResponse JSON form of get_task_bundle that MCP returns beside the bundle's bytes (an embedded resource, `application/x-tar`); the HTTP route answers the bytes.
+type GetTaskBundleResponse struct {
+	// Sha256 SHA-256 of the bundle's bytes.
+	Sha256 string `json:"sha256"`
+
+	// Size The bundle's size in bytes.
+	Size int `json:"size"`
+
+	// TaskId The task.
+	TaskId string `json:"task_id"`
+}
 
 // GetTaskResponse Answer of get_task.
 //

@@ -28,6 +28,8 @@ var routes = map[string]string{
 	"resolve_approval":           "POST /bap/v1/approvals/{approval_id}/resolve",
 	"get_artifact":               "GET /bap/v1/artifacts/{artifact_id}",
 	"verify_artifact":            "POST /bap/v1/artifacts/{artifact_id}/verify",
+	"get_task_audit":             "GET /bap/v1/tasks/{task_id}/audit",
+	"get_task_bundle":            "GET /bap/v1/tasks/{task_id}/bundle",
 }
 
 func TestContractOperations(t *testing.T) {
@@ -36,8 +38,8 @@ func TestContractOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := d.ContractOperations()
-	if len(ops) != 20 {
-		t.Fatalf("%d contract operations, want 20", len(ops))
+	if len(ops) != 22 {
+		t.Fatalf("%d contract operations, want 22", len(ops))
 	}
 	for _, o := range ops {
 		if got := o.Method + " " + o.Path; routes[o.ID] != got {
@@ -46,7 +48,7 @@ func TestContractOperations(t *testing.T) {
 		if o.Method == "POST" && o.Body != o.PascalID()+"Request" {
 			t.Errorf("%s: body %q", o.ID, o.Body)
 		}
-		if o.Binary() != (o.ID == "get_artifact") {
+		if o.Binary() != (o.ID == "get_artifact" || o.ID == "get_task_bundle") {
 			t.Errorf("%s: binary %v", o.ID, o.Binary())
 		}
 		if !o.Binary() && o.Primary().Schema != o.PascalID()+"Response" {
@@ -59,7 +61,7 @@ func TestContractOperations(t *testing.T) {
 			nonContract = append(nonContract, o.ID)
 		}
 	}
-	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,hand_back_task,take_over_task,get_healthz,get_readyz" {
+	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,get_audit_keys,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,hand_back_task,take_over_task,get_healthz,get_readyz" {
 		t.Errorf("non-contract operations %s", got)
 	}
 }

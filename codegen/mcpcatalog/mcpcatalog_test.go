@@ -25,8 +25,8 @@ func TestGenerate(t *testing.T) {
 	if err := json.Unmarshal(a, &cat); err != nil {
 		t.Fatal(err)
 	}
-	if len(cat.Tools) != 20 {
-		t.Fatalf("%d tools, want 20", len(cat.Tools))
+	if len(cat.Tools) != 22 {
+		t.Fatalf("%d tools, want 22", len(cat.Tools))
 	}
 	byName := map[string]Tool{}
 	for _, tool := range cat.Tools {

@@ -8,11 +8,11 @@ import (
 func TestRust(t *testing.T) {
 	d, ev := load(t)
 	src := gen(t, func() ([]byte, error) { return RustClient(d) })
-	if n := count(src, `(?m)^    pub fn [a-z_]+_with\(`); n != 20 {
-		t.Errorf("%d _with methods, want 20", n)
+	if n := count(src, `(?m)^    pub fn [a-z_]+_with\(`); n != 22 {
+		t.Errorf("%d _with methods, want 22", n)
 	}
-	if n := count(src, `(?m)^    pub fn [a-z_]+\(`); n != 40 {
-		t.Errorf("%d methods, want 40 (20 and their _with twins)", n)
+	if n := count(src, `(?m)^    pub fn [a-z_]+\(`); n != 44 {
+		t.Errorf("%d methods, want 44 (22 and their _with twins)", n)
 	}
 	for _, want := range []string{
 		"    pub fn navigate(&self, session_id: &str, body: &NavigateRequest) -> Result<NavigateAnswer, Error> {",

@@ -114,6 +114,14 @@ func call(ctx context.Context, c *bap.Client, op string, a map[string]any, opts 
 		}
 		// The runner-neutral document of get_artifact (conformance/README.md).
 		return map[string]any{"media_type": blob.MediaType, "sha256": blob.SHA256, "size": len(blob.Body)}, nil
+	case "get_task_audit":
+		return c.GetTaskAudit(ctx, str(a, "task_id"), opts...)
+	case "get_task_bundle":
+		blob, err := c.GetTaskBundle(ctx, str(a, "task_id"), opts...)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"media_type": blob.MediaType, "sha256": blob.SHA256, "size": len(blob.Body)}, nil
 	case "verify_artifact":
 		return with(a, func(b bap.VerifyArtifactRequest) (*bap.VerifyArtifactResponse, error) {
 			return c.VerifyArtifact(ctx, str(a, "artifact_id"), b, opts...)
@@ -142,7 +150,7 @@ func main() {
 				return o
 			case err != nil:
 				return harness.Outcome{Err: err}
-			case op == "get_artifact" || meta.Body == nil:
+			case op == "get_artifact" || op == "get_task_bundle" || meta.Body == nil:
 				return harness.Outcome{Status: "ok", Doc: harness.Generic(resp)}
 			default:
 				// The answer as sent: a typed response leaves out what its type does not

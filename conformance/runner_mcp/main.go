@@ -106,8 +106,8 @@ func main() {
 				}
 				return o
 			}
-			if op == "get_artifact" {
-				// The runner-neutral document of get_artifact (conformance/README.md): the
+			if op == "get_artifact" || op == "get_task_bundle" {
+				// The runner-neutral document of get_artifact and get_task_bundle (conformance/README.md): the
 				// embedded resource's mimeType with the result's sha256 and size.
 				m, _ := doc.(map[string]any)
 				mediaType := ""

@@ -105,6 +105,7 @@ __all__ = [
     "GetArtifactResponse",
     "GetAuditKeysResponse",
     "GetTaskAuditResponse",
+    "GetTaskBundleResponse",
     "GetTaskResponse",
     "HandBackTaskRequest",
     "HandBackTaskResponse",
@@ -675,8 +676,8 @@ class AuditAnchor(TypedDict):
     #: The audit key that signed the statement.
     key_id: str
     #: `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history
-    #: grew.
-    reason: Literal["task_ended", "periodic"]
+    #: grew; `exported`: when a bundle was exported and events had followed the last anchor.
+    reason: Literal["task_ended", "periodic", "exported"]
     #: The seq of the event whose chain head is anchored.
     seq: int
     #: The compact JWS.
@@ -1658,6 +1659,19 @@ class GetTaskAuditResponse(TypedDict):
     history_sha256: NotRequired[str]
     #: `valid`: every event and anchor checks; `broken`: see `broken_at`.
     status: Literal["valid", "broken"]
+    #: The task.
+    task_id: str
+
+
+class GetTaskBundleResponse(TypedDict):
+    """JSON form of get_task_bundle that MCP returns beside the bundle's bytes (an embedded resource,
+    `application/x-tar`); the HTTP route answers the bytes.
+    """
+
+    #: SHA-256 of the bundle's bytes.
+    sha256: str
+    #: The bundle's size in bytes.
+    size: int
     #: The task.
     task_id: str
 
@@ -4282,6 +4296,38 @@ class Operations:
             has_body=True,
             mutating=True,
             idempotency_key=idempotency_key,
+            timeout=timeout,
+        )
+
+    def get_task_bundle(
+        self,
+        task_id: str,
+        *,
+        timeout: Optional[float] = None,
+    ) -> "Blob":
+        """Export a task's evidence bundle.
+
+        One POSIX tar file (ADR 0036) holding everything a third party needs to check what a
+        finished task did: `history.jsonl` (every event with its chain digests), `anchors.json` (the
+        signed anchors), `receipts.json`, `task.json` (the task and its result), `artifacts.json`
+        with `artifacts/<artifact_id>` (every artifact's bytes but checkpoints),
+        `archive/sessions.warc` when the task was recorded (`policy.record`), and `prov.json` (W3C
+        PROV-JSON: the agents, the commands and approvals, the artifacts and pages, and how they
+        relate); `manifest.json` lists the SHA-256 of every member and `manifest.jws` signs it with
+        the audit key. When events followed the last anchor, the head is anchored first (`reason:
+        exported`), so the whole history is pinned. `bap bundle verify FILE --jwks KEYS` checks it
+        offline with `GET /bap/v1/audit/keys`. Only a task that has ended: otherwise `409
+        invalid_transition`. The bundle carries the task's artifacts, so the caller needs
+        `bap:artifacts.read` too, as get_artifact does (`403 insufficient_scope` otherwise).
+
+        ``GET /bap/v1/tasks/{task_id}/bundle`` (read-only); scope ``bap:tasks.read``. Returns a
+        ``bap.Blob`` with the bytes, media type and SHA-256 digest.
+        """
+        return self._request(
+            "get_task_bundle",
+            "GET",
+            "/bap/v1/tasks/" + _quote(task_id, safe="") + "/bundle",
+            binary=True,
             timeout=timeout,
         )
 

@@ -401,6 +401,33 @@ impl Client {
         CreateBrowserSessionAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
+    /// Export a task's evidence bundle.
+    ///
+    /// One POSIX tar file (ADR 0036) holding everything a third party needs to check what a
+    /// finished task did: `history.jsonl` (every event with its chain digests), `anchors.json` (the
+    /// signed anchors), `receipts.json`, `task.json` (the task and its result), `artifacts.json`
+    /// with `artifacts/<artifact_id>` (every artifact's bytes but checkpoints),
+    /// `archive/sessions.warc` when the task was recorded (`policy.record`), and `prov.json` (W3C
+    /// PROV-JSON: the agents, the commands and approvals, the artifacts and pages, and how they
+    /// relate); `manifest.json` lists the SHA-256 of every member and `manifest.jws` signs it with
+    /// the audit key. When events followed the last anchor, the head is anchored first (`reason:
+    /// exported`), so the whole history is pinned. `bap bundle verify FILE --jwks KEYS` checks it
+    /// offline with `GET /bap/v1/audit/keys`. Only a task that has ended: otherwise `409
+    /// invalid_transition`. The bundle carries the task's artifacts, so the caller needs
+    /// `bap:artifacts.read` too, as get_artifact does (`403 insufficient_scope` otherwise).
+    ///
+    /// `GET /bap/v1/tasks/{task_id}/bundle` (read-only); scope `bap:tasks.read`. Returns the bytes
+    /// with their media type and SHA-256 digest (checked against `Repr-Digest`).
+    pub fn get_task_bundle(&self, task_id: &str) -> Result<Blob, Error> {
+        self.get_task_bundle_with(task_id, &CallOptions::default())
+    }
+
+    /// [`Client::get_task_bundle`] with per-call options (idempotency key, timeout, headers).
+    pub fn get_task_bundle_with(&self, task_id: &str, opts: &CallOptions) -> Result<Blob, Error> {
+        let call = Call::new("get_task_bundle", "GET", format!("/bap/v1/tasks/{}/bundle", path_escape(task_id)));
+        self.call_blob(&call, opts)
+    }
+
     /// Cancel a task.
     ///
     /// Moves any non-terminal task to `cancelled`: stops in-flight browser I/O, cancels pending

@@ -1155,7 +1155,7 @@ pub struct AuditAnchor {
     /// The audit key that signed the statement.
     pub key_id: String,
     /// `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history
-    /// grew.
+    /// grew; `exported`: when a bundle was exported and events had followed the last anchor.
     pub reason: String,
     /// The seq of the event whose chain head is anchored.
     pub seq: i64,
@@ -3116,6 +3116,18 @@ pub struct GetTaskAuditResponse {
     pub history_sha256: Option<String>,
     /// `valid`: every event and anchor checks; `broken`: see `broken_at`.
     pub status: String,
+    /// The task.
+    pub task_id: String,
+}
+
+/// JSON form of get_task_bundle that MCP returns beside the bundle's bytes (an embedded resource,
+/// `application/x-tar`); the HTTP route answers the bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct GetTaskBundleResponse {
+    /// SHA-256 of the bundle's bytes.
+    pub sha256: String,
+    /// The bundle's size in bytes.
+    pub size: i64,
     /// The task.
     pub task_id: String,
 }

@@ -288,6 +288,11 @@ export type GetAuditKeysResponse = S["GetAuditKeysResponse"];
  * `valid`, or `broken` with the first seq where the chain breaks.
  */
 export type GetTaskAuditResponse = S["GetTaskAuditResponse"];
+/**
+ * JSON form of get_task_bundle that MCP returns beside the bundle's bytes (an embedded resource,
+ * `application/x-tar`); the HTTP route answers the bytes.
+ */
+export type GetTaskBundleResponse = S["GetTaskBundleResponse"];
 /** Answer of get_task. */
 export type GetTaskResponse = S["GetTaskResponse"];
 /** Body of hand_back_task (empty). */
@@ -991,6 +996,28 @@ export abstract class Operations {
    */
   createBrowserSession(taskId: string, body: CreateBrowserSessionRequest = {}, options?: CallOptions): Promise<CreateBrowserSessionResponse | InterruptedCommandResponse> {
     return this.request<CreateBrowserSessionResponse | InterruptedCommandResponse>({ op: "create_browser_session", method: "POST", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/browser-sessions`, body, mutating: true }, options);
+  }
+
+  /**
+   * Export a task's evidence bundle.
+   *
+   * One POSIX tar file (ADR 0036) holding everything a third party needs to check what a finished
+   * task did: `history.jsonl` (every event with its chain digests), `anchors.json` (the signed
+   * anchors), `receipts.json`, `task.json` (the task and its result), `artifacts.json` with
+   * `artifacts/<artifact_id>` (every artifact's bytes but checkpoints), `archive/sessions.warc`
+   * when the task was recorded (`policy.record`), and `prov.json` (W3C PROV-JSON: the agents, the
+   * commands and approvals, the artifacts and pages, and how they relate); `manifest.json` lists
+   * the SHA-256 of every member and `manifest.jws` signs it with the audit key. When events
+   * followed the last anchor, the head is anchored first (`reason: exported`), so the whole history
+   * is pinned. `bap bundle verify FILE --jwks KEYS` checks it offline with `GET
+   * /bap/v1/audit/keys`. Only a task that has ended: otherwise `409 invalid_transition`. The bundle
+   * carries the task's artifacts, so the caller needs `bap:artifacts.read` too, as get_artifact
+   * does (`403 insufficient_scope` otherwise).
+   *
+   * `GET /bap/v1/tasks/{task_id}/bundle` (`get_task_bundle`; read-only; scope `bap:tasks.read`).
+   */
+  getTaskBundle(taskId: string, options?: CallOptions): Promise<ArtifactBlob> {
+    return this.requestBlob({ op: "get_task_bundle", method: "GET", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/bundle` }, options);
   }
 
   /**

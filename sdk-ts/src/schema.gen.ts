@@ -472,6 +472,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/bap/v1/tasks/{task_id}/bundle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export a task's evidence bundle
+         * @description One POSIX tar file (ADR 0036) holding everything a third party needs to check what a finished task did: `history.jsonl` (every event with its chain digests), `anchors.json` (the signed anchors), `receipts.json`, `task.json` (the task and its result), `artifacts.json` with `artifacts/<artifact_id>` (every artifact's bytes but checkpoints), `archive/sessions.warc` when the task was recorded (`policy.record`), and `prov.json` (W3C PROV-JSON: the agents, the commands and approvals, the artifacts and pages, and how they relate); `manifest.json` lists the SHA-256 of every member and `manifest.jws` signs it with the audit key. When events followed the last anchor, the head is anchored first (`reason: exported`), so the whole history is pinned. `bap bundle verify FILE --jwks KEYS` checks it offline with `GET /bap/v1/audit/keys`. Only a task that has ended: otherwise `409 invalid_transition`. The bundle carries the task's artifacts, so the caller needs `bap:artifacts.read` too, as get_artifact does (`403 insufficient_scope` otherwise).
+         */
+        get: operations["get_task_bundle"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/bap/v1/tasks/{task_id}/cancel": {
         parameters: {
             query?: never;
@@ -1338,10 +1358,10 @@ export interface components {
             /** @description The audit key that signed the statement. */
             key_id: string;
             /**
-             * @description `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew.
+             * @description `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew; `exported`: when a bundle was exported and events had followed the last anchor.
              * @enum {string}
              */
-            reason: "task_ended" | "periodic";
+            reason: "task_ended" | "periodic" | "exported";
             /**
              * Format: int64
              * @description The seq of the event whose chain head is anchored.
@@ -2995,6 +3015,18 @@ export interface components {
              * @enum {string}
              */
             status: "valid" | "broken";
+            /** @description The task. */
+            task_id: string;
+        };
+        /**
+         * GetTaskBundleResponse
+         * @description JSON form of get_task_bundle that MCP returns beside the bundle's bytes (an embedded resource, `application/x-tar`); the HTTP route answers the bytes.
+         */
+        GetTaskBundleResponse: {
+            /** @description SHA-256 of the bundle's bytes. */
+            sha256: string;
+            /** @description The bundle's size in bytes. */
+            size: number;
             /** @description The task. */
             task_id: string;
         };
@@ -7301,6 +7333,40 @@ export interface operations {
             422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["TooManyRequests"];
             501: components["responses"]["NotImplemented"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    get_task_bundle: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description Task identifier.
+                 * @example tsk_7Hq2ZkP9xW3m
+                 */
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The bundle. */
+            200: {
+                headers: {
+                    "Repr-Digest": components["headers"]["ReprDigest"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["TooManyRequests"];
             503: components["responses"]["ServiceUnavailable"];
         };
     };

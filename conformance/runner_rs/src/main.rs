@@ -105,6 +105,10 @@ fn call(c: &Client, op: &str, a: &Map<String, Value>, o: &CallOptions) -> Result
             .get_artifact_with(s(a, "artifact_id"), o)
             .map(|b| json!({"media_type": b.media_type, "sha256": b.sha256, "size": b.body.len()})),
         "verify_artifact" => doc(c.verify_artifact_with(s(a, "artifact_id"), &typed(a)?, o)),
+        "get_task_audit" => doc(c.get_task_audit_with(s(a, "task_id"), o)),
+        "get_task_bundle" => c
+            .get_task_bundle_with(s(a, "task_id"), o)
+            .map(|b| json!({"media_type": b.media_type, "sha256": b.sha256, "size": b.body.len()})),
         _ => return Err(Failure::Runner(format!("unknown op {}", op))),
     };
     r.map_err(Failure::Sdk)

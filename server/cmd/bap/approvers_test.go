@@ -144,7 +144,7 @@ func TestLocalApproversOverTheSocket(t *testing.T) {
 			t.Fatal("tools/list offers resolve_approval to the local agent")
 		}
 	}
-	if resp.StatusCode != 200 || len(tools) != 19 {
+	if resp.StatusCode != 200 || len(tools) != 21 {
 		t.Fatalf("the agent's tools over /mcp: %d, %d tools", resp.StatusCode, len(tools))
 	}
 	resp, body := mcpPost(t, "http://"+r.listen+"/mcp", "", "tools/call", map[string]any{"name": "resolve_approval",

@@ -190,7 +190,7 @@ func TestSecondClientResumesTheFirstClientsGovernedWorkflow(t *testing.T) {
 		}
 		toolNames = append(toolNames, tl.Name)
 	}
-	if len(toolNames) != 19 || slices.Contains(toolNames, "resolve_approval") {
+	if len(toolNames) != 21 || slices.Contains(toolNames, "resolve_approval") {
 		t.Fatalf("B's tools: %v, want the 19 the local agent may call (no resolve_approval)", toolNames)
 	}
 	var transcript strings.Builder

@@ -42,6 +42,9 @@ commands:
   tasks     the tasks, over the server's Unix socket (tasks list [--state S] [--origin O] [--since D] | tasks show ID | tasks events ID [--follow])
   audit     verify the keyed hash chain over every task's history and its signed anchors, with the
             server key (audit verify [--task ID]); prints one JSON line per task, exits 1 if any breaks
+  bundle    evidence bundles (bundle export TASK_ID [--out FILE] over the server's Unix socket |
+            bundle verify FILE --jwks FILE|URL, offline: the manifest, its signature, the history
+            chain and its anchors; names each member that changed, exits 1 if any)
   database-url
             print the connection string of the embedded database of --data-dir, for another node
             on this machine to share it (BAP_DATABASE_URL) while its server runs
@@ -81,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = keysCommand(ctx, args[1:], stdout, logger, stderr)
 	case "audit":
 		err = auditCommand(ctx, args[1:], stdout, logger, stderr)
+	case "bundle":
+		err = bundleCommand(ctx, args[1:], stdout, stderr)
 	case "secret":
 		err = secretCommand(ctx, args[1:], os.Stdin, stdout, logger, stderr)
 	case "migrate":

@@ -75,7 +75,7 @@ func TestMCPOfficialGoClientWorkflow(t *testing.T) {
 		}
 		n++
 	}
-	if n != 19 {
+	if n != 21 {
 		// The local agent (TCP) holds every scope but bap:approvals.resolve: resolve_approval is
 		// not offered (only the operator, on the Unix socket, resolves approvals).
 		t.Fatalf("%d tools, want the 19 of the catalog the local agent may call", n)
@@ -230,7 +230,7 @@ func TestMCPOfficialTypeScriptClientWorkflow(t *testing.T) {
 		t.Fatalf("no summary: %v\n%s", err, out)
 	}
 	s := last.Summary
-	if s.Era != "modern" || s.Version != "2026-07-28" || s.Tools != 19 { // the local agent: all but resolve_approval
+	if s.Era != "modern" || s.Version != "2026-07-28" || s.Tools != 21 { // the local agent: all but resolve_approval
 		t.Fatalf("the TypeScript client connected %+v", s)
 	}
 	if s.Outcome == "browser_unavailable" {
@@ -292,7 +292,7 @@ func TestMCPRemoteProfile(t *testing.T) {
 	readTok := accessToken(t, base, reader)
 	resp, list := post(readTok, "tools/list", map[string]any{})
 	tools, _ := list["result"].(map[string]any)["tools"].([]any)
-	if resp.StatusCode != 200 || len(tools) != 2 {
+	if resp.StatusCode != 200 || len(tools) != 4 { // get_task, get_task_audit, get_task_bundle (its call needs bap:artifacts.read too), list_task_events
 		t.Fatalf("reader's tools: %d %v", resp.StatusCode, list)
 	}
 	resp, body := post(readTok, "tools/call", map[string]any{"name": "create_task", "arguments": map[string]any{}})

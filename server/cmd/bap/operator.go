@@ -90,11 +90,16 @@ func socketCall(ctx context.Context, socket, method, path string, body []byte) (
 		return nil, err
 	}
 	if resp.StatusCode >= 300 {
-		p := &bap.Problem{Status: resp.StatusCode, Body: raw, Header: resp.Header}
-		_ = json.Unmarshal(raw, p)
-		return nil, p
+		return nil, problemOf(resp, raw)
 	}
 	return raw, nil
+}
+
+// problemOf is the server's refusal resp, whose body is raw, as a *bap.Problem.
+func problemOf(resp *http.Response, raw []byte) *bap.Problem {
+	p := &bap.Problem{Status: resp.StatusCode, Body: raw, Header: resp.Header}
+	_ = json.Unmarshal(raw, p)
+	return p
 }
 
 // consoleCommand runs `bap console`: it prints a one-time login URL of the console (valid for 5

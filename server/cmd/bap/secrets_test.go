@@ -329,6 +329,17 @@ func TestSecretByReferenceCanarySweep(t *testing.T) {
 			t.Errorf("action.performed does not name the secret and the origin it was typed into:\n%s", hist)
 		}
 	}
+	// Each task's evidence bundle (issue #20): history, artifacts, PROV, once the task has ended.
+	for _, id := range taskIDs {
+		if st, _, raw := api(r.listen, "POST", "/bap/v1/tasks/"+id+"/cancel", id+"-sweep-cancel", `{}`); st != 200 && st != 409 {
+			t.Fatalf("cancel %s before its bundle: %d %s", id, st, raw)
+		}
+		st, _, bundle := api(r.listen, "GET", "/bap/v1/tasks/"+id+"/bundle", "", "")
+		if st != 200 || !strings.Contains(bundle, "history.jsonl") {
+			t.Fatalf("the bundle of %s: %d", id, st)
+		}
+		sweep("the bundle of "+id, bundle)
+	}
 	for _, a := range mcpAnswers {
 		sweep("an MCP answer", a)
 	}

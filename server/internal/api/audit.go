@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/originweave/bap/server/internal/apigen"
@@ -71,4 +73,36 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// bundleScope is what get_task_bundle needs beside bap:tasks.read: the bundle carries the task's
+// artifacts, which get_artifact answers only with it.
+const bundleScope = "bap:artifacts.read"
+
+// GetTaskBundle implements apigen.ServerInterface: the task's evidence bundle, a tar file. It is
+// built in memory first, so that a failure is a problem, never half a bundle.
+func (s *server) GetTaskBundle(w http.ResponseWriter, r *http.Request, taskID apigen.TaskId) {
+	req, ok := s.begin(w, r, taskID)
+	if !ok {
+		return
+	}
+	if !req.principal.Scopes[bundleScope] {
+		if op, _ := r.Context().Value(opCtxKey{}).(*operation); op != nil {
+			s.refused(r, op, req.principal, string(app.CodeInsufficientScope))
+		}
+		writeProblem(w, app.Errorf(app.CodeInsufficientScope,
+			"a bundle carries the task's artifacts: it needs the %s capability too, as get_artifact does", bundleScope))
+		return
+	}
+	var buf bytes.Buffer
+	if err := s.svc.ExportBundle(r.Context(), req.principal.Actor, taskID, &buf); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Repr-Digest", reprDigest(buf.Bytes()))
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Disposition", `attachment; filename="`+taskID+`.bundle.tar"`)
+	writeRaw(w, http.StatusOK, "application/x-tar", buf.Bytes())
 }

@@ -230,6 +230,7 @@ func (e ArtifactKind) Valid() bool {
 
 // Defines values for AuditAnchorReason.
 const (
+	AuditAnchorReasonExported  AuditAnchorReason = "exported"
 	AuditAnchorReasonPeriodic  AuditAnchorReason = "periodic"
 	AuditAnchorReasonTaskEnded AuditAnchorReason = "task_ended"
 )
@@ -237,6 +238,8 @@ const (
 // Valid indicates whether the value is a known member of the AuditAnchorReason enum.
 func (e AuditAnchorReason) Valid() bool {
 	switch e {
+	case AuditAnchorReasonExported:
+		return true
 	case AuditAnchorReasonPeriodic:
 		return true
 	case AuditAnchorReasonTaskEnded:
@@ -2113,7 +2116,7 @@ type AuditAnchor struct {
 	// KeyId The audit key that signed the statement.
 	KeyId string `json:"key_id"`
 
-	// Reason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew.
+	// Reason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew; `exported`: when a bundle was exported and events had followed the last anchor.
 	Reason AuditAnchorReason `json:"reason"`
 
 	// Seq The seq of the event whose chain head is anchored.
@@ -2126,7 +2129,7 @@ type AuditAnchor struct {
 	Valid *bool `json:"valid,omitempty"`
 }
 
-// AuditAnchorReason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew.
+// AuditAnchorReason `task_ended`: anchored in the transaction that ended the task; `periodic`: while its history grew; `exported`: when a bundle was exported and events had followed the last anchor.
 type AuditAnchorReason string
 
 // AuditBreak Where a task's history chain first fails to verify.
@@ -3467,6 +3470,18 @@ type GetTaskAuditResponse struct {
 
 // GetTaskAuditResponseStatus `valid`: every event and anchor checks; `broken`: see `broken_at`.
 type GetTaskAuditResponseStatus string
+
+// GetTaskBundleResponse JSON form of get_task_bundle that MCP returns beside the bundle's bytes (an embedded resource, `application/x-tar`); the HTTP route answers the bytes.
+type GetTaskBundleResponse struct {
+	// Sha256 SHA-256 of the bundle's bytes.
+	Sha256 string `json:"sha256"`
+
+	// Size The bundle's size in bytes.
+	Size int `json:"size"`
+
+	// TaskId The task.
+	TaskId string `json:"task_id"`
+}
 
 // GetTaskResponse Answer of get_task.
 //
@@ -7201,6 +7216,9 @@ type ServerInterface interface {
 	// CreateBrowserSession Open a browser session
 	// (POST /bap/v1/tasks/{task_id}/browser-sessions)
 	CreateBrowserSession(w http.ResponseWriter, r *http.Request, taskId TaskId, params CreateBrowserSessionParams)
+	// GetTaskBundle Export a task's evidence bundle
+	// (GET /bap/v1/tasks/{task_id}/bundle)
+	GetTaskBundle(w http.ResponseWriter, r *http.Request, taskId TaskId)
 	// CancelTask Cancel a task
 	// (POST /bap/v1/tasks/{task_id}/cancel)
 	CancelTask(w http.ResponseWriter, r *http.Request, taskId TaskId, params CancelTaskParams)
@@ -8199,6 +8217,32 @@ func (siw *ServerInterfaceWrapper) CreateBrowserSession(w http.ResponseWriter, r
 	handler.ServeHTTP(w, r)
 }
 
+// GetTaskBundle operation middleware
+func (siw *ServerInterfaceWrapper) GetTaskBundle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetTaskBundle(w, r, taskId)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // CancelTask operation middleware
 func (siw *ServerInterfaceWrapper) CancelTask(w http.ResponseWriter, r *http.Request) {
 
@@ -8839,6 +8883,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/approvals", wrapper.RequestApproval)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/audit", wrapper.GetTaskAudit)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/browser-sessions", wrapper.CreateBrowserSession)
+	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/bundle", wrapper.GetTaskBundle)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/cancel", wrapper.CancelTask)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/close", wrapper.CloseTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/events", wrapper.ListTaskEvents)

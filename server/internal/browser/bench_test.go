@@ -28,6 +28,7 @@ import (
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/observation"
 	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/warcrecord"
 )
 
 // The benchmarks compare this package with raw chromedp doing the same steps
@@ -353,6 +354,18 @@ func BenchmarkWorkflow(b *testing.B) {
 	tctx, tcancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
 	b.Cleanup(tcancel)
 	fctx, floads := floorContext(b)
+	// The same BAP workflow with policy.record on: every exchange archived as WARC (issue #20
+	// item 2), into a writer that only counts the bytes, under a cap it never reaches.
+	recorded := benchSession(b)
+	archive := &countingWriter{}
+	rec, err := warcrecord.New(warcrecord.Config{Out: archive, SpoolDir: b.TempDir(), Budget: warcrecord.NewBudget(1<<40, 0)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := recorded.Record(rec); err != nil {
+		b.Fatal(err)
+	}
+	recordedRuns := 0
 	variants := []struct {
 		name string
 		run  func(*steps) error
@@ -363,6 +376,7 @@ func BenchmarkWorkflow(b *testing.B) {
 		{"chromedp_proxied", func(st *steps) error { return rawWorkflow(pctx, st) }},
 		{"chromedp_titled", func(st *steps) error { return rawWorkflowTitled(tctx, st, true) }},
 		{"cdp_floor", func(st *steps) error { return floorWorkflow(fctx, floads, st) }},
+		{"bap_recorded", func(st *steps) error { recordedRuns++; return bapWorkflow(ctx, recorded, st) }},
 	}
 	sts := make([]*steps, len(variants))
 	for i, v := range variants {
@@ -385,6 +399,15 @@ func BenchmarkWorkflow(b *testing.B) {
 			b.ReportMetric(float64(p50(ds).Microseconds())/1000, v.name+"_"+name+"_p50_ms")
 		}
 	}
+	b.ReportMetric(float64(archive.n.Load())/float64(recordedRuns), "bap_recorded_archive_bytes/workflow")
+}
+
+// countingWriter counts what is written to it and keeps nothing.
+type countingWriter struct{ n atomic.Int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
 }
 
 // BenchmarkObserveBig observes the 5,000-element page; bytes is the size of

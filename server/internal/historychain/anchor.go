@@ -24,6 +24,9 @@ const StatementType = "bap.audit_anchor.v1"
 const (
 	ReasonTaskEnded = "task_ended"
 	ReasonPeriodic  = "periodic"
+	// ReasonExported: made when a bundle was exported and the head had moved past the last
+	// anchor (events after the task's end), so the bundle's whole history is pinned.
+	ReasonExported = "exported"
 )
 
 // Statement is what an anchor signs: the head of one task's chain at one moment.
@@ -68,14 +71,20 @@ var b64 = base64.RawURLEncoding
 
 // Sign returns st as a compact JWS (RFC 7515), ES256 under priv, whose key id is kid.
 func Sign(priv *ecdsa.PrivateKey, kid string, st Statement) (string, error) {
+	return SignJWS(priv, kid, jwsType, st)
+}
+
+// SignJWS returns payload's JSON as a compact JWS, ES256 under priv (a P-256 key named kid), with
+// the header typ: anchors and bundle manifests are told apart by it.
+func SignJWS(priv *ecdsa.PrivateKey, kid, typ string, payload any) (string, error) {
 	if priv.Curve != elliptic.P256() {
 		return "", errors.New("an audit key is a P-256 key")
 	}
-	h, err := json.Marshal(jwsHeader{Alg: "ES256", Kid: kid, Typ: jwsType})
+	h, err := json.Marshal(jwsHeader{Alg: "ES256", Kid: kid, Typ: typ})
 	if err != nil {
 		return "", err
 	}
-	p, err := json.Marshal(st)
+	p, err := json.Marshal(payload)
 	if err != nil {
 		return "", err
 	}
@@ -83,7 +92,7 @@ func Sign(priv *ecdsa.PrivateKey, kid string, st Statement) (string, error) {
 	sum := sha256.Sum256([]byte(input))
 	r, s, err := ecdsa.Sign(rand.Reader, priv, sum[:])
 	if err != nil {
-		return "", fmt.Errorf("signing anchor: %w", err)
+		return "", fmt.Errorf("signing: %w", err)
 	}
 	sig := make([]byte, 64)
 	r.FillBytes(sig[:32])
@@ -93,53 +102,67 @@ func Sign(priv *ecdsa.PrivateKey, kid string, st Statement) (string, error) {
 
 // Errors of reading an anchor; callers branch on them with errors.Is.
 var (
-	// ErrMalformedStatement reports a JWS that is not an anchor of this form.
+	// ErrMalformedStatement reports a JWS that is not a statement of the expected form.
 	ErrMalformedStatement = errors.New("not an anchor statement")
-	// ErrUnknownKey reports an anchor signed by a key the key set does not hold.
-	ErrUnknownKey = errors.New("anchor signed by a key not in the key set")
-	// ErrBadSignature reports an anchor whose signature does not verify.
-	ErrBadSignature = errors.New("anchor signature does not verify")
+	// ErrUnknownKey reports a statement signed by a key the key set does not hold.
+	ErrUnknownKey = errors.New("signed by a key not in the key set")
+	// ErrBadSignature reports a statement whose signature does not verify.
+	ErrBadSignature = errors.New("signature does not verify")
 )
 
 // maxStatement bounds what ParseStatement reads (a real one is under 1 KiB).
 const maxStatement = 8 << 10
 
 // ParseStatement checks jws's ES256 signature against the key it names in keys and returns the
-// statement it signs. Nothing of an unverified statement is returned.
+// statement it signs, and the key id. Nothing of an unverified statement is returned.
 func ParseStatement(jws string, keys KeySet) (Statement, string, error) {
 	var st Statement
+	kid, err := ParseJWS(jws, keys, jwsType, &st)
+	if err == nil && st.Type != StatementType {
+		return Statement{}, kid, fmt.Errorf("%w: payload is not a %s", ErrMalformedStatement, StatementType)
+	}
+	if err != nil {
+		return Statement{}, kid, err
+	}
+	return st, kid, nil
+}
+
+// ParseJWS checks a compact JWS of header typ typ, ES256, signed by a key of keys, and decodes its
+// payload (no unknown fields) into v. It returns the key id the header names. v is written only
+// once the signature verified.
+func ParseJWS(jws string, keys KeySet, typ string, v any) (string, error) {
 	if len(jws) > maxStatement {
-		return st, "", fmt.Errorf("%w: longer than %d bytes", ErrMalformedStatement, maxStatement)
+		return "", fmt.Errorf("%w: longer than %d bytes", ErrMalformedStatement, maxStatement)
 	}
 	parts := strings.Split(jws, ".")
 	if len(parts) != 3 {
-		return st, "", fmt.Errorf("%w: a compact JWS has three parts", ErrMalformedStatement)
+		return "", fmt.Errorf("%w: a compact JWS has three parts", ErrMalformedStatement)
 	}
 	hb, err1 := b64.DecodeString(parts[0])
 	pb, err2 := b64.DecodeString(parts[1])
 	sig, err3 := b64.DecodeString(parts[2])
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return st, "", fmt.Errorf("%w: %w", ErrMalformedStatement, err)
+		return "", fmt.Errorf("%w: %w", ErrMalformedStatement, err)
 	}
 	var h jwsHeader
-	if err := strictUnmarshal(hb, &h); err != nil || h.Alg != "ES256" || h.Typ != jwsType || h.Kid == "" {
-		return st, "", fmt.Errorf("%w: header must be ES256, typ %s, with a kid", ErrMalformedStatement, jwsType)
+	if err := strictUnmarshal(hb, &h); err != nil || h.Alg != "ES256" || h.Typ != typ || h.Kid == "" {
+		return "", fmt.Errorf("%w: header must be ES256, typ %s, with a kid", ErrMalformedStatement, typ)
 	}
 	pub, ok := keys[h.Kid]
 	if !ok {
-		return st, h.Kid, fmt.Errorf("%w: %s", ErrUnknownKey, h.Kid)
+		return h.Kid, fmt.Errorf("%w: %s", ErrUnknownKey, h.Kid)
 	}
 	if len(sig) != 64 {
-		return st, h.Kid, ErrBadSignature
+		return h.Kid, ErrBadSignature
 	}
 	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
 	if !ecdsa.Verify(pub, sum[:], new(big.Int).SetBytes(sig[:32]), new(big.Int).SetBytes(sig[32:])) {
-		return st, h.Kid, ErrBadSignature
+		return h.Kid, ErrBadSignature
 	}
-	if err := strictUnmarshal(pb, &st); err != nil || st.Type != StatementType {
-		return Statement{}, h.Kid, fmt.Errorf("%w: payload is not a %s", ErrMalformedStatement, StatementType)
+	if err := strictUnmarshal(pb, v); err != nil {
+		return h.Kid, fmt.Errorf("%w: payload: %w", ErrMalformedStatement, err)
 	}
-	return st, h.Kid, nil
+	return h.Kid, nil
 }
 
 func strictUnmarshal(b []byte, v any) error {

@@ -26,6 +26,9 @@ func TestCanonicalJSON(t *testing.T) {
 		{`{"s":"<a&b>\u00e9\n\u0001\"\\"}`, "{\"s\":\"<a&b>\u00e9\\n\\u0001\\\"\\\\\"}"},
 		{`{"a":1,"a":2}`, `{"a":2}`},
 		{`{"é":1,"z":2,"Z":3}`, `{"Z":3,"z":2,"é":1}`},
+		{`"\ud83d\ude00 \ud83d \u00e9\/"`, "\"\U0001F600 \uFFFD é/\""},
+		{"\"\xff\"", "\"\uFFFD\""},
+		{` [ 1 , { } , [ ] ] `, `[1,{},[]]`},
 	}
 	for _, c := range cases {
 		got, err := CanonicalJSON([]byte(c.in))
@@ -36,7 +39,8 @@ func TestCanonicalJSON(t *testing.T) {
 			t.Errorf("CanonicalJSON(%s) = %s, want %s", c.in, got, c.want)
 		}
 	}
-	for _, bad := range []string{``, `{`, `{"a":1} {}`, `{"n":1e9999999}`, strings.Repeat("[", 300) + strings.Repeat("]", 300)} {
+	for _, bad := range []string{``, `{`, `{"a":1} {}`, `{"n":1e9999999}`, strings.Repeat("[", 300) + strings.Repeat("]", 300),
+		`"\q"`, `"\u12"`, `"\u12zz"`, `{"a" 1}`, `[1 2]`, `{1:2}`, `tru`, `"abc`, `"\ud83d\u12"`, `"a` + "\x01" + `"`, `-x`, `1.e5`} {
 		if _, err := CanonicalJSON([]byte(bad)); err == nil {
 			t.Errorf("CanonicalJSON(%.20q) accepted", bad)
 		}

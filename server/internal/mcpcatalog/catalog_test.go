@@ -18,6 +18,8 @@ var contract = map[string]bool{
 	"observe": false, "query_nodes": false, "act": true, "extract": false, "capture_evidence": true,
 	"request_approval": true, "resolve_approval": true, "get_artifact": false, "verify_artifact": false,
 	"list_task_secrets": false, // issue #17: the secrets an agent may name on its task
+	// Issue #20 (CONTRACT "Proof"): the history chain's check and the evidence bundle, reads.
+	"get_task_audit": false, "get_task_bundle": false,
 }
 
 func TestCatalogMatchesContract(t *testing.T) {

@@ -47,7 +47,7 @@ func TestOfficialGoClient(t *testing.T) {
 		}
 		names = append(names, tool.Name)
 	}
-	if len(names) != 21 {
+	if len(names) != 22 {
 		t.Fatalf("%d tools: %v", len(names), names)
 	}
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "create_task", Arguments: args(t, createArgs, "idempotency_key", "go-1")})

@@ -188,7 +188,7 @@ func buildRequest(ctx context.Context, rt *route, raw json.RawMessage, tracepare
 
 // toolResult wraps the API's answer: the BAP JSON in structuredContent (and, for clients that
 // only read content, as text); a problem (status >= 400) as an isError result carrying the
-// problem JSON; get_artifact's bytes as an embedded resource.
+// problem JSON; get_artifact's bytes and get_task_bundle's tar file as embedded resources.
 func toolResult(rt *route, resp apiResponse, pathVals map[string]string) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{Meta: mcp.Meta{metaStatus: resp.status}}
 	if resp.header.Get("Idempotent-Replayed") == "true" {
@@ -198,7 +198,10 @@ func toolResult(rt *route, resp apiResponse, pathVals map[string]string) *mcp.Ca
 		res.Meta[metaRetryAfter] = ra
 	}
 	if resp.status < 400 && rt.binary {
-		return artifactResult(res, resp, pathVals["artifact_id"])
+		if id, ok := pathVals["artifact_id"]; ok {
+			return artifactResult(res, resp, id)
+		}
+		return bundleResult(res, resp, pathVals["task_id"])
 	}
 	body := resp.body
 	if !json.Valid(body) {
@@ -224,6 +227,16 @@ func artifactResult(res *mcp.CallToolResult, resp apiResponse, id string) *mcp.C
 	res.StructuredContent = structured
 	res.Content = []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
 		URI: "bap://artifacts/" + id, MIMEType: mt, Blob: resp.body,
+	}}}
+	return res
+}
+
+// bundleResult returns get_task_bundle's tar file as an embedded resource plus {"task_id",
+// "sha256", "size"}.
+func bundleResult(res *mcp.CallToolResult, resp apiResponse, taskID string) *mcp.CallToolResult {
+	res.StructuredContent = map[string]any{"task_id": taskID, "sha256": digestHex(resp.header.Get("Repr-Digest")), "size": len(resp.body)}
+	res.Content = []mcp.Content{&mcp.EmbeddedResource{Resource: &mcp.ResourceContents{
+		URI: "bap://tasks/" + taskID + "/bundle", MIMEType: "application/x-tar", Blob: resp.body,
 	}}}
 	return res
 }

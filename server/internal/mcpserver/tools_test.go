@@ -59,8 +59,8 @@ func TestToolsListIsExactlyTheReviewedCatalog(t *testing.T) {
 	}
 	var page listResult
 	b.rpc(t, "/mcp", "tools/list", nil).result(t, &page)
-	if len(page.Tools) != 21 || len(page.Tools) != len(catalog) || page.NextCursor != "" {
-		t.Fatalf("%d tools (next %q), want the 21 of the catalog on one page", len(page.Tools), page.NextCursor)
+	if len(page.Tools) != 22 || len(page.Tools) != len(catalog) || page.NextCursor != "" {
+		t.Fatalf("%d tools (next %q), want the 22 of the catalog on one page", len(page.Tools), page.NextCursor)
 	}
 	for i, tool := range page.Tools {
 		want := catalog[i]
@@ -95,8 +95,8 @@ func TestToolsListPagesWithSealedCursors(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *mcpserver.Options) { o.PageSize = 4 })
 	names, pages := b.listAll(t)
-	if len(names) != 21 || len(pages) != 6 || !slices.IsSorted(names) {
-		t.Fatalf("%d tools over %d pages (sorted %v), want 21 over 6", len(names), len(pages), slices.IsSorted(names))
+	if len(names) != 22 || len(pages) != 6 || !slices.IsSorted(names) {
+		t.Fatalf("%d tools over %d pages (sorted %v), want 22 over 6", len(names), len(pages), slices.IsSorted(names))
 	}
 	next := pages[0].NextCursor
 	for name, cursor := range map[string]string{
@@ -120,7 +120,7 @@ func TestToolsListShowsOnlyToolsTheCallerMayCall(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	names, _ := b.listAll(t, "X-Test-Scopes", "bap:tasks.read bap:artifacts.read")
-	want := []string{"get_artifact", "get_task", "get_task_audit", "list_task_events", "verify_artifact"}
+	want := []string{"get_artifact", "get_task", "get_task_audit", "get_task_bundle", "list_task_events", "verify_artifact"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools %v, want %v", names, want)
 	}

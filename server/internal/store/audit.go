@@ -117,12 +117,30 @@ func (s *Store) AuditTaskRefs(ctx context.Context, taskID, after string, limit i
 	return refs, nil
 }
 
+// TaskArtifactIDs implements app.AuditStore.
+func (s *Store) TaskArtifactIDs(ctx context.Context, tenant, taskID string) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT artifact_id FROM artifact_reference
+		WHERE tenant_id = $1 AND task_id = $2 AND kind <> 'checkpoint' ORDER BY created_at, artifact_id`, tenant, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("listing artifacts: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing artifacts: %w", err)
+	}
+	return ids, nil
+}
+
 // DueForAnchor implements app.AuditStore.
 func (s *Store) DueForAnchor(ctx context.Context, before time.Time, limit int) ([]app.TaskRef, error) {
+	// Live tasks only (agent_task_live_idx): a task that ended was anchored then, and what follows
+	// its end is anchored when a bundle of it is exported; a task waiting in created or admitted
+	// does nothing a periodic anchor would pin.
 	rows, err := s.pool.Query(ctx, `SELECT t.tenant_id, t.task_id FROM agent_task t
-		WHERE t.chain_digest IS NOT NULL AND (t.ended_at IS NULL OR t.ended_at > $1)
+		WHERE t.state IN ('running', 'waiting_for_approval', 'waiting_for_external_input', 'checkpointed')
+		  AND t.chain_digest IS NOT NULL
 		  AND t.last_seq > coalesce((SELECT max(a.seq) FROM audit_anchor a WHERE a.task_id = t.task_id), 0)
-		  AND NOT EXISTS (SELECT 1 FROM audit_anchor a WHERE a.task_id = t.task_id AND a.anchored_at > $1)
+		  AND coalesce((SELECT max(a.anchored_at) FROM audit_anchor a WHERE a.task_id = t.task_id), t.created_at) <= $1
 		ORDER BY t.updated_at LIMIT $2`, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("listing tasks due for an anchor: %w", err)
