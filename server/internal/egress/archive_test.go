@@ -125,3 +125,55 @@ func mustURL(t *testing.T, s string) *url.URL {
 	}
 	return u
 }
+
+// A proxy carrying a dry run forwards what a safe method asks over plain HTTP and refuses the
+// rest — a POST, a PUT, an upgrade, a tunnel — before the site sees a connection, reporting each
+// with dry_run.
+func TestProxyCarryingADryRunSendsNothingUnsafe(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	p, rec := startProxy(t, []string{s.URL}, nil)
+	p.RefuseUnsafe()
+	c := client(p)
+	for _, tt := range []struct {
+		method  string
+		upgrade bool
+		status  int
+	}{
+		{"GET", false, 200},
+		{"HEAD", false, 200},
+		{"POST", false, 403},
+		{"PUT", false, 403},
+		{"DELETE", false, 403},
+		{"GET", true, 403},
+	} {
+		req, _ := http.NewRequest(tt.method, s.URL+"/x", strings.NewReader("a=1"))
+		if tt.upgrade {
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", "websocket")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tt.status {
+			t.Errorf("%s (upgrade %v): %d, want %d", tt.method, tt.upgrade, resp.StatusCode, tt.status)
+		}
+	}
+	if line := connectThrough(t, p, "127.0.0.1:"+s.port); !strings.Contains(line, "403") {
+		t.Errorf("CONNECT answered %q", line)
+	}
+	if n := s.hits.Load(); n != 2 {
+		t.Errorf("the site served %d requests, want the GET and the HEAD", n)
+	}
+	refused := 0
+	for _, b := range rec.all() {
+		if b.Reason == ReasonDryRun {
+			refused++
+		}
+	}
+	if refused != 5 {
+		t.Errorf("%d dry_run refusals reported, want 5: %+v", refused, rec.all())
+	}
+}

@@ -43,6 +43,10 @@ const (
 	// and the archive holds no answer to the request (or it is a tunnel, whose content was never
 	// recorded). Nothing was sent to the network.
 	ReasonNotInArchive Reason = "not_in_archive"
+	// ReasonDryRun: the proxy carries a dry run ([Proxy.RefuseUnsafe]), which sends only
+	// requests with a safe method over plain HTTP: this one had another method, was an upgrade, or
+	// was a tunnel, whose requests the proxy cannot see.
+	ReasonDryRun Reason = "dry_run"
 )
 
 // Blocked describes one refused request or connection.
@@ -121,6 +125,7 @@ type Proxy struct {
 	transport *http.Transport
 	rec       atomic.Pointer[recorderBox]
 	archive   atomic.Pointer[archiveBox]
+	dryRun    atomic.Bool
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -294,6 +299,24 @@ func (p *Proxy) ServeFrom(a Archive) {
 	p.transport.CloseIdleConnections() // no kept-alive connection is reused either
 }
 
+// RefuseUnsafe makes the proxy carry a dry run from now on (a live dry-run replay, ADR 0035):
+// only plain-HTTP requests with a safe method (GET, HEAD, OPTIONS, TRACE) that are not upgrades
+// go on; any other request, and every CONNECT (its requests are unseen), is refused with
+// ReasonDryRun. It cannot be undone.
+func (p *Proxy) RefuseUnsafe() { p.dryRun.Store(true) }
+
+// unsafeInDryRun tells whether r must be refused because the proxy carries a dry run.
+func (p *Proxy) unsafeInDryRun(r *http.Request) bool {
+	if !p.dryRun.Load() {
+		return false
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return r.Header.Get("Upgrade") != ""
+	}
+	return true
+}
+
 // archived is the archive the proxy serves from, nil when it forwards to the network.
 func (p *Proxy) archived() Archive {
 	if b := p.archive.Load(); b != nil {
@@ -418,6 +441,17 @@ func (p *Proxy) Close() error {
 
 // ServeHTTP handles one proxied request: a CONNECT or an absolute-form HTTP request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.unsafeInDryRun(r) {
+		b := Blocked{URL: r.Host, ResourceType: "tunnel", Reason: ReasonDryRun}
+		if r.Method != http.MethodConnect {
+			b = Blocked{ResourceType: dest(r), Reason: ReasonDryRun}
+			if r.URL.IsAbs() {
+				b.URL = strip(r.URL)
+			}
+		}
+		p.refuse(w, b, http.StatusForbidden)
+		return
+	}
 	if r.Method == http.MethodConnect {
 		if p.archived() != nil { // a replay: tunnels were never recorded, and nothing is dialled
 			p.refuse(w, Blocked{URL: r.Host, ResourceType: "tunnel", Reason: ReasonNotInArchive}, http.StatusForbidden)
