@@ -1234,6 +1234,24 @@ func (e ReplayFinishedDataField) Valid() bool {
 	}
 }
 
+// Defines values for ReplayFinishedDataMode.
+const (
+	ReplayFinishedDataModeArchive    ReplayFinishedDataMode = "archive"
+	ReplayFinishedDataModeLiveDryRun ReplayFinishedDataMode = "live_dry_run"
+)
+
+// Valid indicates whether the value is a known member of the ReplayFinishedDataMode enum.
+func (e ReplayFinishedDataMode) Valid() bool {
+	switch e {
+	case ReplayFinishedDataModeArchive:
+		return true
+	case ReplayFinishedDataModeLiveDryRun:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReplayFinishedDataOutcome.
 const (
 	ReplayFinishedDataOutcomeDiverged  ReplayFinishedDataOutcome = "diverged"
@@ -1290,13 +1308,16 @@ func (e ReplayStepComparedDataField) Valid() bool {
 
 // Defines values for ReplayTaskRequestMode.
 const (
-	ReplayTaskRequestModeArchive ReplayTaskRequestMode = "archive"
+	ReplayTaskRequestModeArchive    ReplayTaskRequestMode = "archive"
+	ReplayTaskRequestModeLiveDryRun ReplayTaskRequestMode = "live_dry_run"
 )
 
 // Valid indicates whether the value is a known member of the ReplayTaskRequestMode enum.
 func (e ReplayTaskRequestMode) Valid() bool {
 	switch e {
 	case ReplayTaskRequestModeArchive:
+		return true
+	case ReplayTaskRequestModeLiveDryRun:
 		return true
 	default:
 		return false
@@ -1326,6 +1347,7 @@ func (e RequestBlockedDataLayer) Valid() bool {
 
 // Defines values for RequestBlockedDataReason.
 const (
+	RequestBlockedDataReasonDryRun               RequestBlockedDataReason = "dry_run"
 	RequestBlockedDataReasonNotInArchive         RequestBlockedDataReason = "not_in_archive"
 	RequestBlockedDataReasonOriginNotAllowed     RequestBlockedDataReason = "origin_not_allowed"
 	RequestBlockedDataReasonPrivateNetwork       RequestBlockedDataReason = "private_network"
@@ -1337,6 +1359,8 @@ const (
 // Valid indicates whether the value is a known member of the RequestBlockedDataReason enum.
 func (e RequestBlockedDataReason) Valid() bool {
 	switch e {
+	case RequestBlockedDataReasonDryRun:
+		return true
 	case RequestBlockedDataReasonNotInArchive:
 		return true
 	case RequestBlockedDataReasonOriginNotAllowed:
@@ -1420,6 +1444,24 @@ const (
 func (e ServiceInfoProtocol) Valid() bool {
 	switch e {
 	case ServiceInfoProtocolBap:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TaskReplayMode.
+const (
+	TaskReplayModeArchive    TaskReplayMode = "archive"
+	TaskReplayModeLiveDryRun TaskReplayMode = "live_dry_run"
+)
+
+// Valid indicates whether the value is a known member of the TaskReplayMode enum.
+func (e TaskReplayMode) Valid() bool {
+	switch e {
+	case TaskReplayModeArchive:
+		return true
+	case TaskReplayModeLiveDryRun:
 		return true
 	default:
 		return false
@@ -4951,6 +4993,9 @@ type RecordStepData struct {
 	// Examples: cmd_1hJ3kL5mN7pQ
 	CommandId string `json:"command_id"`
 
+	// Effect What the act did as the runtime classifies it (`any_action`, `form_submission`, `file_upload`): a live dry run stops before the first act that was not `any_action`.
+	Effect *ApprovalEffect `json:"effect,omitempty"`
+
 	// EpochChanged True when the step replaced the document (a new epoch).
 	EpochChanged *bool `json:"epoch_changed,omitempty"`
 
@@ -5112,7 +5157,7 @@ type RecordTruncatedEvent struct {
 
 // ReplayFinishedData `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the first divergence.
 //
-// Examples: {"outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
+// Examples: {"mode":"archive","outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
 type ReplayFinishedData struct {
 	// Expected The recorded value of `field`.
 	Expected *string `json:"expected,omitempty"`
@@ -5122,6 +5167,9 @@ type ReplayFinishedData struct {
 
 	// Got The replay's value of `field`.
 	Got *string `json:"got,omitempty"`
+
+	// Mode How the replay ran (replay_task's `mode`).
+	Mode *ReplayFinishedDataMode `json:"mode,omitempty"`
 
 	// Outcome `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
 	Outcome ReplayFinishedDataOutcome `json:"outcome"`
@@ -5136,10 +5184,16 @@ type ReplayFinishedData struct {
 
 	// Steps The steps compared.
 	Steps int `json:"steps"`
+
+	// StoppedBefore In a live dry run: the first recorded step that sent a side effect, which the dry run did not run (absent when the whole path was replayed).
+	StoppedBefore *int `json:"stopped_before,omitempty"`
 }
 
 // ReplayFinishedDataField What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
 type ReplayFinishedDataField string
+
+// ReplayFinishedDataMode How the replay ran (replay_task's `mode`).
+type ReplayFinishedDataMode string
 
 // ReplayFinishedDataOutcome `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
 type ReplayFinishedDataOutcome string
@@ -5161,7 +5215,7 @@ type ReplayFinishedEvent struct {
 
 	// Data What the `replay.finished` event records.
 	//
-	// Examples: {"outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
+	// Examples: {"mode":"archive","outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
 	Data ReplayFinishedData `json:"data"`
 
 	// EventId Event identifier.
@@ -5251,11 +5305,11 @@ type ReplayStepComparedEvent struct {
 //
 // Examples: {"mode":"archive"}
 type ReplayTaskRequest struct {
-	// Mode `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`).
+	// Mode `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not including) the first recorded step that sent a side effect (an act whose effect was not `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that the recorded path still works (targets, URLs, document changes; not the pages' content, which a live site changes) before running it for real.
 	Mode *ReplayTaskRequestMode `json:"mode,omitempty"`
 }
 
-// ReplayTaskRequestMode `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`).
+// ReplayTaskRequestMode `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not including) the first recorded step that sent a side effect (an act whose effect was not `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that the recorded path still works (targets, URLs, document changes; not the pages' content, which a live site changes) before running it for real.
 type ReplayTaskRequestMode string
 
 // ReplayTaskResponse Answer of replay_task.
@@ -5314,7 +5368,7 @@ type RequestBlockedData struct {
 	// Method The refused request's HTTP method, for `unapproved_side_effect`.
 	Method *string `json:"method,omitempty"`
 
-	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network.
+	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network. `dry_run`: the session carries a live dry-run replay, which sends only plain-HTTP requests with a safe method; this one had another method, was an upgrade, or was a tunnel.
 	Reason *RequestBlockedDataReason `json:"reason,omitempty"`
 
 	// ResourceType What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see.
@@ -5335,7 +5389,7 @@ type RequestBlockedData struct {
 // RequestBlockedDataLayer Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
 type RequestBlockedDataLayer string
 
-// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network.
+// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network. `dry_run`: the session carries a live dry-run replay, which sends only plain-HTTP requests with a safe method; this one had another method, was an upgrade, or was a tunnel.
 type RequestBlockedDataReason string
 
 // RequestBlockedEvent An Event of type `request.blocked`.
@@ -5687,6 +5741,9 @@ type Task struct {
 	// Examples: {"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}
 	Postcondition *Postcondition `json:"postcondition,omitempty"`
 
+	// ReplayMode How a replay runs (`replay_task`'s `mode`); absent for any other task.
+	ReplayMode *TaskReplayMode `json:"replay_mode,omitempty"`
+
 	// ReplayOf The task this one replays against its archive (`replay_task`); absent for any other task.
 	//
 	// Examples: tsk_7Hq2ZkP9xW3m
@@ -5709,6 +5766,9 @@ type Task struct {
 	// Verification Set when the task closed.
 	Verification *Verification `json:"verification,omitempty"`
 }
+
+// TaskReplayMode How a replay runs (`replay_task`'s `mode`); absent for any other task.
+type TaskReplayMode string
 
 // TaskBudget Limits of an autonomous task. Exceeding one ends the task `failed` with a `budget.exhausted` event. Defaults: 50 steps, 1,000,000 tokens, 30 minutes of wall time (counted from create_task), no cost cap.
 //

@@ -2822,6 +2822,9 @@ class RecordStepData(TypedDict):
     action: NotRequired["ActAction"]
     #: Command identifier.
     command_id: str
+    #: What the act did as the runtime classifies it (`any_action`, `form_submission`,
+    #: `file_upload`): a live dry run stops before the first act that was not `any_action`.
+    effect: NotRequired["ApprovalEffect"]
     #: True when the step replaced the document (a new epoch).
     epoch_changed: NotRequired[bool]
     #: The document epoch after the step.
@@ -2949,6 +2952,8 @@ class ReplayFinishedData(TypedDict):
 ]]
     #: The replay's value of `field`.
     got: NotRequired[str]
+    #: How the replay ran (replay_task's `mode`).
+    mode: NotRequired[Literal["archive", "live_dry_run"]]
     #: `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got`
     #: name the first difference.
     outcome: Literal["identical", "diverged"]
@@ -2958,6 +2963,9 @@ class ReplayFinishedData(TypedDict):
     step: NotRequired[int]
     #: The steps compared.
     steps: int
+    #: In a live dry run: the first recorded step that sent a side effect, which the dry run did not
+    #: run (absent when the whole path was replayed).
+    stopped_before: NotRequired[int]
 
 
 class ReplayFinishedEvent(TypedDict):
@@ -3041,8 +3049,13 @@ class ReplayTaskRequest(TypedDict):
 
     #: `archive`: every request of the replay is answered from the task's own WARC archive and
     #: nothing reaches the network; a request the archive lacks is refused (`request.blocked`,
-    #: `not_in_archive`).
-    mode: NotRequired[Literal["archive"]]
+    #: `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not
+    #: including) the first recorded step that sent a side effect (an act whose effect was not
+    #: `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything
+    #: else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that the
+    #: recorded path still works (targets, URLs, document changes; not the pages' content, which a
+    #: live site changes) before running it for real.
+    mode: NotRequired[Literal["archive", "live_dry_run"]]
 
 
 class ReplayTaskResponse(TypedDict):
@@ -3101,7 +3114,9 @@ class RequestBlockedData(TypedDict):
     #: `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect
     #: (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against
     #: its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never
-    #: recorded); nothing was sent to the network.
+    #: recorded); nothing was sent to the network. `dry_run`: the session carries a live dry-run
+    #: replay, which sends only plain-HTTP requests with a safe method; this one had another method,
+    #: was an upgrade, or was a tunnel.
     reason: NotRequired[Literal[
     "origin_not_allowed",
     "private_network",
@@ -3109,6 +3124,7 @@ class RequestBlockedData(TypedDict):
     "unapproved_side_effect",
     "redirect_not_allowed",
     "not_in_archive",
+    "dry_run",
 ]]
     #: What was requested: the browser's resource type at the interception layer (document, script,
     #: image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a
@@ -3378,6 +3394,8 @@ class Task(TypedDict):
     policy: NotRequired["Policy"]
     #: The condition close_task checks before the task may succeed.
     postcondition: NotRequired["Postcondition"]
+    #: How a replay runs (`replay_task`'s `mode`); absent for any other task.
+    replay_mode: NotRequired[Literal["archive", "live_dry_run"]]
     #: The task this one replays against its archive (`replay_task`); absent for any other task.
     replay_of: NotRequired[str]
     #: Set when close_task ended the task: its verifiable result.

@@ -5299,6 +5299,10 @@ pub struct RecordStepData {
     pub action: Option<ActAction>,
     /// Command identifier.
     pub command_id: String,
+    /// What the act did as the runtime classifies it (`any_action`, `form_submission`,
+    /// `file_upload`): a live dry run stops before the first act that was not `any_action`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<ApprovalEffect>,
     /// True when the step replaced the document (a new epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch_changed: Option<bool>,
@@ -5437,6 +5441,9 @@ pub struct ReplayFinishedData {
     /// The replay's value of `field`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub got: Option<String>,
+    /// How the replay ran (replay_task's `mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     /// `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got`
     /// name the first difference.
     pub outcome: String,
@@ -5447,6 +5454,10 @@ pub struct ReplayFinishedData {
     pub step: Option<i64>,
     /// The steps compared.
     pub steps: i64,
+    /// In a live dry run: the first recorded step that sent a side effect, which the dry run did
+    /// not run (absent when the whole path was replayed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_before: Option<i64>,
 }
 
 /// An Event of type `replay.finished`.
@@ -5530,7 +5541,12 @@ pub struct ReplayStepComparedEvent {
 pub struct ReplayTaskRequest {
     /// `archive`: every request of the replay is answered from the task's own WARC archive and
     /// nothing reaches the network; a request the archive lacks is refused (`request.blocked`,
-    /// `not_in_archive`).
+    /// `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not
+    /// including) the first recorded step that sent a side effect (an act whose effect was not
+    /// `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything
+    /// else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that
+    /// the recorded path still works (targets, URLs, document changes; not the pages' content,
+    /// which a live site changes) before running it for real.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }
@@ -5614,7 +5630,9 @@ pub struct RequestBlockedData {
     /// `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect
     /// (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task
     /// against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel,
-    /// never recorded); nothing was sent to the network.
+    /// never recorded); nothing was sent to the network. `dry_run`: the session carries a live
+    /// dry-run replay, which sends only plain-HTTP requests with a safe method; this one had
+    /// another method, was an upgrade, or was a tunnel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What was requested: the browser's resource type at the interception layer (document, script,
@@ -6021,6 +6039,9 @@ pub struct Task {
     /// The condition close_task checks before the task may succeed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postcondition: Option<Postcondition>,
+    /// How a replay runs (`replay_task`'s `mode`); absent for any other task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_mode: Option<String>,
     /// The task this one replays against its archive (`replay_task`); absent for any other task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay_of: Option<String>,
@@ -6053,6 +6074,7 @@ impl Task {
             outcomes: None,
             policy: None,
             postcondition: None,
+            replay_mode: None,
             replay_of: None,
             result: None,
             state,

@@ -4811,6 +4811,8 @@ export interface components {
              * @example cmd_1hJ3kL5mN7pQ
              */
             command_id: string;
+            /** @description What the act did as the runtime classifies it (`any_action`, `form_submission`, `file_upload`): a live dry run stops before the first act that was not `any_action`. */
+            effect?: components["schemas"]["ApprovalEffect"];
             /** @description True when the step replaced the document (a new epoch). */
             epoch_changed?: boolean;
             /** @description The document epoch after the step. */
@@ -4958,6 +4960,7 @@ export interface components {
          * ReplayFinishedData
          * @description `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the first divergence.
          * @example {
+         *       "mode": "archive",
          *       "outcome": "identical",
          *       "replay_of": "tsk_2bC4dE6fG8hJ",
          *       "steps": 5
@@ -4974,6 +4977,11 @@ export interface components {
             /** @description The replay's value of `field`. */
             got?: string;
             /**
+             * @description How the replay ran (replay_task's `mode`).
+             * @enum {string}
+             */
+            mode?: "archive" | "live_dry_run";
+            /**
              * @description `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
              * @enum {string}
              */
@@ -4987,6 +4995,8 @@ export interface components {
             step?: number;
             /** @description The steps compared. */
             steps: number;
+            /** @description In a live dry run: the first recorded step that sent a side effect, which the dry run did not run (absent when the whole path was replayed). */
+            stopped_before?: number;
         };
         /**
          * ReplayFinishedEvent
@@ -4999,6 +5009,7 @@ export interface components {
          *         "reason": "replay"
          *       },
          *       "data": {
+         *         "mode": "archive",
          *         "outcome": "identical",
          *         "replay_of": "tsk_2bC4dE6fG8hJ",
          *         "steps": 5
@@ -5087,11 +5098,11 @@ export interface components {
          */
         ReplayTaskRequest: {
             /**
-             * @description `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`).
+             * @description `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not including) the first recorded step that sent a side effect (an act whose effect was not `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that the recorded path still works (targets, URLs, document changes; not the pages' content, which a live site changes) before running it for real.
              * @default archive
              * @enum {string}
              */
-            mode?: "archive";
+            mode?: "archive" | "live_dry_run";
         };
         /**
          * ReplayTaskResponse
@@ -5198,10 +5209,10 @@ export interface components {
             /** @description The refused request's HTTP method, for `unapproved_side_effect`. */
             method?: string;
             /**
-             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network.
+             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network. `dry_run`: the session carries a live dry-run replay, which sends only plain-HTTP requests with a safe method; this one had another method, was an upgrade, or was a tunnel.
              * @enum {string}
              */
-            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect" | "redirect_not_allowed" | "not_in_archive";
+            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect" | "redirect_not_allowed" | "not_in_archive" | "dry_run";
             /** @description What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see. */
             resource_type?: string;
             /**
@@ -5711,6 +5722,11 @@ export interface components {
             policy?: components["schemas"]["Policy"];
             /** @description The condition close_task checks before the task may succeed. */
             postcondition?: components["schemas"]["Postcondition"];
+            /**
+             * @description How a replay runs (`replay_task`'s `mode`); absent for any other task.
+             * @enum {string}
+             */
+            replay_mode?: "archive" | "live_dry_run";
             /**
              * @description The task this one replays against its archive (`replay_task`); absent for any other task.
              * @example tsk_7Hq2ZkP9xW3m

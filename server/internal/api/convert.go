@@ -32,6 +32,7 @@ func toTask(t *app.Task) (apigen.Task, error) {
 	out.Mode = ptr(apigen.TaskMode(mode))
 	if t.ReplayOf != "" {
 		out.ReplayOf = ptr(t.ReplayOf)
+		out.ReplayMode = ptr(apigen.TaskReplayMode(t.ReplayMode))
 	}
 	if mode == app.ModeAutonomous {
 		out.ModelPolicy, out.Budget = toModelPolicy(t.ModelPolicy), toBudget(t.Budget)

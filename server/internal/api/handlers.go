@@ -107,7 +107,11 @@ func (s *server) ReplayTask(w http.ResponseWriter, r *http.Request, taskID apige
 		writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request body does not match the specification"})
 		return
 	}
-	resp, err := s.svc.ReplayTask(r.Context(), req.call, taskID, replayTaskResponder)
+	mode := app.ReplayArchive
+	if body.Mode != nil {
+		mode = string(*body.Mode)
+	}
+	resp, err := s.svc.ReplayTask(r.Context(), req.call, taskID, mode, replayTaskResponder)
 	s.reply(w, r, resp, err)
 }
 

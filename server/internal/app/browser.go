@@ -56,6 +56,9 @@ type BrowserSession interface {
 	// ServeFrom makes the session answer every request from a, its task's replayed archive
 	// (replay.go), and never reach the network again; an engine that cannot answers an error.
 	ServeFrom(a page.Archive) error
+	// RefuseUnsafe makes the session send only plain-HTTP requests with a safe method from now
+	// on (a live dry-run replay, replay.go); an engine that cannot answers an error.
+	RefuseUnsafe() error
 	// Watch calls onFrame with the session's live view (JPEG frames of the viewport the agent
 	// works in, at most one per page.LiveFrameInterval, shared by every watcher, nothing captured
 	// while nobody watches) until ctx ends, onFrame fails, or the session closes or is lost
@@ -652,7 +655,16 @@ func (s *Service) readyOpened(ctx context.Context, sess BrowserSession, p *openP
 			return err
 		}
 	}
-	if p.task.ReplayOf != "" {
+	switch {
+	case p.task.ReplayOf == "":
+	case p.task.ReplayMode == ReplayLiveDryRun:
+		if err := sess.RefuseUnsafe(); err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = sess.Close(cctx)
+			return err
+		}
+	default: // an archive replay, whatever else the row says: fail closed
 		return s.serveReplay(ctx, sess, p.task)
 	}
 	return nil
@@ -772,6 +784,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 				return actOut{}, s.explainHandle(ctx, call.Actor.Tenant, sessionID, err, req.NodeID, actWithin(req))
 			}
 			if tr != nil {
+				tr.effect = res.Effect
 				s.traceAfter(ctx, sess, res.ContextID, tr)
 			}
 			return actOut{res: res, trace: tr}, nil

@@ -20,16 +20,31 @@ import (
 // No model is called. Approval rules are not carried over: nothing a replay sends leaves the
 // node, so there is nothing to approve.
 
+// Replay modes (replay_task's mode).
+const (
+	// ReplayArchive answers every request of the replay from the task's archive: nothing
+	// reaches the network.
+	ReplayArchive = "archive"
+	// ReplayLiveDryRun runs the recorded path against the real sites, sending only plain-HTTP
+	// requests with a safe method, and stops before the first recorded step that sent a side
+	// effect (an act whose effect was not any_action).
+	ReplayLiveDryRun = "live_dry_run"
+)
+
 // replayNotPossible is the refusal of a replay, saying why.
 func replayNotPossible(format string, args ...any) *Error {
 	return Errorf(CodeReplayNotPossible, format, args...)
 }
 
 // ReplayTask creates a replay of a finished recording task of the caller's tenant: a new
-// delegated task (replay_of) whose plan repeats the task's recorded steps against its archive.
-func (s *Service) ReplayTask(ctx context.Context, call Call, taskID string, r Responder[*TaskResult]) (Response, error) {
+// delegated task (replay_of) whose plan repeats the task's recorded steps, against its archive
+// (ReplayArchive) or, up to its first side effect, against the real sites (ReplayLiveDryRun).
+func (s *Service) ReplayTask(ctx context.Context, call Call, taskID, mode string, r Responder[*TaskResult]) (Response, error) {
 	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
 		return resp, err
+	}
+	if mode != ReplayArchive && mode != ReplayLiveDryRun {
+		return Response{}, Errorf(CodeInvalidRequest, "mode must be %s or %s", ReplayArchive, ReplayLiveDryRun)
 	}
 	orig, err := s.store.GetTask(ctx, call.Actor.Tenant, taskID) // another tenant's task is not found
 	if err != nil {
@@ -45,12 +60,20 @@ func (s *Service) ReplayTask(ctx context.Context, call Call, taskID string, r Re
 	if len(steps) == 0 {
 		return Response{}, replayNotPossible("the task recorded no steps to replay (only a task with policy.record leaves them)")
 	}
+	if mode == ReplayLiveDryRun {
+		steps = beforeSideEffect(steps)
+		if len(steps) == 0 {
+			return Response{}, replayNotPossible("the task's first step sent a side effect: a dry run has nothing to check before it")
+		}
+	}
 	plan, err := replayPlan(steps)
 	if err != nil {
 		return Response{}, err
 	}
-	if _, err := s.replayArchive(ctx, orig); err != nil {
-		return Response{}, err
+	if mode == ReplayArchive {
+		if _, err := s.replayArchive(ctx, orig); err != nil {
+			return Response{}, err
+		}
 	}
 	return s.CreateTask(ctx, call, CreateTaskInput{
 		Goal:          "Replay of " + orig.ID,
@@ -58,7 +81,20 @@ func (s *Service) ReplayTask(ctx context.Context, call Call, taskID string, r Re
 		Postcondition: orig.Postcondition,
 		Plan:          plan,
 		ReplayOf:      orig.ID,
+		ReplayMode:    mode,
 	}, r)
+}
+
+// beforeSideEffect is steps up to (not including) the first act that sent a side effect: one
+// whose recorded effect is not any_action (a form submission, an upload, or not recorded: fail
+// closed).
+func beforeSideEffect(steps []recordedStep) []recordedStep {
+	for i, st := range steps {
+		if st.Operation == "act" && st.Effect != page.EffectAnyAction {
+			return steps[:i]
+		}
+	}
+	return steps
 }
 
 // recordedStep is a record.step event's data.
@@ -67,6 +103,7 @@ type recordedStep struct {
 	Operation         string      `json:"operation"`
 	URL               string      `json:"url"`
 	Action            string      `json:"action"`
+	Effect            string      `json:"effect"`
 	Target            *StepTarget `json:"target"`
 	Fill              string      `json:"fill"`
 	SecretRef         string      `json:"secret_ref"`
@@ -254,6 +291,11 @@ func (s *Service) CompareReplayStep(ctx context.Context, claim *LeaseClaim, acto
 		d = &stepDiff{field: "step_count", expected: strconv.Itoa(len(want)), got: strconv.Itoa(i + 1)}
 	case mine == nil:
 		d = &stepDiff{field: "refused", expected: want[i].Operation, got: "no step recorded"}
+	case t.ReplayMode == ReplayLiveDryRun:
+		// A live site's content changes: a dry run checks the path, not the page's content.
+		w, g := want[i], *mine
+		w.ObservationDigest, g.ObservationDigest = "", ""
+		d = compareSteps(w, g)
 	default:
 		d = compareSteps(want[i], *mine)
 	}
@@ -319,7 +361,8 @@ func (s *Service) ReplayStepFailed(ctx context.Context, claim *LeaseClaim, actor
 // replayVerdict records step i's comparison (d nil: identical) and, when the replay ends here,
 // its verdict.
 func (s *Service) replayVerdict(ctx context.Context, claim *LeaseClaim, actor string, t *Task, i, n int, d *stepDiff) (ReplayStepResult, error) {
-	res := ReplayStepResult{Diverged: d != nil, Finished: d != nil || i+1 >= n}
+	planned := len(t.Plan) // a dry run's plan stops before the first side effect
+	res := ReplayStepResult{Diverged: d != nil, Finished: d != nil || i+1 >= planned}
 	err := s.InLease(ctx, claim, actor, func(l *LeaseTx) error {
 		cmp := map[string]any{"step": i, "identical": d == nil}
 		if d != nil {
@@ -331,7 +374,14 @@ func (s *Service) replayVerdict(ctx context.Context, claim *LeaseClaim, actor st
 		if !res.Finished {
 			return nil
 		}
-		fin := map[string]any{"replay_of": t.ReplayOf, "outcome": "identical", "steps": i + 1}
+		mode := t.ReplayMode
+		if mode == "" {
+			mode = ReplayArchive
+		}
+		fin := map[string]any{"replay_of": t.ReplayOf, "mode": mode, "outcome": "identical", "steps": i + 1}
+		if d == nil && planned < n {
+			fin["stopped_before"] = planned
+		}
 		if d != nil {
 			fin["outcome"], fin["step"], fin["field"], fin["expected"], fin["got"] = "diverged", i, d.field, clip(d.expected), clip(d.got)
 		}

@@ -77,6 +77,28 @@ func TestReplayPlanRepeatsOnlyWhatItCan(t *testing.T) {
 	}
 }
 
+// A live dry run stops before the first act that sent a side effect, or whose effect was not
+// recorded (fail closed).
+func TestADryRunStopsBeforeTheFirstSideEffect(t *testing.T) {
+	nav := recordedStep{Operation: "navigate"}
+	fill := recordedStep{Operation: "act", Action: "fill", Effect: page.EffectAnyAction}
+	submit := recordedStep{Operation: "act", Action: "click", Effect: page.EffectFormSubmission}
+	unknown := recordedStep{Operation: "act", Action: "click"}
+	for name, tt := range map[string]struct {
+		in   []recordedStep
+		want int
+	}{
+		"up to the submit":      {[]recordedStep{nav, fill, submit, nav}, 2},
+		"no side effect at all": {[]recordedStep{nav, fill, nav}, 3},
+		"an unrecorded effect":  {[]recordedStep{nav, unknown, fill}, 1},
+		"a side effect first":   {[]recordedStep{submit, nav}, 0},
+	} {
+		if got := len(beforeSideEffect(tt.in)); got != tt.want {
+			t.Errorf("%s: %d steps, want %d", name, got, tt.want)
+		}
+	}
+}
+
 // A snapshot's digest does not depend on its node handles (another session hands out others), and
 // is keyed: another server key digests the same page otherwise.
 func TestObservationDigestIgnoresHandlesAndIsKeyed(t *testing.T) {

@@ -42,7 +42,7 @@ func TestReplayComesBeforeThePresent(t *testing.T) {
 			return b.svc.HandBackTask(ctx, c, "tsk_replay0001", &recorder[*app.HandoffResult]{})
 		}, map[string]any{}},
 		{"replay_task", func(c app.Call) (app.Response, error) { // reads the task and its archive first
-			return b.svc.ReplayTask(ctx, c, "tsk_replay0001", &recorder[*app.TaskResult]{})
+			return b.svc.ReplayTask(ctx, c, "tsk_replay0001", app.ReplayArchive, &recorder[*app.TaskResult]{})
 		}, map[string]any{}},
 	}
 	record := func(t *testing.T, c app.Call, completed bool) {

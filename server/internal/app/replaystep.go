@@ -31,6 +31,7 @@ type StepTarget struct {
 // stepTrace is what a recording task's step observed, for its record.step event.
 type stepTrace struct {
 	target        *StepTarget
+	effect        string // what ClassifyAction gave the act
 	beforeEpoch   string
 	url, epochID  string
 	digest        string
@@ -130,6 +131,9 @@ func stepData(sessionID, commandID, op string, nav *page.NavigateRequest, act *p
 	}
 	if act != nil {
 		data["action"] = act.Action
+		if tr.effect != "" {
+			data["effect"] = tr.effect
+		}
 		if tr.target != nil {
 			data["target"] = map[string]any{"role": tr.target.Role, "name": tr.target.Name, "frame": tr.target.Frame}
 		}

@@ -11,9 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/daemon"
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // Verified replay (issue #20 item 4, ADR 0035), tried as an auditor would: a checkout recorded
@@ -58,9 +60,13 @@ func TestReplayOfACheckoutAgainstItsArchive(t *testing.T) {
 		t.Fatalf("close: %s", closed.raw)
 	}
 
-	replay := func(key string) (string, map[string]any) {
+	replay := func(key string, mode ...string) (string, map[string]any) {
 		t.Helper()
-		r := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/replay", key, map[string]any{"mode": "archive"})
+		m := "archive"
+		if len(mode) > 0 {
+			m = mode[0]
+		}
+		r := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/replay", key, map[string]any{"mode": m})
 		id := r.str("task", "task_id")
 		if r.str("task", "replay_of") != taskID || r.body["task"].(map[string]any)["delegated"] != true {
 			t.Fatalf("replay_task: %s", r.raw)
@@ -93,6 +99,21 @@ func TestReplayOfACheckoutAgainstItsArchive(t *testing.T) {
 	if again := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/replay", "rp-replay-1", map[string]any{"mode": "archive"}); again.str("task", "task_id") != first {
 		t.Errorf("the key replayed another task: %s", again.raw)
 	}
+
+	// A live dry run walks the recorded path on the real shop up to the submit, which it does not
+	// run: the shop serves its pages again (its order count on the checkout page has changed
+	// since, which a dry run does not compare) and takes no order.
+	dry, verdict := replay("rp-dry", "live_dry_run")
+	if verdict["outcome"] != "identical" || verdict["mode"] != "live_dry_run" || verdict["steps"] != float64(4) || verdict["stopped_before"] != float64(4) {
+		t.Fatalf("the dry run: %v; history %v", verdict, s.history(t, dry))
+	}
+	if got := s.must(t, 200, "GET", "/bap/v1/tasks/"+dry, "", nil); got.str("task", "replay_mode") != "live_dry_run" {
+		t.Errorf("get_task of the dry run: %s", got.raw)
+	}
+	if sh.hits.Load() == hits || sh.orders.Load() != orders {
+		t.Fatalf("the dry run: %d requests, %d orders; want the pages and no order", sh.hits.Load()-hits, sh.orders.Load()-orders)
+	}
+	hits = sh.hits.Load()
 
 	// The auditor edits the archived confirmation page.
 	editArchivedBody(t, filepath.Join(dir, "local", taskID), "/thanks?order=1", "Thank you for your order 1", "Thank you for your order 7")
@@ -189,4 +210,58 @@ func editArchivedBody(t *testing.T, dir, target, old, repl string) {
 func digest(b []byte) string {
 	s := sha256.Sum256(b)
 	return fmt.Sprintf("sha256:%s", hex.EncodeToString(s[:]))
+}
+
+// Whoever drives a session of a live dry-run replay — its worker, or an agent that opens one on
+// the replay task itself — cannot send a side effect: the session's proxy refuses the order's
+// POST (request.blocked, dry_run), and the shop takes no order. An archive replay's session, so
+// driven, never reaches the shop at all.
+func TestSessionsOfAReplayTaskCannotSendASideEffect(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t, func(c *app.Config) { c.Recording = daemon.NewRecordings(t.TempDir(), 0, 0, nil) }) // no workers: the agent drives
+	rec := s.must(t, 201, "POST", "/bap/v1/tasks", "sd-task", map[string]any{
+		"goal": "look", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}, "record": true}}).str("task", "task_id")
+	sess := s.must(t, 201, "POST", "/bap/v1/tasks/"+rec+"/browser-sessions", "sd-session", map[string]any{}).str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sess+"/navigate", "sd-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+	s.must(t, 200, "POST", "/bap/v1/tasks/"+rec+"/cancel", "sd-cancel", map[string]any{})
+
+	for _, mode := range []string{"live_dry_run", "archive"} {
+		t.Run(mode, func(t *testing.T) {
+			replayID := s.must(t, 201, "POST", "/bap/v1/tasks/"+rec+"/replay", "sd-replay-"+mode, map[string]any{"mode": mode}).str("task", "task_id")
+			rs := s.must(t, 201, "POST", "/bap/v1/tasks/"+replayID+"/browser-sessions", "sd-rs-"+mode, map[string]any{}).str("session", "session_id")
+			hits := sh.hits.Load()
+			s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+rs+"/navigate", "sd-rnav-"+mode, map[string]any{"url": sh.srv.URL + "/checkout"})
+			fillCheckout(t, s, rs, "sd-"+mode)
+			s.call(t, "POST", "/bap/v1/browser-sessions/"+rs+"/act", "sd-order-"+mode, placeOrder) // refused below the browser
+			if n := sh.orders.Load(); n != 0 {
+				t.Fatalf("the shop took %d orders", n)
+			}
+			want := "dry_run"
+			if mode == "archive" {
+				want = "not_in_archive"
+				if h := sh.hits.Load() - hits; h != 0 {
+					t.Errorf("an archive replay's session reached the shop %d times", h)
+				}
+			}
+			var blocked []map[string]any
+			waitForEvents(t, s, replayID, func(evs []map[string]any) bool {
+				blocked = nil
+				for _, e := range ofType(evs, "request.blocked") {
+					if d := data(e); d["reason"] == want && strings.HasSuffix(fmt.Sprint(d["url"]), "/order") {
+						blocked = append(blocked, d)
+					}
+				}
+				return len(blocked) > 0
+			})
+		})
+	}
+}
+
+// waitForEvents waits until a task's history satisfies ok.
+func waitForEvents(t *testing.T, s *stack, taskID string, ok func([]map[string]any) bool) {
+	t.Helper()
+	if !waitfor.Holds(t, 20*time.Second, func() bool { return ok(s.history(t, taskID)) }) {
+		t.Fatalf("the history of %s never showed it: %v", taskID, s.history(t, taskID))
+	}
 }

@@ -346,6 +346,16 @@ func (s *Session) ServeFrom(a page.Archive) error {
 	return s.proxy.Replay(a)
 }
 
+// RefuseUnsafe makes the session's egress proxy send only plain-HTTP requests with a safe
+// method from now on (a live dry-run replay, ADR 0035). A session without a proxy cannot.
+func (s *Session) RefuseUnsafe() error {
+	if s.proxy == nil {
+		return fmt.Errorf("%w: the session has no egress proxy to carry a dry run", page.ErrInvalidRequest)
+	}
+	s.proxy.RefuseUnsafe()
+	return nil
+}
+
 // Close removes the session's user context, which closes its tabs and drops its cookies and
 // storage, and stops its egress proxy. It is safe to call more than once.
 func (s *Session) Close(ctx context.Context) error {
