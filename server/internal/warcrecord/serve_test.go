@@ -44,12 +44,13 @@ func (s *shop) handler() http.Handler {
 // connection and request counters do not move during the replay.
 func TestAnArchiveAnswersItsReplayWithoutTheNetwork(t *testing.T) {
 	s := &shop{}
-	p := newProxied(t, Config{}, s.handler())
-	p.site.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			s.conns.Add(1)
+	p := newProxied(t, Config{}, s.handler(), func(site *httptest.Server) {
+		site.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.conns.Add(1)
+			}
 		}
-	}
+	})
 	p.rec.Protect("card_number", "4111 1111 1111 1111")
 	page := p.do(t, "GET", "/checkout?step=1", "", "")
 	placed := p.do(t, "POST", "/order", "application/x-www-form-urlencoded", "card=4111+1111+1111+1111&qty=1")
