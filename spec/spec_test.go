@@ -47,6 +47,9 @@ var contractOps = []contractOp{
 	{"verify_artifact", "post", "/bap/v1/artifacts/{artifact_id}/verify", false, "artifacts.read", []string{"200"}},
 	// Added with secrets by reference (issue #17): an agent lists the secrets usable on its task.
 	{"list_task_secrets", "get", "/bap/v1/tasks/{task_id}/secrets", false, "secrets.read", []string{"200"}},
+	// Proof (issue #20): the history chain's check and the evidence bundle.
+	{"get_task_audit", "get", "/bap/v1/tasks/{task_id}/audit", false, "tasks.read", []string{"200"}},
+	{"get_task_bundle", "get", "/bap/v1/tasks/{task_id}/bundle", false, "tasks.read", []string{"200"}},
 }
 
 // extraOps are documented routes that are not contract operations (no MCP tool).
@@ -70,6 +73,8 @@ var extraOps = map[string]struct {
 	// Human handoff (issue #18 item 5, ADR 0023): a person's, never an agent's; not MCP tools.
 	"take_over_task": {"post", "/bap/v1/tasks/{task_id}/take_over", "approvals.resolve", false, true},
 	"hand_back_task": {"post", "/bap/v1/tasks/{task_id}/hand_back", "approvals.resolve", false, true},
+	// The public keys of the audit anchors (issue #20, ADR 0033): anonymous, like the JWKS.
+	"get_audit_keys": {"get", "/bap/v1/audit/keys", "", false, false},
 }
 
 var contractScopes = []string{
@@ -263,7 +268,7 @@ func TestOperationsMatchContract(t *testing.T) {
 		if !slices.Equal(got2xx, c.success) {
 			t.Errorf("%s: 2xx responses %v, want %v", c.id, got2xx, c.success)
 		}
-		if c.id != "get_artifact" {
+		if c.id != "get_artifact" && c.id != "get_task_bundle" { // bytes, not JSON
 			primary := c.success[len(c.success)-1]
 			if c.id == "act" {
 				primary = "200"
