@@ -36,7 +36,10 @@ var EventTypes = []EventType{
 	"receipt.issued",
 	"reconciliation.opened",
 	"reconciliation.resolved",
+	"record.step",
 	"record.truncated",
+	"replay.finished",
+	"replay.step_compared",
 	"request.blocked",
 	"safety.judged",
 	"task.created",
@@ -98,8 +101,14 @@ var EventDataTypes = map[EventType]func() any{
 	"reconciliation.opened": func() any { return new(ReconciliationOpenedData) },
 	// `data` of a `reconciliation.resolved` event: an operator settled a reconciliation.
 	"reconciliation.resolved": func() any { return new(ReconciliationResolvedData) },
+	// `data` of a `record.step` event: a recording task ran a navigate or an act; what a replay repeats and compares (the target by role, name and frame; never a fill value).
+	"record.step": func() any { return new(RecordStepData) },
 	// `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something a session exchanged (a cap was hit, a body could not be decoded, or the archive could not be written); once per reason and session.
 	"record.truncated": func() any { return new(RecordTruncatedData) },
+	// `data` of a `replay.finished` event: a replay's verdict, `identical` or the first divergence (step, field, expected, got).
+	"replay.finished": func() any { return new(ReplayFinishedData) },
+	// `data` of a `replay.step_compared` event: a replay's step compared with the recorded one (target, URL, epoch change, observation digest).
+	"replay.step_compared": func() any { return new(ReplayStepComparedData) },
 	// `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect or a popup) was refused by the task's origin policy; nothing was loaded.
 	"request.blocked": func() any { return new(RequestBlockedData) },
 	// `data` of a `safety.judged` event: the safety model judged a step the planner proposed for an autonomous task, and classified the page it would run on, before the step ran. A verdict can only make the task stricter: `block` never runs the step, `hold` asks a person, `allow` leaves the task's policy and approval rules to decide. Never holds page text or a protected value.

@@ -75,6 +75,8 @@ var extraOps = map[string]struct {
 	"hand_back_task": {"post", "/bap/v1/tasks/{task_id}/hand_back", "approvals.resolve", false, true},
 	// The public keys of the audit anchors (issue #20, ADR 0033): anonymous, like the JWKS.
 	"get_audit_keys": {"get", "/bap/v1/audit/keys", "", false, false},
+	// Verified replay (issue #20 item 4, ADR 0035): mutating and spawning a task, not an MCP tool.
+	"replay_task": {"post", "/bap/v1/tasks/{task_id}/replay", "tasks.write", false, true},
 }
 
 var contractScopes = []string{

@@ -61,7 +61,7 @@ func TestContractOperations(t *testing.T) {
 			nonContract = append(nonContract, o.ID)
 		}
 	}
-	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,get_audit_keys,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,hand_back_task,take_over_task,get_healthz,get_readyz" {
+	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,get_audit_keys,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,hand_back_task,replay_task,take_over_task,get_healthz,get_readyz" {
 		t.Errorf("non-contract operations %s", got)
 	}
 }
@@ -193,7 +193,7 @@ func TestInterruptedAnswers(t *testing.T) {
 	}
 	sort.Strings(got)
 	want := "act:true,cancel_task:true,capture_evidence:true,checkpoint_browser_session:true,close_browser_session:true," +
-		"create_browser_session:false,create_task:false,hand_back_task:true,navigate:true,request_approval:false," +
+		"create_browser_session:false,create_task:false,hand_back_task:true,navigate:true,replay_task:false,request_approval:false," +
 		"resolve_approval:true,resume_task:true"
 	if strings.Join(got, ",") != want {
 		t.Errorf("interrupted answers\n got %s\nwant %s", strings.Join(got, ","), want)

@@ -171,8 +171,16 @@ __all__ = [
     "ReconciliationOutcome",
     "ReconciliationResolvedData",
     "ReconciliationResolvedEvent",
+    "RecordStepData",
+    "RecordStepEvent",
     "RecordTruncatedData",
     "RecordTruncatedEvent",
+    "ReplayFinishedData",
+    "ReplayFinishedEvent",
+    "ReplayStepComparedData",
+    "ReplayStepComparedEvent",
+    "ReplayTaskRequest",
+    "ReplayTaskResponse",
     "RequestApprovalRequest",
     "RequestApprovalResponse",
     "RequestBlockedData",
@@ -1130,6 +1138,7 @@ CommandOperation = Literal[
     "cancel_task",
     "resume_task",
     "close_task",
+    "replay_task",
     "create_browser_session",
     "checkpoint_browser_session",
     "close_browser_session",
@@ -1479,6 +1488,9 @@ EventType = Literal[
     "plan.step_finished",
     "request.blocked",
     "record.truncated",
+    "record.step",
+    "replay.step_compared",
+    "replay.finished",
     "browsing_context.opened",
     "browsing_context.closed",
     "dialog.handled",
@@ -2520,6 +2532,7 @@ ProblemCode = Literal[
     "observation_stale",
     "task_handed_off",
     "engine_capability_unsupported",
+    "replay_not_possible",
 ]
 """Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated;
 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the
@@ -2798,6 +2811,77 @@ class ReconciliationResolvedEvent(TypedDict):
     type: Literal["reconciliation.resolved"]
 
 
+class RecordStepData(TypedDict):
+    """`data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an
+    `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it:
+    only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay
+    refuses that step.
+    """
+
+    #: The action an `act` ran.
+    action: NotRequired["ActAction"]
+    #: Command identifier.
+    command_id: str
+    #: What the act did as the runtime classifies it (`any_action`, `form_submission`,
+    #: `file_upload`): a live dry run stops before the first act that was not `any_action`.
+    effect: NotRequired["ApprovalEffect"]
+    #: True when the step replaced the document (a new epoch).
+    epoch_changed: NotRequired[bool]
+    #: The document epoch after the step.
+    epoch_id: NotRequired[str]
+    #: For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value
+    #: the runtime does not keep).
+    fill: NotRequired[Literal["secret", "plain"]]
+    #: The key a `press_key` pressed.
+    key: NotRequired[str]
+    #: A digest, keyed by the server key, of what an observation of the page showed after the step
+    #: (its URL, title and nodes, without node handles): equal for two sessions showing the same
+    #: document alike.
+    observation_digest: NotRequired[str]
+    #: The command the step ran.
+    operation: Literal["navigate", "act"]
+    #: The option a `select_option` chose.
+    option: NotRequired[str]
+    #: The URL of the document after the step.
+    page_url: NotRequired[str]
+    #: The secret a fill typed, by reference.
+    secret_ref: NotRequired[str]
+    #: Browser session identifier.
+    session_id: str
+    #: The act's target as another session can find it again (a node handle is valid for one
+    #: document epoch only): its role, accessible name, and the URL of the frame document holding it
+    #: (empty in the top document). Absent when the target could not be observed before the act.
+    target: NotRequired[dict[str, Any]]
+    #: The URL a `navigate` was asked to load.
+    url: NotRequired[str]
+    #: The options a `select_option` chose.
+    values: NotRequired[list[str]]
+
+
+class RecordStepEvent(TypedDict):
+    """An Event of type `record.step`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `record.step` event records.
+    data: "RecordStepData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `record.step`.
+    type: Literal["record.step"]
+
+
 class RecordTruncatedData(TypedDict):
     """`data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
     lacks something of what a session exchanged. Reported once per reason and session; the exchanges
@@ -2842,6 +2926,145 @@ class RecordTruncatedEvent(TypedDict):
     time: str
     #: Always `record.truncated`.
     type: Literal["record.truncated"]
+
+
+class ReplayFinishedData(TypedDict):
+    """`data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the
+    first divergence.
+    """
+
+    #: The recorded value of `field`.
+    expected: NotRequired[str]
+    #: What differed first: `operation` (the step is another command), `target` (the act's target by
+    #: role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document
+    #: changed), `observation` (the observation's digest), `postcondition` (whether the task's
+    #: postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the
+    #: step failed: `got` is its problem code).
+    field: NotRequired[Literal[
+    "operation",
+    "target",
+    "url",
+    "epoch",
+    "observation",
+    "postcondition",
+    "step_count",
+    "refused",
+]]
+    #: The replay's value of `field`.
+    got: NotRequired[str]
+    #: How the replay ran (replay_task's `mode`).
+    mode: NotRequired[Literal["archive", "live_dry_run"]]
+    #: `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got`
+    #: name the first difference.
+    outcome: Literal["identical", "diverged"]
+    #: The task replayed.
+    replay_of: str
+    #: The first step that diverged.
+    step: NotRequired[int]
+    #: The steps compared.
+    steps: int
+    #: In a live dry run: the first recorded step that sent a side effect, which the dry run did not
+    #: run (absent when the whole path was replayed).
+    stopped_before: NotRequired[int]
+
+
+class ReplayFinishedEvent(TypedDict):
+    """An Event of type `replay.finished`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `replay.finished` event records.
+    data: "ReplayFinishedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `replay.finished`.
+    type: Literal["replay.finished"]
+
+
+class ReplayStepComparedData(TypedDict):
+    """`data` of a `replay.step_compared` event: a replay's step compared with the recorded one."""
+
+    #: The recorded value of `field`.
+    expected: NotRequired[str]
+    #: What differed first: `operation` (the step is another command), `target` (the act's target by
+    #: role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document
+    #: changed), `observation` (the observation's digest), `postcondition` (whether the task's
+    #: postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the
+    #: step failed: `got` is its problem code).
+    field: NotRequired[Literal[
+    "operation",
+    "target",
+    "url",
+    "epoch",
+    "observation",
+    "postcondition",
+    "step_count",
+    "refused",
+]]
+    #: The replay's value of `field`.
+    got: NotRequired[str]
+    #: True when every compared field was equal.
+    identical: bool
+    #: The step's index in the replay's plan (and in the recorded task's `record.step` events).
+    step: int
+
+
+class ReplayStepComparedEvent(TypedDict):
+    """An Event of type `replay.step_compared`."""
+
+    #: Who caused the event.
+    actor: NotRequired["Actor"]
+    #: The command or event that caused this one, when there is one.
+    cause: NotRequired["EventCause"]
+    #: Opaque resume cursor of the all-tasks stream (present on events delivered by
+    #: `/bap/v1/events/stream`).
+    cursor: NotRequired[str]
+    #: What the `replay.step_compared` event records.
+    data: "ReplayStepComparedData"
+    #: Event identifier.
+    event_id: str
+    #: Position in the task's history: 1, 2, 3, … without gaps.
+    seq: int
+    #: Task identifier.
+    task_id: str
+    #: When it happened (RFC 3339, UTC).
+    time: str
+    #: Always `replay.step_compared`.
+    type: Literal["replay.step_compared"]
+
+
+class ReplayTaskRequest(TypedDict):
+    """Body of replay_task."""
+
+    #: `archive`: every request of the replay is answered from the task's own WARC archive and
+    #: nothing reaches the network; a request the archive lacks is refused (`request.blocked`,
+    #: `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not
+    #: including) the first recorded step that sent a side effect (an act whose effect was not
+    #: `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything
+    #: else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that the
+    #: recorded path still works (targets, URLs, document changes; not the pages' content, which a
+    #: live site changes) before running it for real.
+    mode: NotRequired[Literal["archive", "live_dry_run"]]
+
+
+class ReplayTaskResponse(TypedDict):
+    """Answer of replay_task."""
+
+    #: The command's durable receipt.
+    receipt: "Receipt"
+    #: The replay: a new delegated task with `replay_of`, whose plan repeats the recorded steps.
+    task: "Task"
 
 
 class RequestApprovalRequest(TypedDict):
@@ -2889,13 +3112,19 @@ class RequestBlockedData(TypedDict):
     #: was answered with a redirect to a URL the policy does not allow, and the browser was refused
     #: the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer`
     #: `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect
-    #: (`layer` `csp`, `before_redirect` true).
+    #: (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against
+    #: its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never
+    #: recorded); nothing was sent to the network. `dry_run`: the session carries a live dry-run
+    #: replay, which sends only plain-HTTP requests with a safe method; this one had another method,
+    #: was an upgrade, or was a tunnel.
     reason: NotRequired[Literal[
     "origin_not_allowed",
     "private_network",
     "unclassifiable",
     "unapproved_side_effect",
     "redirect_not_allowed",
+    "not_in_archive",
+    "dry_run",
 ]]
     #: What was requested: the browser's resource type at the interception layer (document, script,
     #: image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a
@@ -3165,6 +3394,10 @@ class Task(TypedDict):
     policy: NotRequired["Policy"]
     #: The condition close_task checks before the task may succeed.
     postcondition: NotRequired["Postcondition"]
+    #: How a replay runs (`replay_task`'s `mode`); absent for any other task.
+    replay_mode: NotRequired[Literal["archive", "live_dry_run"]]
+    #: The task this one replays against its archive (`replay_task`); absent for any other task.
+    replay_of: NotRequired[str]
     #: Set when close_task ended the task: its verifiable result.
     result: NotRequired["TaskResult"]
     #: Where the task is in its lifecycle.
@@ -3493,7 +3726,10 @@ TaskEvent = Union[
     "ReceiptIssuedEvent",
     "ReconciliationOpenedEvent",
     "ReconciliationResolvedEvent",
+    "RecordStepEvent",
     "RecordTruncatedEvent",
+    "ReplayFinishedEvent",
+    "ReplayStepComparedEvent",
     "RequestBlockedEvent",
     "SafetyJudgedEvent",
     "TaskCreatedEvent",
@@ -3529,7 +3765,10 @@ EVENT_TYPES: tuple[str, ...] = (
     "receipt.issued",
     "reconciliation.opened",
     "reconciliation.resolved",
+    "record.step",
     "record.truncated",
+    "replay.finished",
+    "replay.step_compared",
     "request.blocked",
     "safety.judged",
     "task.created",
@@ -3565,7 +3804,10 @@ EVENT_DATA_TYPES: dict[str, Any] = {
     "receipt.issued": ReceiptIssuedData,
     "reconciliation.opened": ReconciliationOpenedData,
     "reconciliation.resolved": ReconciliationResolvedData,
+    "record.step": RecordStepData,
     "record.truncated": RecordTruncatedData,
+    "replay.finished": ReplayFinishedData,
+    "replay.step_compared": ReplayStepComparedData,
     "request.blocked": RequestBlockedData,
     "safety.judged": SafetyJudgedData,
     "task.created": TaskCreatedData,

@@ -1885,6 +1885,8 @@ pub enum CommandOperation {
     ResumeTask,
     /// `close_task`
     CloseTask,
+    /// `replay_task`
+    ReplayTask,
     /// `create_browser_session`
     CreateBrowserSession,
     /// `checkpoint_browser_session`
@@ -1917,7 +1919,7 @@ pub enum CommandOperation {
 
 impl CommandOperation {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [CommandOperation] = &[CommandOperation::CreateTask, CommandOperation::CancelTask, CommandOperation::ResumeTask, CommandOperation::CloseTask, CommandOperation::CreateBrowserSession, CommandOperation::CheckpointBrowserSession, CommandOperation::CloseBrowserSession, CommandOperation::Navigate, CommandOperation::Observe, CommandOperation::QueryNodes, CommandOperation::Act, CommandOperation::Extract, CommandOperation::CaptureEvidence, CommandOperation::RequestApproval, CommandOperation::ResolveApproval, CommandOperation::TakeOverTask, CommandOperation::HandBackTask];
+    pub const ALL: &'static [CommandOperation] = &[CommandOperation::CreateTask, CommandOperation::CancelTask, CommandOperation::ResumeTask, CommandOperation::CloseTask, CommandOperation::ReplayTask, CommandOperation::CreateBrowserSession, CommandOperation::CheckpointBrowserSession, CommandOperation::CloseBrowserSession, CommandOperation::Navigate, CommandOperation::Observe, CommandOperation::QueryNodes, CommandOperation::Act, CommandOperation::Extract, CommandOperation::CaptureEvidence, CommandOperation::RequestApproval, CommandOperation::ResolveApproval, CommandOperation::TakeOverTask, CommandOperation::HandBackTask];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -1926,6 +1928,7 @@ impl CommandOperation {
             CommandOperation::CancelTask => "cancel_task",
             CommandOperation::ResumeTask => "resume_task",
             CommandOperation::CloseTask => "close_task",
+            CommandOperation::ReplayTask => "replay_task",
             CommandOperation::CreateBrowserSession => "create_browser_session",
             CommandOperation::CheckpointBrowserSession => "checkpoint_browser_session",
             CommandOperation::CloseBrowserSession => "close_browser_session",
@@ -1951,6 +1954,7 @@ impl From<&str> for CommandOperation {
             "cancel_task" => CommandOperation::CancelTask,
             "resume_task" => CommandOperation::ResumeTask,
             "close_task" => CommandOperation::CloseTask,
+            "replay_task" => CommandOperation::ReplayTask,
             "create_browser_session" => CommandOperation::CreateBrowserSession,
             "checkpoint_browser_session" => CommandOperation::CheckpointBrowserSession,
             "close_browser_session" => CommandOperation::CloseBrowserSession,
@@ -2653,6 +2657,12 @@ pub enum EventType {
     RequestBlocked,
     /// `record.truncated`
     RecordTruncated,
+    /// `record.step`
+    RecordStep,
+    /// `replay.step_compared`
+    ReplayStepCompared,
+    /// `replay.finished`
+    ReplayFinished,
     /// `browsing_context.opened`
     BrowsingContextOpened,
     /// `browsing_context.closed`
@@ -2683,7 +2693,7 @@ pub enum EventType {
 
 impl EventType {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::RecordTruncated, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
+    pub const ALL: &'static [EventType] = &[EventType::TaskCreated, EventType::TaskStateChanged, EventType::CommandRecorded, EventType::ReceiptIssued, EventType::ApprovalRequested, EventType::ApprovalResolved, EventType::BrowserSessionOpened, EventType::BrowserSessionClosed, EventType::BrowserSessionLost, EventType::NavigationCommitted, EventType::ActionPerformed, EventType::EvidenceCaptured, EventType::CheckpointCreated, EventType::ReconciliationOpened, EventType::ReconciliationResolved, EventType::PostconditionEvaluated, EventType::PlanStepStarted, EventType::PlanStepFinished, EventType::RequestBlocked, EventType::RecordTruncated, EventType::RecordStep, EventType::ReplayStepCompared, EventType::ReplayFinished, EventType::BrowsingContextOpened, EventType::BrowsingContextClosed, EventType::DialogHandled, EventType::DownloadCompleted, EventType::ModelCalled, EventType::ModelFallback, EventType::PlannerProposed, EventType::VerifierJudged, EventType::SafetyJudged, EventType::BudgetExhausted, EventType::HandoffStarted, EventType::HandoffReturned];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -2708,6 +2718,9 @@ impl EventType {
             EventType::PlanStepFinished => "plan.step_finished",
             EventType::RequestBlocked => "request.blocked",
             EventType::RecordTruncated => "record.truncated",
+            EventType::RecordStep => "record.step",
+            EventType::ReplayStepCompared => "replay.step_compared",
+            EventType::ReplayFinished => "replay.finished",
             EventType::BrowsingContextOpened => "browsing_context.opened",
             EventType::BrowsingContextClosed => "browsing_context.closed",
             EventType::DialogHandled => "dialog.handled",
@@ -2748,6 +2761,9 @@ impl From<&str> for EventType {
             "plan.step_finished" => EventType::PlanStepFinished,
             "request.blocked" => EventType::RequestBlocked,
             "record.truncated" => EventType::RecordTruncated,
+            "record.step" => EventType::RecordStep,
+            "replay.step_compared" => EventType::ReplayStepCompared,
+            "replay.finished" => EventType::ReplayFinished,
             "browsing_context.opened" => EventType::BrowsingContextOpened,
             "browsing_context.closed" => EventType::BrowsingContextClosed,
             "dialog.handled" => EventType::DialogHandled,
@@ -4672,13 +4688,15 @@ pub enum ProblemCode {
     TaskHandedOff,
     /// `engine_capability_unsupported`
     EngineCapabilityUnsupported,
+    /// `replay_not_possible`
+    ReplayNotPossible,
     /// A value this SDK does not know (sent unchanged; the server validates).
     Unknown(String),
 }
 
 impl ProblemCode {
     /// Every known value, in the order of the schema.
-    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale, ProblemCode::TaskHandedOff, ProblemCode::EngineCapabilityUnsupported];
+    pub const ALL: &'static [ProblemCode] = &[ProblemCode::InvalidRequest, ProblemCode::IdempotencyKeyRequired, ProblemCode::Unauthenticated, ProblemCode::InsufficientScope, ProblemCode::OriginNotAllowed, ProblemCode::NotFound, ProblemCode::ActionTimeout, ProblemCode::InvalidTransition, ProblemCode::IdempotencyInFlight, ProblemCode::StaleNodeHandle, ProblemCode::ApprovalNotPending, ProblemCode::CheckpointForeign, ProblemCode::CheckpointIncompatible, ProblemCode::CheckpointStale, ProblemCode::BrowserSessionLost, ProblemCode::PayloadTooLarge, ProblemCode::UnsupportedMediaType, ProblemCode::IdempotencyKeyReused, ProblemCode::RateLimited, ProblemCode::Overloaded, ProblemCode::BrowserUnavailable, ProblemCode::InternalError, ProblemCode::NotImplemented, ProblemCode::NavigationFailed, ProblemCode::ModelPolicyUnsatisfied, ProblemCode::OrchestratorUnavailable, ProblemCode::ApproverNotPermitted, ProblemCode::SecretOriginMismatch, ProblemCode::SecretNotFound, ProblemCode::ObservationStale, ProblemCode::TaskHandedOff, ProblemCode::EngineCapabilityUnsupported, ProblemCode::ReplayNotPossible];
 
     /// The wire value.
     pub fn as_str(&self) -> &str {
@@ -4715,6 +4733,7 @@ impl ProblemCode {
             ProblemCode::ObservationStale => "observation_stale",
             ProblemCode::TaskHandedOff => "task_handed_off",
             ProblemCode::EngineCapabilityUnsupported => "engine_capability_unsupported",
+            ProblemCode::ReplayNotPossible => "replay_not_possible",
             ProblemCode::Unknown(s) => s,
         }
     }
@@ -4755,6 +4774,7 @@ impl From<&str> for ProblemCode {
             "observation_stale" => ProblemCode::ObservationStale,
             "task_handed_off" => ProblemCode::TaskHandedOff,
             "engine_capability_unsupported" => ProblemCode::EngineCapabilityUnsupported,
+            "replay_not_possible" => ProblemCode::ReplayNotPossible,
             other => ProblemCode::Unknown(other.to_string()),
         }
     }
@@ -5268,6 +5288,92 @@ impl ReconciliationResolvedEvent {
     }
 }
 
+/// `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an
+/// `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it:
+/// only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay
+/// refuses that step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RecordStepData {
+    /// The action an `act` ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<ActAction>,
+    /// Command identifier.
+    pub command_id: String,
+    /// What the act did as the runtime classifies it (`any_action`, `form_submission`,
+    /// `file_upload`): a live dry run stops before the first act that was not `any_action`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<ApprovalEffect>,
+    /// True when the step replaced the document (a new epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_changed: Option<bool>,
+    /// The document epoch after the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch_id: Option<String>,
+    /// For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a
+    /// value the runtime does not keep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fill: Option<String>,
+    /// The key a `press_key` pressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// A digest, keyed by the server key, of what an observation of the page showed after the step
+    /// (its URL, title and nodes, without node handles): equal for two sessions showing the same
+    /// document alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation_digest: Option<String>,
+    /// The command the step ran.
+    pub operation: String,
+    /// The option a `select_option` chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub option: Option<String>,
+    /// The URL of the document after the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_url: Option<String>,
+    /// The secret a fill typed, by reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<String>,
+    /// Browser session identifier.
+    pub session_id: String,
+    /// The act's target as another session can find it again (a node handle is valid for one
+    /// document epoch only): its role, accessible name, and the URL of the frame document holding
+    /// it (empty in the top document). Absent when the target could not be observed before the act.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The URL a `navigate` was asked to load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The options a `select_option` chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<String>>,
+}
+
+/// An Event of type `record.step`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RecordStepEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `record.step` event records.
+    pub data: RecordStepData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `record.step`.
+    pub r#type: String,
+}
+
 /// `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
 /// lacks something of what a session exchanged. Reported once per reason and session; the exchanges
 /// themselves went on.
@@ -5316,6 +5422,152 @@ pub struct RecordTruncatedEvent {
     pub time: String,
     /// Always `record.truncated`.
     pub r#type: String,
+}
+
+/// `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the
+/// first divergence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayFinishedData {
+    /// The recorded value of `field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    /// What differed first: `operation` (the step is another command), `target` (the act's target
+    /// by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the
+    /// document changed), `observation` (the observation's digest), `postcondition` (whether the
+    /// task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused`
+    /// (the step failed: `got` is its problem code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The replay's value of `field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub got: Option<String>,
+    /// How the replay ran (replay_task's `mode`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got`
+    /// name the first difference.
+    pub outcome: String,
+    /// The task replayed.
+    pub replay_of: String,
+    /// The first step that diverged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+    /// The steps compared.
+    pub steps: i64,
+    /// In a live dry run: the first recorded step that sent a side effect, which the dry run did
+    /// not run (absent when the whole path was replayed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_before: Option<i64>,
+}
+
+/// An Event of type `replay.finished`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayFinishedEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `replay.finished` event records.
+    pub data: ReplayFinishedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `replay.finished`.
+    pub r#type: String,
+}
+
+/// `data` of a `replay.step_compared` event: a replay's step compared with the recorded one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayStepComparedData {
+    /// The recorded value of `field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+    /// What differed first: `operation` (the step is another command), `target` (the act's target
+    /// by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the
+    /// document changed), `observation` (the observation's digest), `postcondition` (whether the
+    /// task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused`
+    /// (the step failed: `got` is its problem code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The replay's value of `field`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub got: Option<String>,
+    /// True when every compared field was equal.
+    pub identical: bool,
+    /// The step's index in the replay's plan (and in the recorded task's `record.step` events).
+    pub step: i64,
+}
+
+/// An Event of type `replay.step_compared`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayStepComparedEvent {
+    /// Who caused the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<Actor>,
+    /// The command or event that caused this one, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EventCause>,
+    /// Opaque resume cursor of the all-tasks stream (present on events delivered by
+    /// `/bap/v1/events/stream`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// What the `replay.step_compared` event records.
+    pub data: ReplayStepComparedData,
+    /// Event identifier.
+    pub event_id: String,
+    /// Position in the task's history: 1, 2, 3, … without gaps.
+    pub seq: i64,
+    /// Task identifier.
+    pub task_id: String,
+    /// When it happened (RFC 3339, UTC).
+    pub time: String,
+    /// Always `replay.step_compared`.
+    pub r#type: String,
+}
+
+/// Body of replay_task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ReplayTaskRequest {
+    /// `archive`: every request of the replay is answered from the task's own WARC archive and
+    /// nothing reaches the network; a request the archive lacks is refused (`request.blocked`,
+    /// `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not
+    /// including) the first recorded step that sent a side effect (an act whose effect was not
+    /// `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything
+    /// else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that
+    /// the recorded path still works (targets, URLs, document changes; not the pages' content,
+    /// which a live site changes) before running it for real.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+/// Answer of replay_task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayTaskResponse {
+    /// The command's durable receipt.
+    pub receipt: Receipt,
+    /// The replay: a new delegated task with `replay_of`, whose plan repeats the recorded steps.
+    pub task: Task,
+}
+
+impl ReplayTaskResponse {
+    /// A value with the required fields; the optional ones are `None`.
+    pub fn new(receipt: Receipt, task: Task) -> Self {
+        ReplayTaskResponse {
+            receipt,
+            task,
+        }
+    }
 }
 
 /// Body of request_approval.
@@ -5376,7 +5628,11 @@ pub struct RequestBlockedData {
     /// was answered with a redirect to a URL the policy does not allow, and the browser was refused
     /// the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer`
     /// `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect
-    /// (`layer` `csp`, `before_redirect` true).
+    /// (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task
+    /// against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel,
+    /// never recorded); nothing was sent to the network. `dry_run`: the session carries a live
+    /// dry-run replay, which sends only plain-HTTP requests with a safe method; this one had
+    /// another method, was an upgrade, or was a tunnel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// What was requested: the browser's resource type at the interception layer (document, script,
@@ -5783,6 +6039,12 @@ pub struct Task {
     /// The condition close_task checks before the task may succeed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub postcondition: Option<Postcondition>,
+    /// How a replay runs (`replay_task`'s `mode`); absent for any other task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_mode: Option<String>,
+    /// The task this one replays against its archive (`replay_task`); absent for any other task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_of: Option<String>,
     /// Set when close_task ended the task: its verifiable result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<TaskResult>,
@@ -5812,6 +6074,8 @@ impl Task {
             outcomes: None,
             policy: None,
             postcondition: None,
+            replay_mode: None,
+            replay_of: None,
             result: None,
             state,
             task_id,
@@ -6958,7 +7222,10 @@ pub const EVENT_TYPES: &[&str] = &[
     "receipt.issued",
     "reconciliation.opened",
     "reconciliation.resolved",
+    "record.step",
     "record.truncated",
+    "replay.finished",
+    "replay.step_compared",
     "request.blocked",
     "safety.judged",
     "task.created",
@@ -7044,10 +7311,19 @@ pub enum EventData {
     /// `reconciliation.resolved`: `data` of a `reconciliation.resolved` event: an operator settled
     /// a reconciliation.
     ReconciliationResolved(ReconciliationResolvedData),
+    /// `record.step`: `data` of a `record.step` event: a recording task ran a navigate or an act;
+    /// what a replay repeats and compares (the target by role, name and frame; never a fill value).
+    RecordStep(RecordStepData),
     /// `record.truncated`: `data` of a `record.truncated` event: the WARC archive of a recording
     /// task (`policy.record`) lacks something a session exchanged (a cap was hit, a body could not
     /// be decoded, or the archive could not be written); once per reason and session.
     RecordTruncated(RecordTruncatedData),
+    /// `replay.finished`: `data` of a `replay.finished` event: a replay's verdict, `identical` or
+    /// the first divergence (step, field, expected, got).
+    ReplayFinished(ReplayFinishedData),
+    /// `replay.step_compared`: `data` of a `replay.step_compared` event: a replay's step compared
+    /// with the recorded one (target, URL, epoch change, observation digest).
+    ReplayStepCompared(ReplayStepComparedData),
     /// `request.blocked`: `data` of a `request.blocked` event: a request of the page (a
     /// subresource, a frame, a redirect or a popup) was refused by the task's origin policy;
     /// nothing was loaded.
@@ -7103,7 +7379,10 @@ impl Event {
             "receipt.issued" => serde_json::from_value(data).map(EventData::ReceiptIssued),
             "reconciliation.opened" => serde_json::from_value(data).map(EventData::ReconciliationOpened),
             "reconciliation.resolved" => serde_json::from_value(data).map(EventData::ReconciliationResolved),
+            "record.step" => serde_json::from_value(data).map(EventData::RecordStep),
             "record.truncated" => serde_json::from_value(data).map(EventData::RecordTruncated),
+            "replay.finished" => serde_json::from_value(data).map(EventData::ReplayFinished),
+            "replay.step_compared" => serde_json::from_value(data).map(EventData::ReplayStepCompared),
             "request.blocked" => serde_json::from_value(data).map(EventData::RequestBlocked),
             "safety.judged" => serde_json::from_value(data).map(EventData::SafetyJudged),
             "task.created" => serde_json::from_value(data).map(EventData::TaskCreated),

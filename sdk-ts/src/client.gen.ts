@@ -528,6 +528,15 @@ export type ReconciliationResolvedData = S["ReconciliationResolvedData"];
 /** An Event of type `reconciliation.resolved`. */
 export type ReconciliationResolvedEvent = S["ReconciliationResolvedEvent"];
 /**
+ * `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`;
+ * what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only
+ * whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses
+ * that step.
+ */
+export type RecordStepData = S["RecordStepData"];
+/** An Event of type `record.step`. */
+export type RecordStepEvent = S["RecordStepEvent"];
+/**
  * `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
  * lacks something of what a session exchanged. Reported once per reason and session; the exchanges
  * themselves went on.
@@ -535,6 +544,21 @@ export type ReconciliationResolvedEvent = S["ReconciliationResolvedEvent"];
 export type RecordTruncatedData = S["RecordTruncatedData"];
 /** An Event of type `record.truncated`. */
 export type RecordTruncatedEvent = S["RecordTruncatedEvent"];
+/**
+ * `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the
+ * first divergence.
+ */
+export type ReplayFinishedData = S["ReplayFinishedData"];
+/** An Event of type `replay.finished`. */
+export type ReplayFinishedEvent = S["ReplayFinishedEvent"];
+/** `data` of a `replay.step_compared` event: a replay's step compared with the recorded one. */
+export type ReplayStepComparedData = S["ReplayStepComparedData"];
+/** An Event of type `replay.step_compared`. */
+export type ReplayStepComparedEvent = S["ReplayStepComparedEvent"];
+/** Body of replay_task. */
+export type ReplayTaskRequest = S["ReplayTaskRequest"];
+/** Answer of replay_task. */
+export type ReplayTaskResponse = S["ReplayTaskResponse"];
 /** Body of request_approval. */
 export type RequestApprovalRequest = S["RequestApprovalRequest"];
 /** Answer of request_approval. */

@@ -33,7 +33,10 @@ export type TaskEvent =
   | S["ReceiptIssuedEvent"]
   | S["ReconciliationOpenedEvent"]
   | S["ReconciliationResolvedEvent"]
+  | S["RecordStepEvent"]
   | S["RecordTruncatedEvent"]
+  | S["ReplayFinishedEvent"]
+  | S["ReplayStepComparedEvent"]
   | S["RequestBlockedEvent"]
   | S["SafetyJudgedEvent"]
   | S["TaskCreatedEvent"]
@@ -68,7 +71,10 @@ export const EVENT_TYPES = [
   "receipt.issued",
   "reconciliation.opened",
   "reconciliation.resolved",
+  "record.step",
   "record.truncated",
+  "replay.finished",
+  "replay.step_compared",
   "request.blocked",
   "safety.judged",
   "task.created",
@@ -165,11 +171,26 @@ export interface EventDataMap {
   /** `data` of a `reconciliation.resolved` event: an operator settled a reconciliation. */
   "reconciliation.resolved": S["ReconciliationResolvedData"];
   /**
+   * `data` of a `record.step` event: a recording task ran a navigate or an act; what a replay
+   * repeats and compares (the target by role, name and frame; never a fill value).
+   */
+  "record.step": S["RecordStepData"];
+  /**
    * `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`)
    * lacks something a session exchanged (a cap was hit, a body could not be decoded, or the archive
    * could not be written); once per reason and session.
    */
   "record.truncated": S["RecordTruncatedData"];
+  /**
+   * `data` of a `replay.finished` event: a replay's verdict, `identical` or the first divergence
+   * (step, field, expected, got).
+   */
+  "replay.finished": S["ReplayFinishedData"];
+  /**
+   * `data` of a `replay.step_compared` event: a replay's step compared with the recorded one
+   * (target, URL, epoch change, observation digest).
+   */
+  "replay.step_compared": S["ReplayStepComparedData"];
   /**
    * `data` of a `request.blocked` event: a request of the page (a subresource, a frame, a redirect
    * or a popup) was refused by the task's origin policy; nothing was loaded.

@@ -592,6 +592,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/bap/v1/tasks/{task_id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replay a finished task against its archive
+         * @description Creates a new delegated task (`replay_of`) whose plan repeats the `record.step`s of a finished recording task (`policy.record`) in a fresh browser session whose every request is answered from the task's own WARC archive: nothing reaches the network, and a request the archive lacks is refused (`request.blocked`, `not_in_archive`). No model is called. Each step is compared with the recorded one (`replay.step_compared`: target, URL, epoch change, observation digest) and the verdict is a `replay.finished` event: `identical`, or the first divergence (step, field, expected, got). `409 replay_not_possible` when the task is not finished, recorded no steps, typed a plain value it did not keep, or its archive holds a tunnel (HTTPS, never recorded).
+         */
+        post: operations["replay_task"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/bap/v1/tasks/{task_id}/resume": {
         parameters: {
             query?: never;
@@ -2136,7 +2156,7 @@ export interface components {
          * @description The operation a command executes (its operationId).
          * @enum {string}
          */
-        CommandOperation: "create_task" | "cancel_task" | "resume_task" | "close_task" | "create_browser_session" | "checkpoint_browser_session" | "close_browser_session" | "navigate" | "observe" | "query_nodes" | "act" | "extract" | "capture_evidence" | "request_approval" | "resolve_approval" | "take_over_task" | "hand_back_task";
+        CommandOperation: "create_task" | "cancel_task" | "resume_task" | "close_task" | "replay_task" | "create_browser_session" | "checkpoint_browser_session" | "close_browser_session" | "navigate" | "observe" | "query_nodes" | "act" | "extract" | "capture_evidence" | "request_approval" | "resolve_approval" | "take_over_task" | "hand_back_task";
         /**
          * CommandRecordedData
          * @description `data` of a `command.recorded` event: a command was recorded before dispatch.
@@ -2701,7 +2721,7 @@ export interface components {
          * @description Type of a task event (dotted lower case). AsyncAPI lists one message per type with its `data` schema.
          * @enum {string}
          */
-        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "record.truncated" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
+        EventType: "task.created" | "task.state_changed" | "command.recorded" | "receipt.issued" | "approval.requested" | "approval.resolved" | "browser_session.opened" | "browser_session.closed" | "browser_session.lost" | "navigation.committed" | "action.performed" | "evidence.captured" | "checkpoint.created" | "reconciliation.opened" | "reconciliation.resolved" | "postcondition.evaluated" | "plan.step_started" | "plan.step_finished" | "request.blocked" | "record.truncated" | "record.step" | "replay.step_compared" | "replay.finished" | "browsing_context.opened" | "browsing_context.closed" | "dialog.handled" | "download.completed" | "model.called" | "model.fallback" | "planner.proposed" | "verifier.judged" | "safety.judged" | "budget.exhausted" | "handoff.started" | "handoff.returned";
         /**
          * EvidenceCapturedData
          * @description `data` of a `evidence.captured` event: evidence artifacts were stored.
@@ -4353,7 +4373,7 @@ export interface components {
          * @description Stable machine error code. 400: invalid_request, idempotency_key_required; 401: unauthenticated; 403: insufficient_scope, origin_not_allowed, approver_not_permitted (separation of duties: the caller requested or caused the approval it tries to resolve, or its channel may not answer it), secret_origin_mismatch (a fill by `secret_ref` aimed at a field whose document is not on one of the secret's origins: nothing was typed); 404: not_found, secret_not_found (a `secret_ref` naming no live secret of the tenant: unknown, another tenant's, or deleted); 408: action_timeout; 409: invalid_transition, idempotency_in_flight, stale_node_handle, approval_not_pending, checkpoint_foreign, checkpoint_incompatible, checkpoint_stale, browser_session_lost, observation_stale (an observe `since` or `cursor` naming an observation of an earlier document epoch), task_handed_off (a person took the task over: until they hand it back, only their commands run on it, and their own only within the handoff's lease); 413: payload_too_large; 415: unsupported_media_type (a request body not sent as application/json); 422: idempotency_key_reused, model_policy_unsatisfied (no approved model satisfies an autonomous task's model_policy); 429: rate_limited; 503: overloaded, browser_unavailable, orchestrator_unavailable (an autonomous task with no model orchestrator configured or reachable); 500: internal_error; 501: not_implemented, engine_capability_unsupported (the session's browser engine cannot do what the operation needs: GET /bap/v1 lists each engine's capabilities); 502: navigation_failed (the browser could not load the page: DNS, connection, TLS). `x-problems` gives each code the HTTP status and title every BAP answer (HTTP, MCP, a worker's stored reply) carries with it.
          * @enum {string}
          */
-        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale" | "task_handed_off" | "engine_capability_unsupported";
+        ProblemCode: "invalid_request" | "idempotency_key_required" | "unauthenticated" | "insufficient_scope" | "origin_not_allowed" | "not_found" | "action_timeout" | "invalid_transition" | "idempotency_in_flight" | "stale_node_handle" | "approval_not_pending" | "checkpoint_foreign" | "checkpoint_incompatible" | "checkpoint_stale" | "browser_session_lost" | "payload_too_large" | "unsupported_media_type" | "idempotency_key_reused" | "rate_limited" | "overloaded" | "browser_unavailable" | "internal_error" | "not_implemented" | "navigation_failed" | "model_policy_unsatisfied" | "orchestrator_unavailable" | "approver_not_permitted" | "secret_origin_mismatch" | "secret_not_found" | "observation_stale" | "task_handed_off" | "engine_capability_unsupported" | "replay_not_possible";
         /**
          * ProblemViolation
          * @description One validation failure.
@@ -4765,6 +4785,120 @@ export interface components {
             type: "reconciliation.resolved";
         };
         /**
+         * RecordStepData
+         * @description `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses that step.
+         * @example {
+         *       "action": "click",
+         *       "command_id": "cmd_1hJ3kL5mN7pQ",
+         *       "epoch_changed": true,
+         *       "epoch_id": "ep_3nQ5pR7sT9uV",
+         *       "observation_digest": "hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",
+         *       "operation": "act",
+         *       "page_url": "http://shop.example.com/thanks?order=1",
+         *       "session_id": "bs_4fT8nQ2rL6vY",
+         *       "target": {
+         *         "frame": "",
+         *         "name": "Place order",
+         *         "role": "button"
+         *       }
+         *     }
+         */
+        RecordStepData: {
+            /** @description The action an `act` ran. */
+            action?: components["schemas"]["ActAction"];
+            /**
+             * @description Command identifier.
+             * @example cmd_1hJ3kL5mN7pQ
+             */
+            command_id: string;
+            /** @description What the act did as the runtime classifies it (`any_action`, `form_submission`, `file_upload`): a live dry run stops before the first act that was not `any_action`. */
+            effect?: components["schemas"]["ApprovalEffect"];
+            /** @description True when the step replaced the document (a new epoch). */
+            epoch_changed?: boolean;
+            /** @description The document epoch after the step. */
+            epoch_id?: string;
+            /**
+             * @description For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+             * @enum {string}
+             */
+            fill?: "secret" | "plain";
+            /** @description The key a `press_key` pressed. */
+            key?: string;
+            /** @description A digest, keyed by the server key, of what an observation of the page showed after the step (its URL, title and nodes, without node handles): equal for two sessions showing the same document alike. */
+            observation_digest?: string;
+            /**
+             * @description The command the step ran.
+             * @enum {string}
+             */
+            operation: "navigate" | "act";
+            /** @description The option a `select_option` chose. */
+            option?: string;
+            /** @description The URL of the document after the step. */
+            page_url?: string;
+            /** @description The secret a fill typed, by reference. */
+            secret_ref?: string;
+            /**
+             * @description Browser session identifier.
+             * @example bs_4fT8nQ2rL6vY
+             */
+            session_id: string;
+            /** @description The act's target as another session can find it again (a node handle is valid for one document epoch only): its role, accessible name, and the URL of the frame document holding it (empty in the top document). Absent when the target could not be observed before the act. */
+            target?: {
+                /** @description The URL of the frame document holding the target; empty in the top document. */
+                frame: string;
+                /** @description The target's accessible name. */
+                name: string;
+                /** @description The target's WAI-ARIA role. */
+                role: string;
+            };
+            /** @description The URL a `navigate` was asked to load. */
+            url?: string;
+            /** @description The options a `select_option` chose. */
+            values?: string[];
+        };
+        /**
+         * RecordStepEvent
+         * @description An Event of type `record.step`.
+         * @example {
+         *       "actor": {
+         *         "id": "agent-ci",
+         *         "kind": "client"
+         *       },
+         *       "cause": {
+         *         "command_id": "cmd_1hJ3kL5mN7pQ"
+         *       },
+         *       "data": {
+         *         "action": "click",
+         *         "command_id": "cmd_1hJ3kL5mN7pQ",
+         *         "epoch_changed": true,
+         *         "epoch_id": "ep_3nQ5pR7sT9uV",
+         *         "observation_digest": "hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",
+         *         "operation": "act",
+         *         "page_url": "http://shop.example.com/thanks?order=1",
+         *         "session_id": "bs_4fT8nQ2rL6vY",
+         *         "target": {
+         *           "frame": "",
+         *           "name": "Place order",
+         *           "role": "button"
+         *         }
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 7,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:04Z",
+         *       "type": "record.step"
+         *     }
+         */
+        RecordStepEvent: components["schemas"]["Event"] & {
+            /** @description What the `record.step` event records. */
+            data: components["schemas"]["RecordStepData"];
+            /**
+             * @description Always `record.step`.
+             * @constant
+             */
+            type: "record.step";
+        };
+        /**
          * RecordTruncatedData
          * @description `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something of what a session exchanged. Reported once per reason and session; the exchanges themselves went on.
          * @example {
@@ -4821,6 +4955,192 @@ export interface components {
              * @constant
              */
             type: "record.truncated";
+        };
+        /**
+         * ReplayFinishedData
+         * @description `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the first divergence.
+         * @example {
+         *       "mode": "archive",
+         *       "outcome": "identical",
+         *       "replay_of": "tsk_2bC4dE6fG8hJ",
+         *       "steps": 5
+         *     }
+         */
+        ReplayFinishedData: {
+            /** @description The recorded value of `field`. */
+            expected?: string;
+            /**
+             * @description What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+             * @enum {string}
+             */
+            field?: "operation" | "target" | "url" | "epoch" | "observation" | "postcondition" | "step_count" | "refused";
+            /** @description The replay's value of `field`. */
+            got?: string;
+            /**
+             * @description How the replay ran (replay_task's `mode`).
+             * @enum {string}
+             */
+            mode?: "archive" | "live_dry_run";
+            /**
+             * @description `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
+             * @enum {string}
+             */
+            outcome: "identical" | "diverged";
+            /**
+             * @description The task replayed.
+             * @example tsk_7Hq2ZkP9xW3m
+             */
+            replay_of: string;
+            /** @description The first step that diverged. */
+            step?: number;
+            /** @description The steps compared. */
+            steps: number;
+            /** @description In a live dry run: the first recorded step that sent a side effect, which the dry run did not run (absent when the whole path was replayed). */
+            stopped_before?: number;
+        };
+        /**
+         * ReplayFinishedEvent
+         * @description An Event of type `replay.finished`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "replay"
+         *       },
+         *       "data": {
+         *         "mode": "archive",
+         *         "outcome": "identical",
+         *         "replay_of": "tsk_2bC4dE6fG8hJ",
+         *         "steps": 5
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 12,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:04Z",
+         *       "type": "replay.finished"
+         *     }
+         */
+        ReplayFinishedEvent: components["schemas"]["Event"] & {
+            /** @description What the `replay.finished` event records. */
+            data: components["schemas"]["ReplayFinishedData"];
+            /**
+             * @description Always `replay.finished`.
+             * @constant
+             */
+            type: "replay.finished";
+        };
+        /**
+         * ReplayStepComparedData
+         * @description `data` of a `replay.step_compared` event: a replay's step compared with the recorded one.
+         * @example {
+         *       "expected": "hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",
+         *       "field": "observation",
+         *       "got": "hmac-sha256:3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a",
+         *       "identical": false,
+         *       "step": 4
+         *     }
+         */
+        ReplayStepComparedData: {
+            /** @description The recorded value of `field`. */
+            expected?: string;
+            /**
+             * @description What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+             * @enum {string}
+             */
+            field?: "operation" | "target" | "url" | "epoch" | "observation" | "postcondition" | "step_count" | "refused";
+            /** @description The replay's value of `field`. */
+            got?: string;
+            /** @description True when every compared field was equal. */
+            identical: boolean;
+            /** @description The step's index in the replay's plan (and in the recorded task's `record.step` events). */
+            step: number;
+        };
+        /**
+         * ReplayStepComparedEvent
+         * @description An Event of type `replay.step_compared`.
+         * @example {
+         *       "actor": {
+         *         "kind": "system"
+         *       },
+         *       "cause": {
+         *         "reason": "replay"
+         *       },
+         *       "data": {
+         *         "expected": "hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f",
+         *         "field": "observation",
+         *         "got": "hmac-sha256:3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a",
+         *         "identical": false,
+         *         "step": 4
+         *       },
+         *       "event_id": "evt_2cD4eF6gH8jK",
+         *       "seq": 8,
+         *       "task_id": "tsk_7Hq2ZkP9xW3m",
+         *       "time": "2026-11-20T09:15:04Z",
+         *       "type": "replay.step_compared"
+         *     }
+         */
+        ReplayStepComparedEvent: components["schemas"]["Event"] & {
+            /** @description What the `replay.step_compared` event records. */
+            data: components["schemas"]["ReplayStepComparedData"];
+            /**
+             * @description Always `replay.step_compared`.
+             * @constant
+             */
+            type: "replay.step_compared";
+        };
+        /**
+         * ReplayTaskRequest
+         * @description Body of replay_task.
+         * @example {
+         *       "mode": "archive"
+         *     }
+         */
+        ReplayTaskRequest: {
+            /**
+             * @description `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not including) the first recorded step that sent a side effect (an act whose effect was not `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that the recorded path still works (targets, URLs, document changes; not the pages' content, which a live site changes) before running it for real.
+             * @default archive
+             * @enum {string}
+             */
+            mode?: "archive" | "live_dry_run";
+        };
+        /**
+         * ReplayTaskResponse
+         * @description Answer of replay_task.
+         * @example {
+         *       "receipt": {
+         *         "command_id": "cmd_1hJ3kL5mN7pQ",
+         *         "issued_at": "2026-11-20T09:15:02Z",
+         *         "operation": "replay_task",
+         *         "outcome": "applied",
+         *         "receipt_id": "rcp_9rS1tU3vW5xY",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m"
+         *       },
+         *       "task": {
+         *         "created_at": "2026-11-20T09:15:00Z",
+         *         "goal": "Order the items in the cart",
+         *         "policy": {
+         *           "allowed_origins": [
+         *             "https://shop.example.com"
+         *           ],
+         *           "approval_rules": [
+         *             {
+         *               "effect": "form_submission"
+         *             }
+         *           ]
+         *         },
+         *         "replay_of": "tsk_2bC4dE6fG8hJ",
+         *         "state": "created",
+         *         "task_id": "tsk_7Hq2ZkP9xW3m",
+         *         "updated_at": "2026-11-20T09:15:00Z"
+         *       }
+         *     }
+         */
+        ReplayTaskResponse: {
+            /** @description The command's durable receipt. */
+            receipt: components["schemas"]["Receipt"];
+            /** @description The replay: a new delegated task with `replay_of`, whose plan repeats the recorded steps. */
+            task: components["schemas"]["Task"];
         };
         /**
          * RequestApprovalRequest
@@ -4889,10 +5209,10 @@ export interface components {
             /** @description The refused request's HTTP method, for `unapproved_side_effect`. */
             method?: string;
             /**
-             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
+             * @description Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network. `dry_run`: the session carries a live dry-run replay, which sends only plain-HTTP requests with a safe method; this one had another method, was an upgrade, or was a tunnel.
              * @enum {string}
              */
-            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect" | "redirect_not_allowed";
+            reason?: "origin_not_allowed" | "private_network" | "unclassifiable" | "unapproved_side_effect" | "redirect_not_allowed" | "not_in_archive" | "dry_run";
             /** @description What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see. */
             resource_type?: string;
             /**
@@ -5402,6 +5722,16 @@ export interface components {
             policy?: components["schemas"]["Policy"];
             /** @description The condition close_task checks before the task may succeed. */
             postcondition?: components["schemas"]["Postcondition"];
+            /**
+             * @description How a replay runs (`replay_task`'s `mode`); absent for any other task.
+             * @enum {string}
+             */
+            replay_mode?: "archive" | "live_dry_run";
+            /**
+             * @description The task this one replays against its archive (`replay_task`); absent for any other task.
+             * @example tsk_7Hq2ZkP9xW3m
+             */
+            replay_of?: string;
             /** @description Set when close_task ended the task: its verifiable result. */
             result?: components["schemas"]["TaskResult"];
             /** @description Where the task is in its lifecycle. */
@@ -7274,6 +7604,64 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HandBackTaskResponse"] | components["schemas"]["InterruptedCommandResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
+            429: components["responses"]["TooManyRequests"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    replay_task: {
+        parameters: {
+            query?: never;
+            header: {
+                /**
+                 * @description Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+                 * @example 7c9e6679-7425-40de-944b-e07fc1f90ae7
+                 */
+                "Idempotency-Key": components["parameters"]["IdempotencyKey"];
+            };
+            path: {
+                /**
+                 * @description Task identifier.
+                 * @example tsk_7Hq2ZkP9xW3m
+                 */
+                task_id: components["parameters"]["TaskId"];
+            };
+            cookie?: never;
+        };
+        /** @description Optional: an absent body is the same as `{}`. */
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ReplayTaskRequest"];
+            };
+        };
+        responses: {
+            /** @description Replay of an Idempotency-Key whose command a crash interrupted: only the receipt (`unknown_outcome` or `reconciliation_required`). */
+            200: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InterruptedCommandResponse"];
+                };
+            };
+            /** @description Created: the replay task. A replayed Idempotency-Key answers the first response again with `Idempotent-Replayed: true`. */
+            201: {
+                headers: {
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReplayTaskResponse"];
                 };
             };
             400: components["responses"]["BadRequest"];

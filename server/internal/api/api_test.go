@@ -252,6 +252,17 @@ func TestCrossTenantReadsAnswer404(t *testing.T) {
 	if r := b.do(t, "POST", "/bap/v1/tasks/"+id+"/cancel", `{}`, "X-Test-Tenant", "globex", "Idempotency-Key", "x"); r.status != 404 {
 		t.Errorf("cancel as another tenant: %d %s", r.status, r.raw)
 	}
+	// A replay reads the task's steps and archive: another tenant's replay_task finds nothing
+	// (issue #20 item 4), and its owner's is refused for what the task is (live, unrecorded).
+	if r := b.do(t, "POST", "/bap/v1/tasks/"+id+"/replay", `{}`, "X-Test-Tenant", "globex", "Idempotency-Key", "rp"); r.status != 404 || r.code() != "not_found" {
+		t.Errorf("replay as another tenant: %d %s", r.status, r.raw)
+	}
+	if r := b.do(t, "POST", "/bap/v1/tasks/"+id+"/replay", `{"mode":"archive"}`, "Idempotency-Key", "rp-own"); r.status != 409 || r.code() != "replay_not_possible" {
+		t.Errorf("replay of a live task by its owner: %d %s", r.status, r.raw)
+	}
+	if r := b.do(t, "POST", "/bap/v1/tasks/"+id+"/replay", `{"mode":"replay_everything"}`, "Idempotency-Key", "rp-bad"); r.status != 400 {
+		t.Errorf("replay with a mode the spec does not list: %d %s", r.status, r.raw)
+	}
 }
 
 func TestLifecycleOverHTTP(t *testing.T) {

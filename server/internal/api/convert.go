@@ -30,6 +30,10 @@ func toTask(t *app.Task) (apigen.Task, error) {
 		mode = app.ModeInteractive
 	}
 	out.Mode = ptr(apigen.TaskMode(mode))
+	if t.ReplayOf != "" {
+		out.ReplayOf = ptr(t.ReplayOf)
+		out.ReplayMode = ptr(apigen.TaskReplayMode(t.ReplayMode))
+	}
 	if mode == app.ModeAutonomous {
 		out.ModelPolicy, out.Budget = toModelPolicy(t.ModelPolicy), toBudget(t.Budget)
 	}
@@ -372,6 +376,11 @@ func taskReceipt(res *app.TaskResult) (apigen.Task, apigen.Receipt, error) {
 var createTaskResponder = responder[*app.TaskResult]{status: 201, render: func(res *app.TaskResult) (any, error) {
 	t, rc, err := taskReceipt(res)
 	return apigen.CreateTaskResponse{Task: t, Receipt: rc}, err
+}}
+
+var replayTaskResponder = responder[*app.TaskResult]{status: 201, render: func(res *app.TaskResult) (any, error) {
+	t, rc, err := taskReceipt(res)
+	return apigen.ReplayTaskResponse{Task: t, Receipt: rc}, err
 }}
 
 var cancelTaskResponder = responder[*app.TaskResult]{status: 200, render: func(res *app.TaskResult) (any, error) {

@@ -96,6 +96,25 @@ func (s *server) CancelTask(w http.ResponseWriter, r *http.Request, taskID apige
 	s.reply(w, r, resp, err)
 }
 
+// ReplayTask implements apigen.ServerInterface.
+func (s *server) ReplayTask(w http.ResponseWriter, r *http.Request, taskID apigen.TaskId, _ apigen.ReplayTaskParams) {
+	req, ok := s.begin(w, r, taskID)
+	if !ok {
+		return
+	}
+	var body apigen.ReplayTaskRequest
+	if err := decode(req.body, &body); err != nil {
+		writeProblem(w, &app.Error{Code: app.CodeInvalidRequest, Detail: "the request body does not match the specification"})
+		return
+	}
+	mode := app.ReplayArchive
+	if body.Mode != nil {
+		mode = string(*body.Mode)
+	}
+	resp, err := s.svc.ReplayTask(r.Context(), req.call, taskID, mode, replayTaskResponder)
+	s.reply(w, r, resp, err)
+}
+
 // CloseTask implements apigen.ServerInterface.
 func (s *server) CloseTask(w http.ResponseWriter, r *http.Request, taskID apigen.TaskId, _ apigen.CloseTaskParams) {
 	req, ok := s.begin(w, r, taskID)

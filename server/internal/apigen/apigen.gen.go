@@ -357,6 +357,7 @@ const (
 	CommandOperationNavigate                 CommandOperation = "navigate"
 	CommandOperationObserve                  CommandOperation = "observe"
 	CommandOperationQueryNodes               CommandOperation = "query_nodes"
+	CommandOperationReplayTask               CommandOperation = "replay_task"
 	CommandOperationRequestApproval          CommandOperation = "request_approval"
 	CommandOperationResolveApproval          CommandOperation = "resolve_approval"
 	CommandOperationResumeTask               CommandOperation = "resume_task"
@@ -391,6 +392,8 @@ func (e CommandOperation) Valid() bool {
 	case CommandOperationObserve:
 		return true
 	case CommandOperationQueryNodes:
+		return true
+	case CommandOperationReplayTask:
 		return true
 	case CommandOperationRequestApproval:
 		return true
@@ -547,7 +550,10 @@ const (
 	EventTypeReceiptIssued          EventType = "receipt.issued"
 	EventTypeReconciliationOpened   EventType = "reconciliation.opened"
 	EventTypeReconciliationResolved EventType = "reconciliation.resolved"
+	EventTypeRecordStep             EventType = "record.step"
 	EventTypeRecordTruncated        EventType = "record.truncated"
+	EventTypeReplayFinished         EventType = "replay.finished"
+	EventTypeReplayStepCompared     EventType = "replay.step_compared"
 	EventTypeRequestBlocked         EventType = "request.blocked"
 	EventTypeSafetyJudged           EventType = "safety.judged"
 	EventTypeTaskCreated            EventType = "task.created"
@@ -610,7 +616,13 @@ func (e EventType) Valid() bool {
 		return true
 	case EventTypeReconciliationResolved:
 		return true
+	case EventTypeRecordStep:
+		return true
 	case EventTypeRecordTruncated:
+		return true
+	case EventTypeReplayFinished:
+		return true
+	case EventTypeReplayStepCompared:
 		return true
 	case EventTypeRequestBlocked:
 		return true
@@ -1000,6 +1012,7 @@ const (
 	ProblemCodeOverloaded                  ProblemCode = "overloaded"
 	ProblemCodePayloadTooLarge             ProblemCode = "payload_too_large"
 	ProblemCodeRateLimited                 ProblemCode = "rate_limited"
+	ProblemCodeReplayNotPossible           ProblemCode = "replay_not_possible"
 	ProblemCodeSecretNotFound              ProblemCode = "secret_not_found"
 	ProblemCodeSecretOriginMismatch        ProblemCode = "secret_origin_mismatch"
 	ProblemCodeStaleNodeHandle             ProblemCode = "stale_node_handle"
@@ -1062,6 +1075,8 @@ func (e ProblemCode) Valid() bool {
 	case ProblemCodePayloadTooLarge:
 		return true
 	case ProblemCodeRateLimited:
+		return true
+	case ProblemCodeReplayNotPossible:
 		return true
 	case ProblemCodeSecretNotFound:
 		return true
@@ -1128,6 +1143,42 @@ func (e ReconciliationOutcome) Valid() bool {
 	}
 }
 
+// Defines values for RecordStepDataFill.
+const (
+	RecordStepDataFillPlain  RecordStepDataFill = "plain"
+	RecordStepDataFillSecret RecordStepDataFill = "secret"
+)
+
+// Valid indicates whether the value is a known member of the RecordStepDataFill enum.
+func (e RecordStepDataFill) Valid() bool {
+	switch e {
+	case RecordStepDataFillPlain:
+		return true
+	case RecordStepDataFillSecret:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RecordStepDataOperation.
+const (
+	RecordStepDataOperationAct      RecordStepDataOperation = "act"
+	RecordStepDataOperationNavigate RecordStepDataOperation = "navigate"
+)
+
+// Valid indicates whether the value is a known member of the RecordStepDataOperation enum.
+func (e RecordStepDataOperation) Valid() bool {
+	switch e {
+	case RecordStepDataOperationAct:
+		return true
+	case RecordStepDataOperationNavigate:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RecordTruncatedDataReason.
 const (
 	RecordTruncatedDataReasonBodyBytes       RecordTruncatedDataReason = "body_bytes"
@@ -1146,6 +1197,132 @@ func (e RecordTruncatedDataReason) Valid() bool {
 	case RecordTruncatedDataReasonTaskBytes:
 		return true
 	case RecordTruncatedDataReasonWriteFailed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayFinishedDataField.
+const (
+	ReplayFinishedDataFieldEpoch         ReplayFinishedDataField = "epoch"
+	ReplayFinishedDataFieldObservation   ReplayFinishedDataField = "observation"
+	ReplayFinishedDataFieldOperation     ReplayFinishedDataField = "operation"
+	ReplayFinishedDataFieldPostcondition ReplayFinishedDataField = "postcondition"
+	ReplayFinishedDataFieldRefused       ReplayFinishedDataField = "refused"
+	ReplayFinishedDataFieldStepCount     ReplayFinishedDataField = "step_count"
+	ReplayFinishedDataFieldTarget        ReplayFinishedDataField = "target"
+	ReplayFinishedDataFieldUrl           ReplayFinishedDataField = "url"
+)
+
+// Valid indicates whether the value is a known member of the ReplayFinishedDataField enum.
+func (e ReplayFinishedDataField) Valid() bool {
+	switch e {
+	case ReplayFinishedDataFieldEpoch:
+		return true
+	case ReplayFinishedDataFieldObservation:
+		return true
+	case ReplayFinishedDataFieldOperation:
+		return true
+	case ReplayFinishedDataFieldPostcondition:
+		return true
+	case ReplayFinishedDataFieldRefused:
+		return true
+	case ReplayFinishedDataFieldStepCount:
+		return true
+	case ReplayFinishedDataFieldTarget:
+		return true
+	case ReplayFinishedDataFieldUrl:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayFinishedDataMode.
+const (
+	ReplayFinishedDataModeArchive    ReplayFinishedDataMode = "archive"
+	ReplayFinishedDataModeLiveDryRun ReplayFinishedDataMode = "live_dry_run"
+)
+
+// Valid indicates whether the value is a known member of the ReplayFinishedDataMode enum.
+func (e ReplayFinishedDataMode) Valid() bool {
+	switch e {
+	case ReplayFinishedDataModeArchive:
+		return true
+	case ReplayFinishedDataModeLiveDryRun:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayFinishedDataOutcome.
+const (
+	ReplayFinishedDataOutcomeDiverged  ReplayFinishedDataOutcome = "diverged"
+	ReplayFinishedDataOutcomeIdentical ReplayFinishedDataOutcome = "identical"
+)
+
+// Valid indicates whether the value is a known member of the ReplayFinishedDataOutcome enum.
+func (e ReplayFinishedDataOutcome) Valid() bool {
+	switch e {
+	case ReplayFinishedDataOutcomeDiverged:
+		return true
+	case ReplayFinishedDataOutcomeIdentical:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayStepComparedDataField.
+const (
+	ReplayStepComparedDataFieldEpoch         ReplayStepComparedDataField = "epoch"
+	ReplayStepComparedDataFieldObservation   ReplayStepComparedDataField = "observation"
+	ReplayStepComparedDataFieldOperation     ReplayStepComparedDataField = "operation"
+	ReplayStepComparedDataFieldPostcondition ReplayStepComparedDataField = "postcondition"
+	ReplayStepComparedDataFieldRefused       ReplayStepComparedDataField = "refused"
+	ReplayStepComparedDataFieldStepCount     ReplayStepComparedDataField = "step_count"
+	ReplayStepComparedDataFieldTarget        ReplayStepComparedDataField = "target"
+	ReplayStepComparedDataFieldUrl           ReplayStepComparedDataField = "url"
+)
+
+// Valid indicates whether the value is a known member of the ReplayStepComparedDataField enum.
+func (e ReplayStepComparedDataField) Valid() bool {
+	switch e {
+	case ReplayStepComparedDataFieldEpoch:
+		return true
+	case ReplayStepComparedDataFieldObservation:
+		return true
+	case ReplayStepComparedDataFieldOperation:
+		return true
+	case ReplayStepComparedDataFieldPostcondition:
+		return true
+	case ReplayStepComparedDataFieldRefused:
+		return true
+	case ReplayStepComparedDataFieldStepCount:
+		return true
+	case ReplayStepComparedDataFieldTarget:
+		return true
+	case ReplayStepComparedDataFieldUrl:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReplayTaskRequestMode.
+const (
+	ReplayTaskRequestModeArchive    ReplayTaskRequestMode = "archive"
+	ReplayTaskRequestModeLiveDryRun ReplayTaskRequestMode = "live_dry_run"
+)
+
+// Valid indicates whether the value is a known member of the ReplayTaskRequestMode enum.
+func (e ReplayTaskRequestMode) Valid() bool {
+	switch e {
+	case ReplayTaskRequestModeArchive:
+		return true
+	case ReplayTaskRequestModeLiveDryRun:
 		return true
 	default:
 		return false
@@ -1175,6 +1352,8 @@ func (e RequestBlockedDataLayer) Valid() bool {
 
 // Defines values for RequestBlockedDataReason.
 const (
+	RequestBlockedDataReasonDryRun               RequestBlockedDataReason = "dry_run"
+	RequestBlockedDataReasonNotInArchive         RequestBlockedDataReason = "not_in_archive"
 	RequestBlockedDataReasonOriginNotAllowed     RequestBlockedDataReason = "origin_not_allowed"
 	RequestBlockedDataReasonPrivateNetwork       RequestBlockedDataReason = "private_network"
 	RequestBlockedDataReasonRedirectNotAllowed   RequestBlockedDataReason = "redirect_not_allowed"
@@ -1185,6 +1364,10 @@ const (
 // Valid indicates whether the value is a known member of the RequestBlockedDataReason enum.
 func (e RequestBlockedDataReason) Valid() bool {
 	switch e {
+	case RequestBlockedDataReasonDryRun:
+		return true
+	case RequestBlockedDataReasonNotInArchive:
+		return true
 	case RequestBlockedDataReasonOriginNotAllowed:
 		return true
 	case RequestBlockedDataReasonPrivateNetwork:
@@ -1266,6 +1449,24 @@ const (
 func (e ServiceInfoProtocol) Valid() bool {
 	switch e {
 	case ServiceInfoProtocolBap:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TaskReplayMode.
+const (
+	TaskReplayModeArchive    TaskReplayMode = "archive"
+	TaskReplayModeLiveDryRun TaskReplayMode = "live_dry_run"
+)
+
+// Valid indicates whether the value is a known member of the TaskReplayMode enum.
+func (e TaskReplayMode) Valid() bool {
+	switch e {
+	case TaskReplayModeArchive:
+		return true
+	case TaskReplayModeLiveDryRun:
 		return true
 	default:
 		return false
@@ -4819,6 +5020,118 @@ type ReconciliationResolvedEvent struct {
 	Type interface{} `json:"type"`
 }
 
+// RecordStepData `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses that step.
+//
+// Examples: {"action":"click","command_id":"cmd_1hJ3kL5mN7pQ","epoch_changed":true,"epoch_id":"ep_3nQ5pR7sT9uV","observation_digest":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","operation":"act","page_url":"http://shop.example.com/thanks?order=1","session_id":"bs_4fT8nQ2rL6vY","target":{"frame":"","name":"Place order","role":"button"}}
+type RecordStepData struct {
+	// Action The action an `act` ran.
+	Action *ActAction `json:"action,omitempty"`
+
+	// CommandId Command identifier.
+	//
+	// Examples: cmd_1hJ3kL5mN7pQ
+	CommandId string `json:"command_id"`
+
+	// Effect What the act did as the runtime classifies it (`any_action`, `form_submission`, `file_upload`): a live dry run stops before the first act that was not `any_action`.
+	Effect *ApprovalEffect `json:"effect,omitempty"`
+
+	// EpochChanged True when the step replaced the document (a new epoch).
+	EpochChanged *bool `json:"epoch_changed,omitempty"`
+
+	// EpochId The document epoch after the step.
+	EpochId *string `json:"epoch_id,omitempty"`
+
+	// Fill For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+	Fill *RecordStepDataFill `json:"fill,omitempty"`
+
+	// Key The key a `press_key` pressed.
+	Key *string `json:"key,omitempty"`
+
+	// ObservationDigest A digest, keyed by the server key, of what an observation of the page showed after the step (its URL, title and nodes, without node handles): equal for two sessions showing the same document alike.
+	ObservationDigest *string `json:"observation_digest,omitempty"`
+
+	// Operation The command the step ran.
+	Operation RecordStepDataOperation `json:"operation"`
+
+	// Option The option a `select_option` chose.
+	Option *string `json:"option,omitempty"`
+
+	// PageUrl The URL of the document after the step.
+	PageUrl *string `json:"page_url,omitempty"`
+
+	// SecretRef The secret a fill typed, by reference.
+	SecretRef *string `json:"secret_ref,omitempty"`
+
+	// SessionId Browser session identifier.
+	//
+	// Examples: bs_4fT8nQ2rL6vY
+	SessionId string `json:"session_id"`
+
+	// Target The act's target as another session can find it again (a node handle is valid for one document epoch only): its role, accessible name, and the URL of the frame document holding it (empty in the top document). Absent when the target could not be observed before the act.
+	Target *struct {
+		// Frame The URL of the frame document holding the target; empty in the top document.
+		Frame string `json:"frame"`
+
+		// Name The target's accessible name.
+		Name string `json:"name"`
+
+		// Role The target's WAI-ARIA role.
+		Role string `json:"role"`
+	} `json:"target,omitempty"`
+
+	// Url The URL a `navigate` was asked to load.
+	Url *string `json:"url,omitempty"`
+
+	// Values The options a `select_option` chose.
+	Values *[]string `json:"values,omitempty"`
+}
+
+// RecordStepDataFill For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+type RecordStepDataFill string
+
+// RecordStepDataOperation The command the step ran.
+type RecordStepDataOperation string
+
+// RecordStepEvent An Event of type `record.step`.
+type RecordStepEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `record.step` event records.
+	//
+	// Examples: {"action":"click","command_id":"cmd_1hJ3kL5mN7pQ","epoch_changed":true,"epoch_id":"ep_3nQ5pR7sT9uV","observation_digest":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","operation":"act","page_url":"http://shop.example.com/thanks?order=1","session_id":"bs_4fT8nQ2rL6vY","target":{"frame":"","name":"Place order","role":"button"}}
+	Data RecordStepData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `record.step`.
+	Type interface{} `json:"type"`
+}
+
 // RecordTruncatedData `data` of a `record.truncated` event: the WARC archive of a recording task (`policy.record`) lacks something of what a session exchanged. Reported once per reason and session; the exchanges themselves went on.
 //
 // Examples: {"limit_bytes":8388608,"reason":"body_bytes","session_id":"bs_4fT8nQ2rL6vY","url":"http://shop.example.com/catalog.pdf"}
@@ -4881,6 +5194,178 @@ type RecordTruncatedEvent struct {
 	Type interface{} `json:"type"`
 }
 
+// ReplayFinishedData `data` of a `replay.finished` event: the verdict of a replay (`replay_of`): `identical`, or the first divergence.
+//
+// Examples: {"mode":"archive","outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
+type ReplayFinishedData struct {
+	// Expected The recorded value of `field`.
+	Expected *string `json:"expected,omitempty"`
+
+	// Field What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+	Field *ReplayFinishedDataField `json:"field,omitempty"`
+
+	// Got The replay's value of `field`.
+	Got *string `json:"got,omitempty"`
+
+	// Mode How the replay ran (replay_task's `mode`).
+	Mode *ReplayFinishedDataMode `json:"mode,omitempty"`
+
+	// Outcome `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
+	Outcome ReplayFinishedDataOutcome `json:"outcome"`
+
+	// ReplayOf The task replayed.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	ReplayOf string `json:"replay_of"`
+
+	// Step The first step that diverged.
+	Step *int `json:"step,omitempty"`
+
+	// Steps The steps compared.
+	Steps int `json:"steps"`
+
+	// StoppedBefore In a live dry run: the first recorded step that sent a side effect, which the dry run did not run (absent when the whole path was replayed).
+	StoppedBefore *int `json:"stopped_before,omitempty"`
+}
+
+// ReplayFinishedDataField What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+type ReplayFinishedDataField string
+
+// ReplayFinishedDataMode How the replay ran (replay_task's `mode`).
+type ReplayFinishedDataMode string
+
+// ReplayFinishedDataOutcome `identical`: every step compared equal; `diverged`: `step`, `field`, `expected` and `got` name the first difference.
+type ReplayFinishedDataOutcome string
+
+// ReplayFinishedEvent An Event of type `replay.finished`.
+type ReplayFinishedEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `replay.finished` event records.
+	//
+	// Examples: {"mode":"archive","outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
+	Data ReplayFinishedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `replay.finished`.
+	Type interface{} `json:"type"`
+}
+
+// ReplayStepComparedData `data` of a `replay.step_compared` event: a replay's step compared with the recorded one.
+//
+// Examples: {"expected":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","field":"observation","got":"hmac-sha256:3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a","identical":false,"step":4}
+type ReplayStepComparedData struct {
+	// Expected The recorded value of `field`.
+	Expected *string `json:"expected,omitempty"`
+
+	// Field What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+	Field *ReplayStepComparedDataField `json:"field,omitempty"`
+
+	// Got The replay's value of `field`.
+	Got *string `json:"got,omitempty"`
+
+	// Identical True when every compared field was equal.
+	Identical bool `json:"identical"`
+
+	// Step The step's index in the replay's plan (and in the recorded task's `record.step` events).
+	Step int `json:"step"`
+}
+
+// ReplayStepComparedDataField What differed first: `operation` (the step is another command), `target` (the act's target by role, name or frame), `url` (the page's URL after the step), `epoch` (whether the document changed), `observation` (the observation's digest), `postcondition` (whether the task's postcondition held at the end), `step_count` (the replay ran fewer steps), `refused` (the step failed: `got` is its problem code).
+type ReplayStepComparedDataField string
+
+// ReplayStepComparedEvent An Event of type `replay.step_compared`.
+type ReplayStepComparedEvent struct {
+	// Actor Who caused the event.
+	//
+	// Examples: {"id":"agent-ci","kind":"client"}
+	Actor *Actor `json:"actor,omitempty"`
+
+	// Cause The command or event that caused this one, when there is one.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ"}
+	Cause *EventCause `json:"cause,omitempty"`
+
+	// Cursor Opaque resume cursor of the all-tasks stream (present on events delivered by `/bap/v1/events/stream`).
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Data What the `replay.step_compared` event records.
+	//
+	// Examples: {"expected":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","field":"observation","got":"hmac-sha256:3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a","identical":false,"step":4}
+	Data ReplayStepComparedData `json:"data"`
+
+	// EventId Event identifier.
+	//
+	// Examples: evt_2cD4eF6gH8jK
+	EventId string `json:"event_id"`
+
+	// Seq Position in the task's history: 1, 2, 3, … without gaps.
+	Seq int `json:"seq"`
+
+	// TaskId Task identifier.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	TaskId string `json:"task_id"`
+
+	// Time When it happened (RFC 3339, UTC).
+	Time time.Time `json:"time"`
+
+	// Type Always `replay.step_compared`.
+	Type interface{} `json:"type"`
+}
+
+// ReplayTaskRequest Body of replay_task.
+//
+// Examples: {"mode":"archive"}
+type ReplayTaskRequest struct {
+	// Mode `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not including) the first recorded step that sent a side effect (an act whose effect was not `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that the recorded path still works (targets, URLs, document changes; not the pages' content, which a live site changes) before running it for real.
+	Mode *ReplayTaskRequestMode `json:"mode,omitempty"`
+}
+
+// ReplayTaskRequestMode `archive`: every request of the replay is answered from the task's own WARC archive and nothing reaches the network; a request the archive lacks is refused (`request.blocked`, `not_in_archive`). `live_dry_run`: the replay runs against the real sites, up to (not including) the first recorded step that sent a side effect (an act whose effect was not `any_action`), and its sessions send only plain-HTTP requests with a safe method: anything else, and every tunnel (HTTPS), is refused (`request.blocked`, `dry_run`). It checks that the recorded path still works (targets, URLs, document changes; not the pages' content, which a live site changes) before running it for real.
+type ReplayTaskRequestMode string
+
+// ReplayTaskResponse Answer of replay_task.
+//
+// Examples: {"receipt":{"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"replay_task","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"},"task":{"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"replay_of":"tsk_2bC4dE6fG8hJ","state":"created","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:00Z"}}
+type ReplayTaskResponse struct {
+	// Receipt The command's durable receipt.
+	//
+	// Examples: {"command_id":"cmd_1hJ3kL5mN7pQ","issued_at":"2026-11-20T09:15:02Z","operation":"navigate","outcome":"applied","receipt_id":"rcp_9rS1tU3vW5xY","task_id":"tsk_7Hq2ZkP9xW3m"}
+	Receipt Receipt `json:"receipt"`
+
+	// Task The replay: a new delegated task with `replay_of`, whose plan repeats the recorded steps.
+	//
+	// Examples: {"created_at":"2026-11-20T09:15:00Z","goal":"Order the items in the cart","policy":{"allowed_origins":["https://shop.example.com"],"approval_rules":[{"effect":"form_submission"}]},"state":"running","task_id":"tsk_7Hq2ZkP9xW3m","updated_at":"2026-11-20T09:15:02Z"}
+	Task Task `json:"task"`
+}
+
 // RequestApprovalRequest Body of request_approval.
 //
 // Examples: {"reason":"Confirm the shipping address before paying"}
@@ -4922,7 +5407,7 @@ type RequestBlockedData struct {
 	// Method The refused request's HTTP method, for `unapproved_side_effect`.
 	Method *string `json:"method,omitempty"`
 
-	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
+	// Reason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network. `dry_run`: the session carries a live dry-run replay, which sends only plain-HTTP requests with a safe method; this one had another method, was an upgrade, or was a tunnel.
 	Reason *RequestBlockedDataReason `json:"reason,omitempty"`
 
 	// ResourceType What was requested: the browser's resource type at the interception layer (document, script, image, xhr, fetch, eventsource, ping, websocket, …); at the CSP layer, websocket for a WebSocket and connect for any other connection (fetch, XHR, EventSource, beacon: the browser's report does not say which); at the proxy, the request's Sec-Fetch-Dest (document, worker, serviceworker, empty, …), websocket for an upgrade, or tunnel for a CONNECT, whose contents the proxy cannot see.
@@ -4943,7 +5428,7 @@ type RequestBlockedData struct {
 // RequestBlockedDataLayer Which control refused it: `interception` (the browser paused the request and BAP refused it), `csp` (the connect-src Content-Security-Policy BAP adds to documents and worker scripts refused a WebSocket, fetch, EventSource or beacon in the renderer, before any request existed), or `proxy` (the browser context's egress proxy refused the connection: traffic the other two cannot see, such as WebSockets of documents without that CSP, service workers, and every connection to a private address).
 type RequestBlockedDataLayer string
 
-// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true).
+// RequestBlockedDataReason Why: `origin_not_allowed` (no allowed origin matches), `private_network` (the host is or resolves to a loopback, link-local, private, CGNAT or unique-local address that the policy does not name explicitly), `unclassifiable` (the request could not be read or checked, so it was refused). `unapproved_side_effect`: under a `form_submission` rule, a request with a non-safe method that no act caused (the page sent it on its own, after the act returned, or while another was held) is refused, never held. `redirect_not_allowed`: an allowed request was answered with a redirect to a URL the policy does not allow, and the browser was refused the hop. `url` is the redirect's target when the proxy saw the redirect (plain HTTP, `layer` `proxy`); inside TLS only the browser sees it, and its CSP names the URL before the redirect (`layer` `csp`, `before_redirect` true). `not_in_archive`: the session replays a task against its archive (`replay_of`), which holds no answer to the request (or it is a tunnel, never recorded); nothing was sent to the network. `dry_run`: the session carries a live dry-run replay, which sends only plain-HTTP requests with a safe method; this one had another method, was an upgrade, or was a tunnel.
 type RequestBlockedDataReason string
 
 // RequestBlockedEvent An Event of type `request.blocked`.
@@ -5295,6 +5780,14 @@ type Task struct {
 	// Examples: {"all":[{"url_matches":"/orders/[0-9]+$"},{"text_present":"Thank you for your order"}]}
 	Postcondition *Postcondition `json:"postcondition,omitempty"`
 
+	// ReplayMode How a replay runs (`replay_task`'s `mode`); absent for any other task.
+	ReplayMode *TaskReplayMode `json:"replay_mode,omitempty"`
+
+	// ReplayOf The task this one replays against its archive (`replay_task`); absent for any other task.
+	//
+	// Examples: tsk_7Hq2ZkP9xW3m
+	ReplayOf *string `json:"replay_of,omitempty"`
+
 	// Result Set when close_task ended the task: its verifiable result.
 	Result *TaskResult `json:"result,omitempty"`
 
@@ -5312,6 +5805,9 @@ type Task struct {
 	// Verification Set when the task closed.
 	Verification *Verification `json:"verification,omitempty"`
 }
+
+// TaskReplayMode How a replay runs (`replay_task`'s `mode`); absent for any other task.
+type TaskReplayMode string
 
 // TaskBudget Limits of an autonomous task. Exceeding one ends the task `failed` with a `budget.exhausted` event. Defaults: 50 steps, 1,000,000 tokens, 30 minutes of wall time (counted from create_task), no cost cap.
 //
@@ -5919,6 +6415,12 @@ type HandBackTask200JSONResponseBody struct {
 	union json.RawMessage
 }
 
+// ReplayTaskParams defines parameters for ReplayTask.
+type ReplayTaskParams struct {
+	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+}
+
 // ResumeTaskParams defines parameters for ResumeTask.
 type ResumeTaskParams struct {
 	// IdempotencyKey Client-chosen key (1–255 visible ASCII characters). The same key with the same tenant, operation and canonical body answers the first response again (`Idempotent-Replayed: true`) and the side effect happens once; with another body or operation → `422 idempotency_key_reused`; while the first is still executing → `409 idempotency_in_flight` with `Retry-After`. Missing → `400 idempotency_key_required`.
@@ -5992,6 +6494,9 @@ type CloseTaskJSONRequestBody = CloseTaskRequest
 
 // HandBackTaskJSONRequestBody defines body for HandBackTask for application/json ContentType.
 type HandBackTaskJSONRequestBody = HandBackTaskRequest
+
+// ReplayTaskJSONRequestBody defines body for ReplayTask for application/json ContentType.
+type ReplayTaskJSONRequestBody = ReplayTaskRequest
 
 // ResumeTaskJSONRequestBody defines body for ResumeTask for application/json ContentType.
 type ResumeTaskJSONRequestBody = ResumeTaskRequest
@@ -6789,6 +7294,9 @@ type ServerInterface interface {
 	// HandBackTask Hand a task back (a person)
 	// (POST /bap/v1/tasks/{task_id}/hand_back)
 	HandBackTask(w http.ResponseWriter, r *http.Request, taskId TaskId, params HandBackTaskParams)
+	// ReplayTask Replay a finished task against its archive
+	// (POST /bap/v1/tasks/{task_id}/replay)
+	ReplayTask(w http.ResponseWriter, r *http.Request, taskId TaskId, params ReplayTaskParams)
 	// ResumeTask Resume a checkpointed task
 	// (POST /bap/v1/tasks/{task_id}/resume)
 	ResumeTask(w http.ResponseWriter, r *http.Request, taskId TaskId, params ResumeTaskParams)
@@ -8075,6 +8583,60 @@ func (siw *ServerInterfaceWrapper) HandBackTask(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ReplayTask operation middleware
+func (siw *ServerInterfaceWrapper) ReplayTask(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "task_id" -------------
+	var taskId TaskId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "task_id", r.PathValue("task_id"), &taskId, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: true})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "task_id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ReplayTaskParams
+
+	headers := r.Header
+
+	// ------------- Required header parameter "Idempotency-Key" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Idempotency-Key")]; found {
+		var IdempotencyKey IdempotencyKey
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Idempotency-Key", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Idempotency-Key", valueList[0], &IdempotencyKey, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Idempotency-Key", Err: err})
+			return
+		}
+
+		params.IdempotencyKey = IdempotencyKey
+
+	} else {
+		err := fmt.Errorf("Header parameter Idempotency-Key is required, but not found")
+		siw.ErrorHandlerFunc(w, r, &RequiredHeaderError{ParamName: "Idempotency-Key", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReplayTask(w, r, taskId, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ResumeTask operation middleware
 func (siw *ServerInterfaceWrapper) ResumeTask(w http.ResponseWriter, r *http.Request) {
 
@@ -8387,6 +8949,7 @@ func HandlerWithOptions(si ServerInterface, options StdHTTPServerOptions) http.H
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/events", wrapper.ListTaskEvents)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/events/stream", wrapper.StreamTaskEvents)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/hand_back", wrapper.HandBackTask)
+	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/replay", wrapper.ReplayTask)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/resume", wrapper.ResumeTask)
 	m.HandleFunc(http.MethodGet+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/secrets", wrapper.ListTaskSecrets)
 	m.HandleFunc(http.MethodPost+" "+options.BaseURL+"/bap/v1/tasks/{task_id}/take_over", wrapper.TakeOverTask)

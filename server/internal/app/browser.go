@@ -53,6 +53,12 @@ type BrowserSession interface {
 	// Record makes the session archive what it exchanges into rec (policy.record, recording.go),
 	// from now until it closes; an engine that cannot answers an error.
 	Record(rec page.Recorder) error
+	// ServeFrom makes the session answer every request from a, its task's replayed archive
+	// (replay.go), and never reach the network again; an engine that cannot answers an error.
+	ServeFrom(a page.Archive) error
+	// RefuseUnsafe makes the session send only plain-HTTP requests with a safe method from now
+	// on (a live dry-run replay, replay.go); an engine that cannot answers an error.
+	RefuseUnsafe() error
 	// Watch calls onFrame with the session's live view (JPEG frames of the viewport the agent
 	// works in, at most one per page.LiveFrameInterval, shared by every watcher, nothing captured
 	// while nobody watches) until ctx ends, onFrame fails, or the session closes or is lost
@@ -131,7 +137,10 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 	var timeout *page.ActionTimeoutError
 	var nav *page.NavigationError
 	var secretOrigin *page.SecretOriginError
+	var own *Error
 	switch {
+	case errors.As(err, &own) && own.Code == CodeReplayNotPossible:
+		return own, task.Rejected // a replay's session that could not serve its archive (replay.go)
 	case errors.As(err, &secretOrigin):
 		return Errorf(CodeSecretOriginMismatch, "the field is in a document of %q, not one of the secret's origins; nothing was typed", secretOrigin.Origin), task.Rejected
 	case errors.As(err, &origin):
@@ -179,6 +188,9 @@ func browserProblem(err error, sideEffecting bool) (*Error, task.Outcome) {
 type sessionPlan struct {
 	rec     *SessionRecord
 	timeout time.Duration
+	// record is the task's policy.record (its steps leave what a replay needs, replaystep.go), or
+	// the task is a replay (its steps leave what it compares, replay.go).
+	record bool
 }
 
 // prepareSession is phase 1 of a command on an open session: the session (locked), checked
@@ -190,7 +202,7 @@ func prepareSession(sessionID string, timeout time.Duration) func(context.Contex
 		if err != nil {
 			return nil, err
 		}
-		return &sessionPlan{rec: rec, timeout: timeout}, nil
+		return &sessionPlan{rec: rec, timeout: timeout, record: c.t.Policy.Record || c.t.ReplayOf != ""}, nil
 	}
 }
 
@@ -390,9 +402,8 @@ func openSession[R any](ctx context.Context, s *Service, call Call, taskID, chec
 			ctx, cancel := context.WithTimeout(ctx, defaultCommandTimeout)
 			defer cancel()
 			sess, err := s.openBrowserSession(ctx, b, eng.Name, p.id, p.pol, s.browserEventSink(p.tenant, p.taskID, p.id))
-			if err == nil && p.record {
-				// Before anything loads (a restore navigates): the archive starts with the session.
-				err = s.recordSession(ctx, sess, p.task, p.id)
+			if err == nil {
+				err = s.readyOpened(ctx, sess, p)
 			}
 			if err != nil || p.state == nil {
 				return &opened{sess: sess}, err
@@ -599,20 +610,32 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 	if err != nil {
 		return Response{}, err
 	}
-	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, *page.NavigateResult, *NavigateResult]{
+	return runTwoPhase(ctx, s, call, taskID, r, twoPhase[*sessionPlan, navOut, *NavigateResult]{
 		sideEffecting: false, // a GET navigation is safe (CONTRACT "Mutating requests")
 		prepare:       notingOrigin(req.URL, prepareSession(sessionID, timeoutOf(timeoutMs))),
-		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (*page.NavigateResult, error) {
+		dispatch: onLiveSession(s, 0, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (navOut, error) {
 			req.Timeout = p.timeout
-			return sess.Navigate(ctx, req)
+			res, err := sess.Navigate(ctx, req)
+			var tr *stepTrace
+			if err == nil && p.record {
+				tr = &stepTrace{}
+				s.traceAfter(ctx, sess, res.ContextID, tr)
+			}
+			return navOut{res: res, trace: tr}, err
 		}),
-		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.NavigateResult, dispatchErr error) (*NavigateResult, task.Outcome, error) {
+		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, out navOut, dispatchErr error) (*NavigateResult, task.Outcome, error) {
 			if dispatchErr != nil {
 				return finishFailed[*NavigateResult](ctx, c, plan.rec, dispatchErr, false)
 			}
+			res := out.res
 			s.noteUse(c.t.ID, plan.rec.ID, res.ContextID)
 			if err := c.tx.RecordEpoch(ctx, c.t.Tenant, plan.rec.ID, res.ContextID, res.EpochID, res.URL); err != nil {
 				return nil, "", err
+			}
+			if out.trace != nil {
+				if err := c.emit(ctx, c.t, "record.step", "navigate", stepData(plan.rec.ID, c.cmd.ID, "navigate", &req, nil, out.trace)); err != nil {
+					return nil, "", err
+				}
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {
@@ -621,6 +644,30 @@ func (s *Service) Navigate(ctx context.Context, call Call, sessionID string, req
 			return &NavigateResult{NavigateResult: *res, Receipt: rc}, "", nil
 		},
 	})
+}
+
+// readyOpened readies a fresh session before anything loads (a restore navigates): a recording
+// task's archive starts with the session, and a replay's session answers from the replayed
+// task's archive, never from the network (replay.go).
+func (s *Service) readyOpened(ctx context.Context, sess BrowserSession, p *openPlan) error {
+	if p.record {
+		if err := s.recordSession(ctx, sess, p.task, p.id); err != nil {
+			return err
+		}
+	}
+	switch {
+	case p.task.ReplayOf == "":
+	case p.task.ReplayMode == ReplayLiveDryRun:
+		if err := sess.RefuseUnsafe(); err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			_ = sess.Close(cctx)
+			return err
+		}
+	default: // an archive replay, whatever else the row says: fail closed
+		return s.serveReplay(ctx, sess, p.task)
+	}
+	return nil
 }
 
 // finishFailed records a browser command that failed: its problem, the loss of the session, and
@@ -724,6 +771,11 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 		// browser report what blocked before our deadline cuts it off.
 		dispatch: onLiveSession(s, 5*time.Second, func(ctx context.Context, sess BrowserSession, p *sessionPlan) (actOut, error) {
 			req.Timeout = p.timeout
+			var tr *stepTrace
+			if p.record {
+				tr = &stepTrace{}
+				tr.target, tr.beforeEpoch = s.traceTarget(ctx, sess, req)
+			}
 			res, err := sess.Act(ctx, req)
 			if err == nil && res.Held != nil {
 				return actOut{held: holdScreenshot(ctx, sess, res)}, nil
@@ -731,7 +783,11 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			if err != nil {
 				return actOut{}, s.explainHandle(ctx, call.Actor.Tenant, sessionID, err, req.NodeID, actWithin(req))
 			}
-			return actOut{res: res}, nil
+			if tr != nil {
+				tr.effect = res.Effect
+				s.traceAfter(ctx, sess, res.ContextID, tr)
+			}
+			return actOut{res: res, trace: tr}, nil
 		}),
 		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, out actOut, dispatchErr error) (*ActOutcome, task.Outcome, error) {
 			rec := plan.rec
@@ -754,6 +810,11 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			if err != nil {
 				return nil, "", err
 			}
+			if out.trace != nil {
+				if err := c.emit(ctx, c.t, "record.step", "act", stepData(rec.ID, c.cmd.ID, "act", nil, &req, out.trace)); err != nil {
+					return nil, "", err
+				}
+			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {
 				return nil, "", err
@@ -766,8 +827,16 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 // actOut is what an act's effect hands phase 3: the action's result, or the request it sent that
 // the browser held for approval.
 type actOut struct {
-	res  *page.ActResult
-	held *heldAct
+	res   *page.ActResult
+	held  *heldAct
+	trace *stepTrace // a recording task's step (replaystep.go)
+}
+
+// navOut is what a navigation hands phase 3: its result and, for a recording task, what the
+// page showed after it.
+type navOut struct {
+	res   *page.NavigateResult
+	trace *stepTrace
 }
 
 // recordAction records an action that ran (directly, or released by its approval): where the

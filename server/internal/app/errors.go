@@ -48,6 +48,9 @@ const (
 	CodeEngineCapabilityUnsupported = problem.EngineCapabilityUnsupported
 	CodeNavigationFailed            = problem.NavigationFailed
 	CodeInternal                    = problem.InternalError
+	// CodeReplayNotPossible refuses a replay_task the task cannot support (not finished, no steps
+	// recorded, a plain fill value not kept, an archive with a tunnel or none on this node).
+	CodeReplayNotPossible = problem.ReplayNotPossible
 )
 
 // Error is a refusal the client can act on: a stable code and a detail written for people. Detail

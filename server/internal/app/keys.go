@@ -24,6 +24,7 @@ type keyring struct {
 	secrets      *serverkey.Sealer // the values of tenants' secrets (secrets.go)
 	chain        []byte            // keys the history chain's digests (audit.go)
 	auditSeal    *serverkey.Sealer // the audit signing keys (audit.go)
+	observation  []byte            // keys the observation digests of record.step (replaystep.go)
 }
 
 func newKeyring(k *serverkey.Key) keyring {
@@ -36,7 +37,8 @@ func newKeyring(k *serverkey.Key) keyring {
 	}
 	return keyring{fingerprints: fp, actionKey: k, plan: k.Sealer(serverkey.PurposePlanValues),
 		checkpoint: k.Sealer(serverkey.PurposeCheckpointState), secrets: k.Sealer(serverkey.PurposeSecretValues),
-		chain: k.Derive(serverkey.PurposeHistoryChain), auditSeal: auditSealer(k)}
+		chain: k.Derive(serverkey.PurposeHistoryChain), auditSeal: auditSealer(k),
+		observation: k.Derive(serverkey.PurposeObservationDigest)}
 }
 
 // Fingerprints reduces requests to their keyed fingerprints: a transport fills Call.Fingerprint

@@ -46,6 +46,11 @@ type Task struct {
 	Mode        string
 	ModelPolicy ModelPolicy
 	Budget      Budget
+	// ReplayOf is the task this one replays against its archive ("" for any other task;
+	// replay.go, ADR 0035).
+	ReplayOf string
+	// ReplayMode is how a replay runs: ReplayArchive or ReplayLiveDryRun ("" for any other task).
+	ReplayMode string
 	// Outcomes is how an ended task ended and each correction of it, oldest first (read by
 	// Store.GetTask; empty for a live task). The last is current: State and Verification are its.
 	Outcomes []OutcomeRecord

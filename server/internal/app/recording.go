@@ -26,7 +26,16 @@ type Recording interface {
 	// Archive returns the task's archive kept on this node: each of its sessions' WARC files,
 	// oldest first, as one stream (WARC records concatenate). ErrNotFound when there is none.
 	Archive(ctx context.Context, tenant, taskID string) (io.ReadCloser, error)
+	// ReplayArchive reads the task's archive kept on this node, checks it, and indexes it for a
+	// replay's sessions, masking what they send with protected (a value → its name: the secrets
+	// the replay may type) before matching it. ErrNotFound when there is none;
+	// ErrNotReplayable when it cannot answer a replay faithfully (it holds a tunnel).
+	ReplayArchive(ctx context.Context, tenant, taskID string, protected map[string]string) (page.Archive, error)
 }
+
+// ErrNotReplayable reports an archive a replay cannot be served from (it holds a tunnel, whose
+// content was never recorded, or no exchange at all).
+var ErrNotReplayable = errors.New("the task's archive cannot be replayed")
 
 // errRecording reports a session of a recording task whose archive could not be started: the
 // session was closed unused.

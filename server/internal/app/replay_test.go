@@ -41,6 +41,9 @@ func TestReplayComesBeforeThePresent(t *testing.T) {
 		{"hand_back_task", func(c app.Call) (app.Response, error) {
 			return b.svc.HandBackTask(ctx, c, "tsk_replay0001", &recorder[*app.HandoffResult]{})
 		}, map[string]any{}},
+		{"replay_task", func(c app.Call) (app.Response, error) { // reads the task and its archive first
+			return b.svc.ReplayTask(ctx, c, "tsk_replay0001", app.ReplayArchive, &recorder[*app.TaskResult]{})
+		}, map[string]any{}},
 	}
 	record := func(t *testing.T, c app.Call, completed bool) {
 		t.Helper()
@@ -58,7 +61,7 @@ func TestReplayComesBeforeThePresent(t *testing.T) {
 	for _, tc := range ops {
 		t.Run(tc.op, func(t *testing.T) {
 			target := []string{session}
-			if tc.op == "hand_back_task" || tc.op == "create_browser_session" {
+			if tc.op == "hand_back_task" || tc.op == "create_browser_session" || tc.op == "replay_task" {
 				target = []string{"tsk_replay0001"}
 			}
 			// Completed with this body: the first answer, as a replay.
@@ -76,6 +79,12 @@ func TestReplayComesBeforeThePresent(t *testing.T) {
 			for name, c := range map[string]app.Call{"another body": other, "in flight": inFlight} {
 				resp, err := tc.run(c)
 				var e *app.Error
+				if tc.op == "replay_task" { // its present is the task it names, which does not exist
+					if resp.Replayed || !errors.Is(err, app.ErrNotFound) {
+						t.Errorf("%s: %+v, %v; want no replay and not found", name, resp, err)
+					}
+					continue
+				}
 				if resp.Replayed || !errors.As(err, &e) || e.Code != app.CodeBrowserUnavailable {
 					t.Errorf("%s: %+v, %v; want no replay and browser_unavailable", name, resp, err)
 				}

@@ -26,6 +26,9 @@ type CreateTaskInput struct {
 	Mode        string
 	ModelPolicy *ModelPolicy
 	Budget      *Budget
+	// ReplayOf is the task a replay_task repeats (replay.go), and ReplayMode how; "" for
+	// create_task.
+	ReplayOf, ReplayMode string
 }
 
 // TaskResult is the result of create_task and cancel_task: the task after the command and the
@@ -71,7 +74,7 @@ func (s *Service) CreateTask(ctx context.Context, call Call, in CreateTaskInput,
 			ID: id, Tenant: call.Actor.Tenant, Goal: in.Goal, State: task.Created,
 			Policy: in.Policy, Postcondition: in.Postcondition, Plan: plan,
 			CreatedBy: call.Actor.Subject, CreatedClient: call.ClientID, CreatedAt: now, UpdatedAt: now,
-			Mode: auto.mode, ModelPolicy: auto.policy, Budget: auto.budget,
+			Mode: auto.mode, ModelPolicy: auto.policy, Budget: auto.budget, ReplayOf: in.ReplayOf, ReplayMode: in.ReplayMode,
 		}
 		if in.Deadline != nil {
 			d := in.Deadline.UTC()

@@ -556,3 +556,14 @@ func (g *sessionGate) blocked(b egress.Blocked) {
 // Record makes the context's egress proxy archive what it forwards into rec (a task's
 // policy.record) until the session closes; rec must implement egress.Recorder.
 func (s *Session) Record(rec page.Recorder) error { return s.proxy.Record(rec) }
+
+// ServeFrom makes the context's egress proxy answer every request from a (a replay, ADR 0035)
+// and never reach the network again; a must implement egress.Archive.
+func (s *Session) ServeFrom(a page.Archive) error { return s.proxy.Replay(a) }
+
+// RefuseUnsafe makes the context's egress proxy send only plain-HTTP requests with a safe method
+// from now on (a live dry-run replay, ADR 0035).
+func (s *Session) RefuseUnsafe() error {
+	s.proxy.RefuseUnsafe()
+	return nil
+}

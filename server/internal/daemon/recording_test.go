@@ -113,3 +113,57 @@ func TestRecordingsKeepATasksSessionsInItsOwnFilesUnderOneCap(t *testing.T) {
 		t.Fatalf("the archive of a task that recorded nothing: %v", err)
 	}
 }
+
+// A replay reads its task's archive through ReplayArchive: a whole archive answers its requests
+// (a protected value matched masked), one that no longer reads back or holds a tunnel is
+// ErrNotReplayable without the reader's words (a file error names a path of this machine), and a
+// task without one is ErrNotFound.
+func TestReplayArchiveServesOnlyAnArchiveThatReadsBack(t *testing.T) {
+	dir := t.TempDir()
+	r := NewRecordings(dir, 0, 0, nil)
+	ctx := context.Background()
+	task, tunnelTask := ids.New(ids.Task), ids.New(ids.Task)
+	rec, err := r.Open(ctx, "local", task, ids.New(ids.BrowserSession), func(page.Event) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Protect("local", task, "token", "canary-token-77")
+	exchange(t, rec, "http://shop.test/a?t=canary-token-77", "page a")
+	_ = rec.Close()
+	tun, err := r.Open(ctx, "local", tunnelTask, ids.New(ids.BrowserSession), func(page.Event) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, tun, "http://shop.test/a", "page a")
+	tun.(interface{ Tunnel(string) }).Tunnel("shop.test:443")
+	_ = tun.Close()
+
+	a, err := r.ReplayArchive(ctx, "local", task, map[string]string{"canary-token-77": "token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, ok := a.(interface {
+		Serve(*http.Request) (*http.Response, bool)
+	})
+	if !ok || a.Len() != 1 {
+		t.Fatalf("%T with %d exchanges", a, a.Len())
+	}
+	req, _ := http.NewRequest("GET", "http://shop.test/a?t=canary-token-77", nil)
+	if resp, ok := served.Serve(req); !ok || resp.StatusCode != 200 {
+		t.Fatalf("the recorded page is not served: %v %v", resp, ok)
+	}
+	if _, err := r.ReplayArchive(ctx, "local", tunnelTask, nil); !errors.Is(err, app.ErrNotReplayable) || !strings.Contains(err.Error(), "shop.test:443") {
+		t.Errorf("an archive with a tunnel: %v", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "local", task, "*.warc"))
+	raw, _ := os.ReadFile(files[0])
+	if err := os.WriteFile(files[0], bytes.Replace(raw, []byte("page a"), []byte("page b"), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReplayArchive(ctx, "local", task, nil); !errors.Is(err, app.ErrNotReplayable) || strings.Contains(err.Error(), dir) {
+		t.Errorf("an edited archive: %v", err)
+	}
+	if _, err := r.ReplayArchive(ctx, "local", ids.New(ids.Task), nil); !errors.Is(err, app.ErrNotFound) {
+		t.Errorf("no archive: %v", err)
+	}
+}

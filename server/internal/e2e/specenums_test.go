@@ -176,6 +176,10 @@ func TestEverySpecEnumValueIsAccepted(t *testing.T) {
 			}
 			return s.call(t, "POST", base+"/extract", "", req)
 		},
+		"replay_task.mode": func(t *testing.T, v string) reply {
+			// The value is read; the live task it names is then refused (409 replay_not_possible).
+			return s.call(t, "POST", "/bap/v1/tasks/"+engineTask+"/replay", "replay-"+v, map[string]any{"mode": v})
+		},
 		"observe.mode": func(t *testing.T, v string) reply {
 			return s.call(t, "POST", base+"/observe", "", map[string]any{"mode": v})
 		},

@@ -39,6 +39,14 @@ const (
 	// (the CSP, interception or this proxy). Reported for plain HTTP only: inside a tunnel the
 	// proxy sees no response.
 	ReasonRedirectNotAllowed Reason = "redirect_not_allowed"
+	// ReasonNotInArchive: the proxy serves a replay from its task's archive ([Proxy.ServeFrom])
+	// and the archive holds no answer to the request (or it is a tunnel, whose content was never
+	// recorded). Nothing was sent to the network.
+	ReasonNotInArchive Reason = "not_in_archive"
+	// ReasonDryRun: the proxy carries a dry run ([Proxy.RefuseUnsafe]), which sends only
+	// requests with a safe method over plain HTTP: this one had another method, was an upgrade, or
+	// was a tunnel, whose requests the proxy cannot see.
+	ReasonDryRun Reason = "dry_run"
 )
 
 // Blocked describes one refused request or connection.
@@ -99,6 +107,14 @@ type Recorder interface {
 	Close() error
 }
 
+// Archive answers a replay's requests from a recorded archive instead of the network
+// (warcrecord.Archive implements it).
+type Archive interface {
+	// Serve returns the recorded response to req (it may read req.Body), or ok=false when the
+	// archive holds none.
+	Serve(req *http.Request) (resp *http.Response, ok bool)
+}
+
 // Proxy is an HTTP forward proxy on a loopback port of its own, for one browser context. It is
 // safe for concurrent use.
 type Proxy struct {
@@ -108,6 +124,8 @@ type Proxy struct {
 	rp        *httputil.ReverseProxy
 	transport *http.Transport
 	rec       atomic.Pointer[recorderBox]
+	archive   atomic.Pointer[archiveBox]
+	dryRun    atomic.Bool
 
 	mu      sync.Mutex
 	tunnels map[net.Conn]struct{}
@@ -266,6 +284,75 @@ func (p *Proxy) checkRedirect(resp *http.Response) error {
 	return nil
 }
 
+// archiveBox holds an Archive for an atomic pointer.
+type archiveBox struct{ a Archive }
+
+// ServeFrom makes the proxy answer every request from a from now on, and never reach the
+// network again (a replay, ADR 0035): a request the archive has no answer to, and every
+// CONNECT, is refused with ReasonNotInArchive. It cannot be undone: a nil a, or a second
+// archive, changes nothing.
+func (p *Proxy) ServeFrom(a Archive) {
+	if a == nil {
+		return
+	}
+	p.archive.CompareAndSwap(nil, &archiveBox{a: a})
+	p.transport.CloseIdleConnections() // no kept-alive connection is reused either
+}
+
+// RefuseUnsafe makes the proxy carry a dry run from now on (a live dry-run replay, ADR 0035):
+// only plain-HTTP requests with a safe method (GET, HEAD, OPTIONS, TRACE) that are not upgrades
+// go on; any other request, and every CONNECT (its requests are unseen), is refused with
+// ReasonDryRun. It cannot be undone.
+func (p *Proxy) RefuseUnsafe() { p.dryRun.Store(true) }
+
+// unsafeInDryRun tells whether r must be refused because the proxy carries a dry run.
+func (p *Proxy) unsafeInDryRun(r *http.Request) bool {
+	if !p.dryRun.Load() {
+		return false
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return r.Header.Get("Upgrade") != ""
+	}
+	return true
+}
+
+// archived is the archive the proxy serves from, nil when it forwards to the network.
+func (p *Proxy) archived() Archive {
+	if b := p.archive.Load(); b != nil {
+		return b.a
+	}
+	return nil
+}
+
+// serveArchived answers r from the archive, or refuses it. Nothing is dialled; the document CSP
+// is added as to any response.
+func (p *Proxy) serveArchived(w http.ResponseWriter, r *http.Request, a Archive, u *url.URL) {
+	resp, ok := a.Serve(r)
+	if !ok {
+		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonNotInArchive}, http.StatusForbidden)
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode < 100 || resp.StatusCode > 999 || resp.StatusCode == http.StatusSwitchingProtocols {
+		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonUnclassifiable}, http.StatusBadGateway)
+		return
+	}
+	resp.Request = r
+	p.addDocumentCSP(resp)
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = append([]string(nil), vs...)
+	}
+	if resp.ContentLength >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
+	w.WriteHeader(resp.StatusCode)
+	if r.Method != http.MethodHead {
+		_, _ = io.Copy(w, resp.Body)
+	}
+}
+
 // recorderBox holds a Recorder for an atomic pointer.
 type recorderBox struct{ r Recorder }
 
@@ -307,6 +394,17 @@ func (p *Proxy) Record(rec io.Closer) error {
 	return nil
 }
 
+// Replay is ServeFrom for an archive handed over by a narrower interface (page.Archive, which
+// the engine adapters receive): it must be an Archive, else nothing is set and the error says so.
+func (p *Proxy) Replay(a any) error {
+	ar, ok := a.(Archive)
+	if !ok || ar == nil {
+		return fmt.Errorf("egress: %T cannot answer the proxy's requests", a)
+	}
+	p.ServeFrom(ar)
+	return nil
+}
+
 func (p *Proxy) recorder() Recorder {
 	if b := p.rec.Load(); b != nil {
 		return b.r
@@ -343,7 +441,22 @@ func (p *Proxy) Close() error {
 
 // ServeHTTP handles one proxied request: a CONNECT or an absolute-form HTTP request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.unsafeInDryRun(r) {
+		b := Blocked{URL: r.Host, ResourceType: "tunnel", Reason: ReasonDryRun}
+		if r.Method != http.MethodConnect {
+			b = Blocked{ResourceType: dest(r), Reason: ReasonDryRun}
+			if r.URL.IsAbs() {
+				b.URL = strip(r.URL)
+			}
+		}
+		p.refuse(w, b, http.StatusForbidden)
+		return
+	}
 	if r.Method == http.MethodConnect {
+		if p.archived() != nil { // a replay: tunnels were never recorded, and nothing is dialled
+			p.refuse(w, Blocked{URL: r.Host, ResourceType: "tunnel", Reason: ReasonNotInArchive}, http.StatusForbidden)
+			return
+		}
 		p.connect(w, r)
 		return
 	}
@@ -365,6 +478,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pol := p.cfg.Policy()
 	if !pol.AllowsURL(u) {
 		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonOriginNotAllowed}, http.StatusForbidden)
+		return
+	}
+	if a := p.archived(); a != nil {
+		p.serveArchived(w, r, a, u)
 		return
 	}
 	ctx := context.WithValue(r.Context(), permitKey{}, &permit{named: pol.NamesExplicitly(u), url: strip(u), dest: dest(r)})
@@ -494,6 +611,9 @@ func (p *Proxy) dialChecked(ctx context.Context, network, addr string) (net.Conn
 	pm, _ := ctx.Value(permitKey{}).(*permit)
 	if pm == nil {
 		return nil, &refusedError{Blocked{URL: addr, Reason: ReasonUnclassifiable}}
+	}
+	if p.archived() != nil { // a replay never dials, whatever path led here
+		return nil, &refusedError{Blocked{URL: pm.url, ResourceType: pm.dest, Reason: ReasonNotInArchive}}
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

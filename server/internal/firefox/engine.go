@@ -336,6 +336,26 @@ func (s *Session) Record(rec page.Recorder) error {
 	return s.proxy.Record(rec)
 }
 
+// ServeFrom makes the session's egress proxy answer every request from a (a replay, ADR 0035)
+// and never reach the network again; a must implement egress.Archive. A session without a proxy
+// cannot.
+func (s *Session) ServeFrom(a page.Archive) error {
+	if s.proxy == nil {
+		return fmt.Errorf("%w: the session has no egress proxy to serve an archive", page.ErrInvalidRequest)
+	}
+	return s.proxy.Replay(a)
+}
+
+// RefuseUnsafe makes the session's egress proxy send only plain-HTTP requests with a safe
+// method from now on (a live dry-run replay, ADR 0035). A session without a proxy cannot.
+func (s *Session) RefuseUnsafe() error {
+	if s.proxy == nil {
+		return fmt.Errorf("%w: the session has no egress proxy to carry a dry run", page.ErrInvalidRequest)
+	}
+	s.proxy.RefuseUnsafe()
+	return nil
+}
+
 // Close removes the session's user context, which closes its tabs and drops its cookies and
 // storage, and stops its egress proxy. It is safe to call more than once.
 func (s *Session) Close(ctx context.Context) error {

@@ -213,6 +213,15 @@ type Recorder interface {
 	Close() error
 }
 
+// Archive answers a replay's requests from its task's recorded archive instead of the network
+// (ADR 0035): the composition root makes it (warcrecord.Archive) and the use-cases hand it to the
+// session (ServeFrom); an engine adapter passes it to the session's egress proxy, whose own
+// interface (egress.Archive) it also implements.
+type Archive interface {
+	// Len is the number of exchanges it can answer from.
+	Len() int
+}
+
 // NavigateRequest is the input of Session.Navigate.
 type NavigateRequest struct {
 	// ContextID is the browsing context; "" means the session's default.

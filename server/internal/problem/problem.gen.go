@@ -68,6 +68,8 @@ const (
 	TaskHandedOff Code = "task_handed_off"
 	// EngineCapabilityUnsupported is answered with 501 Engine capability unsupported.
 	EngineCapabilityUnsupported Code = "engine_capability_unsupported"
+	// ReplayNotPossible is answered with 409 Replay not possible.
+	ReplayNotPossible Code = "replay_not_possible"
 )
 
 var table = map[Code]entry{
@@ -103,6 +105,7 @@ var table = map[Code]entry{
 	ObservationStale:            {409, "Observation of an earlier epoch"},
 	TaskHandedOff:               {409, "Task handed off"},
 	EngineCapabilityUnsupported: {501, "Engine capability unsupported"},
+	ReplayNotPossible:           {409, "Replay not possible"},
 }
 
 // All lists every code of the spec, in its order.
@@ -139,4 +142,5 @@ var All = []Code{
 	ObservationStale,
 	TaskHandedOff,
 	EngineCapabilityUnsupported,
+	ReplayNotPossible,
 }

@@ -61,6 +61,10 @@ const (
 	PurposeHistoryChain Purpose = "history-chain"
 	// PurposeAuditSigningKeys seals the private keys that sign audit anchors (ADR 0033).
 	PurposeAuditSigningKeys Purpose = "audit-signing-keys"
+	// PurposeObservationDigest keys the digests of what a recording task's page showed after
+	// each step (record.step), which a replay compares (ADR 0035): a page may show a protected
+	// value, and an unkeyed hash of it would let a copy of the history guess a short one.
+	PurposeObservationDigest Purpose = "observation-digest"
 	// purposeKeyID derives the key's public identifier.
 	purposeKeyID Purpose = "key-id"
 )

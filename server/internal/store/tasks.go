@@ -31,7 +31,9 @@ const taskColumns = `t.tenant_id, t.task_id, t.goal, t.state, coalesce(t.verific
 	 FROM task_model_policy mp WHERE mp.task_id = t.task_id),
 	(SELECT json_build_object('max_steps', b.max_steps, 'max_tokens', b.max_tokens, 'max_cost_usd', b.max_cost_usd,
 		'max_wall_time_ms', b.max_wall_time_ms) FROM task_budget b WHERE b.task_id = t.task_id),
-	EXISTS (SELECT 1 FROM task_recording rc WHERE rc.task_id = t.task_id)`
+	EXISTS (SELECT 1 FROM task_recording rc WHERE rc.task_id = t.task_id),
+	(SELECT coalesce(max(rp.replay_of), '') FROM task_replay rp WHERE rp.task_id = t.task_id),
+	(SELECT coalesce(max(rp.mode), '') FROM task_replay rp WHERE rp.task_id = t.task_id)`
 
 type ruleRow struct {
 	Effect     string   `json:"effect"`
@@ -69,7 +71,7 @@ func scanTask(row pgx.Row) (*app.Task, error) {
 	var pc, origins, rules, steps, modelPolicy, budget []byte
 	if err := row.Scan(&t.Tenant, &t.ID, &t.Goal, &state, &t.Verification, &pc, &t.Deadline,
 		&t.CreatedBy, &t.CreatedClient, &t.CreatedAt, &t.UpdatedAt, &t.EndedAt, &t.LastSeq, &t.ChainDigest, &t.ChainSHA256, &origins, &rules, &steps,
-		&t.Mode, &modelPolicy, &budget, &t.Policy.Record); err != nil {
+		&t.Mode, &modelPolicy, &budget, &t.Policy.Record, &t.ReplayOf, &t.ReplayMode); err != nil {
 		return nil, translate(err)
 	}
 	if len(modelPolicy) > 0 {
@@ -232,6 +234,9 @@ func (t *pgTx) InsertTask(ctx context.Context, tk *app.Task) error {
 	}
 	if tk.Policy.Record {
 		t.queue(`INSERT INTO task_recording (tenant_id, task_id) VALUES ($1, $2)`, tk.Tenant, tk.ID)
+	}
+	if tk.ReplayOf != "" {
+		t.queue(`INSERT INTO task_replay (tenant_id, task_id, replay_of, mode) VALUES ($1, $2, $3, $4)`, tk.Tenant, tk.ID, tk.ReplayOf, tk.ReplayMode)
 	}
 	for i, st := range tk.Plan {
 		args := []byte(st.Args)

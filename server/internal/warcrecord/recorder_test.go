@@ -93,9 +93,14 @@ type proxied struct {
 	truncs []Truncation
 }
 
-func newProxied(t *testing.T, cfg Config, h http.Handler) *proxied {
+func newProxied(t *testing.T, cfg Config, h http.Handler, before ...func(*httptest.Server)) *proxied {
 	t.Helper()
-	p := &proxied{site: httptest.NewServer(h), out: &archive{}}
+	site := httptest.NewUnstartedServer(h)
+	for _, f := range before { // set up before it serves (its ConnState, …)
+		f(site)
+	}
+	site.Start()
+	p := &proxied{site: site, out: &archive{}}
 	t.Cleanup(p.site.Close)
 	pol, err := policy.ParsePolicy([]string{p.site.URL}, nil)
 	if err != nil {

@@ -96,7 +96,8 @@ func classify(code app.Code) errorClass {
 	case app.CodeInvalidRequest, app.CodeOriginNotAllowed, app.CodeInsufficientScope, app.CodeApproverNotPermitted, app.CodeBrowserUnavailable,
 		app.CodeSecretOriginMismatch, app.CodeSecretNotFound,
 		app.CodeNotImplemented, app.CodeCheckpointForeign, app.CodeCheckpointIncompatible, app.CodeCheckpointStale,
-		app.CodeIdempotencyKeyReused, app.CodePayloadTooLarge, app.CodeUnsupportedMediaType, app.CodeUnauthenticated, app.CodeIdempotencyKeyRequired:
+		app.CodeIdempotencyKeyReused, app.CodePayloadTooLarge, app.CodeUnsupportedMediaType, app.CodeUnauthenticated, app.CodeIdempotencyKeyRequired,
+		app.CodeReplayNotPossible:
 		return fatal
 	case app.CodeRateLimited, app.CodeOverloaded, app.CodeIdempotencyInFlight:
 		return throttled

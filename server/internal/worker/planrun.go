@@ -116,6 +116,15 @@ func (r *planRun) run() (bool, time.Duration) {
 			return release, delay
 		}
 		if res.done {
+			if r.t.ReplayOf != "" && !rerun { // a replay compares each step with the recorded one (ADR 0035)
+				cmp, err := r.s.CompareReplayStep(r.ctx, r.claim, r.actor.Subject, i, res.commandID)
+				if err != nil {
+					return r.internal(err)
+				}
+				if cmp.Diverged {
+					return r.close() // the verdict is recorded: nothing after a divergence is compared
+				}
+			}
 			i++
 			continue
 		}
@@ -817,6 +826,11 @@ func (r *planRun) checkpoint(i int) string {
 // with the evidence, plan.step_finished (dead_lettered) and the task failed (trigger dead_letter).
 func (r *planRun) deadLetter(i, attempts int, e *app.Error, reason string, res *stepResult) {
 	st := r.t.Plan[i]
+	if r.t.ReplayOf != "" { // a replay's failed step is its divergence (ADR 0035)
+		if err := r.s.ReplayStepFailed(r.ctx, r.claim, r.actor.Subject, i, e.Code); err != nil {
+			r.log.Warn("recording a replay's divergence", "task_id", r.claim.TaskID, "err", err)
+		}
+	}
 	artifactID := ""
 	if r.sessionLive() {
 		sid := r.sessionID

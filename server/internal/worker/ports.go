@@ -30,6 +30,11 @@ type Service interface {
 	InLease(ctx context.Context, claim *app.LeaseClaim, actor string, fn func(*app.LeaseTx) error) error
 
 	LeasedTask(ctx context.Context, claim *app.LeaseClaim) (*app.Task, error)
+	// CompareReplayStep compares step i of a replay task with the recorded step and records the
+	// comparison, and the verdict when the replay ends there (app/replay.go).
+	CompareReplayStep(ctx context.Context, claim *app.LeaseClaim, actor string, i int, commandID string) (app.ReplayStepResult, error)
+	// ReplayStepFailed records that step i of a replay task failed with code: its divergence.
+	ReplayStepFailed(ctx context.Context, claim *app.LeaseClaim, actor string, i int, code app.Code) error
 	PlanProgress(ctx context.Context, claim *app.LeaseClaim) ([]app.StepProgress, error)
 	CommandKeyState(ctx context.Context, claim *app.LeaseClaim, key string) (*app.KeyState, error)
 	ApprovalOutcomeOf(ctx context.Context, claim *app.LeaseClaim, approvalID string) (*app.ApprovalOutcome, error)

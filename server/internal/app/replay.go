@@ -1,0 +1,437 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/originweave/bap/server/internal/page"
+)
+
+// Verified replay (issue #20 item 4, ADR 0035). replay_task turns the record.step events of a
+// finished recording task into the plan of a new delegated task (replay_of), run by the workers
+// like any other plan. Every session of that task answers its requests from the recorded task's
+// archive (ServeFrom) and never reaches the network; its steps leave record.step events of their
+// own, and after each one the worker compares it with the recorded step
+// (replay.step_compared), stopping at the first divergence; replay.finished gives the verdict.
+// No model is called. Approval rules are not carried over: nothing a replay sends leaves the
+// node, so there is nothing to approve.
+
+// Replay modes (replay_task's mode).
+const (
+	// ReplayArchive answers every request of the replay from the task's archive: nothing
+	// reaches the network.
+	ReplayArchive = "archive"
+	// ReplayLiveDryRun runs the recorded path against the real sites, sending only plain-HTTP
+	// requests with a safe method, and stops before the first recorded step that sent a side
+	// effect (an act whose effect was not any_action).
+	ReplayLiveDryRun = "live_dry_run"
+)
+
+// replayNotPossible is the refusal of a replay, saying why.
+func replayNotPossible(format string, args ...any) *Error {
+	return Errorf(CodeReplayNotPossible, format, args...)
+}
+
+// ReplayTask creates a replay of a finished recording task of the caller's tenant: a new
+// delegated task (replay_of) whose plan repeats the task's recorded steps, against its archive
+// (ReplayArchive) or, up to its first side effect, against the real sites (ReplayLiveDryRun).
+func (s *Service) ReplayTask(ctx context.Context, call Call, taskID, mode string, r Responder[*TaskResult]) (Response, error) {
+	if resp, ok, err := s.replayFirst(ctx, call); ok || err != nil {
+		return resp, err
+	}
+	if mode != ReplayArchive && mode != ReplayLiveDryRun {
+		return Response{}, Errorf(CodeInvalidRequest, "mode must be %s or %s", ReplayArchive, ReplayLiveDryRun)
+	}
+	orig, err := s.store.GetTask(ctx, call.Actor.Tenant, taskID) // another tenant's task is not found
+	if err != nil {
+		return Response{}, err
+	}
+	if !orig.State.Terminal() {
+		return Response{}, replayNotPossible("the task is %s; only a finished task can be replayed", orig.State)
+	}
+	steps, err := s.recordedSteps(ctx, orig.Tenant, orig.ID)
+	if err != nil {
+		return Response{}, err
+	}
+	if len(steps) == 0 {
+		return Response{}, replayNotPossible("the task recorded no steps to replay (only a task with policy.record leaves them)")
+	}
+	if mode == ReplayLiveDryRun {
+		steps = beforeSideEffect(steps)
+		if len(steps) == 0 {
+			return Response{}, replayNotPossible("the task's first step sent a side effect: a dry run has nothing to check before it")
+		}
+	}
+	plan, err := replayPlan(steps)
+	if err != nil {
+		return Response{}, err
+	}
+	if mode == ReplayArchive {
+		if _, err := s.replayArchive(ctx, orig); err != nil {
+			return Response{}, err
+		}
+	}
+	return s.CreateTask(ctx, call, CreateTaskInput{
+		Goal:          "Replay of " + orig.ID,
+		Policy:        PolicySpec{AllowedOrigins: orig.Policy.AllowedOrigins},
+		Postcondition: orig.Postcondition,
+		Plan:          plan,
+		ReplayOf:      orig.ID,
+		ReplayMode:    mode,
+	}, r)
+}
+
+// beforeSideEffect is steps up to (not including) the first act that sent a side effect: one
+// whose recorded effect is not any_action (a form submission, an upload, or not recorded: fail
+// closed).
+func beforeSideEffect(steps []recordedStep) []recordedStep {
+	for i, st := range steps {
+		if st.Operation == "act" && st.Effect != page.EffectAnyAction {
+			return steps[:i]
+		}
+	}
+	return steps
+}
+
+// recordedStep is a record.step event's data.
+type recordedStep struct {
+	CommandID         string      `json:"command_id"`
+	Operation         string      `json:"operation"`
+	URL               string      `json:"url"`
+	Action            string      `json:"action"`
+	Effect            string      `json:"effect"`
+	Target            *StepTarget `json:"target"`
+	Fill              string      `json:"fill"`
+	SecretRef         string      `json:"secret_ref"`
+	Option            string      `json:"option"`
+	Values            []string    `json:"values"`
+	Key               string      `json:"key"`
+	PageURL           string      `json:"page_url"`
+	EpochChanged      *bool       `json:"epoch_changed"`
+	ObservationDigest string      `json:"observation_digest"`
+}
+
+// recordedSteps reads a task's record.step events, in order.
+func (s *Service) recordedSteps(ctx context.Context, tenant, taskID string) ([]recordedStep, error) {
+	var out []recordedStep
+	after := int64(0)
+	for {
+		evs, err := s.store.ListEvents(ctx, tenant, taskID, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			if e.Type != "record.step" {
+				continue
+			}
+			raw := e.DataJSON
+			if len(raw) == 0 {
+				var err error
+				if raw, err = json.Marshal(e.Data); err != nil {
+					return nil, err
+				}
+			}
+			var st recordedStep
+			if err := json.Unmarshal(raw, &st); err != nil {
+				return nil, fmt.Errorf("reading record.step %d of %s: %w", e.Seq, taskID, err)
+			}
+			out = append(out, st)
+		}
+		if len(evs) < 1000 {
+			return out, nil
+		}
+		after = evs[len(evs)-1].Seq
+	}
+}
+
+// replayPlan is the plan that repeats steps: each step once (a replay that fails a step has
+// diverged; it is not retried), an act aimed at its target by exact role and name.
+func replayPlan(steps []recordedStep) ([]PlanStep, error) {
+	plan := make([]PlanStep, 0, len(steps))
+	for i, st := range steps {
+		var args map[string]any
+		switch st.Operation {
+		case "navigate":
+			args = map[string]any{"url": st.URL}
+		case "act":
+			switch {
+			case st.Fill == "plain":
+				return nil, replayNotPossible("step %d filled a plain value, which the runtime does not keep; only fills of secrets by reference can be replayed", i)
+			case st.Action == "upload_file":
+				return nil, replayNotPossible("step %d uploaded a file; a replay does not upload files", i)
+			}
+			args = map[string]any{"action": st.Action}
+			if st.Target != nil {
+				args["query"] = map[string]any{"role": st.Target.Role, "name": st.Target.Name, "exact": true}
+			} else if st.Action != "press_key" {
+				return nil, replayNotPossible("step %d's target was not recorded", i)
+			}
+			if st.SecretRef != "" {
+				args["secret_ref"] = st.SecretRef
+			}
+			if st.Option != "" {
+				args["value"] = st.Option
+			}
+			if len(st.Values) > 0 {
+				args["values"] = st.Values
+			}
+			if st.Key != "" {
+				args["key"] = st.Key
+			}
+		default:
+			return nil, replayNotPossible("step %d is a %q, which a replay cannot repeat", i, st.Operation)
+		}
+		raw, err := json.Marshal(args)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, PlanStep{Op: st.Operation, Args: raw, MaxAttempts: 1})
+	}
+	return plan, nil
+}
+
+// replayArchive opens the archive of t (a recorded task) for a replay's session, with the values
+// of the secrets a replay may type masked as they were recorded.
+func (s *Service) replayArchive(ctx context.Context, t *Task) (page.Archive, error) {
+	if s.cfg.Recording == nil {
+		return nil, replayNotPossible("this node keeps no archives (no Recording configured)")
+	}
+	infos, err := s.secretsForTask(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	protected := map[string]string{}
+	for _, info := range infos {
+		_, sealed, err := s.store.GetSecret(ctx, t.Tenant, info.ID)
+		if err != nil || sealed == nil {
+			continue
+		}
+		v, err := s.keys.secrets.Open(sealed, secretAAD(info.Tenant, info.ID, info.Version))
+		if err != nil {
+			return nil, err
+		}
+		protected[string(v)] = info.Name
+	}
+	a, err := s.cfg.Recording.ReplayArchive(ctx, t.Tenant, t.ID, protected)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, replayNotPossible("the task's archive is not on this node (archives stay on the node that recorded them)")
+	case errors.Is(err, ErrNotReplayable):
+		return nil, replayNotPossible("%v", err)
+	case err != nil:
+		return nil, err
+	}
+	return a, nil
+}
+
+// serveReplay makes a fresh session of a replay task answer from the replayed task's archive
+// before anything loads; a session that cannot is closed unused (it must never reach the
+// network).
+func (s *Service) serveReplay(ctx context.Context, sess BrowserSession, t *Task) error {
+	orig, err := s.store.GetTask(ctx, t.Tenant, t.ReplayOf)
+	if err == nil {
+		var a page.Archive
+		if a, err = s.replayArchive(ctx, orig); err == nil {
+			err = sess.ServeFrom(a)
+		}
+	}
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = sess.Close(cctx)
+		if AsError(err) != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %w", page.ErrInvalidRequest, err)
+	}
+	return nil
+}
+
+// ReplayStepResult is the comparison of one replayed step with the recorded one.
+type ReplayStepResult struct {
+	// Diverged is true when the step differed: the replay stops, its verdict recorded.
+	Diverged bool
+	// Finished is true when the verdict was recorded (a divergence, or the last step).
+	Finished bool
+}
+
+// CompareReplayStep compares step i of a replay task (claim's), which ran as command commandID,
+// with the recorded step and records replay.step_compared, and replay.finished at the first
+// divergence or after the last step (where the task's postcondition is compared too: whether it
+// holds on the replayed page as it held on the recorded one). actor is the worker's subject.
+func (s *Service) CompareReplayStep(ctx context.Context, claim *LeaseClaim, actor string, i int, commandID string) (ReplayStepResult, error) {
+	var res ReplayStepResult
+	t, err := s.store.GetTask(ctx, claim.Tenant, claim.TaskID)
+	if err != nil || t.ReplayOf == "" {
+		return res, err
+	}
+	want, err := s.recordedSteps(ctx, t.Tenant, t.ReplayOf)
+	if err != nil {
+		return res, err
+	}
+	got, err := s.recordedSteps(ctx, t.Tenant, t.ID)
+	if err != nil {
+		return res, err
+	}
+	// The replay's own record of the step is the one its command left (a safe step rerun after a
+	// lost session leaves another, which is not compared).
+	var mine *recordedStep
+	for k := range got {
+		if got[k].CommandID == commandID && commandID != "" {
+			mine = &got[k]
+		}
+	}
+	var d *stepDiff
+	switch {
+	case i >= len(want):
+		d = &stepDiff{field: "step_count", expected: strconv.Itoa(len(want)), got: strconv.Itoa(i + 1)}
+	case mine == nil:
+		d = &stepDiff{field: "refused", expected: want[i].Operation, got: "no step recorded"}
+	case t.ReplayMode == ReplayLiveDryRun:
+		// A live site's content changes: a dry run checks the path, not the page's content.
+		w, g := want[i], *mine
+		w.ObservationDigest, g.ObservationDigest = "", ""
+		d = compareSteps(w, g)
+	default:
+		d = compareSteps(want[i], *mine)
+	}
+	if d == nil && i+1 >= len(want) {
+		d = s.comparePostcondition(ctx, t)
+	}
+	return s.replayVerdict(ctx, claim, actor, t, i, len(want), d)
+}
+
+// comparePostcondition tells whether the replayed task's postcondition holds on the replay's page
+// as it held on the recorded task's at its close (nil: alike, none declared, or the recorded
+// task's was never evaluated).
+func (s *Service) comparePostcondition(ctx context.Context, t *Task) *stepDiff {
+	if len(t.Postcondition) == 0 {
+		return nil
+	}
+	orig, err := s.store.GetTask(ctx, t.Tenant, t.ReplayOf)
+	if err != nil {
+		return &stepDiff{field: "postcondition", expected: "", got: "the replayed task cannot be read"}
+	}
+	if orig.Verification != "verified" && orig.Verification != "unmet" {
+		return nil // never evaluated (cancelled, expired): nothing recorded to compare with
+	}
+	clauses, err := postconditionClauses(t.Postcondition)
+	if err != nil {
+		return nil
+	}
+	holds, _ := s.evaluatePostcondition(ctx, t.ID, clauses)
+	got := "met"
+	for _, h := range holds {
+		if !h {
+			got = "unmet"
+		}
+	}
+	want := "unmet"
+	if orig.Verification == "verified" {
+		want = "met"
+	}
+	if got != want {
+		return &stepDiff{field: "postcondition", expected: want, got: got}
+	}
+	return nil
+}
+
+// ReplayStepFailed records that step i of a replay task failed (code): a divergence.
+func (s *Service) ReplayStepFailed(ctx context.Context, claim *LeaseClaim, actor string, i int, code Code) error {
+	t, err := s.store.GetTask(ctx, claim.Tenant, claim.TaskID)
+	if err != nil || t.ReplayOf == "" {
+		return err
+	}
+	want, err := s.recordedSteps(ctx, t.Tenant, t.ReplayOf)
+	if err != nil {
+		return err
+	}
+	expected := ""
+	if i < len(want) {
+		expected = want[i].Operation
+	}
+	_, err = s.replayVerdict(ctx, claim, actor, t, i, len(want), &stepDiff{field: "refused", expected: expected, got: string(code)})
+	return err
+}
+
+// replayVerdict records step i's comparison (d nil: identical) and, when the replay ends here,
+// its verdict.
+func (s *Service) replayVerdict(ctx context.Context, claim *LeaseClaim, actor string, t *Task, i, n int, d *stepDiff) (ReplayStepResult, error) {
+	planned := len(t.Plan) // a dry run's plan stops before the first side effect
+	res := ReplayStepResult{Diverged: d != nil, Finished: d != nil || i+1 >= planned}
+	err := s.InLease(ctx, claim, actor, func(l *LeaseTx) error {
+		cmp := map[string]any{"step": i, "identical": d == nil}
+		if d != nil {
+			cmp["field"], cmp["expected"], cmp["got"] = d.field, clip(d.expected), clip(d.got)
+		}
+		if err := l.Emit("replay.step_compared", "replay", cmp); err != nil {
+			return err
+		}
+		if !res.Finished {
+			return nil
+		}
+		mode := t.ReplayMode
+		if mode == "" {
+			mode = ReplayArchive
+		}
+		fin := map[string]any{"replay_of": t.ReplayOf, "mode": mode, "outcome": "identical", "steps": i + 1}
+		if d == nil && planned < n {
+			fin["stopped_before"] = planned
+		}
+		if d != nil {
+			fin["outcome"], fin["step"], fin["field"], fin["expected"], fin["got"] = "diverged", i, d.field, clip(d.expected), clip(d.got)
+		}
+		return l.Emit("replay.finished", "replay", fin)
+	})
+	return res, err
+}
+
+// stepDiff is the first field in which a replayed step differs from the recorded one.
+type stepDiff struct{ field, expected, got string }
+
+// compareSteps compares a replayed step with the recorded one, field by field in the order a
+// step happens: what it did, on what, where it led, what the page showed.
+func compareSteps(want, got recordedStep) *stepDiff {
+	if want.Operation != got.Operation || want.Action != got.Action {
+		return &stepDiff{"operation", want.Operation + " " + want.Action, got.Operation + " " + got.Action}
+	}
+	if w, g := targetText(want.Target), targetText(got.Target); w != g {
+		return &stepDiff{"target", w, g}
+	}
+	if want.PageURL != got.PageURL {
+		return &stepDiff{"url", want.PageURL, got.PageURL}
+	}
+	if w, g := boolText(want.EpochChanged), boolText(got.EpochChanged); w != g {
+		return &stepDiff{"epoch", w, g}
+	}
+	if want.ObservationDigest != got.ObservationDigest {
+		return &stepDiff{"observation", want.ObservationDigest, got.ObservationDigest}
+	}
+	return nil
+}
+
+func targetText(t *StepTarget) string {
+	if t == nil {
+		return ""
+	}
+	return fmt.Sprintf("role=%q name=%q frame=%q", t.Role, t.Name, t.Frame)
+}
+
+func boolText(b *bool) string {
+	if b == nil {
+		return ""
+	}
+	return strconv.FormatBool(*b)
+}
+
+// clip bounds a compared value as the events' schema does.
+func clip(s string) string {
+	if len(s) > 8192 {
+		return s[:8192]
+	}
+	return s
+}
