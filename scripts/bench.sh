@@ -597,7 +597,7 @@ if [[ $run_go == 1 ]]; then
 		xargs -r -n 1 dirname | sort -u | sed 's|^|./|')
 	if [[ ${#pkgs[@]} -gt 0 ]]; then
 		log "go test -bench in ${pkgs[*]}"
-		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkEngine.*|BenchmarkWorkflow|BenchmarkConcurrent|BenchmarkExtractTable|BenchmarkOpenSession|BenchmarkNavigateInterception|BenchmarkNavigateSplit)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
+		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkRecordingCost|BenchmarkEngine.*|BenchmarkWorkflow|BenchmarkConcurrent|BenchmarkExtractTable|BenchmarkOpenSession|BenchmarkNavigateInterception|BenchmarkNavigateSplit)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
 	else
 		log "no Go benchmarks found"
 	fi
@@ -618,6 +618,10 @@ if [[ $run_go == 1 ]]; then
 		-benchtime 10x -count 2 | tee -a "$out_go" | tee "$tmp/concurrent.txt"
 	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkExtractTable$' \
 		-benchtime 30x -count 3 | tee -a "$out_go" | tee "$tmp/extract.txt"
+	# What policy.record costs a whole task over HTTP (archive and record.step), alternately with
+	# the same checkout unrecorded; a fixed count, as each iteration is two full workflows.
+	"$GO" test ./server/internal/e2e -run '^$' -bench '^BenchmarkRecordingCost$' \
+		-benchtime 10x -count 1 | tee -a "$out_go" | tee "$tmp/recording.txt"
 	# A fixed count: the warm open takes 0.05 ms and each iteration waits outside the timer for
 	# the pool to refill, so a benchtime in seconds would loop for tens of minutes.
 	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkOpenSession$' \
@@ -658,6 +662,8 @@ if [[ $run_go == 1 ]]; then
 	# Issue #20: what policy.record costs — the same workflow with every exchange archived as WARC.
 	row "warm workflow recorded / not recorded" "$(spread bap_recorded_workflow_p50_ms bap_workflow_p50_ms "$tmp/workflow.txt")" "policy.record: true (issue #20)"
 	row "archive bytes per recorded workflow" "$(metric 'bap_recorded_archive_bytes/workflow' "$tmp/workflow.txt" | median)" "WARC 1.1, masked, bodies decoded"
+	row "a recorded checkout task over HTTP / unrecorded" "$(metric recorded_ratio "$tmp/recording.txt" | median)" "archive + record.step, p50 of 10 each (BenchmarkRecordingCost)"
+	row "  its archive bytes per workflow" "$(metric 'archive_bytes/workflow' "$tmp/recording.txt" | median)"
 	# Each step's p50 (ms), the median over the runs, beside raw chromedp's and the floor's.
 	med() { metric "$1" "$tmp/workflow.txt" | median; }
 	printf '  %-12s %10s %10s %10s   (p50 ms, median over runs)\n' step BAP chromedp floor
