@@ -221,7 +221,12 @@ func (k keyring) link(t *Task, e *Event) error {
 		prev, public = historychain.Genesis, historychain.Genesis
 	}
 	e.PrevDigest = prev
-	e.Digest = historychain.New(k.chain).Link(canonical, prev)
+	c, _ := k.chains.Get().(*historychain.Chain)
+	if c == nil {
+		c = historychain.New(k.chain)
+	}
+	e.Digest = c.Link(canonical, prev)
+	k.chains.Put(c)
 	t.ChainDigest, t.ChainSHA256 = e.Digest, historychain.PublicLink(public, canonical)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash"
+	"sync"
 
 	"github.com/originweave/bap/server/internal/idempotency"
 	"github.com/originweave/bap/server/internal/serverkey"
@@ -23,6 +24,7 @@ type keyring struct {
 	checkpoint   *serverkey.Sealer // checkpoint state artifacts (ADR 0017)
 	secrets      *serverkey.Sealer // the values of tenants' secrets (secrets.go)
 	chain        []byte            // keys the history chain's digests (audit.go)
+	chains       *sync.Pool        // of *historychain.Chain under chain: an HMAC is costly to set up
 	auditSeal    *serverkey.Sealer // the audit signing keys (audit.go)
 	observation  []byte            // keys the observation digests of record.step (replaystep.go)
 }
@@ -38,7 +40,7 @@ func newKeyring(k *serverkey.Key) keyring {
 	return keyring{fingerprints: fp, actionKey: k, plan: k.Sealer(serverkey.PurposePlanValues),
 		checkpoint: k.Sealer(serverkey.PurposeCheckpointState), secrets: k.Sealer(serverkey.PurposeSecretValues),
 		chain: k.Derive(serverkey.PurposeHistoryChain), auditSeal: auditSealer(k),
-		observation: k.Derive(serverkey.PurposeObservationDigest)}
+		observation: k.Derive(serverkey.PurposeObservationDigest), chains: &sync.Pool{}}
 }
 
 // Fingerprints reduces requests to their keyed fingerprints: a transport fills Call.Fingerprint
