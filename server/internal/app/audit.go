@@ -5,7 +5,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -106,22 +105,26 @@ func (s *Service) auditKeysIn(ctx context.Context, tx Tx) (*auditKeySet, error) 
 	if k := s.audit.get(); k != nil {
 		return k, nil
 	}
-	k, err := s.openAuditKeys(ctx, tx)
-	if err != nil || k.signer != nil {
-		if err == nil {
-			s.audit.set(k)
+	for locked := false; ; locked = true {
+		k, err := s.openAuditKeys(ctx, tx)
+		if err != nil {
+			return nil, err
 		}
-		return k, err
-	}
-	if err := tx.LockAuditKeys(ctx); err != nil { // another node may be creating one
-		return nil, err
-	}
-	if k, err = s.openAuditKeys(ctx, tx); err != nil || k.signer != nil {
-		if err == nil {
+		if k.signer != nil {
 			s.audit.set(k)
+			return k, nil
 		}
-		return k, err
+		if locked {
+			return s.createAuditKey(ctx, tx, k)
+		}
+		if err := tx.LockAuditKeys(ctx); err != nil { // another node may be creating one
+			return nil, err
+		}
 	}
+}
+
+// createAuditKey makes the first audit key in tx, and keeps it once tx has committed.
+func (s *Service) createAuditKey(ctx context.Context, tx Tx, k *auditKeySet) (*auditKeySet, error) {
 	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("creating an audit key: %w", err)
@@ -313,14 +316,6 @@ func (s *Service) VerifyAudit(ctx context.Context, actor Actor, taskID string) (
 // `bap audit verify`; with taskID, only that one.
 func (s *Service) AuditTasks(ctx context.Context, taskID, after string, limit int) ([]TaskRef, error) {
 	return s.store.AuditTaskRefs(ctx, taskID, after, limit)
-}
-
-// eventDataJSON is the JSON of an event's data, as stored and as chained.
-func eventDataJSON(data map[string]any) ([]byte, error) {
-	if data == nil {
-		return []byte("{}"), nil
-	}
-	return json.Marshal(data)
 }
 
 // auditSealer is the sealer of the audit signing keys.

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -287,7 +288,7 @@ func (c *commandCtx) emit(ctx context.Context, t *Task, typ, cause string, data 
 	if data == nil {
 		data = map[string]any{}
 	}
-	raw, err := eventDataJSON(data)
+	raw, err := json.Marshal(data) // as stored and as chained
 	if err != nil {
 		return fmt.Errorf("encoding %s event data: %w", typ, err)
 	}
