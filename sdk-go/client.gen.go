@@ -521,6 +521,41 @@ func (c *Client) ListTaskEvents(ctx context.Context, taskID string, after int, l
 	return out, nil
 }
 
+// ReplayTask calls replay_task (POST /bap/v1/tasks/{task_id}/replay): Replay a finished task against its archive.
+//
+// Creates a new delegated task (`replay_of`) whose plan repeats the `record.step`s of a finished
+// recording task (`policy.record`) in a fresh browser session whose every request is answered from
+// the task's own WARC archive: nothing reaches the network, and a request the archive lacks is
+// refused (`request.blocked`, `not_in_archive`). No model is called. Each step is compared with the
+// recorded one (`replay.step_compared`: target, URL, epoch change, observation digest) and the
+// verdict is a `replay.finished` event: `identical`, or the first divergence (step, field,
+// expected, got). `409 replay_not_possible` when the task is not finished, recorded no steps, typed
+// a plain value it did not keep, or its archive holds a tunnel (HTTPS, never recorded).
+//
+// Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
+// own retries reuse. Scope (remote profile): bap:tasks.write. The server may also answer 200 with
+// InterruptedCommandResponse; the result then holds only Receipt, and its Interrupted method
+// returns it.
+func (c *Client) ReplayTask(ctx context.Context, taskID string, body ReplayTaskRequest, opts ...CallOption) (*ReplayTaskResponse, error) {
+	req := &request{op: "replay_task", method: http.MethodPost, path: "/bap/v1/tasks/" + url.PathEscape(taskID) + "/replay", body: body, hasBody: true, mutating: true}
+	out := new(ReplayTaskResponse)
+	if err := c.call(ctx, req, out, opts); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Interrupted returns the InterruptedCommandResponse when replay_task answered it (status 200)
+// instead of its result, and false otherwise. Replay of an Idempotency-Key whose command a crash
+// interrupted: only the receipt (`unknown_outcome` or `reconciliation_required`). Then only Receipt
+// is set here.
+func (r *ReplayTaskResponse) Interrupted() (*InterruptedCommandResponse, bool) {
+	if r == nil || !onlyFields(r, "Receipt") || !slices.Contains([]string{"unknown_outcome", "reconciliation_required"}, string(r.Receipt.Outcome)) {
+		return nil, false
+	}
+	return &InterruptedCommandResponse{Receipt: r.Receipt}, true
+}
+
 // ResumeTask calls resume_task (POST /bap/v1/tasks/{task_id}/resume): Resume a checkpointed task.
 //
 // Restores a `checkpointed` task from a compatible checkpoint into a new browser session (cookies,

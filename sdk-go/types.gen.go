@@ -5886,6 +5886,11 @@ type TaskResult struct {
 	// Integrity The digest of the result's manifest.
 	Integrity ResultIntegrity `json:"integrity"`
 
+	// Replay For a replay task (`replay_of`): its verdict, as the `replay.finished` event in its history records it: `identical`, or the first divergence. Absent when the replay ended before a verdict (a lost browser that could not be restored).
+	//
+	// Examples: {"mode":"archive","outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
+	Replay *ReplayFinishedData `json:"replay,omitempty"`
+
 	// Summary What the runtime found, in words.
 	Summary string `json:"summary"`
 

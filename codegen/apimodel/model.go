@@ -36,8 +36,13 @@ type Operation struct {
 	Path        string // route template (/bap/v1/tasks/{task_id}/cancel)
 	Summary     string
 	Description string
-	Mutating    bool   // x-bap-mutating
-	Contract    bool   // false when x-bap-mcp-tool: false (service info, probes, streams)
+	Mutating    bool // x-bap-mutating
+	// Contract is true for an SDK method: every MCP tool, and an operation marked
+	// `x-bap-mcp-tool: false` only when it also says `x-bap-sdk: true` (replay_task: the SDKs
+	// carry it, MCP does not expose it). Service info, probes and streams are neither.
+	Contract bool
+	// MCPTool is false when x-bap-mcp-tool: false.
+	MCPTool     bool
 	Scope       string // the one OAuth scope in `security` ("" for anonymous routes)
 	PathParams  []Param
 	QueryParams []Param
@@ -125,11 +130,22 @@ func (o *Operation) Binary() bool {
 	return !p.JSON() && p.MediaType != "text/event-stream"
 }
 
-// ContractOperations returns the operations that are SDK methods and MCP tools.
+// ContractOperations returns the operations that are SDK methods.
 func (d *Document) ContractOperations() []*Operation {
 	var out []*Operation
 	for _, o := range d.Operations {
 		if o.Contract {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// MCPOperations returns the operations that are MCP tools (each also an SDK method).
+func (d *Document) MCPOperations() []*Operation {
+	var out []*Operation
+	for _, o := range d.Operations {
+		if o.MCPTool {
 			out = append(out, o)
 		}
 	}
@@ -207,6 +223,7 @@ func (d *Document) parseOperation(route, method string, op, params map[string]an
 		Summary:     strings.TrimSpace(str(op["summary"])),
 		Description: strings.TrimSpace(str(op["description"])),
 		Contract:    true,
+		MCPTool:     true,
 	}
 	if !snake.MatchString(o.ID) {
 		return nil, fmt.Errorf("operationId %q is not snake_case", o.ID)
@@ -221,7 +238,14 @@ func (d *Document) parseOperation(route, method string, op, params map[string]an
 		if !isBool {
 			return nil, fmt.Errorf("%s: x-bap-mcp-tool must be a boolean", o.ID)
 		}
-		o.Contract = b
+		o.Contract, o.MCPTool = b, b
+	}
+	if v, ok := op["x-bap-sdk"]; ok {
+		b, isBool := v.(bool)
+		if !isBool || !b || o.MCPTool {
+			return nil, fmt.Errorf("%s: x-bap-sdk is only `true`, on an operation that is not an MCP tool", o.ID)
+		}
+		o.Contract = true
 	}
 	for _, req := range arr(op["security"]) {
 		for _, scopes := range obj(req) {

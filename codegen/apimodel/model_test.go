@@ -30,6 +30,7 @@ var routes = map[string]string{
 	"verify_artifact":            "POST /bap/v1/artifacts/{artifact_id}/verify",
 	"get_task_audit":             "GET /bap/v1/tasks/{task_id}/audit",
 	"get_task_bundle":            "GET /bap/v1/tasks/{task_id}/bundle",
+	"replay_task":                "POST /bap/v1/tasks/{task_id}/replay",
 }
 
 func TestContractOperations(t *testing.T) {
@@ -38,8 +39,8 @@ func TestContractOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := d.ContractOperations()
-	if len(ops) != 22 {
-		t.Fatalf("%d contract operations, want 22", len(ops))
+	if len(ops) != 23 {
+		t.Fatalf("%d contract operations, want 23", len(ops))
 	}
 	for _, o := range ops {
 		if got := o.Method + " " + o.Path; routes[o.ID] != got {
@@ -55,14 +56,24 @@ func TestContractOperations(t *testing.T) {
 			t.Errorf("%s: primary answer %s", o.ID, o.Primary().Schema)
 		}
 	}
-	var nonContract []string
+	var nonContract, sdkOnly []string
 	for _, o := range d.Operations {
 		if !o.Contract {
 			nonContract = append(nonContract, o.ID)
 		}
+		if o.Contract && !o.MCPTool {
+			sdkOnly = append(sdkOnly, o.ID)
+		}
 	}
-	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,get_audit_keys,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,hand_back_task,replay_task,take_over_task,get_healthz,get_readyz" {
+	if got := strings.Join(nonContract, ","); got != "get_service_info,list_approvals,get_audit_keys,stream_events,list_secrets,create_secret,delete_secret,rotate_secret,stream_task_events,hand_back_task,take_over_task,get_healthz,get_readyz" {
 		t.Errorf("non-contract operations %s", got)
+	}
+	// replay_task is mutating and starts a browser: the SDKs carry it, MCP does not expose it.
+	if got := strings.Join(sdkOnly, ","); got != "replay_task" {
+		t.Errorf("SDK methods that are not MCP tools: %s", got)
+	}
+	if n := len(d.MCPOperations()); n != 22 {
+		t.Errorf("%d MCP tools, want 22", n)
 	}
 }
 

@@ -49,7 +49,7 @@ func Generate(d *apimodel.Document) ([]byte, error) {
 		Comment: apimodel.Header + " Source: spec/openapi.yaml via server/internal/apigen/openapi.gen.json (codegen/mcpcatalog).",
 		Version: d.Version,
 	}
-	for _, o := range d.ContractOperations() {
+	for _, o := range d.MCPOperations() {
 		t, err := tool(d, o)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.ID, err)

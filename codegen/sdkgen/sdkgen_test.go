@@ -46,8 +46,8 @@ func count(s, re string) int { return len(regexp.MustCompile(re).FindAllString(s
 func TestGoClient(t *testing.T) {
 	d, _ := load(t)
 	src := gen(t, func() ([]byte, error) { return GoClient(d) })
-	if n := count(src, `(?m)^func \(c \*Client\) `); n != 22 {
-		t.Errorf("%d methods, want 22", n)
+	if n := count(src, `(?m)^func \(c \*Client\) `); n != 23 {
+		t.Errorf("%d methods, want 23", n)
 	}
 	for _, sig := range []string{
 		"func (c *Client) CreateTask(ctx context.Context, body CreateTaskRequest, opts ...CallOption) (*CreateTaskResponse, error)",
@@ -65,8 +65,8 @@ func TestGoClient(t *testing.T) {
 			t.Errorf("missing %s", sig)
 		}
 	}
-	if n := count(src, `(?m)\) Interrupted\(\) `); n != 11 {
-		t.Errorf("%d Interrupted methods, want 11 (the 8 two-phase contract operations, create_task, request_approval, create_browser_session)", n)
+	if n := count(src, `(?m)\) Interrupted\(\) `); n != 12 {
+		t.Errorf("%d Interrupted methods, want 12 (the 8 two-phase contract operations, create_task, request_approval, create_browser_session, replay_task)", n)
 	}
 	if strings.Contains(src, "func (r *CloseTaskResponse) Interrupted") {
 		t.Error("close_task runs in one transaction and is never interrupted")
@@ -74,8 +74,8 @@ func TestGoClient(t *testing.T) {
 	if strings.Contains(src, "StreamTaskEvents") || strings.Contains(src, "GetHealthz") {
 		t.Error("a non-contract operation became a method")
 	}
-	if n := count(src, `mutating: true`); n != 12 {
-		t.Errorf("%d mutating methods, want 12", n)
+	if n := count(src, `mutating: true`); n != 13 {
+		t.Errorf("%d mutating methods, want 13", n)
 	}
 }
 
@@ -93,8 +93,8 @@ func TestGoEvents(t *testing.T) {
 func TestPython(t *testing.T) {
 	d, ev := load(t)
 	src := gen(t, func() ([]byte, error) { return Python(d, ev) })
-	if n := count(src, `(?m)^    def [a-z]`); n != 22 {
-		t.Errorf("%d methods, want 22", n)
+	if n := count(src, `(?m)^    def [a-z]`); n != 23 {
+		t.Errorf("%d methods, want 23", n)
 	}
 	for _, want := range []string{
 		"    def navigate(\n        self,\n        session_id: str,\n        body: \"NavigateRequest\",\n        *,\n        idempotency_key: Optional[str] = None,",
@@ -118,8 +118,8 @@ func TestPython(t *testing.T) {
 func TestTypeScript(t *testing.T) {
 	d, ev := load(t)
 	src := gen(t, func() ([]byte, error) { return TSClient(d) })
-	if n := count(src, `(?m)^  [a-z][A-Za-z]*\(`); n != 22 {
-		t.Errorf("%d methods, want 22", n)
+	if n := count(src, `(?m)^  [a-z][A-Za-z]*\(`); n != 23 {
+		t.Errorf("%d methods, want 23", n)
 	}
 	for _, want := range []string{
 		"  navigate(sessionId: string, body: NavigateRequest, options?: CallOptions): Promise<NavigateResponse | InterruptedCommandResponse> {",

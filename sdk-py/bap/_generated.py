@@ -3511,6 +3511,10 @@ class TaskResult(TypedDict):
     evidence: list["Artifact"]
     #: The digest of the result's manifest.
     integrity: "ResultIntegrity"
+    #: For a replay task (`replay_of`): its verdict, as the `replay.finished` event in its history
+    #: records it: `identical`, or the first divergence. Absent when the replay ended before a
+    #: verdict (a lost browser that could not be restored).
+    replay: NotRequired["ReplayFinishedData"]
     #: What the runtime found, in words.
     summary: str
     #: Whether the result was checked, and why.
@@ -4429,6 +4433,42 @@ class Operations:
             "GET",
             "/bap/v1/tasks/" + _quote(task_id, safe="") + "/events",
             query={"after": after, "limit": limit},
+            timeout=timeout,
+        )
+
+    def replay_task(
+        self,
+        task_id: str,
+        body: Optional["ReplayTaskRequest"] = None,
+        *,
+        idempotency_key: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Union["ReplayTaskResponse", "InterruptedCommandResponse"]:
+        """Replay a finished task against its archive.
+
+        Creates a new delegated task (`replay_of`) whose plan repeats the `record.step`s of a
+        finished recording task (`policy.record`) in a fresh browser session whose every request is
+        answered from the task's own WARC archive: nothing reaches the network, and a request the
+        archive lacks is refused (`request.blocked`, `not_in_archive`). No model is called. Each
+        step is compared with the recorded one (`replay.step_compared`: target, URL, epoch change,
+        observation digest) and the verdict is a `replay.finished` event: `identical`, or the first
+        divergence (step, field, expected, got). `409 replay_not_possible` when the task is not
+        finished, recorded no steps, typed a plain value it did not keep, or its archive holds a
+        tunnel (HTTPS, never recorded).
+
+        ``POST /bap/v1/tasks/{task_id}/replay`` (mutating: sends ``idempotency_key``, or a new UUID
+        that the client's own retries reuse); scope ``bap:tasks.write``. May also answer 200 with
+        InterruptedCommandResponse: Replay of an Idempotency-Key whose command a crash interrupted:
+        only the receipt (`unknown_outcome` or `reconciliation_required`).
+        """
+        return self._request(
+            "replay_task",
+            "POST",
+            "/bap/v1/tasks/" + _quote(task_id, safe="") + "/replay",
+            body=body,
+            has_body=True,
+            mutating=True,
+            idempotency_key=idempotency_key,
             timeout=timeout,
         )
 

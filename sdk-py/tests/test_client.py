@@ -280,8 +280,8 @@ class InterruptedReplayTests(TCPCase):
 class GeneratedTests(unittest.TestCase):
     def test_operations(self):
         ops = [n for n in dir(bap.Operations) if not n.startswith("_")]
-        self.assertEqual(len(ops), 22, ops)
-        for name in ("create_task", "navigate", "get_artifact", "list_task_events", "resolve_approval"):
+        self.assertEqual(len(ops), 23, ops)
+        for name in ("create_task", "navigate", "get_artifact", "list_task_events", "resolve_approval", "replay_task"):
             self.assertIn(name, ops)
 
     def test_events(self):

@@ -501,6 +501,36 @@ impl Client {
         serde_json::from_slice(&answer).map_err(|e| Error::decode(call.op, status, e))
     }
 
+    /// Replay a finished task against its archive.
+    ///
+    /// Creates a new delegated task (`replay_of`) whose plan repeats the `record.step`s of a
+    /// finished recording task (`policy.record`) in a fresh browser session whose every request is
+    /// answered from the task's own WARC archive: nothing reaches the network, and a request the
+    /// archive lacks is refused (`request.blocked`, `not_in_archive`). No model is called. Each
+    /// step is compared with the recorded one (`replay.step_compared`: target, URL, epoch change,
+    /// observation digest) and the verdict is a `replay.finished` event: `identical`, or the first
+    /// divergence (step, field, expected, got). `409 replay_not_possible` when the task is not
+    /// finished, recorded no steps, typed a plain value it did not keep, or its archive holds a
+    /// tunnel (HTTPS, never recorded).
+    ///
+    /// `POST /bap/v1/tasks/{task_id}/replay` (mutating: it sends an `Idempotency-Key`, the one of
+    /// `CallOptions` or a new UUID v7, that the client's own retries reuse); scope
+    /// `bap:tasks.write`. May also answer 200 with InterruptedCommandResponse: Replay of an
+    /// Idempotency-Key whose command a crash interrupted: only the receipt (`unknown_outcome` or
+    /// `reconciliation_required`).
+    pub fn replay_task(&self, task_id: &str, body: &ReplayTaskRequest) -> Result<ReplayTaskAnswer, Error> {
+        self.replay_task_with(task_id, body, &CallOptions::default())
+    }
+
+    /// [`Client::replay_task`] with per-call options (idempotency key, timeout, headers).
+    pub fn replay_task_with(&self, task_id: &str, body: &ReplayTaskRequest, opts: &CallOptions) -> Result<ReplayTaskAnswer, Error> {
+        let mut call = Call::new("replay_task", "POST", format!("/bap/v1/tasks/{}/replay", path_escape(task_id)));
+        call.body = Some(self.encode(call.op, body)?);
+        call.mutating = true;
+        let (status, answer) = self.call(&call, opts)?;
+        ReplayTaskAnswer::decode(status, &answer).map_err(|e| Error::decode(call.op, status, e))
+    }
+
     /// Resume a checkpointed task.
     ///
     /// Restores a `checkpointed` task from a compatible checkpoint into a new browser session

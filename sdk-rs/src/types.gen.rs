@@ -6268,6 +6268,11 @@ pub struct TaskResult {
     pub evidence: Vec<Artifact>,
     /// The digest of the result's manifest.
     pub integrity: ResultIntegrity,
+    /// For a replay task (`replay_of`): its verdict, as the `replay.finished` event in its history
+    /// records it: `identical`, or the first divergence. Absent when the replay ended before a
+    /// verdict (a lost browser that could not be restored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<ReplayFinishedData>,
     /// What the runtime found, in words.
     pub summary: String,
     /// Whether the result was checked, and why.
@@ -6281,6 +6286,7 @@ impl TaskResult {
             anchor: None,
             evidence,
             integrity,
+            replay: None,
             summary,
             verification,
         }
@@ -7142,6 +7148,44 @@ impl CancelTaskAnswer {
         match status {
             200 if crate::transport::only_keys(body, &["receipt"]) => serde_json::from_slice(body).map(CancelTaskAnswer::InterruptedCommand),
             _ => serde_json::from_slice(body).map(CancelTaskAnswer::CancelTask),
+        }
+    }
+}
+
+/// The answers of `replay_task`, by HTTP status (and by shape where two share one): the primary one first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ReplayTaskAnswer {
+    /// 201: Created: the replay task. A replayed Idempotency-Key answers the first response again
+    /// with `Idempotent-Replayed: true`.
+    ReplayTask(ReplayTaskResponse),
+    /// 200: Replay of an Idempotency-Key whose command a crash interrupted: only the receipt
+    /// (`unknown_outcome` or `reconciliation_required`).
+    InterruptedCommand(InterruptedCommandResponse),
+}
+
+impl ReplayTaskAnswer {
+    /// The HTTP status this answer comes with.
+    pub fn status(&self) -> u16 {
+        match self {
+            ReplayTaskAnswer::ReplayTask(_) => 201,
+            ReplayTaskAnswer::InterruptedCommand(_) => 200,
+        }
+    }
+
+    /// The primary answer (201 ReplayTaskResponse), or `None` for another one.
+    pub fn primary(self) -> Option<ReplayTaskResponse> {
+        match self {
+            ReplayTaskAnswer::ReplayTask(v) => Some(v),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    pub(crate) fn decode(status: u16, body: &[u8]) -> Result<Self, serde_json::Error> {
+        match status {
+            200 => serde_json::from_slice(body).map(ReplayTaskAnswer::InterruptedCommand),
+            _ => serde_json::from_slice(body).map(ReplayTaskAnswer::ReplayTask),
         }
     }
 }

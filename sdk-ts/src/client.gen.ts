@@ -1065,6 +1065,28 @@ export abstract class Operations {
   }
 
   /**
+   * Replay a finished task against its archive.
+   *
+   * Creates a new delegated task (`replay_of`) whose plan repeats the `record.step`s of a finished
+   * recording task (`policy.record`) in a fresh browser session whose every request is answered
+   * from the task's own WARC archive: nothing reaches the network, and a request the archive lacks
+   * is refused (`request.blocked`, `not_in_archive`). No model is called. Each step is compared
+   * with the recorded one (`replay.step_compared`: target, URL, epoch change, observation digest)
+   * and the verdict is a `replay.finished` event: `identical`, or the first divergence (step,
+   * field, expected, got). `409 replay_not_possible` when the task is not finished, recorded no
+   * steps, typed a plain value it did not keep, or its archive holds a tunnel (HTTPS, never
+   * recorded).
+   *
+   * `POST /bap/v1/tasks/{task_id}/replay` (`replay_task`; mutating: sends `options.idempotencyKey`,
+   * or a new UUID that the client's own retries reuse; scope `bap:tasks.write`). May also answer
+   * 200 with InterruptedCommandResponse: Replay of an Idempotency-Key whose command a crash
+   * interrupted: only the receipt (`unknown_outcome` or `reconciliation_required`).
+   */
+  replayTask(taskId: string, body: ReplayTaskRequest = {}, options?: CallOptions): Promise<ReplayTaskResponse | InterruptedCommandResponse> {
+    return this.request<ReplayTaskResponse | InterruptedCommandResponse>({ op: "replay_task", method: "POST", path: `/bap/v1/tasks/${encodeURIComponent(taskId)}/replay`, body, mutating: true }, options);
+  }
+
+  /**
    * Resume a checkpointed task.
    *
    * Restores a `checkpointed` task from a compatible checkpoint into a new browser session

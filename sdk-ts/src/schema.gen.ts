@@ -5884,6 +5884,8 @@ export interface components {
             evidence: components["schemas"]["Artifact"][];
             /** @description The digest of the result's manifest. */
             integrity: components["schemas"]["ResultIntegrity"];
+            /** @description For a replay task (`replay_of`): its verdict, as the `replay.finished` event in its history records it: `identical`, or the first divergence. Absent when the replay ended before a verdict (a lost browser that could not be restored). */
+            replay?: components["schemas"]["ReplayFinishedData"];
             /** @description What the runtime found, in words. */
             summary: string;
             /** @description Whether the result was checked, and why. */

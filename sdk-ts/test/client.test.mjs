@@ -195,7 +195,7 @@ test("an interrupted replay is told from the result by isInterruptedCommandRespo
 
 test("generated surface", () => {
   const methods = Object.getOwnPropertyNames(Operations.prototype).filter((n) => n !== "constructor");
-  assert.equal(methods.length, 22);
-  for (const m of ["createTask", "navigate", "queryNodes", "getArtifact", "listTaskEvents", "resolveApproval"]) assert.ok(methods.includes(m), m);
+  assert.equal(methods.length, 23);
+  for (const m of ["createTask", "navigate", "queryNodes", "getArtifact", "listTaskEvents", "resolveApproval", "replayTask"]) assert.ok(methods.includes(m), m);
   assert.ok(EVENT_TYPES.includes("task.state_changed"));
 });

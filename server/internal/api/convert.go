@@ -95,6 +95,17 @@ func toTaskResult(r *app.ResultRecord) apigen.TaskResult {
 	if r.Anchor != nil {
 		out.Anchor = ptr(toAuditAnchor(r.Anchor))
 	}
+	if v := r.Replay; v != nil {
+		rv := apigen.ReplayFinishedData{ReplayOf: v.ReplayOf, Outcome: apigen.ReplayFinishedDataOutcome(v.Outcome), Steps: v.Steps,
+			StoppedBefore: v.StoppedBefore, Step: v.Step}
+		if v.Mode != "" {
+			rv.Mode = ptr(apigen.ReplayFinishedDataMode(v.Mode))
+		}
+		if v.Field != "" {
+			rv.Field, rv.Expected, rv.Got = ptr(apigen.ReplayFinishedDataField(v.Field)), ptr(v.Expected), ptr(v.Got)
+		}
+		out.Replay = &rv
+	}
 	return out
 }
 

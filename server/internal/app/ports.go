@@ -28,6 +28,8 @@ type Store interface {
 	GetTask(ctx context.Context, tenant, taskID string) (*Task, error)
 	// ListEvents reads up to limit events of a task with seq > after, in seq order.
 	ListEvents(ctx context.Context, tenant, taskID string, after int64, limit int) ([]Event, error)
+	// LastEventOfType reads a task's latest event of eventType (ErrNotFound when it has none).
+	LastEventOfType(ctx context.Context, tenant, taskID, eventType string) (*Event, error)
 	// DueForExpiry lists up to limit non-terminal task ids (with their tenants) whose deadline is before now.
 	DueForExpiry(ctx context.Context, now time.Time, limit int) ([]TaskRef, error)
 	// PurgeIdempotency deletes completed idempotency records that expired before now.

@@ -94,6 +94,8 @@ type ResultRecord struct {
 	// Anchor is the signed statement of the task's history-chain head made when it ended (nil
 	// for a task that ended before the chain existed; audit.go).
 	Anchor *AnchorRecord
+	// Replay is a replay task's verdict (its replay.finished event), nil for any other task.
+	Replay *ReplayVerdict
 }
 
 // ManifestReceipt is one receipt as a result manifest lists it.

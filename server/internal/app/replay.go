@@ -390,6 +390,43 @@ func (s *Service) replayVerdict(ctx context.Context, claim *LeaseClaim, actor st
 	return res, err
 }
 
+// ReplayVerdict is a replay's verdict: the data of its replay.finished event, which a replay
+// task's result repeats (result.replay).
+type ReplayVerdict struct {
+	ReplayOf string `json:"replay_of"`
+	Mode     string `json:"mode,omitempty"`
+	// Outcome is "identical" or "diverged"; Step, Field, Expected and Got name a divergence.
+	Outcome string `json:"outcome"`
+	Steps   int    `json:"steps"`
+	// StoppedBefore is the recorded step a live dry run stopped before (its first side effect).
+	StoppedBefore *int   `json:"stopped_before,omitempty"`
+	Step          *int   `json:"step,omitempty"`
+	Field         string `json:"field,omitempty"`
+	Expected      string `json:"expected,omitempty"`
+	Got           string `json:"got,omitempty"`
+}
+
+// replayVerdictOf reads a replay task's verdict from its history (nil when it has none: the
+// replay ended before comparing, its browser lost and not restored).
+func (s *Service) replayVerdictOf(ctx context.Context, t *Task) (*ReplayVerdict, error) {
+	e, err := s.store.LastEventOfType(ctx, t.Tenant, t.ID, "replay.finished")
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	raw, err := json.Marshal(e.Data)
+	if err != nil {
+		return nil, err
+	}
+	var v ReplayVerdict
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, fmt.Errorf("reading the replay verdict of %s: %w", t.ID, err)
+	}
+	return &v, nil
+}
+
 // stepDiff is the first field in which a replayed step differs from the recorded one.
 type stepDiff struct{ field, expected, got string }
 

@@ -153,6 +153,11 @@ func (s *Service) withResult(ctx context.Context, t *Task) (*Task, error) {
 				break
 			}
 		}
+		if t.ReplayOf != "" {
+			if r.Replay, err = s.replayVerdictOf(ctx, t); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return t, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -77,6 +78,11 @@ func TestReplayOfACheckoutAgainstItsArchive(t *testing.T) {
 		fin := ofType(s.history(t, id), "replay.finished")
 		if len(fin) != 1 {
 			t.Fatalf("%d replay.finished events in %s", len(fin), id)
+		}
+		// The replay task's result repeats the verdict.
+		got := s.must(t, 200, "GET", "/bap/v1/tasks/"+id, "", nil)
+		if res, _ := got.body["task"].(map[string]any)["result"].(map[string]any); !reflect.DeepEqual(res["replay"], data(fin[0])) {
+			t.Fatalf("result.replay of %s: %v, want %v", id, res["replay"], data(fin[0]))
 		}
 		return id, data(fin[0])
 	}

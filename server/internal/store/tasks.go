@@ -193,6 +193,24 @@ func (s *Store) ListEvents(ctx context.Context, tenant, taskID string, after int
 	return out, nil
 }
 
+// LastEventOfType implements app.Store.
+func (s *Store) LastEventOfType(ctx context.Context, tenant, taskID, eventType string) (*app.Event, error) {
+	var e app.Event
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT event_id, task_id, tenant_id, seq, event_type, occurred_at, actor, cause,
+		coalesce(command_id, ''), data FROM agent_task_event
+		WHERE tenant_id = $1 AND task_id = $2 AND event_type = $3 ORDER BY seq DESC LIMIT 1`, tenant, taskID, eventType).
+		Scan(&e.ID, &e.TaskID, &e.Tenant, &e.Seq, &e.Type, &e.Time, &e.Actor, &e.Cause, &e.CommandID, &data)
+	if err != nil {
+		return nil, translate(err)
+	}
+	e.Time = e.Time.UTC()
+	if err := json.Unmarshal(data, &e.Data); err != nil {
+		return nil, fmt.Errorf("decoding event %s data: %w", e.ID, err)
+	}
+	return &e, nil
+}
+
 // DueForExpiry implements app.Store.
 func (s *Store) DueForExpiry(ctx context.Context, now time.Time, limit int) ([]app.TaskRef, error) {
 	rows, err := s.pool.Query(ctx, `SELECT tenant_id, task_id FROM agent_task
