@@ -11,8 +11,11 @@ import glob
 import json
 import os
 import re
+import dataclasses
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,6 +23,15 @@ sys.path.insert(0, os.path.join(ROOT, "sdk-py"))
 import bap  # noqa: E402
 
 LANG = "py"
+UNTIL_TIMEOUT_S, UNTIL_PAUSE_S = 60.0, 0.2
+
+
+class BinaryDoc(dict):
+    """A binary answer's runner-neutral document, with the bytes (for verify_bundle)."""
+
+    def __init__(self, doc: dict, body: bytes) -> None:
+        super().__init__(doc)
+        self.body = body
 
 
 def call(client, op, args, key):
@@ -67,7 +79,9 @@ def call(client, op, args, key):
         return client.get_task_audit(args["task_id"])
     if op == "get_task_bundle":
         blob = client.get_task_bundle(args["task_id"])
-        return {"media_type": blob.media_type, "sha256": blob.sha256, "size": len(blob.body)}
+        return BinaryDoc({"media_type": blob.media_type, "sha256": blob.sha256, "size": len(blob.body)}, blob.body)
+    if op == "replay_task":
+        return client.replay_task(args["task_id"], body, **kw)
     if op == "verify_artifact":
         return client.verify_artifact(args["artifact_id"], body)
     raise ValueError("unknown op " + op)
@@ -96,6 +110,41 @@ def operator_call(op, args, key):
     if isinstance(doc, dict) and isinstance(doc.get("status"), int):
         return doc["status"], doc.get("code"), doc
     raise RuntimeError("bap approvals %s: %s" % (decision, p.stderr.strip()))
+
+
+def verify_bundle(base_url, body):
+    """The auditor's check of a bundle (conformance/README.md "verify_bundle"): `bap bundle verify
+    FILE --jwks BASE/bap/v1/audit/keys` on the bytes this runner's client got; stdout is the report."""
+    with tempfile.TemporaryDirectory(prefix="conformance-bundle-") as d:
+        path = os.path.join(d, "bundle.tar")
+        with open(path, "wb") as f:
+            f.write(body)
+        p = subprocess.run([os.environ["CONFORMANCE_BAP"], "bundle", "verify", path, "--jwks",
+                            base_url.rstrip("/") + "/bap/v1/audit/keys"], capture_output=True, text=True, check=False)
+    try:
+        report = json.loads(p.stdout)
+    except ValueError:
+        report = None
+    if not isinstance(report, dict) or "valid" not in report:
+        raise RuntimeError("bap bundle verify: " + p.stderr.strip())
+    return report
+
+
+def plain(doc):
+    """A typed answer (a dataclass) as plain JSON values."""
+    return dataclasses.asdict(doc) if dataclasses.is_dataclass(doc) and not isinstance(doc, type) else doc
+
+
+def holds(doc, until, vars_, pages):
+    """`until`: every pointer holds its value (substituted, normalized)."""
+    for p, want in until.items():
+        try:
+            want = subst(want, vars_)
+        except KeyError:
+            return False
+        if not same(normalize(pointer(plain(doc), p), vars_, pages), normalize(want, vars_, pages)):
+            return False
+    return True
 
 
 def pointer(doc, ptr):
@@ -159,7 +208,7 @@ def same(a, b):
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def run_scenario(client, sc, nonce, pages, errors):
+def run_scenario(client, base_url, sc, nonce, pages, errors):
     vars_ = {}
     steps = []
     ok = True
@@ -172,16 +221,22 @@ def run_scenario(client, sc, nonce, pages, errors):
         try:
             if step.get("as") == "operator":
                 status, code, doc = operator_call(step["op"], subst(step.get("args", {}), vars_), key)
+            elif step.get("until"):
+                deadline = time.monotonic() + UNTIL_TIMEOUT_S
+                doc = call(client, step["op"], subst(step.get("args", {}), vars_), key)
+                while not holds(doc, step["until"], vars_, pages) and time.monotonic() < deadline:
+                    time.sleep(UNTIL_PAUSE_S)
+                    doc = call(client, step["op"], subst(step.get("args", {}), vars_), key)
             else:
                 doc = call(client, step["op"], subst(step.get("args", {}), vars_), key)
+            if step.get("verify_bundle"):
+                doc = dict(doc, verified=verify_bundle(base_url, doc.body))
         except bap.ProblemError as e:
             status, code, doc = e.status, e.code, e.problem or {}
         except Exception as e:  # transport or runner error
             status, code, doc = "error", None, {}
             errors.append("%s step %d: %r" % (sc["name"], i + 1, e))
-        if hasattr(doc, "__dataclass_fields__"):
-            import dataclasses
-            doc = dataclasses.asdict(doc)
+        doc = plain(doc)
         fields = normalize({p: pointer(doc, p) for p in exp.get("fields", {})}, vars_, pages)
         passed = same(status, exp["status"]) and code == exp.get("code")
         for p, want in exp.get("fields", {}).items():
@@ -228,7 +283,7 @@ def main():
                 print("conformance[%s]: %s uses %s: pass --pages or set CONFORMANCE_PAGES" % (LANG, path, PAGES), file=sys.stderr)
                 sys.exit(2)
             text = text.replace(PAGES, pages)
-        results.append(run_scenario(client, json.loads(text), nonce, pages, errors))
+        results.append(run_scenario(client, a.base_url, json.loads(text), nonce, pages, errors))
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, LANG + ".json"), "w", encoding="utf-8") as f:
         f.write(json.dumps({"scenarios": results}, indent=2, sort_keys=True, ensure_ascii=False) + "\n")

@@ -5,7 +5,8 @@
 //
 // Needs the built SDK (sdk-ts/dist/, built by scripts/test-sdks.sh or scripts/conformance.sh).
 // Writes DIR/ts.json (normalized results, see conformance/README.md); exits 1 when a step fails.
-import { readFileSync, readdirSync, writeFileSync, mkdirSync } from "node:fs";
+import { readFileSync, readdirSync, writeFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomUUID } from "node:crypto";
@@ -50,9 +51,13 @@ async function call(client, op, args, key) {
     }
     case "get_task_audit": return client.getTaskAudit(args.task_id);
     case "get_task_bundle": {
+      // The bytes ride along, hidden from the document, for verify_bundle.
       const blob = await client.getTaskBundle(args.task_id);
-      return { media_type: blob.mediaType, sha256: blob.sha256, size: blob.body.length };
+      const doc = { media_type: blob.mediaType, sha256: blob.sha256, size: blob.body.length };
+      Object.defineProperty(doc, "body", { value: blob.body, enumerable: false });
+      return doc;
     }
+    case "replay_task": return client.replayTask(args.task_id, b, o);
     case "verify_artifact": return client.verifyArtifact(args.artifact_id, b);
     default: throw new Error(`unknown op ${op}`);
   }
@@ -75,6 +80,37 @@ function operatorCall(op, args, key) {
   if (doc && typeof doc.status === "number") return { status: doc.status, code: doc.code ?? null, doc };
   throw new Error(`bap approvals ${b.decision}: ${(p.stderr ?? String(p.error)).trim()}`);
 }
+
+// The auditor's check of a bundle (conformance/README.md "verify_bundle"): `bap bundle verify FILE
+// --jwks BASE/bap/v1/audit/keys` on the bytes this runner's client got; stdout is the report.
+function verifyBundle(body) {
+  const dir = mkdtempSync(join(tmpdir(), "conformance-bundle-"));
+  try {
+    const file = join(dir, "bundle.tar");
+    writeFileSync(file, body);
+    const p = spawnSync(process.env.CONFORMANCE_BAP, ["bundle", "verify", file, "--jwks", `${baseUrl}/bap/v1/audit/keys`], { encoding: "utf8" });
+    let report = null;
+    try { report = JSON.parse(p.stdout); } catch { report = null; }
+    if (report === null || typeof report !== "object" || !("valid" in report)) {
+      throw new Error(`bap bundle verify: ${(p.stderr ?? String(p.error)).trim()}`);
+    }
+    return report;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// `until`: every pointer holds its value (substituted, normalized).
+function holds(doc, until, vars, pages) {
+  for (const [p, want] of Object.entries(until)) {
+    let w;
+    try { w = subst(want, vars); } catch { return false; }
+    if (!same(normalize(pointer(doc, p), vars, pages), normalize(w, vars, pages))) return false;
+  }
+  return true;
+}
+
+const UNTIL_TIMEOUT_MS = 60000, UNTIL_PAUSE_MS = 200;
 
 // RFC 6901; a missing member answers null.
 function pointer(doc, ptr) {
@@ -141,9 +177,17 @@ async function runScenario(client, sc, nonce, pages, errors) {
     try {
       if (step.as === "operator") {
         ({ status, code, doc } = operatorCall(step.op, subst(step.args ?? {}, vars), key));
+      } else if (step.until) {
+        const deadline = Date.now() + UNTIL_TIMEOUT_MS;
+        doc = await call(client, step.op, subst(step.args ?? {}, vars), key);
+        while (!holds(doc, step.until, vars, pages) && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, UNTIL_PAUSE_MS));
+          doc = await call(client, step.op, subst(step.args ?? {}, vars), key);
+        }
       } else {
         doc = await call(client, step.op, subst(step.args ?? {}, vars), key);
       }
+      if (step.verify_bundle) doc.verified = verifyBundle(doc.body);
     } catch (e) {
       if (e instanceof ProblemError) {
         status = e.status; code = e.code ?? null; doc = e.problem ?? {};

@@ -8,6 +8,9 @@
 // gives it: the path and query parameters by name, the body's fields, and `idempotency_key` for a
 // mutating tool (the step's key, else a new UUID, as the SDKs do). A result's structuredContent is
 // the body; an isError result carries the BAP problem, whose `status` and `code` are the step's.
+// The one SDK operation that is not an MCP tool (replay_task: mutating, it starts a browser; ADR
+// 0035) the runner takes over HTTP with sdk-go, as an MCP host would; it checks that tools/list
+// indeed leaves it out.
 //
 //	go run ./conformance/runner_mcp --base-url http://127.0.0.1:PORT --out DIR [--pages ORIGIN]
 package main
@@ -16,6 +19,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -65,7 +69,15 @@ func main() {
 			_ = json.Unmarshal(raw, &schema)
 			_, mutating[tool.Name] = schema.Properties["idempotency_key"]
 		}
+		if _, listed := mutating["replay_task"]; listed {
+			cs.Close()
+			return nil, nil, errors.New("tools/list offers replay_task, which the spec keeps out of MCP (x-bap-mcp-tool: false)")
+		}
+		overHTTP := harness.SDKCaller(baseURL)
 		call := func(ctx context.Context, op string, args map[string]any, key string) harness.Outcome {
+			if op == "replay_task" {
+				return overHTTP(ctx, op, args, key)
+			}
 			arguments := map[string]any{}
 			if body, ok := args["body"].(map[string]any); ok {
 				for k, v := range body {
@@ -110,13 +122,13 @@ func main() {
 				// The runner-neutral document of get_artifact and get_task_bundle (conformance/README.md): the
 				// embedded resource's mimeType with the result's sha256 and size.
 				m, _ := doc.(map[string]any)
-				mediaType := ""
+				mediaType, body := "", []byte(nil)
 				for _, ct := range res.Content {
 					if er, ok := ct.(*mcp.EmbeddedResource); ok && er.Resource != nil {
-						mediaType = er.Resource.MIMEType
+						mediaType, body = er.Resource.MIMEType, er.Resource.Blob
 					}
 				}
-				return harness.Outcome{Status: "ok", Doc: map[string]any{"media_type": mediaType, "sha256": m["sha256"], "size": m["size"]}}
+				return harness.Outcome{Status: "ok", Doc: map[string]any{"media_type": mediaType, "sha256": m["sha256"], "size": m["size"]}, Body: body}
 			}
 			return harness.Outcome{Status: "ok", Doc: doc}
 		}

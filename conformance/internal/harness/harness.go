@@ -34,6 +34,8 @@ type Outcome struct {
 	Doc any
 	// Err is a runner or transport error (the step records status "error").
 	Err error
+	// Body is the bytes of a binary answer (get_task_bundle's tar file), for verify_bundle.
+	Body []byte
 }
 
 // Caller performs op with args (path/query parameters by name, "body") and the Idempotency-Key
@@ -52,7 +54,19 @@ type step struct {
 	Key    *string           `json:"key"`
 	Expect expect            `json:"expect"`
 	Save   map[string]string `json:"save"`
+	// Until repeats the call (a read) until every pointer holds its value, for at most
+	// untilTimeout: a replay task runs on a worker, and its end is what the step checks.
+	Until map[string]any `json:"until"`
+	// VerifyBundle, on get_task_bundle, has the auditor check the bytes the runner's client got
+	// (VerifyBundle): the answer's document gains `verified`, the report.
+	VerifyBundle bool `json:"verify_bundle"`
 }
+
+// untilTimeout bounds an `until` step; untilPause is the pause between its calls.
+const (
+	untilTimeout = 60 * time.Second
+	untilPause   = 200 * time.Millisecond
+)
 
 type expect struct {
 	Status any            `json:"status"`
@@ -240,6 +254,41 @@ func OperatorCall(ctx context.Context, op string, args map[string]any, key strin
 	}
 }
 
+// VerifyBundle checks a bundle as an auditor does (ADR 0036), with the server's own tool:
+// `$CONFORMANCE_BAP bundle verify FILE --jwks BASE/bap/v1/audit/keys`, whose stdout is the
+// report (exit status 1 when it found a problem, still with the report).
+func VerifyBundle(ctx context.Context, baseURL string, bundle []byte) (any, error) {
+	bin := os.Getenv("CONFORMANCE_BAP")
+	if bin == "" {
+		return nil, errors.New("verify_bundle needs CONFORMANCE_BAP")
+	}
+	f, err := os.CreateTemp("", "conformance-bundle-*.tar")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(bundle); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "bundle", "verify", f.Name(), "--jwks", baseURL+"/bap/v1/audit/keys")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return nil, err
+	}
+	report, ok := Decode(out).(map[string]any)
+	if !ok || report["valid"] == nil {
+		return nil, fmt.Errorf("bap bundle verify: %s", strings.TrimSpace(stderr.String()))
+	}
+	return report, nil
+}
+
 // Decode parses raw JSON into plain values ({} when it is not JSON).
 func Decode(raw []byte) any {
 	var out any
@@ -249,7 +298,18 @@ func Decode(raw []byte) any {
 	return out
 }
 
-func runScenario(ctx context.Context, call Caller, lang string, sc scenario, nonce, pages string, errs *[]string) map[string]any {
+// holds reports whether every pointer of until holds its (substituted, normalized) value in doc.
+func holds(doc any, until map[string]any, vars map[string]any, pages string) bool {
+	for ptr, want := range until {
+		w, err := subst(want, vars)
+		if err != nil || !same(normalize(Pointer(doc, ptr), vars, pages), normalize(w, vars, pages)) {
+			return false
+		}
+	}
+	return true
+}
+
+func runScenario(ctx context.Context, call Caller, lang, baseURL string, sc scenario, nonce, pages string, errs *[]string) map[string]any {
 	vars := map[string]any{}
 	steps := []any{}
 	ok := true
@@ -267,10 +327,24 @@ func runScenario(ctx context.Context, call Caller, lang string, sc scenario, non
 			if a == nil {
 				a = map[string]any{}
 			}
-			if st.As == "operator" {
+			switch {
+			case st.As == "operator":
 				o = OperatorCall(ctx, st.Op, a, key)
-			} else {
+			case len(st.Until) > 0:
+				deadline := time.Now().Add(untilTimeout)
+				for o = call(ctx, st.Op, a, key); o.Err == nil && !holds(o.Doc, st.Until, vars, pages) && time.Now().Before(deadline); {
+					time.Sleep(untilPause)
+					o = call(ctx, st.Op, a, key)
+				}
+			default:
 				o = call(ctx, st.Op, a, key)
+			}
+			if st.VerifyBundle && o.Err == nil && o.Status == "ok" {
+				if report, err := VerifyBundle(ctx, baseURL, o.Body); err != nil {
+					o.Err = err
+				} else if m, ok := o.Doc.(map[string]any); ok {
+					m["verified"] = report
+				}
 			}
 		}
 		if o.Err != nil {
@@ -368,7 +442,7 @@ func Main(lang string, setup Setup) {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", f, err)
 			os.Exit(1)
 		}
-		r := runScenario(ctx, call, lang, sc, nonce, pages, &errs)
+		r := runScenario(ctx, call, lang, strings.TrimRight(*baseURL, "/"), sc, nonce, pages, &errs)
 		if r["pass"] == true {
 			passed++
 		}

@@ -22,6 +22,8 @@ struct Outcome {
     code: Value,
     doc: Value,
     err: Option<String>,
+    /// The bytes of a binary answer (get_task_bundle's tar file), for verify_bundle.
+    body: Option<Vec<u8>>,
 }
 
 /// Decodes the scenario body into the SDK's request type; a body the type cannot carry (an
@@ -106,9 +108,7 @@ fn call(c: &Client, op: &str, a: &Map<String, Value>, o: &CallOptions) -> Result
             .map(|b| json!({"media_type": b.media_type, "sha256": b.sha256, "size": b.body.len()})),
         "verify_artifact" => doc(c.verify_artifact_with(s(a, "artifact_id"), &typed(a)?, o)),
         "get_task_audit" => doc(c.get_task_audit_with(s(a, "task_id"), o)),
-        "get_task_bundle" => c
-            .get_task_bundle_with(s(a, "task_id"), o)
-            .map(|b| json!({"media_type": b.media_type, "sha256": b.sha256, "size": b.body.len()})),
+        "replay_task" => doc(c.replay_task_with(s(a, "task_id"), &typed(a)?, o)),
         _ => return Err(Failure::Runner(format!("unknown op {}", op))),
     };
     r.map_err(Failure::Sdk)
@@ -119,30 +119,52 @@ fn run_call(c: &Client, op: &str, a: &Map<String, Value>, key: Option<String>) -
     if let Some(k) = key {
         o = o.idempotency_key(k);
     }
-    match call(c, op, a, &o) {
+    let answer = if op == "get_task_bundle" {
+        // The runner-neutral document, with the bytes for verify_bundle.
+        match c.get_task_bundle_with(s(a, "task_id"), &o) {
+            Ok(b) => {
+                let d = json!({"media_type": b.media_type, "sha256": b.sha256, "size": b.body.len()});
+                return Outcome {
+                    status: json!("ok"),
+                    code: Value::Null,
+                    doc: d,
+                    err: None,
+                    body: Some(b.body),
+                };
+            }
+            Err(e) => Err(Failure::Sdk(e)),
+        }
+    } else {
+        call(c, op, a, &o)
+    };
+    match answer {
         Ok(doc) => Outcome {
             status: json!("ok"),
             code: Value::Null,
             doc,
             err: None,
+            body: None,
         },
         Err(Failure::Sdk(Error::Problem(p))) => Outcome {
             status: json!(p.status),
             code: p.code.as_ref().map_or(Value::Null, |c| json!(c.as_str())),
             doc: serde_json::from_slice(&p.body).unwrap_or_else(|_| json!({})),
             err: None,
+            body: None,
         },
         Err(Failure::Sdk(e)) => Outcome {
             status: Value::Null,
             code: Value::Null,
             doc: Value::Null,
             err: Some(e.to_string()),
+            body: None,
         },
         Err(Failure::Runner(e)) => Outcome {
             status: Value::Null,
             code: Value::Null,
             doc: Value::Null,
             err: Some(e),
+            body: None,
         },
     }
 }
@@ -283,6 +305,7 @@ fn operator_call(op: &str, a: &Map<String, Value>, key: Option<String>) -> Outco
         code: Value::Null,
         doc: Value::Null,
         err: Some(e),
+        body: None,
     };
     let body = a.get("body").cloned().unwrap_or_else(|| json!({}));
     let decision = body["decision"].as_str().unwrap_or("");
@@ -313,6 +336,7 @@ fn operator_call(op: &str, a: &Map<String, Value>, key: Option<String>) -> Outco
             code: Value::Null,
             doc,
             err: None,
+            body: None,
         };
     }
     match doc["status"].as_u64() {
@@ -321,12 +345,49 @@ fn operator_call(op: &str, a: &Map<String, Value>, key: Option<String>) -> Outco
             code: doc.get("code").cloned().unwrap_or(Value::Null),
             doc,
             err: None,
+            body: None,
         },
         None => fail(format!("bap approvals {}: {}", decision, String::from_utf8_lossy(&out.stderr).trim())),
     }
 }
 
-fn run_scenario(c: &Client, sc: &Value, nonce: &str, pages: &str, errs: &mut Vec<String>) -> Value {
+/// The auditor's check of a bundle (conformance/README.md "verify_bundle"): `bap bundle verify FILE
+/// --jwks BASE/bap/v1/audit/keys` on the bytes this runner's client got; stdout is the report.
+fn verify_bundle(base_url: &str, body: &[u8]) -> Result<Value, String> {
+    let bin = std::env::var("CONFORMANCE_BAP").map_err(|_| "verify_bundle needs CONFORMANCE_BAP".to_owned())?;
+    let path = std::env::temp_dir().join(format!("conformance-bundle-{}-{}.tar", std::process::id(), bap::new_idempotency_key()));
+    std::fs::write(&path, body).map_err(|e| e.to_string())?;
+    let jwks = format!("{}/bap/v1/audit/keys", base_url.trim_end_matches('/'));
+    let out = std::process::Command::new(bin)
+        .arg("bundle")
+        .arg("verify")
+        .arg(&path)
+        .args(["--jwks", &jwks])
+        .output();
+    let _ = std::fs::remove_file(&path);
+    let out = out.map_err(|e| format!("bap bundle verify: {}", e))?;
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    if report.get("valid").is_none() {
+        return Err(format!("bap bundle verify: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(report)
+}
+
+/// `until`: every pointer holds its value (substituted, normalized).
+fn holds(doc: &Value, until: &Map<String, Value>, vars: &BTreeMap<String, Value>, pages: &str) -> bool {
+    until.iter().all(|(ptr, want)| match subst(want, vars) {
+        Ok(w) => same(
+            &normalize(pointer(doc, ptr).unwrap_or(&Value::Null), vars, pages),
+            &normalize(&w, vars, pages),
+        ),
+        Err(_) => false,
+    })
+}
+
+const UNTIL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+const UNTIL_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+fn run_scenario(c: &Client, base_url: &str, sc: &Value, nonce: &str, pages: &str, errs: &mut Vec<String>) -> Value {
     let name = sc["name"].as_str().unwrap_or("").to_owned();
     let mut vars: BTreeMap<String, Value> = BTreeMap::new();
     let mut steps = Vec::new();
@@ -345,11 +406,33 @@ fn run_scenario(c: &Client, sc: &Value, nonce: &str, pages: &str, errs: &mut Vec
                 code: Value::Null,
                 doc: Value::Null,
                 err: Some(e),
+                body: None,
             },
             Ok(Value::Object(a)) if st["as"] == "operator" => operator_call(op, &a, key),
-            Ok(Value::Object(a)) => run_call(c, op, &a, key),
+            Ok(Value::Object(a)) => match st.get("until").and_then(Value::as_object) {
+                Some(until) => {
+                    let deadline = std::time::Instant::now() + UNTIL_TIMEOUT;
+                    let mut o = run_call(c, op, &a, key.clone());
+                    while o.err.is_none() && !holds(&o.doc, until, &vars, pages) && std::time::Instant::now() < deadline {
+                        std::thread::sleep(UNTIL_PAUSE);
+                        o = run_call(c, op, &a, key.clone());
+                    }
+                    o
+                }
+                None => run_call(c, op, &a, key),
+            },
             Ok(_) => run_call(c, op, &Map::new(), key),
         };
+        if st["verify_bundle"] == json!(true) && o.err.is_none() && o.status == json!("ok") {
+            match verify_bundle(base_url, o.body.as_deref().unwrap_or(&[])) {
+                Ok(report) => {
+                    if let Value::Object(m) = &mut o.doc {
+                        m.insert("verified".to_owned(), report);
+                    }
+                }
+                Err(e) => o.err = Some(e),
+            }
+        }
         if let Some(e) = &o.err {
             o.status = json!("error");
             o.code = Value::Null;
@@ -477,7 +560,7 @@ fn main() {
             eprintln!("{}: {}", f.display(), e);
             exit(1)
         });
-        let r = run_scenario(&client, &sc, &nonce, &pages, &mut errs);
+        let r = run_scenario(&client, &base_url, &sc, &nonce, &pages, &mut errs);
         if r["pass"] == json!(true) {
             passed += 1;
         }
