@@ -331,7 +331,17 @@ func TestSecondClientResumesTheFirstClientsGovernedWorkflow(t *testing.T) {
 	}
 
 	// The same evidence for both: A's get_task and list_task_events over HTTP equal B's over MCP,
-	// and the task's receipts hold the approved click once, applied.
+	// and the task's receipts hold the approved click once, applied. The approved click's
+	// navigation commits after the approval was answered (a CI run read the history in between):
+	// both read it once it holds that navigation.
+	committed := `"type":"navigation.committed"`
+	waitfor.Until(t, 30*time.Second, "the approved click's navigation is in the history", func() (bool, string) {
+		var m bap.ResponseMeta
+		if _, err := a.ListTaskEvents(ctx, taskID, 0, 1000, bap.WithResponseMeta(&m)); err != nil {
+			return false, err.Error()
+		}
+		return strings.Count(string(m.Body), committed) >= 3, fmt.Sprintf("%d navigations committed", strings.Count(string(m.Body), committed))
+	})
 	var taskA, eventsA bap.ResponseMeta
 	if _, err := a.GetTask(ctx, taskID, bap.WithResponseMeta(&taskA)); err != nil {
 		t.Fatalf("A get_task: %v", err)
