@@ -382,10 +382,50 @@ func (x *exchange) writeHeaders(b *bytes.Buffer, h http.Header, masked map[strin
 			continue
 		}
 		for _, v := range h[k] {
-			fmt.Fprintf(b, "%s: %s\r\n", k, x.mask(v, masked, "header"))
+			v = x.mask(v, masked, "header")
+			if cv, name := maskCredential(k, v); name != "" {
+				v = cv
+				if masked["header"] == nil {
+					masked["header"] = map[string]bool{}
+				}
+				masked["header"][name] = true
+			}
+			fmt.Fprintf(b, "%s: %s\r\n", k, v)
 		}
 	}
 	b.WriteString("\r\n")
+}
+
+// maskCredential masks the credentials a header carries whatever the task declared protected:
+// a session cookie or a bearer token is as good as a password to whoever reads the archive (an
+// evidence bundle goes to third parties). Cookie and Set-Cookie keep their names and attributes,
+// Authorization and Proxy-Authorization their scheme. name is the mask's name, "" for a header
+// that carries none.
+func maskCredential(key, v string) (masked, name string) {
+	switch http.CanonicalHeaderKey(key) {
+	case "Authorization", "Proxy-Authorization":
+		scheme, _, _ := strings.Cut(strings.TrimSpace(v), " ")
+		if len(scheme) > 32 || strings.ContainsAny(scheme, "=,;\"") {
+			scheme = ""
+		}
+		return strings.TrimSpace(scheme + " " + string(maskText("authorization"))), "authorization"
+	case "Cookie":
+		pairs := strings.Split(v, ";")
+		for i, p := range pairs {
+			n, _, _ := strings.Cut(p, "=")
+			pairs[i] = n + "=" + string(maskText("cookie"))
+		}
+		return strings.Join(pairs, ";"), "cookie"
+	case "Set-Cookie":
+		first, attrs, hasAttrs := strings.Cut(v, ";")
+		n, _, _ := strings.Cut(first, "=")
+		out := n + "=" + string(maskText("cookie"))
+		if hasAttrs {
+			out += ";" + attrs
+		}
+		return out, "cookie"
+	}
+	return v, ""
 }
 
 // response starts recording the response (nil: no response came; the request is dropped).

@@ -550,3 +550,48 @@ func TestAValueProtectedMidStreamIsMaskedInTheRestOfIt(t *testing.T) {
 		t.Fatalf("stored %q", recs[2].Block)
 	}
 }
+
+// Credentials a site hands out or a browser sends back (session cookies, bearer tokens) are
+// masked whatever the task declared protected: names, attributes and schemes stay, values go,
+// and BAP-Masked says so.
+func TestCredentialsInHeadersAreMasked(t *testing.T) {
+	const (
+		sessionID = "s3ss10n-9f8e7d6c5b4a"
+		token     = "eyJhbGciOiJFUzI1NiJ9.tok3n"
+	)
+	p := newProxied(t, Config{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Set-Cookie", "sid="+sessionID+"; Path=/; HttpOnly; Secure")
+		w.Header().Add("Set-Cookie", "theme=dark")
+		fmt.Fprint(w, "ok")
+	}))
+	req, _ := http.NewRequest("GET", p.site.URL+"/account", http.NoBody)
+	req.Header.Set("Cookie", "sid="+sessionID+"; cart=3")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	recs, all := p.records(t, 3)
+	if bytes.Contains(all, []byte(sessionID)) || bytes.Contains(all, []byte(token)) {
+		t.Fatalf("the archive holds a credential:\n%s", all)
+	}
+	reqRec, respRec := recs[1], recs[2]
+	for _, want := range []string{"Authorization: Bearer [masked:authorization]\r\n", "Cookie: sid=[masked:cookie]; cart=[masked:cookie]\r\n"} {
+		if !bytes.Contains(reqRec.Block, []byte(want)) {
+			t.Errorf("the request record lacks %q:\n%s", want, reqRec.Block)
+		}
+	}
+	for _, want := range []string{"Set-Cookie: sid=[masked:cookie]; Path=/; HttpOnly; Secure\r\n", "Set-Cookie: theme=[masked:cookie]\r\n"} {
+		if !bytes.Contains(respRec.Block, []byte(want)) {
+			t.Errorf("the response record lacks %q:\n%s", want, respRec.Block)
+		}
+	}
+	if got := strings.Join(reqRec.Header.Values("BAP-Masked"), ","); got != "header;name=authorization,header;name=cookie" {
+		t.Errorf("request BAP-Masked %q", got)
+	}
+	if got := strings.Join(respRec.Header.Values("BAP-Masked"), ","); got != "header;name=cookie" {
+		t.Errorf("response BAP-Masked %q", got)
+	}
+}
