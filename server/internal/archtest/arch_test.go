@@ -36,7 +36,7 @@ var (
 	core       = internal("task", "policy", "ids", "idempotency", "page", "admission", "serverkey", "problem", "historychain", "evidencebundle")
 	useCases   = internal("app")
 	drivers    = internal("worker")
-	adapters   = internal("store", "events", "browser", "egress", "warcrecord", "auth", "artifact", "orchestrator", "tracing")
+	adapters   = internal("store", "events", "browser", "egress", "warcrecord", "tlsmint", "auth", "artifact", "orchestrator", "tracing")
 	transports = internal("api", "mcp", "mcpserver", "stream")                         // only api exists today
 	generated  = internal("apigen", "mcpcatalog", "streamgen")                         // only apigen exists today
 	leaves     = concat(internal("version"), []string{mod("migrations"), mod("spec")}) // constants and embedded files
@@ -159,6 +159,10 @@ var rules = []rule{
 		why: "warcrecord writes the WARC archive of policy.record (ADR 0034) with the standard library and gowarc: it implements egress.Recorder without importing egress, so the proxy stays a boundary that knows nothing of archives, and the composition root joins the two",
 	},
 	{
+		name: "tlsmint", packages: internal("tlsmint"), forbid: []string{module, pgx},
+		why: "tlsmint is the in-memory authority whose certificates an egress proxy presents in the tunnels it opens (ADR 0037): the standard library's crypto only, so what holds the key is small enough to read whole",
+	},
+	{
 		name: "auth", packages: internal("auth"), forbid: concat(internal("store", "browser", "events"), chromedp),
 		why: "auth owns its OAuth tables (with pgx) and speaks to app only through app's types; it never reaches task state through the store, nor the browser",
 	},
@@ -263,6 +267,10 @@ var reverseRules = []reverseRule{
 	{
 		name: "gowarc", imported: []string{"github.com/nlnwa/gowarc"}, by: internal("warcrecord"),
 		why: "one package writes WARC; replay and bundles read archives through it",
+	},
+	{
+		name: "the proxies' certificate authority", imported: internal("tlsmint"), by: internal("browser", "firefox"),
+		why: "only a browser adapter makes the authority its browser trusts (by key, at launch) and hands it to that browser's proxies; the key never leaves the process",
 	},
 	{
 		name: "egress", imported: internal("egress"), by: internal("browser", "firefox"),

@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"crypto/tls"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -46,6 +47,10 @@ type Config struct {
 	// ServerAddrs are the server's own TCP listeners: no page reaches them, whatever its policy
 	// names (egress.Config.Forbidden).
 	ServerAddrs []netip.AddrPort
+	// UpstreamTLS configures the egress proxies' TLS towards sites whose tunnels they open (a
+	// recording or replaying session's HTTPS; egress.Config.UpstreamTLS): nil verifies against
+	// the system's roots. Tests trust their own sites' certificates with it.
+	UpstreamTLS *tls.Config
 
 	// cspBodyTimeout bounds the wait for a document's body before the connect-src CSP is added
 	// to it; past it the document goes on without (the proxy still guards it). 0 means 60 s.

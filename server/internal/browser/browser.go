@@ -17,6 +17,7 @@ import (
 	"github.com/originweave/bap/server/internal/egress"
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/tlsmint"
 )
 
 // Browser is one Chromium process (restarted when it dies) and the sessions
@@ -39,7 +40,10 @@ type Browser struct {
 
 // procState is the per-process part of the Browser, guarded by Browser.mu.
 type procState struct {
-	p      *process
+	p *process
+	// certs mints the certificates this browser's proxies present in tunnels they open: the
+	// browser trusts its key, and no other browser does.
+	certs  *tlsmint.Authority
 	owners map[cdp.BrowserContextID]*Session
 	warm   []*Session
 	// downloads maps a download guid to the tab that started it.
@@ -101,11 +105,15 @@ func Start(ctx context.Context, cfg Config) (*Browser, error) {
 
 // startProcess launches a browser and turns on auto-attach for its pages.
 func (b *Browser) startProcess(ctx context.Context) (*procState, error) {
-	p, err := launch(ctx, b.bin, b.cfg, b.log)
+	certs, err := tlsmint.New(nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	p, err := launch(ctx, b.bin, b.cfg, certs.SPKIHash(), b.log)
 	if err != nil {
 		return nil, err
 	}
-	ps := &procState{p: p, owners: make(map[cdp.BrowserContextID]*Session), downloads: make(map[string]*download)}
+	ps := &procState{p: p, certs: certs, owners: make(map[cdp.BrowserContextID]*Session), downloads: make(map[string]*download)}
 	p.conn.root.setHandler(func(ev any) { b.onRootEvent(ps, ev) })
 	// Every new page (tabs this package creates and popups alike) and every
 	// top-level worker is attached paused, so that its request interception
@@ -337,7 +345,8 @@ func (b *Browser) newContextSession(ctx context.Context, ps *procState) (*Sessio
 	// it (netpolicy.go). Its policy is the session's once OpenSession assigns one; until then it
 	// refuses everything.
 	gate := &sessionGate{}
-	px, err := egress.Listen(egress.Config{Policy: gate.policy, DocumentCSP: gate.documentCSP, OnBlocked: gate.blocked, Logger: b.log, Forbidden: b.cfg.ServerAddrs})
+	px, err := egress.Listen(egress.Config{Policy: gate.policy, DocumentCSP: gate.documentCSP, OnBlocked: gate.blocked, Logger: b.log,
+		Forbidden: b.cfg.ServerAddrs, Certs: ps.certs, UpstreamTLS: b.cfg.UpstreamTLS})
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting the context's egress proxy: %w", ErrUnavailable, err)
 	}

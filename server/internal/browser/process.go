@@ -353,11 +353,16 @@ func browserEnv(dir string, parent func(string) (string, bool)) []string {
 	return env
 }
 
-// browserArgs is the browser's command line (after the binary).
-func browserArgs(dir string, cfg Config) []string {
+// browserArgs is the browser's command line (after the binary). spki is the hash of the only key
+// whose certificates the browser accepts beyond its own roots: its egress proxies' authority
+// (tlsmint; ADR 0037).
+func browserArgs(dir string, cfg Config, spki string) []string {
 	args := append(append([]string{}, baseFlags...), networkFlags...)
 	if cfg.NoSandbox {
 		args = append(args, "--no-sandbox")
+	}
+	if spki != "" {
+		args = append(args, "--ignore-certificate-errors-spki-list="+spki)
 	}
 	args = append(args, "--user-data-dir="+filepath.Join(dir, "profile"))
 	args = append(args, cfg.ExtraFlags...)
@@ -365,7 +370,7 @@ func browserArgs(dir string, cfg Config) []string {
 }
 
 // launch starts the browser and waits until it answers.
-func launch(ctx context.Context, bin string, cfg Config, log *slog.Logger) (*process, error) {
+func launch(ctx context.Context, bin string, cfg Config, spki string, log *slog.Logger) (*process, error) {
 	acct, err := browserAccount(cfg)
 	if err != nil {
 		return nil, err
@@ -378,7 +383,7 @@ func launch(ctx context.Context, bin string, cfg Config, log *slog.Logger) (*pro
 		_ = root.Close()
 		_ = os.RemoveAll(dir)
 	}
-	args := browserArgs(dir, cfg)
+	args := browserArgs(dir, cfg, spki)
 
 	cmdR, parentW, err := os.Pipe()
 	if err != nil {

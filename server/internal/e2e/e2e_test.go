@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -41,7 +43,14 @@ func TestMain(m *testing.M) {
 	// The package's tests run in parallel, and a session stays open until its test's task ends:
 	// more than the default 32 are open at once (a limit the backpressure tests exercise on a
 	// server of their own, not here).
-	br, err := browser.Start(ctx, browser.Config{Binary: os.Getenv("BAP_CHROMIUM"), MaxSessions: 96})
+	// The proxies trust, upstream, the one certificate every httptest TLS server presents
+	// (newTLSShop); the browser trusts only its proxies' authority.
+	probe := httptest.NewTLSServer(http.NotFoundHandler())
+	upstream := x509.NewCertPool()
+	upstream.AddCert(probe.Certificate())
+	probe.Close()
+	br, err := browser.Start(ctx, browser.Config{Binary: os.Getenv("BAP_CHROMIUM"), MaxSessions: 96,
+		UpstreamTLS: &tls.Config{RootCAs: upstream, MinVersion: tls.VersionTLS12}})
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting Chromium:", err)
@@ -68,7 +77,13 @@ type shop struct {
 
 const invoiceText = "INVOICE 42: 2 items, 16.50 EUR\n"
 
-func newShop(t *testing.T) *shop {
+func newShop(t *testing.T) *shop { t.Helper(); return startShop(t, false) }
+
+// newTLSShop is the shop over HTTPS, with httptest's certificate (for 127.0.0.1), which the
+// shared browser's proxies trust upstream (TestMain) and the browser itself does not.
+func newTLSShop(t *testing.T) *shop { t.Helper(); return startShop(t, true) }
+
+func startShop(t *testing.T, overTLS bool) *shop {
 	t.Helper()
 	page, err := os.ReadFile("testdata/shop.html")
 	if err != nil {
@@ -162,7 +177,12 @@ document.getElementById("out").textContent = "local=" + (localStorage.getItem("c
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		fmt.Fprint(w, `<!doctype html><title>Elsewhere</title><p>elsewhere</p>`)
 	})
-	s.srv = httptest.NewServer(mux)
+	s.srv = httptest.NewUnstartedServer(mux)
+	if overTLS {
+		s.srv.StartTLS()
+	} else {
+		s.srv.Start()
+	}
 	t.Cleanup(s.srv.Close)
 	return s
 }

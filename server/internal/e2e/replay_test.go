@@ -24,10 +24,24 @@ import (
 // confirmation page) is closed and replayed against its own archive: every step compares
 // identical, and the shop's request counter does not move. Then the archived confirmation page
 // is edited (its record's digests recomputed, so the archive still reads back) and a second
-// replay diverges at the step that loaded it: the submit, on the observation.
+// replay diverges at the step that loaded it: the submit, on the observation. The shop is served
+// over plain HTTP and over HTTPS: there the recording session's proxy opens the TLS tunnels with
+// the certificates of its browser's own authority (ADR 0037), so the archive holds the https
+// exchanges (never the secrets typed) and the replay's proxy answers them.
 func TestReplayOfACheckoutAgainstItsArchive(t *testing.T) {
 	t.Parallel()
-	sh := newShop(t)
+	for _, tt := range []struct {
+		name string
+		shop func(*testing.T) *shop
+	}{{"http", newShop}, {"https", newTLSShop}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			replayCheckout(t, tt.shop(t))
+		})
+	}
+}
+
+func replayCheckout(t *testing.T, sh *shop) {
 	dir := t.TempDir()
 	s := newStack(t, func(c *app.Config) { c.Recording = daemon.NewRecordings(dir, 0, 0, nil) })
 	s.startWorkers(t)
@@ -61,6 +75,15 @@ func TestReplayOfACheckoutAgainstItsArchive(t *testing.T) {
 		t.Fatalf("close: %s", closed.raw)
 	}
 	awaitSessionsClosed(t, s, taskID) // a closing page's late request (a favicon) would count below
+	archive := readArchive(t, filepath.Join(dir, "local", taskID))
+	if !bytes.Contains(archive, []byte("WARC-Target-URI: "+sh.srv.URL+"/order\r\n")) || bytes.Contains(archive, []byte("tunnel://")) {
+		t.Fatalf("the archive does not hold the order's exchange at %s/order (or holds an opaque tunnel)", sh.srv.URL)
+	}
+	for _, secret := range []string{"Ada Replay Lovelace", "ada.replay@example.com", "ada.replay%40example.com"} {
+		if bytes.Contains(archive, []byte(secret)) {
+			t.Fatalf("the archive holds a typed secret (%q)", secret)
+		}
+	}
 
 	replay := func(key string, mode ...string) (string, map[string]any) {
 		t.Helper()
@@ -167,6 +190,24 @@ func TestReplayIsRefusedForWhatItCannotRepeat(t *testing.T) {
 // editArchivedBody rewrites, in the WARC files under dir, the body of the response record whose
 // target ends with target: old becomes repl (the same length, so the HTTP head stays right), and
 // the record's Block and Payload digests are recomputed so that the archive still reads back.
+// readArchive is every WARC file of a recording directory, concatenated.
+func readArchive(t *testing.T, dir string) []byte {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.warc"))
+	if len(files) == 0 {
+		t.Fatalf("no archive in %s", dir)
+	}
+	var all []byte
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, raw...)
+	}
+	return all
+}
+
 func editArchivedBody(t *testing.T, dir, target, old, repl string) {
 	t.Helper()
 	if len(old) != len(repl) {

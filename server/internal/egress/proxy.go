@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -89,6 +90,15 @@ type Config struct {
 	// trustworthy, to every response). "" adds nothing. Responses inside a CONNECT tunnel (TLS)
 	// are bytes the proxy cannot see: the browser adds the policy to those itself.
 	DocumentCSP func() string
+	// Certs, when set, lets the proxy open TLS tunnels while it records, answers from an archive
+	// or carries a dry run (ADR 0037): it presents a certificate of Certs for the tunnel's host,
+	// serves the requests inside as it serves plain-HTTP ones (https URLs, the same checks, the
+	// same archive), and sends them on over TLS it verifies itself (UpstreamTLS). The browser must
+	// trust Certs, and nothing else may. nil keeps every tunnel opaque.
+	Certs CertSource
+	// UpstreamTLS configures TLS towards the sites of opened tunnels; nil verifies their
+	// certificates against the system's roots (tests set RootCAs).
+	UpstreamTLS *tls.Config
 }
 
 // Recorder archives what the proxy forwards (a task's policy.record; package warcrecord
@@ -184,6 +194,9 @@ func newProxy(cfg Config) (*Proxy, error) {
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: 0, // a slow site is the page's business; the browser times it out
 		DisableCompression:    true,
+	}
+	if cfg.UpstreamTLS != nil {
+		p.transport.TLSClientConfig = cfg.UpstreamTLS.Clone()
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -441,23 +454,25 @@ func (p *Proxy) Close() error {
 
 // ServeHTTP handles one proxied request: a CONNECT or an absolute-form HTTP request.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p.unsafeInDryRun(r) {
-		b := Blocked{URL: r.Host, ResourceType: "tunnel", Reason: ReasonDryRun}
-		if r.Method != http.MethodConnect {
-			b = Blocked{ResourceType: dest(r), Reason: ReasonDryRun}
-			if r.URL.IsAbs() {
-				b.URL = strip(r.URL)
-			}
+	if r.Method == http.MethodConnect {
+		switch {
+		case p.intercepting(): // its requests are seen, and checked one by one
+			p.intercept(w, r)
+		case p.dryRun.Load(): // its requests would be unseen
+			p.refuse(w, Blocked{URL: r.Host, ResourceType: "tunnel", Reason: ReasonDryRun}, http.StatusForbidden)
+		case p.archived() != nil: // a replay: opaque tunnels were never recorded, and nothing is dialled
+			p.refuse(w, Blocked{URL: r.Host, ResourceType: "tunnel", Reason: ReasonNotInArchive}, http.StatusForbidden)
+		default:
+			p.connect(w, r)
 		}
-		p.refuse(w, b, http.StatusForbidden)
 		return
 	}
-	if r.Method == http.MethodConnect {
-		if p.archived() != nil { // a replay: tunnels were never recorded, and nothing is dialled
-			p.refuse(w, Blocked{URL: r.Host, ResourceType: "tunnel", Reason: ReasonNotInArchive}, http.StatusForbidden)
-			return
+	if p.unsafeInDryRun(r) {
+		b := Blocked{ResourceType: dest(r), Reason: ReasonDryRun}
+		if r.URL.IsAbs() {
+			b.URL = strip(r.URL)
 		}
-		p.connect(w, r)
+		p.refuse(w, b, http.StatusForbidden)
 		return
 	}
 	u := r.URL
@@ -468,6 +483,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.EqualFold(u.Scheme, "http") {
 		// https travels in a CONNECT tunnel and ws over http; anything else is not ours to carry.
 		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonUnclassifiable}, http.StatusBadRequest)
+		return
+	}
+	p.forward(w, r, u)
+}
+
+// forward checks and sends on a request for u (http, or https read inside an opened tunnel), or
+// answers it from the archive.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *url.URL) {
+	if p.unsafeInDryRun(r) {
+		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonDryRun}, http.StatusForbidden)
 		return
 	}
 	if !strings.EqualFold(r.Host, u.Host) {
@@ -497,15 +522,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hostport := net.JoinHostPort(host, port)
-	pol := p.cfg.Policy()
-	allowed, named := false, false
-	for _, scheme := range []string{"https", "http"} {
-		u := &url.URL{Scheme: scheme, Host: hostport}
-		if pol.AllowsURL(u) {
-			allowed = true
-			named = named || pol.NamesExplicitly(u)
-		}
-	}
+	allowed, named := p.tunnelPolicy(hostport)
 	if !allowed {
 		p.refuse(w, Blocked{URL: hostport, ResourceType: "tunnel", Reason: ReasonOriginNotAllowed}, http.StatusForbidden)
 		return
