@@ -16,6 +16,8 @@
 #   postgresql-contrib  contrib extensions and pgbench (make bench)
 #   chromium            the browser BAP drives (over CDP)
 #   firefox-esr         the second engine, Firefox ESR, driven over WebDriver BiDi (issue #19)
+#   libnss3-tools       certutil: each Firefox's fresh profile trusts its egress proxies' in-memory
+#                       authority, so a recording or replaying session's HTTPS is seen (ADR 0037)
 #   ca-certificates     TLS roots for the HTTPS clients
 #   make, git, curl     the build
 #   python3             Debian's Python 3 (standard library only): the tests run the pinned
@@ -33,7 +35,7 @@
 # `systemctl disable --now postgresql` stops it if it is not wanted.
 set -eu
 
-PACKAGES="postgresql postgresql-contrib chromium firefox-esr ca-certificates make git curl python3 cargo rustc librust-serde-dev librust-serde-derive-dev librust-serde-json-dev librust-ureq-dev"
+PACKAGES="postgresql postgresql-contrib chromium firefox-esr libnss3-tools ca-certificates make git curl python3 cargo rustc librust-serde-dev librust-serde-derive-dev librust-serde-json-dev librust-ureq-dev"
 
 check_only=false
 case "${1:-}" in

@@ -2,6 +2,7 @@ package firefox
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +27,10 @@ type Config struct {
 	MaxSessions int
 	// ServerAddrs are the server's own listeners, which no page may reach (egress.Config.Forbidden).
 	ServerAddrs []netip.AddrPort
+	// UpstreamTLS configures the proxies' TLS towards the sites of tunnels they open
+	// (egress.Config.UpstreamTLS): nil verifies against the system's roots; tests trust their own
+	// sites with it.
+	UpstreamTLS *tls.Config
 }
 
 // proxyPrefs make Firefox send every request of a user context through its proxy, loopback
@@ -441,6 +446,18 @@ func connClosed(e *Engine) bool {
 	}
 }
 
+// proxyCerts is the running browser's authority for its proxies' tunnels, nil (an untyped nil:
+// tunnels stay opaque) when its profile does not trust one.
+func (d *Driver) proxyCerts() egress.CertSource {
+	d.mu.Lock()
+	b := d.b
+	d.mu.Unlock()
+	if b == nil || b.certs == nil {
+		return nil
+	}
+	return b.certs
+}
+
 // ProtocolVersion is what protocol_adapter records as the version of WebDriver BiDi: the W3C
 // specification has no version numbers, only dated drafts, and Firefox names none.
 const ProtocolVersion = "W3C draft"
@@ -511,7 +528,7 @@ func (d *Driver) openSession(ctx context.Context, id string, pol *policy.Policy,
 					"resource_type": b.ResourceType, "layer": "proxy", "reason": string(b.Reason)}})
 			}
 		},
-		Logger: d.log, Forbidden: d.cfg.ServerAddrs,
+		Logger: d.log, Forbidden: d.cfg.ServerAddrs, Certs: d.proxyCerts(), UpstreamTLS: d.cfg.UpstreamTLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: starting the session's egress proxy: %w", page.ErrUnavailable, err)

@@ -28,6 +28,7 @@ import (
 	"github.com/originweave/bap/server/internal/osuser"
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/pagekit"
+	"github.com/originweave/bap/server/internal/tlsmint"
 )
 
 // DefaultBinary is Debian's Firefox ESR.
@@ -179,6 +180,11 @@ type Browser struct {
 	// URL is the Remote Agent's WebSocket endpoint (ws://127.0.0.1:PORT).
 	URL string
 
+	// certs is the authority whose certificates this browser's profile trusts beyond Firefox's own
+	// roots: its egress proxies', for the tunnels they open (ADR 0037). nil when the profile could
+	// not be made to trust it: tunnels then stay opaque.
+	certs *tlsmint.Authority
+
 	cmd     *exec.Cmd
 	dir     string         // the browser's directory tree (newDirs), removed by Close
 	acct    osuser.Account // the account it runs as
@@ -266,6 +272,12 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("firefox: profile: %w", err)
 	}
+	certs, err := trustNewAuthority(ctx, profile, acct)
+	if err != nil {
+		// Fail closed: without it the proxies keep every tunnel opaque (HTTPS is then neither
+		// recorded nor replayed), and nothing else changes.
+		log.Warn("firefox: its proxies cannot open TLS tunnels (HTTPS is not recorded or replayed)", "err", err)
+	}
 
 	cmd := exec.Command(path, "--headless", "--no-remote", "--remote-debugging-port=0", "--profile", profile)
 	cmd.Env = browserEnv(dir, os.LookupEnv)
@@ -288,7 +300,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("firefox: start: %w", err)
 	}
-	b := &Browser{cmd: cmd, dir: dir, acct: acct, log: log, exited: make(chan struct{})}
+	b := &Browser{cmd: cmd, dir: dir, acct: acct, log: log, exited: make(chan struct{}), certs: certs}
 	urls := make(chan string, 1)
 	go b.scan(stderr, urls)
 	go func() {
