@@ -33,41 +33,7 @@ func TestRecordedSessionArchivesTheDocument(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openOn(t, ctx, testDriver(t, ctx), &events{}, pol)
-	path := filepath.Join(t.TempDir(), "session.warc")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = f.Close() })
-	rec, err := warcrecord.New(warcrecord.Config{Out: f, SpoolDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Record(rec); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: hs.srv.URL + "/shop.html"}); err != nil {
-		t.Fatal(err)
-	}
-	waitfor.Until(t, 10*time.Second, "the document's exchange in the archive", func() (bool, string) {
-		raw, err := os.ReadFile(path)
-		if err != nil {
-			return false, err.Error()
-		}
-		recs, err := warcrecord.ReadAll(bytes.NewReader(raw), 4<<20)
-		if err != nil {
-			return false, err.Error()
-		}
-		var req, resp bool
-		for _, r := range recs {
-			if r.Header.Get("WARC-Target-URI") != hs.srv.URL+"/shop.html" {
-				continue
-			}
-			req = req || r.Type == "request" && bytes.HasPrefix(r.Block, []byte("GET /shop.html HTTP/1.1\r\n"))
-			resp = resp || r.Type == "response" && bytes.Contains(r.Block, []byte("<h1>Checkout</h1>"))
-		}
-		return req && resp, fmt.Sprintf("%d records, request %v, response %v", len(recs), req, resp)
-	})
+	recordAndLoad(t, ctx, s, hs.srv.URL+"/shop.html")
 }
 
 // Over HTTPS, a recording Firefox session's proxy opens the TLS tunnel with its browser's
@@ -93,7 +59,14 @@ func TestRecordedSessionArchivesAnHTTPSDocument(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := openOn(t, ctx, d, &events{}, pol)
+	recordAndLoad(t, ctx, openOn(t, ctx, d, &events{}, pol), site.URL+"/shop.html")
+}
+
+// recordAndLoad has s record into a file of its own, loads the fixture shop's page at url (its
+// path /shop.html) and waits until the archive holds its request and response, and no opaque
+// tunnel (its digests checked as it is read).
+func recordAndLoad(t *testing.T, ctx context.Context, s *Session, url string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "session.warc")
 	f, err := os.Create(path)
 	if err != nil {
@@ -107,10 +80,10 @@ func TestRecordedSessionArchivesAnHTTPSDocument(t *testing.T) {
 	if err := s.Record(rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: site.URL + "/shop.html"}); err != nil {
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: url}); err != nil {
 		t.Fatal(err)
 	}
-	waitfor.Until(t, 10*time.Second, "the document's https exchange in the archive", func() (bool, string) {
+	waitfor.Until(t, 10*time.Second, "the document's exchange in the archive", func() (bool, string) {
 		raw, err := os.ReadFile(path)
 		if err != nil {
 			return false, err.Error()
@@ -119,18 +92,17 @@ func TestRecordedSessionArchivesAnHTTPSDocument(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		var req, resp, tunnel bool
+		var req, resp bool
 		for _, r := range recs {
 			target := r.Header.Get("WARC-Target-URI")
-			tunnel = tunnel || strings.HasPrefix(target, "tunnel://")
-			if target != site.URL+"/shop.html" {
+			if strings.HasPrefix(target, "tunnel://") {
+				t.Fatalf("the archive holds an opaque tunnel (%s)", target)
+			}
+			if target != url {
 				continue
 			}
 			req = req || r.Type == "request" && bytes.HasPrefix(r.Block, []byte("GET /shop.html HTTP/1.1\r\n"))
 			resp = resp || r.Type == "response" && bytes.Contains(r.Block, []byte("<h1>Checkout</h1>"))
-		}
-		if tunnel {
-			t.Fatal("the archive holds an opaque tunnel")
 		}
 		return req && resp, fmt.Sprintf("%d records, request %v, response %v", len(recs), req, resp)
 	})
