@@ -4981,7 +4981,7 @@ type ReconciliationResolvedEvent struct {
 	Type interface{} `json:"type"`
 }
 
-// RecordStepData `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses that step.
+// RecordStepData `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only whether it typed a secret (by reference) or a plain value, which the runtime keeps sealed apart (never in history) for a replay to type again (ADR 0038).
 //
 // Examples: {"action":"click","command_id":"cmd_1hJ3kL5mN7pQ","epoch_changed":true,"epoch_id":"ep_3nQ5pR7sT9uV","observation_digest":"hmac-sha256:9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f9f","operation":"act","page_url":"http://shop.example.com/thanks?order=1","session_id":"bs_4fT8nQ2rL6vY","target":{"frame":"","name":"Place order","role":"button"}}
 type RecordStepData struct {
@@ -5002,7 +5002,7 @@ type RecordStepData struct {
 	// EpochId The document epoch after the step.
 	EpochId *string `json:"epoch_id,omitempty"`
 
-	// Fill For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+	// Fill For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value typed as is, kept sealed apart for a replay, never here).
 	Fill *RecordStepDataFill `json:"fill,omitempty"`
 
 	// Key The key a `press_key` pressed.
@@ -5047,7 +5047,7 @@ type RecordStepData struct {
 	Values *[]string `json:"values,omitempty"`
 }
 
-// RecordStepDataFill For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+// RecordStepDataFill For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value typed as is, kept sealed apart for a replay, never here).
 type RecordStepDataFill string
 
 // RecordStepDataOperation The command the step ran.

@@ -2814,8 +2814,8 @@ class ReconciliationResolvedEvent(TypedDict):
 class RecordStepData(TypedDict):
     """`data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an
     `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it:
-    only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay
-    refuses that step.
+    only whether it typed a secret (by reference) or a plain value, which the runtime keeps sealed
+    apart (never in history) for a replay to type again (ADR 0038).
     """
 
     #: The action an `act` ran.
@@ -2830,7 +2830,7 @@ class RecordStepData(TypedDict):
     #: The document epoch after the step.
     epoch_id: NotRequired[str]
     #: For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value
-    #: the runtime does not keep).
+    #: typed as is, kept sealed apart for a replay, never here).
     fill: NotRequired[Literal["secret", "plain"]]
     #: The key a `press_key` pressed.
     key: NotRequired[str]
@@ -4453,8 +4453,8 @@ class Operations:
         step is compared with the recorded one (`replay.step_compared`: target, URL, epoch change,
         observation digest) and the verdict is a `replay.finished` event: `identical`, or the first
         divergence (step, field, expected, got). `409 replay_not_possible` when the task is not
-        finished, recorded no steps, typed a plain value it did not keep, or its archive holds a
-        tunnel (HTTPS, never recorded).
+        finished, recorded no steps, typed a plain value that was not kept (recorded before values
+        were kept for replay), or its archive holds a tunnel whose content was not recorded.
 
         ``POST /bap/v1/tasks/{task_id}/replay`` (mutating: sends ``idempotency_key``, or a new UUID
         that the client's own retries reuse); scope ``bap:tasks.write``. May also answer 200 with

@@ -5290,8 +5290,8 @@ impl ReconciliationResolvedEvent {
 
 /// `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an
 /// `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it:
-/// only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay
-/// refuses that step.
+/// only whether it typed a secret (by reference) or a plain value, which the runtime keeps sealed
+/// apart (never in history) for a replay to type again (ADR 0038).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct RecordStepData {
     /// The action an `act` ran.
@@ -5310,7 +5310,7 @@ pub struct RecordStepData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch_id: Option<String>,
     /// For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a
-    /// value the runtime does not keep).
+    /// value typed as is, kept sealed apart for a replay, never here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fill: Option<String>,
     /// The key a `press_key` pressed.

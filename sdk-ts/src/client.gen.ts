@@ -530,8 +530,8 @@ export type ReconciliationResolvedEvent = S["ReconciliationResolvedEvent"];
 /**
  * `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`;
  * what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only
- * whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses
- * that step.
+ * whether it typed a secret (by reference) or a plain value, which the runtime keeps sealed apart
+ * (never in history) for a replay to type again (ADR 0038).
  */
 export type RecordStepData = S["RecordStepData"];
 /** An Event of type `record.step`. */
@@ -1074,8 +1074,8 @@ export abstract class Operations {
    * with the recorded one (`replay.step_compared`: target, URL, epoch change, observation digest)
    * and the verdict is a `replay.finished` event: `identical`, or the first divergence (step,
    * field, expected, got). `409 replay_not_possible` when the task is not finished, recorded no
-   * steps, typed a plain value it did not keep, or its archive holds a tunnel (HTTPS, never
-   * recorded).
+   * steps, typed a plain value that was not kept (recorded before values were kept for replay), or
+   * its archive holds a tunnel whose content was not recorded.
    *
    * `POST /bap/v1/tasks/{task_id}/replay` (`replay_task`; mutating: sends `options.idempotencyKey`,
    * or a new UUID that the client's own retries reuse; scope `bap:tasks.write`). May also answer

@@ -603,7 +603,7 @@ export interface paths {
         put?: never;
         /**
          * Replay a finished task against its archive
-         * @description Creates a new delegated task (`replay_of`) whose plan repeats the `record.step`s of a finished recording task (`policy.record`) in a fresh browser session whose every request is answered from the task's own WARC archive: nothing reaches the network, and a request the archive lacks is refused (`request.blocked`, `not_in_archive`). No model is called. Each step is compared with the recorded one (`replay.step_compared`: target, URL, epoch change, observation digest) and the verdict is a `replay.finished` event: `identical`, or the first divergence (step, field, expected, got). `409 replay_not_possible` when the task is not finished, recorded no steps, typed a plain value it did not keep, or its archive holds a tunnel (HTTPS, never recorded).
+         * @description Creates a new delegated task (`replay_of`) whose plan repeats the `record.step`s of a finished recording task (`policy.record`) in a fresh browser session whose every request is answered from the task's own WARC archive: nothing reaches the network, and a request the archive lacks is refused (`request.blocked`, `not_in_archive`). No model is called. Each step is compared with the recorded one (`replay.step_compared`: target, URL, epoch change, observation digest) and the verdict is a `replay.finished` event: `identical`, or the first divergence (step, field, expected, got). `409 replay_not_possible` when the task is not finished, recorded no steps, typed a plain value that was not kept (recorded before values were kept for replay), or its archive holds a tunnel whose content was not recorded.
          */
         post: operations["replay_task"];
         delete?: never;
@@ -4786,7 +4786,7 @@ export interface components {
         };
         /**
          * RecordStepData
-         * @description `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only whether it typed a secret (by reference) or a plain value, which is not kept, so a replay refuses that step.
+         * @description `data` of a `record.step` event: a recording task (`policy.record`) ran a `navigate` or an `act`; what a replay of the task repeats and compares (ADR 0035). A fill's value is never in it: only whether it typed a secret (by reference) or a plain value, which the runtime keeps sealed apart (never in history) for a replay to type again (ADR 0038).
          * @example {
          *       "action": "click",
          *       "command_id": "cmd_1hJ3kL5mN7pQ",
@@ -4818,7 +4818,7 @@ export interface components {
             /** @description The document epoch after the step. */
             epoch_id?: string;
             /**
-             * @description For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value the runtime does not keep).
+             * @description For a `fill`: `secret` (typed a stored secret by reference, `secret_ref`) or `plain` (a value typed as is, kept sealed apart for a replay, never here).
              * @enum {string}
              */
             fill?: "secret" | "plain";

@@ -814,6 +814,9 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 				if err := c.emit(ctx, c.t, "record.step", "act", stepData(rec.ID, c.cmd.ID, "act", nil, &req, out.trace)); err != nil {
 					return nil, "", err
 				}
+				if err := s.keepFill(ctx, c, req); err != nil {
+					return nil, "", err
+				}
 			}
 			rc, err := c.receipt(ctx, task.Applied, "", "")
 			if err != nil {

@@ -27,6 +27,7 @@ type keyring struct {
 	chains       *sync.Pool        // of *historychain.Chain under chain: an HMAC is costly to set up
 	auditSeal    *serverkey.Sealer // the audit signing keys (audit.go)
 	observation  []byte            // keys the observation digests of record.step (replaystep.go)
+	fills        *serverkey.Sealer // what a recording task's plain fills typed (replay.go)
 }
 
 func newKeyring(k *serverkey.Key) keyring {
@@ -40,7 +41,8 @@ func newKeyring(k *serverkey.Key) keyring {
 	return keyring{fingerprints: fp, actionKey: k, plan: k.Sealer(serverkey.PurposePlanValues),
 		checkpoint: k.Sealer(serverkey.PurposeCheckpointState), secrets: k.Sealer(serverkey.PurposeSecretValues),
 		chain: k.Derive(serverkey.PurposeHistoryChain), auditSeal: auditSealer(k),
-		observation: k.Derive(serverkey.PurposeObservationDigest), chains: &sync.Pool{}}
+		observation: k.Derive(serverkey.PurposeObservationDigest), fills: k.Sealer(serverkey.PurposeRecordedFillValues),
+		chains: &sync.Pool{}}
 }
 
 // Fingerprints reduces requests to their keyed fingerprints: a transport fills Call.Fingerprint

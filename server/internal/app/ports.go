@@ -28,6 +28,8 @@ type Store interface {
 	GetTask(ctx context.Context, tenant, taskID string) (*Task, error)
 	// ListEvents reads up to limit events of a task with seq > after, in seq order.
 	ListEvents(ctx context.Context, tenant, taskID string, after int64, limit int) ([]Event, error)
+	// RecordedFillValues reads the sealed values of a task's plain fills, by fill command.
+	RecordedFillValues(ctx context.Context, tenant, taskID string) (map[string][]byte, error)
 	// LastEventOfType reads a task's latest event of eventType (ErrNotFound when it has none).
 	LastEventOfType(ctx context.Context, tenant, taskID, eventType string) (*Event, error)
 	// DueForExpiry lists up to limit non-terminal task ids (with their tenants) whose deadline is before now.
@@ -115,6 +117,8 @@ type Tx interface {
 	AutonomousTx // the autonomous loop's plan steps (autonomy.go)
 	SecretTx     // secret writes with their key's answer (secrets.go)
 	InboxTx      // inbound deliveries, recorded with their effect (inbox.go)
+	// RecordFillValue keeps the sealed value a recording task's plain fill (commandID) typed.
+	RecordFillValue(ctx context.Context, tenant, taskID, commandID string, sealed []byte) error
 	// ClaimIdempotency records c as in flight. When the key is already recorded it returns that
 	// record and claimed=false, waiting first for any transaction that holds the key.
 	//

@@ -66,7 +66,11 @@ func (s *Service) ReplayTask(ctx context.Context, call Call, taskID, mode string
 			return Response{}, replayNotPossible("the task's first step sent a side effect: a dry run has nothing to check before it")
 		}
 	}
-	plan, err := replayPlan(steps)
+	fills, err := s.recordedFills(ctx, orig)
+	if err != nil {
+		return Response{}, err
+	}
+	plan, err := replayPlan(steps, fills) // the fills' values are sealed with the plan (CreateTask)
 	if err != nil {
 		return Response{}, err
 	}
@@ -149,8 +153,9 @@ func (s *Service) recordedSteps(ctx context.Context, tenant, taskID string) ([]r
 }
 
 // replayPlan is the plan that repeats steps: each step once (a replay that fails a step has
-// diverged; it is not retried), an act aimed at its target by exact role and name.
-func replayPlan(steps []recordedStep) ([]PlanStep, error) {
+// diverged; it is not retried), an act aimed at its target by exact role and name, a plain fill
+// typing what it typed (fills: by fill command).
+func replayPlan(steps []recordedStep, fills map[string]string) ([]PlanStep, error) {
 	plan := make([]PlanStep, 0, len(steps))
 	for i, st := range steps {
 		var args map[string]any
@@ -158,9 +163,10 @@ func replayPlan(steps []recordedStep) ([]PlanStep, error) {
 		case "navigate":
 			args = map[string]any{"url": st.URL}
 		case "act":
+			_, kept := fills[st.CommandID]
 			switch {
-			case st.Fill == "plain":
-				return nil, replayNotPossible("step %d filled a plain value, which the runtime does not keep; only fills of secrets by reference can be replayed", i)
+			case st.Fill == "plain" && !kept:
+				return nil, replayNotPossible("step %d filled a plain value that was not kept (the task was recorded before values were kept for replay)", i)
 			case st.Action == "upload_file":
 				return nil, replayNotPossible("step %d uploaded a file; a replay does not upload files", i)
 			}
@@ -172,6 +178,9 @@ func replayPlan(steps []recordedStep) ([]PlanStep, error) {
 			}
 			if st.SecretRef != "" {
 				args["secret_ref"] = st.SecretRef
+			}
+			if st.Fill == "plain" {
+				args["value"] = fills[st.CommandID]
 			}
 			if st.Option != "" {
 				args["value"] = st.Option
@@ -204,7 +213,14 @@ func (s *Service) replayArchive(ctx context.Context, t *Task) (page.Archive, err
 	if err != nil {
 		return nil, err
 	}
+	fills, err := s.recordedFills(ctx, t)
+	if err != nil {
+		return nil, err
+	}
 	protected := map[string]string{}
+	for _, v := range fills {
+		protected[v] = "protected" // as the recording masked them (protectFill)
+	}
 	for _, info := range infos {
 		_, sealed, err := s.store.GetSecret(ctx, t.Tenant, info.ID)
 		if err != nil || sealed == nil {
@@ -226,6 +242,37 @@ func (s *Service) replayArchive(ctx context.Context, t *Task) (page.Archive, err
 		return nil, err
 	}
 	return a, nil
+}
+
+// fillAAD binds a recorded fill's sealed value to its tenant, task and command.
+func fillAAD(tenant, taskID, commandID string) []byte {
+	return fmt.Appendf(nil, "bap-recorded-fill/v1\x00%s\x00%s\x00%s", tenant, taskID, commandID)
+}
+
+// keepFill keeps, sealed, the value a recording task's plain fill typed (command c), so that a
+// replay can type it again: in the fill's own transaction, beside its record.step.
+func (s *Service) keepFill(ctx context.Context, c *commandCtx, req page.ActRequest) error {
+	if req.Action != "fill" || req.SecretRef != "" || req.Value == "" || c.t.ReplayOf != "" {
+		return nil
+	}
+	return c.tx.RecordFillValue(ctx, c.t.Tenant, c.t.ID, c.cmd.ID, s.keys.fills.Seal([]byte(req.Value), fillAAD(c.t.Tenant, c.t.ID, c.cmd.ID)))
+}
+
+// recordedFills opens the values t's plain fills typed, by fill command.
+func (s *Service) recordedFills(ctx context.Context, t *Task) (map[string]string, error) {
+	sealed, err := s.store.RecordedFillValues(ctx, t.Tenant, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(sealed))
+	for cmd, b := range sealed {
+		v, err := s.keys.fills.Open(b, fillAAD(t.Tenant, t.ID, cmd))
+		if err != nil {
+			return nil, replayNotPossible("a fill value of the task cannot be opened: the server key is not the one that sealed it (ADR 0015)")
+		}
+		out[cmd] = string(v)
+	}
+	return out, nil
 }
 
 // serveReplay makes a fresh session of a replay task answer from the replayed task's archive

@@ -45,16 +45,18 @@ func TestCompareStepsNamesTheFirstFieldThatDiffers(t *testing.T) {
 }
 
 // The plan of a replay repeats each recorded step once, an act by exact role and name, a fill of
-// a secret by its reference; a step it cannot repeat faithfully refuses the replay.
+// a secret by its reference, a plain fill with the value it kept; a step it cannot repeat
+// faithfully refuses the replay.
 func TestReplayPlanRepeatsOnlyWhatItCan(t *testing.T) {
 	steps := []recordedStep{
 		{Operation: "navigate", URL: "http://shop.test/checkout"},
 		{Operation: "act", Action: "fill", Fill: "secret", SecretRef: "sec_1", Target: &StepTarget{Role: "textbox", Name: "Email"}},
 		{Operation: "act", Action: "select_option", Option: "fr", Target: &StepTarget{Role: "combobox", Name: "Country"}},
 		{Operation: "act", Action: "press_key", Key: "Enter"},
+		{CommandID: "cmd_plain", Operation: "act", Action: "fill", Fill: "plain", Target: &StepTarget{Role: "textbox", Name: "Full name"}},
 	}
-	plan, err := replayPlan(steps)
-	if err != nil || len(plan) != 4 {
+	plan, err := replayPlan(steps, map[string]string{"cmd_plain": "Ada Plain"})
+	if err != nil || len(plan) != 5 {
 		t.Fatalf("%d steps, %v", len(plan), err)
 	}
 	var fill map[string]any
@@ -63,13 +65,18 @@ func TestReplayPlanRepeatsOnlyWhatItCan(t *testing.T) {
 		fill["query"].(map[string]any)["exact"] != true || fill["query"].(map[string]any)["name"] != "Email" {
 		t.Errorf("the fill step: %s", plan[1].Args)
 	}
+	var plain map[string]any
+	_ = json.Unmarshal(plan[4].Args, &plain)
+	if plain["value"] != "Ada Plain" || plain["secret_ref"] != nil {
+		t.Errorf("the plain fill step: %s", plan[4].Args)
+	}
 	for name, bad := range map[string]recordedStep{
-		"a plain fill":         {Operation: "act", Action: "fill", Fill: "plain", Target: &StepTarget{Role: "textbox"}},
-		"an upload":            {Operation: "act", Action: "upload_file", Target: &StepTarget{Role: "button"}},
-		"a click on no target": {Operation: "act", Action: "click"},
-		"an unknown operation": {Operation: "extract"},
+		"a plain fill not kept": {CommandID: "cmd_other", Operation: "act", Action: "fill", Fill: "plain", Target: &StepTarget{Role: "textbox"}},
+		"an upload":             {Operation: "act", Action: "upload_file", Target: &StepTarget{Role: "button"}},
+		"a click on no target":  {Operation: "act", Action: "click"},
+		"an unknown operation":  {Operation: "extract"},
 	} {
-		_, err := replayPlan(append(steps[:1:1], bad))
+		_, err := replayPlan(append(steps[:1:1], bad), map[string]string{"cmd_plain": "Ada Plain"})
 		var e *Error
 		if !errors.As(err, &e) || e.Code != CodeReplayNotPossible || !strings.Contains(e.Detail, "step 1") {
 			t.Errorf("%s: %v", name, err)

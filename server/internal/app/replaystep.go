@@ -16,8 +16,8 @@ import (
 // So each navigate and act of a recording task (policy.record) also leaves a record.step event:
 // the navigate's URL; the act's action and its target described engine-neutrally (role,
 // accessible name, and the URL of the frame holding it); a fill's value only as what kind it
-// was (a secret, by its reference, or a plain value, which is not kept: such a step cannot be
-// replayed); and what followed: the page's URL, whether the document changed (an epoch
+// was (a secret, by its reference, or a plain value, whose value is kept sealed apart in
+// task_fill_value for a replay to type again); and what followed: the page's URL, whether the document changed (an epoch
 // transition), and a keyed digest of the observation. Only recording tasks pay for it: one
 // observation before an act (to name its target) and one after each step.
 
@@ -141,7 +141,7 @@ func stepData(sessionID, commandID, op string, nav *page.NavigateRequest, act *p
 		case act.SecretRef != "":
 			data["fill"], data["secret_ref"] = "secret", act.SecretRef
 		case act.Action == "fill":
-			data["fill"] = "plain" // not kept: a replay refuses this step
+			data["fill"] = "plain" // its value is kept sealed apart (keepFill), never here
 		}
 		if act.Action == "select_option" && act.Value != "" {
 			data["option"] = act.Value // an option is not a protected value (only fills are)

@@ -49,7 +49,7 @@ func replayCheckout(t *testing.T, sh *shop) {
 		return s.operator().must(t, 201, "POST", "/bap/v1/secrets", key, map[string]any{
 			"name": name, "origins": []string{sh.srv.URL}, "value": value}).str("secret", "secret_id")
 	}
-	buyer, login := secret("rp-buyer", "buyer_name", "Ada Replay Lovelace"), secret("rp-login", "shop_login", "ada.replay@example.com")
+	login := secret("rp-login", "shop_login", "ada.replay@example.com")
 
 	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "rp-task", map[string]any{
 		"goal": "place an order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}, "record": true},
@@ -64,7 +64,7 @@ func replayCheckout(t *testing.T, sh *shop) {
 		t.Helper()
 		s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", key, body)
 	}
-	act("rp-name", map[string]any{"action": "fill", "query": map[string]any{"label": "Full name"}, "secret_ref": buyer})
+	act("rp-name", map[string]any{"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Ada Replay Lovelace"})
 	act("rp-email", map[string]any{"action": "fill", "query": map[string]any{"label": "Email"}, "secret_ref": login})
 	act("rp-terms", map[string]any{"action": "check", "query": map[string]any{"role": "checkbox", "name": "I accept the terms"}})
 	act("rp-submit", map[string]any{"action": "click", "query": map[string]any{"role": "button", "name": "Place order"}})
@@ -79,10 +79,27 @@ func replayCheckout(t *testing.T, sh *shop) {
 	if !bytes.Contains(archive, []byte("WARC-Target-URI: "+sh.srv.URL+"/order\r\n")) || bytes.Contains(archive, []byte("tunnel://")) {
 		t.Fatalf("the archive does not hold the order's exchange at %s/order (or holds an opaque tunnel)", sh.srv.URL)
 	}
-	for _, secret := range []string{"Ada Replay Lovelace", "ada.replay@example.com", "ada.replay%40example.com"} {
+	for _, secret := range []string{"Ada Replay Lovelace", "Ada+Replay+Lovelace", "ada.replay@example.com", "ada.replay%40example.com"} {
 		if bytes.Contains(archive, []byte(secret)) {
-			t.Fatalf("the archive holds a typed secret (%q)", secret)
+			t.Fatalf("the archive holds a typed value (%q)", secret)
 		}
+	}
+	// The plain fill's value is kept for the replay, sealed: one row, not the value.
+	var kept [][]byte
+	rows, err := s.db.Query(t.Context(), `SELECT sealed FROM task_fill_value WHERE task_id = $1`, taskID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, b)
+	}
+	rows.Close()
+	if len(kept) != 1 || bytes.Contains(kept[0], []byte("Ada Replay")) {
+		t.Fatalf("kept fill values: %d rows (want the plain fill's, sealed)", len(kept))
 	}
 
 	replay := func(key string, mode ...string) (string, map[string]any) {
@@ -157,8 +174,9 @@ func replayCheckout(t *testing.T, sh *shop) {
 	}
 }
 
-// A task that typed a plain value (not kept) or recorded nothing cannot be replayed: 409
-// replay_not_possible, saying why; and nothing is created.
+// A task that typed a plain value whose value was not kept (recorded before values were kept for
+// replay: its row is deleted here) or recorded nothing cannot be replayed: 409
+// replay_not_possible, saying why and never echoing the value; and nothing is created.
 func TestReplayIsRefusedForWhatItCannotRepeat(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
@@ -170,10 +188,13 @@ func TestReplayIsRefusedForWhatItCannotRepeat(t *testing.T) {
 	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", "rf-fill", map[string]any{
 		"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Ada Plain"})
 	s.must(t, 200, "POST", "/bap/v1/tasks/"+rec+"/cancel", "rf-cancel", map[string]any{})
+	if _, err := s.db.Exec(t.Context(), `DELETE FROM task_fill_value WHERE task_id = $1`, rec); err != nil {
+		t.Fatal(err)
+	}
 	plain, _ := openShop(t, s, sh, "rf-plain")
 	s.must(t, 200, "POST", "/bap/v1/tasks/"+plain+"/cancel", "rf-cancel-plain", map[string]any{})
 	for name, tt := range map[string]struct{ task, want string }{
-		"a plain fill":    {rec, "plain value"},
+		"a plain fill":    {rec, "not kept"},
 		"no steps at all": {plain, "no steps"},
 	} {
 		r := s.call(t, "POST", "/bap/v1/tasks/"+tt.task+"/replay", "rf-"+strings.ReplaceAll(name, " ", "-"), map[string]any{})
@@ -187,9 +208,6 @@ func TestReplayIsRefusedForWhatItCannotRepeat(t *testing.T) {
 	}
 }
 
-// editArchivedBody rewrites, in the WARC files under dir, the body of the response record whose
-// target ends with target: old becomes repl (the same length, so the HTTP head stays right), and
-// the record's Block and Payload digests are recomputed so that the archive still reads back.
 // readArchive is every WARC file of a recording directory, concatenated.
 func readArchive(t *testing.T, dir string) []byte {
 	t.Helper()
@@ -208,6 +226,9 @@ func readArchive(t *testing.T, dir string) []byte {
 	return all
 }
 
+// editArchivedBody rewrites, in the WARC files under dir, the body of the response record whose
+// target ends with target: old becomes repl (the same length, so the HTTP head stays right), and
+// the record's Block and Payload digests are recomputed so that the archive still reads back.
 func editArchivedBody(t *testing.T, dir, target, old, repl string) {
 	t.Helper()
 	if len(old) != len(repl) {

@@ -65,6 +65,9 @@ const (
 	// each step (record.step), which a replay compares (ADR 0035): a page may show a protected
 	// value, and an unkeyed hash of it would let a copy of the history guess a short one.
 	PurposeObservationDigest Purpose = "observation-digest"
+	// PurposeRecordedFillValues seals what a recording task's plain fills typed, kept so that a
+	// replay can type it again (task_fill_value, ADR 0035).
+	PurposeRecordedFillValues Purpose = "recorded-fill-values"
 	// purposeKeyID derives the key's public identifier.
 	purposeKeyID Purpose = "key-id"
 )

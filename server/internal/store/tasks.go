@@ -193,6 +193,34 @@ func (s *Store) ListEvents(ctx context.Context, tenant, taskID string, after int
 	return out, nil
 }
 
+// RecordedFillValues implements app.Store.
+func (s *Store) RecordedFillValues(ctx context.Context, tenant, taskID string) (map[string][]byte, error) {
+	rows, err := s.pool.Query(ctx, `SELECT command_id, sealed FROM task_fill_value WHERE tenant_id = $1 AND task_id = $2`, tenant, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the fill values of %s: %w", taskID, err)
+	}
+	defer rows.Close()
+	out := map[string][]byte{}
+	for rows.Next() {
+		var cmd string
+		var sealed []byte
+		if err := rows.Scan(&cmd, &sealed); err != nil {
+			return nil, fmt.Errorf("reading the fill values of %s: %w", taskID, err)
+		}
+		out[cmd] = sealed
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the fill values of %s: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// RecordFillValue implements app.Tx.
+func (t *pgTx) RecordFillValue(_ context.Context, tenant, taskID, commandID string, sealed []byte) error {
+	t.queue(`INSERT INTO task_fill_value (tenant_id, task_id, command_id, sealed) VALUES ($1, $2, $3, $4)`, tenant, taskID, commandID, sealed)
+	return nil
+}
+
 // LastEventOfType implements app.Store.
 func (s *Store) LastEventOfType(ctx context.Context, tenant, taskID, eventType string) (*app.Event, error) {
 	var e app.Event
