@@ -178,6 +178,10 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 		return Response{}, ErrNotFound
 	}
 	var approval *Approval
+	// A recording task's released act is a step a replay repeats (record.step): its target is
+	// traced before the release (the page still shows it: the request it sent waits), what
+	// followed after.
+	var tr *stepTrace
 	return runTwoPhase(ctx, s, call, h.taskID, r, twoPhase[*sessionPlan, *page.ActResult, *ApprovalResult]{
 		sideEffecting: true,
 		prepare: func(ctx context.Context, c *commandCtx) (*sessionPlan, error) {
@@ -190,7 +194,7 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			if err != nil {
 				return nil, err
 			}
-			return &sessionPlan{rec: rec, timeout: timeoutOf(h.timeoutMs)}, nil
+			return &sessionPlan{rec: rec, timeout: timeoutOf(h.timeoutMs), record: c.t.Policy.Record}, nil
 		},
 		dispatch: func(ctx context.Context, p *sessionPlan) (*page.ActResult, error) {
 			s.held.Delete(approvalID)
@@ -203,13 +207,27 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			}
 			ctx, cancel := context.WithTimeout(ctx, p.timeout+5*time.Second)
 			defer cancel()
-			if h.holdID != "" {
-				return sess.Release(ctx, h.holdID) // exactly the request that was held, once
+			if p.record {
+				tr = &stepTrace{}
+				tr.target, tr.beforeEpoch = s.traceTarget(ctx, sess, h.req)
 			}
-			req := h.req
-			req.Timeout = p.timeout
-			req.Approved = true // a person approved this act: the requests it sends are not held again
-			return sess.Act(ctx, req)
+			var res *page.ActResult
+			if h.holdID != "" {
+				res, err = sess.Release(ctx, h.holdID) // exactly the request that was held, once
+			} else {
+				req := h.req
+				req.Timeout = p.timeout
+				req.Approved = true // a person approved this act: the requests it sends are not held again
+				res, err = sess.Act(ctx, req)
+			}
+			if err == nil && tr != nil {
+				tr.effect = res.Effect
+				if tr.effect == "" && h.holdID != "" {
+					tr.effect = page.EffectFormSubmission // a held request is one (holdRequest)
+				}
+				s.traceAfter(ctx, sess, res.ContextID, tr)
+			}
+			return res, err
 		},
 		finish: func(ctx context.Context, c *commandCtx, plan *sessionPlan, res *page.ActResult, dispatchErr error) (*ApprovalResult, task.Outcome, error) {
 			// Dispatch forgets the held action; a cancel_task that stopped this command before its
@@ -221,6 +239,11 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			}
 			if _, err := s.recordAction(ctx, c, rec, h.req, res, "resolve_approval", map[string]any{"approval_id": approvalID}); err != nil {
 				return nil, "", err
+			}
+			if tr != nil {
+				if err := c.emit(ctx, c.t, "record.step", "resolve_approval", stepData(rec.ID, c.cmd.ID, "act", nil, &h.req, tr)); err != nil {
+					return nil, "", err
+				}
 			}
 			arc, err := c.releasedActReceipt(ctx, approval)
 			if err != nil {

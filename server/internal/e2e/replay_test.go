@@ -347,3 +347,57 @@ func waitForEvents(t *testing.T, s *stack, taskID string, ok func([]map[string]a
 		t.Fatalf("the history of %s never showed it: %v", taskID, s.history(t, taskID))
 	}
 }
+
+// A checkout whose submit a form_submission rule held until a person approved it replays too:
+// the released act is a recorded step (its target traced before the release, what followed
+// after), and the replay, which carries no approval rules (nothing leaves the node), runs the
+// submit against the archive and compares identical, sending the shop nothing.
+func TestReplayOfAnApprovedCheckout(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t, func(c *app.Config) { c.Recording = daemon.NewRecordings(t.TempDir(), 0, 0, nil) })
+	s.startWorkers(t)
+	taskID := s.must(t, 201, "POST", "/bap/v1/tasks", "ra-task", map[string]any{
+		"goal": "place an order, asking first", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}, "record": true,
+			"approval_rules": []any{map[string]any{"effect": "form_submission"}}},
+		"postcondition": map[string]any{"all": []any{map[string]any{"text_present": "Thank you for your order"}}}}).str("task", "task_id")
+	sessionID := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/browser-sessions", "ra-session", map[string]any{}).str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", "ra-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+	for key, body := range map[string]map[string]any{
+		"ra-name":  {"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Ada Approved"},
+		"ra-email": {"action": "fill", "query": map[string]any{"label": "Email"}, "value": "ada.approved@example.com"},
+	} {
+		s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", key, body)
+	}
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", "ra-terms", map[string]any{
+		"action": "check", "query": map[string]any{"role": "checkbox", "name": "I accept the terms"}})
+	held := s.must(t, 202, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", "ra-submit", map[string]any{
+		"action": "click", "query": map[string]any{"role": "button", "name": "Place order"}})
+	aprID := held.str("approval", "approval_id")
+	if sh.orders.Load() != 0 {
+		t.Fatal("the held submit placed an order")
+	}
+	s.operator().must(t, 200, "POST", "/bap/v1/approvals/"+aprID+"/resolve", "ra-approve", map[string]any{"decision": "approve"})
+	if n := sh.orders.Load(); n != 1 {
+		t.Fatalf("%d orders after the approval, want 1", n)
+	}
+	if closed := s.must(t, 200, "POST", "/bap/v1/tasks/"+taskID+"/close", "ra-close", map[string]any{}); closed.str("task", "state") != "succeeded" {
+		t.Fatalf("close: %s", closed.raw)
+	}
+	awaitSessionsClosed(t, s, taskID)
+	if steps := ofType(s.history(t, taskID), "record.step"); len(steps) != 5 || data(steps[4])["action"] != "click" || data(steps[4])["effect"] != "form_submission" {
+		t.Fatalf("record.step events %v, want 5 with the approved click last", steps)
+	}
+
+	hits, orders := sh.hits.Load(), sh.orders.Load()
+	id := s.must(t, 201, "POST", "/bap/v1/tasks/"+taskID+"/replay", "ra-replay", map[string]any{"mode": "archive"}).str("task", "task_id")
+	s.awaitState(t, id, "succeeded", "failed")
+	awaitSessionsClosed(t, s, id)
+	fin := ofType(s.history(t, id), "replay.finished")
+	if len(fin) != 1 || data(fin[0])["outcome"] != "identical" || data(fin[0])["steps"] != float64(5) {
+		t.Fatalf("the replay of an approved checkout: %v; history %v", fin, s.history(t, id))
+	}
+	if h, o := sh.hits.Load()-hits, sh.orders.Load()-orders; h != 0 || o != 0 {
+		t.Fatalf("the replay reached the shop: %d requests, %d orders", h, o)
+	}
+}
