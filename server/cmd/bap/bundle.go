@@ -17,7 +17,7 @@ import (
 )
 
 const bundleUsage = "usage: bap bundle export TASK_ID [--out FILE] [--socket PATH] [--data-dir DIR] | " +
-	"bap bundle verify FILE --jwks FILE|URL"
+	"bap bundle verify FILE [--jwks FILE|URL] [--socket PATH] [--data-dir DIR]"
 
 // errBundleInvalid makes `bap bundle verify` exit non-zero after printing its report.
 var errBundleInvalid = errors.New("bundle invalid")
@@ -34,7 +34,7 @@ func bundleCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	socket := socketFlags(fs)
 	out := fs.String("out", "", "export: write the bundle to this file (default: standard output)")
-	jwks := fs.String("jwks", "", "verify: the server's audit keys, a JWKS file or the URL of GET /bap/v1/audit/keys")
+	jwks := fs.String("jwks", "", "verify: the server's audit keys, a JWKS file or the URL of GET /bap/v1/audit/keys (default: ask the local server over its socket)")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
@@ -46,10 +46,10 @@ func bundleCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		return exportBundle(ctx, socket(), pos[0], *out, stdout)
 	case "verify":
-		if len(pos) != 1 || *jwks == "" {
+		if len(pos) != 1 {
 			return errors.New(bundleUsage)
 		}
-		return verifyBundle(ctx, pos[0], *jwks, stdout)
+		return verifyBundle(ctx, pos[0], *jwks, socket(), stdout)
 	default:
 		return fmt.Errorf("bap bundle: unknown subcommand %q\n%s", sub, bundleUsage)
 	}
@@ -91,9 +91,16 @@ func exportBundle(ctx context.Context, socket, taskID, out string, stdout io.Wri
 	return os.Rename(tmp, out)
 }
 
-// verifyBundle checks a bundle offline against the audit keys and prints the report.
-func verifyBundle(ctx context.Context, file, jwks string, stdout io.Writer) error {
-	raw, err := readKeySet(ctx, jwks)
+// verifyBundle checks a bundle offline against the audit keys and prints the report. The keys
+// are jwks (a file or a URL), or, without it, the local server's, asked over its socket.
+func verifyBundle(ctx context.Context, file, jwks, socket string, stdout io.Writer) error {
+	var raw []byte
+	var err error
+	if jwks != "" {
+		raw, err = readKeySet(ctx, jwks)
+	} else {
+		raw, err = socketKeySet(ctx, socket)
+	}
 	if err != nil {
 		return err
 	}
@@ -126,6 +133,24 @@ func verifyBundle(ctx context.Context, file, jwks string, stdout io.Writer) erro
 		return fmt.Errorf("%w: %s", errBundleInvalid, strings.Join(names, ", "))
 	}
 	return nil
+}
+
+// socketKeySet asks the local server for its audit keys (GET /bap/v1/audit/keys) over its socket.
+func socketKeySet(ctx context.Context, socket string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost/bap/v1/audit/keys", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := socketHTTP(socket).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("no --jwks given, and the local server's audit keys could not be read: %w "+
+			"(pass --jwks with the server's keys: a file, or the URL of its GET /bap/v1/audit/keys)", socketError(socket, err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the local server's audit keys: %s", resp.Status)
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 }
 
 // readKeySet reads a JWKS from a file, or from an http(s) URL (the server's GET /bap/v1/audit/keys).

@@ -67,7 +67,15 @@ func TestBundleAnAuditorVerifiesOffline(t *testing.T) {
 	if err := os.WriteFile(keysFile, keys, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// On the server's own machine, without --jwks: the keys come from the local server's socket.
+	if so, se, err := run("bundle", "verify", file, "--data-dir", dir); err != nil || !strings.Contains(so, `"valid": true`) {
+		t.Fatalf("bap bundle verify with the local server's keys: %v\n%s\n%s", err, so, se)
+	}
 	_ = r.stop(t, syscall.SIGTERM) // offline from here: the server is gone (its exit status is not the point)
+	// Without --jwks and without a server, it says where the keys come from.
+	if _, se, err := run("bundle", "verify", file, "--data-dir", dir); err == nil || !strings.Contains(se, "--jwks") {
+		t.Fatalf("bap bundle verify without keys: %v\n%s", err, se)
+	}
 
 	verify := func(path string) (evidencebundle.Report, string, error) {
 		t.Helper()
