@@ -2933,6 +2933,10 @@ class ReplayFinishedData(TypedDict):
     first divergence.
     """
 
+    #: In `archive` mode: the target URIs of the archived exchanges whose records no longer match
+    #: their own digests, so changed after they were recorded (at most 100). They were served as
+    #: they are; absent when none was.
+    altered_records: NotRequired[list[str]]
     #: The recorded value of `field`.
     expected: NotRequired[str]
     #: What differed first: `operation` (the step is another command), `target` (the act's target by

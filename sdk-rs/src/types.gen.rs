@@ -5428,6 +5428,11 @@ pub struct RecordTruncatedEvent {
 /// first divergence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ReplayFinishedData {
+    /// In `archive` mode: the target URIs of the archived exchanges whose records no longer match
+    /// their own digests, so changed after they were recorded (at most 100). They were served as
+    /// they are; absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub altered_records: Option<Vec<String>>,
     /// The recorded value of `field`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<String>,

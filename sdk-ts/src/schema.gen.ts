@@ -4967,6 +4967,8 @@ export interface components {
          *     }
          */
         ReplayFinishedData: {
+            /** @description In `archive` mode: the target URIs of the archived exchanges whose records no longer match their own digests, so changed after they were recorded (at most 100). They were served as they are; absent when none was. */
+            altered_records?: string[];
             /** @description The recorded value of `field`. */
             expected?: string;
             /**

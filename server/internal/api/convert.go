@@ -104,6 +104,9 @@ func toTaskResult(r *app.ResultRecord) apigen.TaskResult {
 		if v.Field != "" {
 			rv.Field, rv.Expected, rv.Got = ptr(apigen.ReplayFinishedDataField(v.Field)), ptr(v.Expected), ptr(v.Got)
 		}
+		if len(v.AlteredRecords) > 0 {
+			rv.AlteredRecords = &v.AlteredRecords
+		}
 		out.Replay = &rv
 	}
 	return out

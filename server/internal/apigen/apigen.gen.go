@@ -5198,6 +5198,9 @@ type RecordTruncatedEvent struct {
 //
 // Examples: {"mode":"archive","outcome":"identical","replay_of":"tsk_2bC4dE6fG8hJ","steps":5}
 type ReplayFinishedData struct {
+	// AlteredRecords In `archive` mode: the target URIs of the archived exchanges whose records no longer match their own digests, so changed after they were recorded (at most 100). They were served as they are; absent when none was.
+	AlteredRecords *[]string `json:"altered_records,omitempty"`
+
 	// Expected The recorded value of `field`.
 	Expected *string `json:"expected,omitempty"`
 

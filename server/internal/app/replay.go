@@ -410,6 +410,10 @@ func (s *Service) ReplayStepFailed(ctx context.Context, claim *LeaseClaim, actor
 func (s *Service) replayVerdict(ctx context.Context, claim *LeaseClaim, actor string, t *Task, i, n int, d *stepDiff) (ReplayStepResult, error) {
 	planned := len(t.Plan) // a dry run's plan stops before the first side effect
 	res := ReplayStepResult{Diverged: d != nil, Finished: d != nil || i+1 >= planned}
+	var altered []string
+	if res.Finished && t.ReplayMode != ReplayLiveDryRun {
+		altered = s.alteredRecords(ctx, t)
+	}
 	err := s.InLease(ctx, claim, actor, func(l *LeaseTx) error {
 		cmp := map[string]any{"step": i, "identical": d == nil}
 		if d != nil {
@@ -432,6 +436,9 @@ func (s *Service) replayVerdict(ctx context.Context, claim *LeaseClaim, actor st
 		if d != nil {
 			fin["outcome"], fin["step"], fin["field"], fin["expected"], fin["got"] = "diverged", i, d.field, clip(d.expected), clip(d.got)
 		}
+		if len(altered) > 0 {
+			fin["altered_records"] = altered
+		}
 		return l.Emit("replay.finished", "replay", fin)
 	})
 	return res, err
@@ -451,6 +458,8 @@ type ReplayVerdict struct {
 	Field         string `json:"field,omitempty"`
 	Expected      string `json:"expected,omitempty"`
 	Got           string `json:"got,omitempty"`
+	// AlteredRecords are the archived exchanges (target URIs) changed after they were recorded.
+	AlteredRecords []string `json:"altered_records,omitempty"`
 }
 
 // replayVerdictOf reads a replay task's verdict from its history (nil when it has none: the
@@ -472,6 +481,30 @@ func (s *Service) replayVerdictOf(ctx context.Context, t *Task) (*ReplayVerdict,
 		return nil, fmt.Errorf("reading the replay verdict of %s: %w", t.ID, err)
 	}
 	return &v, nil
+}
+
+// maxAlteredRecords bounds replay.finished's altered_records.
+const maxAlteredRecords = 100
+
+// alteredRecords lists the exchanges of the replayed task's archive that were changed after they
+// were recorded (nil when none was, or the archive cannot be read again: the verdict stands).
+func (s *Service) alteredRecords(ctx context.Context, t *Task) []string {
+	orig, err := s.store.GetTask(ctx, t.Tenant, t.ReplayOf)
+	if err != nil {
+		return nil
+	}
+	a, err := s.replayArchive(ctx, orig)
+	if err != nil {
+		return nil
+	}
+	out := a.Altered()
+	if len(out) > maxAlteredRecords {
+		out = out[:maxAlteredRecords]
+	}
+	for i := range out {
+		out[i] = clipRunes(out[i], 2048)
+	}
+	return out
 }
 
 // stepDiff is the first field in which a replayed step differs from the recorded one.

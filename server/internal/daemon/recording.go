@@ -178,11 +178,13 @@ func (r *Recordings) ReplayArchive(ctx context.Context, tenant, taskID string, p
 		return nil, err
 	}
 	defer func() { _ = rc.Close() }()
-	recs, err := warcrecord.ReadAll(rc, max(r.maxBodyBytes, warcrecord.DefaultMaxBodyBytes)+64<<10)
+	// Altered records are kept and served as they are: the replay says where the archive was
+	// changed (and compares what the pages show), rather than refusing to look.
+	recs, err := warcrecord.ReadAltered(rc, max(r.maxBodyBytes, warcrecord.DefaultMaxBodyBytes)+64<<10)
 	if err != nil {
 		// Not the reader's own words to the caller: a file error names a path of this machine.
 		r.log.Warn("a task's archive does not read back for its replay", "task_id", taskID, "err", err)
-		return nil, fmt.Errorf("%w: a record of the archive does not read back (its digests or its form do not hold; the operator's log says which)", app.ErrNotReplayable)
+		return nil, fmt.Errorf("%w: a record of the archive does not read back (its form does not hold; the operator's log says which)", app.ErrNotReplayable)
 	}
 	p := warcrecord.NewProtected()
 	for value, name := range protected {

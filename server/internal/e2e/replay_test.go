@@ -163,14 +163,23 @@ func replayCheckout(t *testing.T, sh *shop) {
 	}
 	hits = sh.hits.Load()
 
-	// The auditor edits the archived confirmation page.
-	editArchivedBody(t, filepath.Join(dir, "local", taskID), "/thanks?order=1", "Thank you for your order 1", "Thank you for your order 7")
+	// The auditor edits the archived confirmation page, recomputing its record's digests: the
+	// archive reads back as sound, and the page shows something else.
+	editArchivedBody(t, filepath.Join(dir, "local", taskID), "/thanks?order=1", "Thank you for your order 1", "Thank you for your order 7", true)
 	second, verdict := replay("rp-replay-2")
-	if verdict["outcome"] != "diverged" || verdict["step"] != float64(4) || verdict["field"] != "observation" {
+	if verdict["outcome"] != "diverged" || verdict["step"] != float64(4) || verdict["field"] != "observation" || verdict["altered_records"] != nil {
 		t.Fatalf("the replay of an edited archive: %v; history %v", verdict, s.history(t, second))
 	}
+	// Then edits it again without touching the digests (as sed would): the replay still runs,
+	// diverges at the same step, and names the record that no longer matches its digests.
+	editArchivedBody(t, filepath.Join(dir, "local", taskID), "/thanks?order=1", "Thank you for your order 7", "Thank you for your order 9", false)
+	third, verdict := replay("rp-replay-3")
+	if verdict["outcome"] != "diverged" || verdict["step"] != float64(4) || verdict["field"] != "observation" ||
+		fmt.Sprint(verdict["altered_records"]) != "["+sh.srv.URL+"/thanks?order=1]" {
+		t.Fatalf("the replay of an archive edited behind its digests: %v; history %v", verdict, s.history(t, third))
+	}
 	if h := sh.hits.Load() - hits; h != 0 {
-		t.Fatalf("the second replay reached the shop: %d requests", h)
+		t.Fatalf("the replays of edited archives reached the shop: %d requests", h)
 	}
 }
 
@@ -227,9 +236,10 @@ func readArchive(t *testing.T, dir string) []byte {
 }
 
 // editArchivedBody rewrites, in the WARC files under dir, the body of the response record whose
-// target ends with target: old becomes repl (the same length, so the HTTP head stays right), and
-// the record's Block and Payload digests are recomputed so that the archive still reads back.
-func editArchivedBody(t *testing.T, dir, target, old, repl string) {
+// target ends with target: old becomes repl (the same length, so the HTTP head stays right), and,
+// with fixDigests, the record's Block and Payload digests are recomputed so that the archive
+// still reads back as sound.
+func editArchivedBody(t *testing.T, dir, target, old, repl string, fixDigests bool) {
 	t.Helper()
 	if len(old) != len(repl) {
 		t.Fatal("the edit must keep the body's length")
@@ -258,9 +268,11 @@ func editArchivedBody(t *testing.T, dir, target, old, repl string) {
 			next := pos + he + 4 + n + 4
 			if strings.Contains(head, "WARC-Type: response\r\n") && strings.Contains(head, target+"\r\n") && bytes.Contains(block, []byte(old)) {
 				block = bytes.Replace(block, []byte(old), []byte(repl), 1)
-				payload := block[bytes.Index(block, []byte("\r\n\r\n"))+4:]
-				head = regexp.MustCompile(`(?m)^WARC-Block-Digest: .*\r$`).ReplaceAllString(head, "WARC-Block-Digest: "+digest(block)+"\r")
-				head = regexp.MustCompile(`(?m)^WARC-Payload-Digest: .*\r$`).ReplaceAllString(head, "WARC-Payload-Digest: "+digest(payload)+"\r")
+				if fixDigests {
+					payload := block[bytes.Index(block, []byte("\r\n\r\n"))+4:]
+					head = regexp.MustCompile(`(?m)^WARC-Block-Digest: .*\r$`).ReplaceAllString(head, "WARC-Block-Digest: "+digest(block)+"\r")
+					head = regexp.MustCompile(`(?m)^WARC-Payload-Digest: .*\r$`).ReplaceAllString(head, "WARC-Payload-Digest: "+digest(payload)+"\r")
+				}
 				edited++
 			}
 			out.WriteString(head + "\r\n")

@@ -220,6 +220,9 @@ type Recorder interface {
 type Archive interface {
 	// Len is the number of exchanges it can answer from.
 	Len() int
+	// Altered lists the target URIs of exchanges changed after they were recorded (their records'
+	// digests do not hold): answered as they are, and reported by the replay's verdict.
+	Altered() []string
 }
 
 // NavigateRequest is the input of Session.Navigate.

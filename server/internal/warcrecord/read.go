@@ -18,6 +18,9 @@ type Record struct {
 	Header textproto.MIMEHeader
 	// Block is the record's content block as stored.
 	Block []byte
+	// Altered is true when the record's stored digests do not match its block (ReadAltered only):
+	// it was changed after it was written.
+	Altered bool
 }
 
 // ErrTooLarge reports a record whose block is larger than ReadAll's maxBlock.
@@ -28,7 +31,24 @@ var ErrTooLarge = errors.New("warcrecord: record block too large")
 // payload digests against what it holds included, and fails naming the first record that does
 // not hold, or one whose block is over maxBlock bytes.
 func ReadAll(r io.Reader, maxBlock int64) ([]Record, error) {
-	u := gowarc.NewUnmarshaler(gowarc.WithStrictValidation())
+	return readAll(r, maxBlock, false)
+}
+
+// ReadAltered is ReadAll that keeps a record whose digests do not match its block, marked
+// Altered, instead of failing: a replay answers from an archive as it is and reports where it was
+// changed (a record that does not parse, or is too large, still fails).
+func ReadAltered(r io.Reader, maxBlock int64) ([]Record, error) {
+	return readAll(r, maxBlock, true)
+}
+
+func readAll(r io.Reader, maxBlock int64, keepAltered bool) ([]Record, error) {
+	opts := []gowarc.WarcRecordOption{gowarc.WithStrictValidation()}
+	if keepAltered {
+		// Spec findings are collected instead of failing at once; anything but a digest that
+		// does not match still fails below.
+		opts = append(opts, gowarc.WithSpecViolationPolicy(gowarc.ErrWarn))
+	}
+	u := gowarc.NewUnmarshaler(opts...)
 	br := bufio.NewReader(r)
 	var out []Record
 	for {
@@ -36,28 +56,47 @@ func ReadAll(r io.Reader, maxBlock int64) ([]Record, error) {
 			return out, nil
 		}
 		rec, _, validation, err := u.Unmarshal(br)
+		altered := false
 		if err == nil && len(validation) > 0 {
-			err = errors.Join(validation...)
+			altered, err = onlyDigests(validation)
 		}
 		if err != nil {
 			return out, fmt.Errorf("warcrecord: record %d: %w", len(out), err)
 		}
-		got, err := readRecord(rec, maxBlock)
+		got, err := readRecord(rec, maxBlock, keepAltered)
 		if err != nil {
 			return out, fmt.Errorf("warcrecord: record %d: %w", len(out), err)
 		}
+		got.Altered = got.Altered || altered
 		out = append(out, got)
 	}
 }
 
-// readRecord reads one parsed record's block, checks its digests and closes it.
-func readRecord(rec gowarc.WarcRecord, maxBlock int64) (Record, error) {
+// onlyDigests tells whether every finding is a digest that does not match (altered); any other
+// finding is the error.
+func onlyDigests(findings []error) (altered bool, err error) {
+	for _, f := range findings {
+		var d *gowarc.DigestError
+		if !errors.As(f, &d) {
+			return false, errors.Join(findings...)
+		}
+	}
+	return true, nil
+}
+
+// readRecord reads one parsed record's block, checks its digests and closes it. A digest that
+// does not match fails, or, with keepAltered, marks the record Altered.
+func readRecord(rec gowarc.WarcRecord, maxBlock int64, keepAltered bool) (Record, error) {
 	defer func() { _ = rec.Close() }()
 	if n, err := rec.WarcHeader().GetInt64(gowarc.ContentLength); err != nil || n > maxBlock {
 		return Record{}, ErrTooLarge
 	}
+	altered := false
 	if v, err := rec.ValidateDigest(); err != nil || len(v) > 0 {
-		return Record{}, errors.Join(append(v, err)...)
+		if !keepAltered {
+			return Record{}, errors.Join(append(v, err)...)
+		}
+		altered = true
 	}
 	raw, err := rec.Block().RawBytes()
 	if err != nil {
@@ -74,5 +113,5 @@ func readRecord(rec gowarc.WarcRecord, maxBlock int64) (Record, error) {
 	for _, f := range *rec.WarcHeader() {
 		h.Add(f.Name, f.Value)
 	}
-	return Record{Type: rec.Type().String(), Header: h, Block: block}, nil
+	return Record{Type: rec.Type().String(), Header: h, Block: block, Altered: altered}, nil
 }

@@ -63,13 +63,21 @@ func FuzzReadAll(f *testing.F) {
 	f.Add(sampleArchive(f))
 	f.Add([]byte("WARC/1.1\r\nWARC-Type: warcinfo\r\nContent-Length: 0\r\n\r\n\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// ReadAltered reads what ReadAll reads, and more only by records marked Altered.
+		lenient, lerr := ReadAltered(bytes.NewReader(b), 4096)
 		recs, err := ReadAll(bytes.NewReader(b), 4096)
 		if err != nil {
 			return
 		}
-		for _, r := range recs {
+		if lerr != nil || len(lenient) != len(recs) {
+			t.Fatalf("ReadAll read %d records, ReadAltered %d (%v)", len(recs), len(lenient), lerr)
+		}
+		for i, r := range recs {
 			if len(r.Block) > 4096 {
 				t.Fatalf("a block of %d bytes", len(r.Block))
+			}
+			if lenient[i].Altered || !bytes.Equal(lenient[i].Block, r.Block) {
+				t.Fatalf("record %d read otherwise by ReadAltered", i)
 			}
 		}
 	})

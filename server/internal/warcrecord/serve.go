@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,8 @@ var ErrNotReplayable = errors.New("warcrecord: the archive cannot be replayed")
 // Archive answers requests from the exchanges of an archive. Safe for concurrent use.
 type Archive struct {
 	protected *Protected
+
+	altered []string // the target URIs of exchanges whose records were changed after writing
 
 	mu      sync.Mutex
 	byKey   map[string][]*served // in recorded order
@@ -85,6 +88,9 @@ func NewArchive(recs []Record, protected *Protected) (*Archive, error) {
 			}
 			a.byKey[key] = append(a.byKey[key], s)
 			a.entries++
+			if (r.Altered || resp.Altered) && !slices.Contains(a.altered, r.Header.Get("WARC-Target-URI")) {
+				a.altered = append(a.altered, r.Header.Get("WARC-Target-URI"))
+			}
 		}
 	}
 	if a.entries == 0 {
@@ -95,6 +101,10 @@ func NewArchive(recs []Record, protected *Protected) (*Archive, error) {
 
 // Len is the number of exchanges the archive can answer from.
 func (a *Archive) Len() int { return a.entries }
+
+// Altered lists the target URIs of the exchanges whose records do not match their stored digests
+// (read with ReadAltered): changed after they were written. They are served as they are.
+func (a *Archive) Altered() []string { return slices.Clone(a.altered) }
 
 // Serve answers req from the archive: the response recorded for the same method and target
 // (and body, for a method that is not safe), masked alike. Exchanges recorded more than once
