@@ -664,6 +664,8 @@ if [[ $run_go == 1 ]]; then
 	row "archive bytes per recorded workflow" "$(metric 'bap_recorded_archive_bytes/workflow' "$tmp/workflow.txt" | median)" "WARC 1.1, masked, bodies decoded"
 	row "a recorded checkout task over HTTP / unrecorded" "$(metric recorded_ratio "$tmp/recording.txt" | median)" "archive + record.step, p50 of 10 each (BenchmarkRecordingCost)"
 	row "  its archive bytes per workflow" "$(metric 'archive_bytes/workflow' "$tmp/recording.txt" | median)"
+	row "the same over HTTPS / unrecorded" "$(metric https_recorded_ratio "$tmp/recording.txt" | median)" "recording opens the TLS tunnels (ADR 0037)"
+	row "  its archive bytes per workflow" "$(metric 'https_archive_bytes/workflow' "$tmp/recording.txt" | median)"
 	# Each step's p50 (ms), the median over the runs, beside raw chromedp's and the floor's.
 	med() { metric "$1" "$tmp/workflow.txt" | median; }
 	printf '  %-12s %10s %10s %10s   (p50 ms, median over runs)\n' step BAP chromedp floor

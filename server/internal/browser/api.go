@@ -51,6 +51,10 @@ type Config struct {
 	// recording or replaying session's HTTPS; egress.Config.UpstreamTLS): nil verifies against
 	// the system's roots. Tests trust their own sites' certificates with it.
 	UpstreamTLS *tls.Config
+	// TrustSPKI are more public-key hashes (base64 SHA-256 of a SubjectPublicKeyInfo) whose
+	// certificates the browser accepts beside its own roots and its proxies' authority: tests
+	// trust their own HTTPS sites with it, to measure or drive them without a recording proxy.
+	TrustSPKI []string
 
 	// cspBodyTimeout bounds the wait for a document's body before the connect-src CSP is added
 	// to it; past it the document goes on without (the proxy still guards it). 0 means 60 s.

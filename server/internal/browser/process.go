@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -361,8 +362,8 @@ func browserArgs(dir string, cfg Config, spki string) []string {
 	if cfg.NoSandbox {
 		args = append(args, "--no-sandbox")
 	}
-	if spki != "" {
-		args = append(args, "--ignore-certificate-errors-spki-list="+spki)
+	if keys := slices.DeleteFunc(append([]string{spki}, cfg.TrustSPKI...), func(k string) bool { return k == "" }); len(keys) > 0 {
+		args = append(args, "--ignore-certificate-errors-spki-list="+strings.Join(keys, ","))
 	}
 	args = append(args, "--user-data-dir="+filepath.Join(dir, "profile"))
 	args = append(args, cfg.ExtraFlags...)

@@ -19,34 +19,40 @@ import (
 // check the terms, place the order — with record on and off, alternately, through the HTTP API.
 // With record on the session's exchanges are archived as WARC and each navigate and act leaves a
 // record.step (an observation before each act and after each step). It reports each variant's
-// p50 and the archive bytes per recorded workflow. `make bench` runs it with a fixed count.
+// p50 and the archive bytes per recorded workflow, for the shop over plain HTTP and, with the
+// https_ metrics, over HTTPS, where recording also has the proxy open the session's TLS tunnels
+// (ADR 0037). `make bench` runs it with a fixed count.
 func BenchmarkRecordingCost(b *testing.B) {
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	defer slog.SetDefault(prev)
 	n := b.N
-	var recorded, plain []time.Duration
-	var bytes int64
-	ok := testing.RunTests(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{
-		Name: "RecordingCost",
-		F:    func(t *testing.T) { recorded, plain, bytes = runRecordingCost(t, n) },
-	}})
-	if !ok || len(recorded) == 0 {
-		b.Fatal("the recording comparison did not finish (see its log above)")
-	}
 	p50 := func(ds []time.Duration) float64 {
 		slices.Sort(ds)
 		return float64(ds[len(ds)/2].Microseconds()) / 1000
 	}
-	r, p := p50(recorded), p50(plain)
-	b.ReportMetric(r, "recorded_workflow_p50_ms")
-	b.ReportMetric(p, "plain_workflow_p50_ms")
-	b.ReportMetric(r/p, "recorded_ratio")
-	b.ReportMetric(float64(bytes)/float64(len(recorded)), "archive_bytes/workflow")
+	for _, v := range []struct {
+		prefix string
+		shop   func(*testing.T) *shop
+	}{{"", newShop}, {"https_", newTLSShop}} {
+		var recorded, plain []time.Duration
+		var bytes int64
+		ok := testing.RunTests(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{
+			Name: "RecordingCost",
+			F:    func(t *testing.T) { recorded, plain, bytes = runRecordingCost(t, v.shop(t), n) },
+		}})
+		if !ok || len(recorded) == 0 {
+			b.Fatal("the recording comparison did not finish (see its log above)")
+		}
+		r, p := p50(recorded), p50(plain)
+		b.ReportMetric(r, v.prefix+"recorded_workflow_p50_ms")
+		b.ReportMetric(p, v.prefix+"plain_workflow_p50_ms")
+		b.ReportMetric(r/p, v.prefix+"recorded_ratio")
+		b.ReportMetric(float64(bytes)/float64(len(recorded)), v.prefix+"archive_bytes/workflow")
+	}
 }
 
-func runRecordingCost(t *testing.T, n int) (recorded, plain []time.Duration, bytes int64) {
-	sh := newShop(t)
+func runRecordingCost(t *testing.T, sh *shop, n int) (recorded, plain []time.Duration, bytes int64) {
 	s := newStack(t, func(c *app.Config) { c.Recording = daemon.NewRecordings(t.TempDir(), 1<<40, 0, nil) })
 	actor := app.Actor{Tenant: "local", Subject: "bench"}
 	workflow := func(i int, record bool) (time.Duration, string) {
