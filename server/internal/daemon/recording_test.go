@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -115,7 +116,8 @@ func TestRecordingsKeepATasksSessionsInItsOwnFilesUnderOneCap(t *testing.T) {
 }
 
 // A replay reads its task's archive through ReplayArchive: a whole archive answers its requests
-// (a protected value matched masked), one that no longer reads back or holds a tunnel is
+// (a protected value matched masked); one edited behind its digests is served as it is, the
+// edited exchange named (ADR 0038); one that no longer reads back at all or holds a tunnel is
 // ErrNotReplayable without the reader's words (a file error names a path of this machine), and a
 // task without one is ErrNotFound.
 func TestReplayArchiveServesOnlyAnArchiveThatReadsBack(t *testing.T) {
@@ -160,8 +162,15 @@ func TestReplayArchiveServesOnlyAnArchiveThatReadsBack(t *testing.T) {
 	if err := os.WriteFile(files[0], bytes.Replace(raw, []byte("page a"), []byte("page b"), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if edited, err := r.ReplayArchive(ctx, "local", task, nil); err != nil || fmt.Sprint(edited.Altered()) != "[http://shop.test/a?t=[masked:token]]" {
+		t.Errorf("an archive edited behind its digests: %v, altered %v", err, edited)
+	}
+	// Cut short: its last record no longer reads back at all.
+	if err := os.WriteFile(files[0], raw[:len(raw)-40], 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := r.ReplayArchive(ctx, "local", task, nil); !errors.Is(err, app.ErrNotReplayable) || strings.Contains(err.Error(), dir) {
-		t.Errorf("an edited archive: %v", err)
+		t.Errorf("a cut archive: %v", err)
 	}
 	if _, err := r.ReplayArchive(ctx, "local", ids.New(ids.Task), nil); !errors.Is(err, app.ErrNotFound) {
 		t.Errorf("no archive: %v", err)
