@@ -35,16 +35,11 @@ var errSNIMismatch = errors.New("egress: the TLS server name is not the tunnel's
 // start with a TLS handshake carries plain HTTP (a WebSocket's upgrade). Nothing is dialled
 // before a request inside is allowed.
 func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request) {
-	host, port, ok := authority(r.Host)
+	host, port, _, ok := p.checkTunnel(w, r)
 	if !ok {
-		p.refuse(w, Blocked{ResourceType: "tunnel", Reason: ReasonUnclassifiable}, http.StatusBadRequest)
 		return
 	}
 	hostport := net.JoinHostPort(host, port)
-	if allowed, _ := p.tunnelPolicy(hostport); !allowed {
-		p.refuse(w, Blocked{URL: hostport, ResourceType: "tunnel", Reason: ReasonOriginNotAllowed}, http.StatusForbidden)
-		return
-	}
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		http.Error(w, "cannot tunnel", http.StatusInternalServerError)
@@ -98,6 +93,23 @@ func (p *Proxy) intercept(w http.ResponseWriter, r *http.Request) {
 	_ = srv.Serve(ln) // returns once the connection has closed
 }
 
+// checkTunnel reads a CONNECT's authority and checks it against the policy, refusing (ok=false)
+// one that is malformed or not allowed; named says whether the policy names it explicitly.
+func (p *Proxy) checkTunnel(w http.ResponseWriter, r *http.Request) (host, port string, named, ok bool) {
+	host, port, ok = authority(r.Host)
+	if !ok {
+		p.refuse(w, Blocked{ResourceType: "tunnel", Reason: ReasonUnclassifiable}, http.StatusBadRequest)
+		return "", "", false, false
+	}
+	hostport := net.JoinHostPort(host, port)
+	allowed, named := p.tunnelPolicy(hostport)
+	if !allowed {
+		p.refuse(w, Blocked{URL: hostport, ResourceType: "tunnel", Reason: ReasonOriginNotAllowed}, http.StatusForbidden)
+		return "", "", false, false
+	}
+	return host, port, named, true
+}
+
 // tunnelPolicy tells whether the policy allows hostport as an https or http origin (ws and wss
 // are the same origins), and whether it names it explicitly (so a private address may be reached).
 func (p *Proxy) tunnelPolicy(hostport string) (allowed, named bool) {
@@ -121,7 +133,10 @@ func (p *Proxy) serveTunneled(w http.ResponseWriter, r *http.Request, scheme, ho
 		p.refuse(w, Blocked{URL: scheme + "://" + hostport, ResourceType: dest(r), Reason: ReasonUnclassifiable}, http.StatusBadRequest)
 		return
 	}
-	defaultPort := map[string]string{"http": "80", "https": "443"}[scheme]
+	defaultPort := "80"
+	if scheme == "https" {
+		defaultPort = "443"
+	}
 	hh := r.Host
 	if _, _, err := net.SplitHostPort(hh); err != nil {
 		hh = net.JoinHostPort(strings.Trim(hh, "[]"), defaultPort)
@@ -141,6 +156,10 @@ func (p *Proxy) serveTunneled(w http.ResponseWriter, r *http.Request, scheme, ho
 	}
 	r.URL.Scheme, r.URL.Host = scheme, canonical
 	r.Host = canonical
+	if p.unsafeInDryRun(r) {
+		p.refuse(w, Blocked{URL: strip(r.URL), ResourceType: dest(r), Reason: ReasonDryRun}, http.StatusForbidden)
+		return
+	}
 	p.forward(w, r, r.URL)
 }
 

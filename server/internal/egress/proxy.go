@@ -489,12 +489,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // forward checks and sends on a request for u (http, or https read inside an opened tunnel), or
-// answers it from the archive.
+// answers it from the archive. Its caller refused it already if the proxy carries a dry run and
+// it is not safe.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *url.URL) {
-	if p.unsafeInDryRun(r) {
-		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonDryRun}, http.StatusForbidden)
-		return
-	}
 	if !strings.EqualFold(r.Host, u.Host) {
 		// A Host header that disagrees with the checked URL would let the site see another name.
 		p.refuse(w, Blocked{URL: strip(u), ResourceType: dest(r), Reason: ReasonUnclassifiable}, http.StatusBadRequest)
@@ -516,17 +513,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, u *url.URL) {
 // connect handles a CONNECT (a TLS connection, or a WebSocket): the policy must allow the
 // authority as an http or https origin (ws and wss are the same origins).
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
-	host, port, ok := authority(r.Host)
+	host, port, named, ok := p.checkTunnel(w, r)
 	if !ok {
-		p.refuse(w, Blocked{ResourceType: "tunnel", Reason: ReasonUnclassifiable}, http.StatusBadRequest)
 		return
 	}
 	hostport := net.JoinHostPort(host, port)
-	allowed, named := p.tunnelPolicy(hostport)
-	if !allowed {
-		p.refuse(w, Blocked{URL: hostport, ResourceType: "tunnel", Reason: ReasonOriginNotAllowed}, http.StatusForbidden)
-		return
-	}
 	ctx := context.WithValue(r.Context(), permitKey{}, &permit{named: named, url: hostport, dest: "tunnel"})
 	up, err := p.dialChecked(ctx, "tcp", hostport)
 	if err != nil {
