@@ -773,8 +773,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 			req.Timeout = p.timeout
 			var tr *stepTrace
 			if p.record {
-				tr = &stepTrace{}
-				tr.target, tr.beforeEpoch = s.traceTarget(ctx, sess, req)
+				tr = s.traceActBefore(ctx, sess, req)
 			}
 			res, err := sess.Act(ctx, req)
 			if err == nil && res.Held != nil {
@@ -784,8 +783,7 @@ func (s *Service) Act(ctx context.Context, call Call, sessionID string, req page
 				return actOut{}, s.explainHandle(ctx, call.Actor.Tenant, sessionID, err, req.NodeID, actWithin(req))
 			}
 			if tr != nil {
-				tr.effect = res.Effect
-				s.traceAfter(ctx, sess, res.ContextID, tr)
+				s.traceActAfter(ctx, sess, res, "", tr)
 			}
 			return actOut{res: res, trace: tr}, nil
 		}),

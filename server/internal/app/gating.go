@@ -208,8 +208,7 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 			ctx, cancel := context.WithTimeout(ctx, p.timeout+5*time.Second)
 			defer cancel()
 			if p.record {
-				tr = &stepTrace{}
-				tr.target, tr.beforeEpoch = s.traceTarget(ctx, sess, h.req)
+				tr = s.traceActBefore(ctx, sess, h.req)
 			}
 			var res *page.ActResult
 			if h.holdID != "" {
@@ -221,11 +220,11 @@ func (s *Service) approveHeldAction(ctx context.Context, call Call, approvalID, 
 				res, err = sess.Act(ctx, req)
 			}
 			if err == nil && tr != nil {
-				tr.effect = res.Effect
-				if tr.effect == "" && h.holdID != "" {
-					tr.effect = page.EffectFormSubmission // a held request is one (holdRequest)
+				effect := ""
+				if h.holdID != "" {
+					effect = page.EffectFormSubmission // a held request is one (holdRequest)
 				}
-				s.traceAfter(ctx, sess, res.ContextID, tr)
+				s.traceActAfter(ctx, sess, res, effect, tr)
 			}
 			return res, err
 		},

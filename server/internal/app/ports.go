@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/originweave/bap/server/internal/idempotency"
@@ -30,8 +31,9 @@ type Store interface {
 	ListEvents(ctx context.Context, tenant, taskID string, after int64, limit int) ([]Event, error)
 	// RecordedFillValues reads the sealed values of a task's plain fills, by fill command.
 	RecordedFillValues(ctx context.Context, tenant, taskID string) (map[string][]byte, error)
-	// LastEventOfType reads a task's latest event of eventType (ErrNotFound when it has none).
-	LastEventOfType(ctx context.Context, tenant, taskID, eventType string) (*Event, error)
+	// LastEventData reads the data of a task's latest event of eventType, as stored (ErrNotFound
+	// when it has none).
+	LastEventData(ctx context.Context, tenant, taskID, eventType string) (json.RawMessage, error)
 	// DueForExpiry lists up to limit non-terminal task ids (with their tenants) whose deadline is before now.
 	DueForExpiry(ctx context.Context, now time.Time, limit int) ([]TaskRef, error)
 	// PurgeIdempotency deletes completed idempotency records that expired before now.

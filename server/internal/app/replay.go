@@ -465,14 +465,10 @@ type ReplayVerdict struct {
 // replayVerdictOf reads a replay task's verdict from its history (nil when it has none: the
 // replay ended before comparing, its browser lost and not restored).
 func (s *Service) replayVerdictOf(ctx context.Context, t *Task) (*ReplayVerdict, error) {
-	e, err := s.store.LastEventOfType(ctx, t.Tenant, t.ID, "replay.finished")
+	raw, err := s.store.LastEventData(ctx, t.Tenant, t.ID, "replay.finished")
 	if errors.Is(err, ErrNotFound) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	raw, err := json.Marshal(e.Data)
 	if err != nil {
 		return nil, err
 	}

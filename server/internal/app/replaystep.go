@@ -80,6 +80,24 @@ func findTarget(nodes []page.Node, nodeID, frame string) *StepTarget {
 	return nil
 }
 
+// traceActBefore starts the trace of an act of a recording task: its target, and the epoch it
+// acts in (the page as it is before the act).
+func (s *Service) traceActBefore(ctx context.Context, sess BrowserSession, req page.ActRequest) *stepTrace {
+	tr := &stepTrace{}
+	tr.target, tr.beforeEpoch = s.traceTarget(ctx, sess, req)
+	return tr
+}
+
+// traceActAfter ends an act's trace once it ran: its effect (the browser's, else effect) and the
+// page after it.
+func (s *Service) traceActAfter(ctx context.Context, sess BrowserSession, res *page.ActResult, effect string, tr *stepTrace) {
+	tr.effect = res.Effect
+	if tr.effect == "" {
+		tr.effect = effect
+	}
+	s.traceAfter(ctx, sess, res.ContextID, tr)
+}
+
 // traceAfter observes the page after a step: its URL, epoch and the observation's digest.
 func (s *Service) traceAfter(ctx context.Context, sess BrowserSession, contextID string, tr *stepTrace) {
 	snap, err := sess.Observe(ctx, page.ObserveRequest{ContextID: contextID})

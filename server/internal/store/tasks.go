@@ -221,22 +221,15 @@ func (t *pgTx) RecordFillValue(_ context.Context, tenant, taskID, commandID stri
 	return nil
 }
 
-// LastEventOfType implements app.Store.
-func (s *Store) LastEventOfType(ctx context.Context, tenant, taskID, eventType string) (*app.Event, error) {
-	var e app.Event
+// LastEventData implements app.Store.
+func (s *Store) LastEventData(ctx context.Context, tenant, taskID, eventType string) (json.RawMessage, error) {
 	var data []byte
-	err := s.pool.QueryRow(ctx, `SELECT event_id, task_id, tenant_id, seq, event_type, occurred_at, actor, cause,
-		coalesce(command_id, ''), data FROM agent_task_event
-		WHERE tenant_id = $1 AND task_id = $2 AND event_type = $3 ORDER BY seq DESC LIMIT 1`, tenant, taskID, eventType).
-		Scan(&e.ID, &e.TaskID, &e.Tenant, &e.Seq, &e.Type, &e.Time, &e.Actor, &e.Cause, &e.CommandID, &data)
+	err := s.pool.QueryRow(ctx, `SELECT data FROM agent_task_event
+		WHERE tenant_id = $1 AND task_id = $2 AND event_type = $3 ORDER BY seq DESC LIMIT 1`, tenant, taskID, eventType).Scan(&data)
 	if err != nil {
 		return nil, translate(err)
 	}
-	e.Time = e.Time.UTC()
-	if err := json.Unmarshal(data, &e.Data); err != nil {
-		return nil, fmt.Errorf("decoding event %s data: %w", e.ID, err)
-	}
-	return &e, nil
+	return data, nil
 }
 
 // DueForExpiry implements app.Store.
