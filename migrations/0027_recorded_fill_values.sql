@@ -15,11 +15,7 @@ CREATE TABLE task_fill_value (
     FOREIGN KEY (tenant_id, command_id, task_id) REFERENCES task_command (tenant_id, command_id, task_id) ON DELETE CASCADE
 );
 
-CREATE FUNCTION task_fill_value_immutable() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'task_fill_value is written once: % refused', TG_OP
-        USING ERRCODE = 'restrict_violation';
-END;
-$$;
+-- Never changed (task_result_immutable, 0012, names its table: "task_fill_value is written
+-- once"); deleted only with its task.
 CREATE TRIGGER task_fill_value_no_update BEFORE UPDATE ON task_fill_value
-    FOR EACH ROW EXECUTE FUNCTION task_fill_value_immutable();
+    FOR EACH ROW EXECUTE FUNCTION task_result_immutable();
