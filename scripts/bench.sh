@@ -369,8 +369,23 @@ log "bapbench cold: $bap_cold"
 
 # pgbench -i ends with VACUUM ANALYZE of its tables; do the same for bap's before the measured phase.
 sql bap 'VACUUM ANALYZE' >/dev/null
+# group_counts prints bap serve's "<group commits> <commands they carried>" (ADR 0039), from /metrics.
+group_counts() {
+	curl -fsS "$base_url/metrics" 2>/dev/null | awk '
+		$1 == "bap_db_group_commits_total" { g = $2 }
+		$1 == "bap_db_group_committed_commands_total" { c = $2 }
+		END { printf "%d %d\n", g, c }'
+}
 log "bapbench create_task: $clients clients, ${warmup}s warm-up + ${duration}s"
+read -r groups0 grouped0 < <(group_counts)
 run_bapbench create_task "$clients" "$duration"
+read -r groups1 grouped1 < <(group_counts)
+# How the commits went during the run (warm-up included): group transactions, the commands they
+# carried, and the share of all create_tasks that committed in a group.
+group_json=$(awk -v g=$((groups1 - groups0)) -v c=$((grouped1 - grouped0)) 'BEGIN {
+	printf "{\"groups\":%d,\"grouped_commands\":%d,\"commands_per_group\":%.2f}", g, c, (g > 0 ? c / g : 0)
+}')
+bap_json="${bap_json%\}},\"group_commit\":$group_json}"
 bap_main=$bap_json
 log "bapbench: $bap_main"
 
@@ -572,6 +587,7 @@ row "cold start: create_task (rps, first ${cold}s)" "$(jget "$bap_cold" rps)" "p
 row "CPU per pgbench transaction (ms)" "$pgb_cpu" "PostgreSQL $pgb_pgcpu"
 row "CPU per create_task (ms)" "$bap_cpu" "PostgreSQL $bap_pgcpu, bap serve $bap_srvcpu"
 row "CPU-cost ratio pgbench / create_task" "$cpu_ratio" "(the throughput ratio a CPU-bound machine allows)"
+row "  create_tasks per group commit" "$(jget "$group_json" commands_per_group)" "$(jget "$group_json" groups) group transactions carried $(jget "$group_json" grouped_commands) commands (ADR 0039)"
 if [[ $streams_json != "[]" ]]; then
 	for line in "${stream_items[@]}"; do
 		label="events: $(jget "$line" subscribers) sub(s), $([[ $(jget "$line" target_events_per_s) == "" ]] && echo "max rate" || echo "$(jget "$line" target_events_per_s)/s")"

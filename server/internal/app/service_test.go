@@ -21,6 +21,7 @@ import (
 // bundle is what most tests need: a service over a fresh database, a fixed clock and an actor.
 type bundle struct {
 	svc   *app.Service
+	store *store.Store
 	db    *pgxpool.Pool
 	actor app.Actor
 	now   *atomic.Pointer[time.Time]
@@ -28,6 +29,12 @@ type bundle struct {
 }
 
 func setup(t *testing.T, mutate ...func(*app.Config)) *bundle {
+	t.Helper()
+	return setupStore(t, store.Options{}, mutate...)
+}
+
+// setupStore is setup with the service's store made with opts.
+func setupStore(t *testing.T, opts store.Options, mutate ...func(*app.Config)) *bundle {
 	t.Helper()
 	db := pgtest.NewDB(t)
 	b := &bundle{db: db, actor: app.Actor{Tenant: "local", Subject: "operator:local"}, now: &atomic.Pointer[time.Time]{}}
@@ -40,7 +47,8 @@ func setup(t *testing.T, mutate ...func(*app.Config)) *bundle {
 	if err := store.New(db).RegisterNode(context.Background(), app.NodeInfo{ID: "node_test", SoftwareVersion: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := app.NewService(store.New(db), cfg)
+	b.store = store.New(db, opts)
+	svc, err := app.NewService(b.store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

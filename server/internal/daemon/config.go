@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/app"
+	"github.com/originweave/bap/server/internal/store"
 )
 
 // Profile selects how callers are authenticated.
@@ -112,7 +113,11 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// DBMaxConns caps the connection pool (default 32).
 	DBMaxConns int32
-	Logger     *slog.Logger
+	// DBGroupCommit is how many transactions that read nothing (create_task) commit at once; the
+	// ones arriving meanwhile commit together (store.Options.GroupCommit, ADR 0039). Default 2;
+	// negative: every transaction commits alone.
+	DBGroupCommit int
+	Logger        *slog.Logger
 	// ClientRateLimit and ClientBurst bound each OAuth client's requests per second in the remote
 	// profile (default 100/s, burst 200); more → 429 rate_limited.
 	ClientRateLimit float64
@@ -167,6 +172,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DBMaxConns == 0 {
 		c.DBMaxConns = 32
+	}
+	if c.DBGroupCommit == 0 {
+		c.DBGroupCommit = 2
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -243,4 +251,12 @@ func (c *Config) engineRegistry() EngineRegistry {
 		return DefaultEngineRegistry()
 	}
 	return c.EngineRegistry
+}
+
+// storeOptions completes the event delivery's store options with this configuration's: a span
+// per SQL transaction, and group commit.
+func (c Config) storeOptions(o store.Options, tracer app.Tracer) store.Options {
+	o.Tracer = tracer
+	o.GroupCommit = max(c.DBGroupCommit, 0)
+	return o
 }

@@ -218,9 +218,8 @@ func Run(ctx context.Context, cfg Config) error {
 	bp := newBackpressure(cfg)                                             // caps per tenant and per node (backpressure.go)
 	br, closeBrowsers := startEngines(ctx, cfg, cfg.engineRegistry(), log) // engines.go
 	defer closeBrowsers()
-	storeOpts := ev.storeOptions()
-	storeOpts.Tracer = tracer // a span per SQL transaction
-	svc, err := app.NewService(store.New(db.Pool, storeOpts), app.Config{
+	st := store.New(db.Pool, cfg.storeOptions(ev.storeOptions(), tracer))
+	svc, err := app.NewService(st, app.Config{
 		NodeID: nodeID, IdempotencyTTL: cfg.IdempotencyTTL, MaxActiveTasksPerTenant: cfg.MaxActiveTasksPerTenant, Logger: log,
 		Browser: br, Recording: NewRecordings(filepath.Join(cfg.DataDir, "records"), cfg.RecordMaxBytes, cfg.RecordMaxBodyBytes, log), Orchestrator: orch, MaxSessionsPerTenant: bp.sessionsPerTenant, MaxQueuedTasksPerTenant: bp.queuedPerTenant, Refusals: bp.refusals,
 		CancelDeadline:      cfg.CancelDeadline,
@@ -239,6 +238,7 @@ func Run(ctx context.Context, cfg Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ev.registerMetrics(reg)
+	registerGroupCommitMetrics(reg, st)
 	bp.registerMetrics(reg, svc, br, store.New(db.Pool), log)
 	if col, ok := orch.(prometheus.Collector); ok {
 		reg.MustRegister(col) // model calls, tokens, cost, discovery (orchestrator/metrics.go)

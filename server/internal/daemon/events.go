@@ -113,3 +113,21 @@ func (e *eventDelivery) Stop() {
 	e.relay.Stop()
 	e.relayPool.Close()
 }
+
+// registerGroupCommitMetrics exports what st's group committer did (store.GroupCommitStats).
+func registerGroupCommitMetrics(reg *prometheus.Registry, st *store.Store) {
+	stat := func(f func(store.GroupCommitStats) int64) func() float64 {
+		return func() float64 { return float64(f(st.GroupCommitStats())) }
+	}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_commits_total",
+			Help: "Transactions that committed two commands or more together (ADR 0039)."},
+			stat(func(s store.GroupCommitStats) int64 { return s.Groups })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_committed_commands_total",
+			Help: "Commands carried by those transactions."},
+			stat(func(s store.GroupCommitStats) int64 { return s.Grouped })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_commit_failures_total",
+			Help: "Group transactions that failed; each of their commands then committed alone."},
+			stat(func(s store.GroupCommitStats) int64 { return s.Failed })),
+	)
+}

@@ -32,6 +32,10 @@ type Options struct {
 	EventsCommitted func()
 	// Tracer records one span per transaction (InTx); nil records none.
 	Tracer app.Tracer
+	// GroupCommit is how many transactions that read nothing may be committing at once; the ones
+	// that come meanwhile wait and commit together, as one transaction (groupcommit.go, ADR
+	// 0039). 0: every transaction commits alone.
+	GroupCommit int
 }
 
 // publishEvents hands the transaction's events to the outbox.

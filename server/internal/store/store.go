@@ -23,6 +23,8 @@ type Querier interface {
 type Store struct {
 	pool *pgxpool.Pool
 	opts Options
+	// group commits transactions that read nothing together (groupcommit.go); nil: each alone.
+	group *committer
 }
 
 var _ app.Store = (*Store)(nil)
@@ -34,7 +36,18 @@ func New(pool *pgxpool.Pool, opts ...Options) *Store {
 		s.opts = opts[0]
 	}
 	s.opts.Tracer = app.TracerOrNone(s.opts.Tracer)
+	if s.opts.GroupCommit > 0 {
+		s.group = newCommitter(pool, s.opts.GroupCommit)
+	}
 	return s
+}
+
+// GroupCommitStats says what the group committer did; zero without Options.GroupCommit.
+func (s *Store) GroupCommitStats() GroupCommitStats {
+	if s.group == nil {
+		return GroupCommitStats{}
+	}
+	return s.group.snapshot()
 }
 
 // Open connects to dsn and checks the connection.
@@ -102,7 +115,7 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(app.Tx) error, optimistic 
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
-	tx := &pgTx{conn: conn, optimistic: optimistic}
+	tx := &pgTx{conn: conn, optimistic: optimistic, group: s.group}
 	defer tx.release(ctx)
 	err = fn(tx)
 	switch {
@@ -159,7 +172,10 @@ func translate(err error) error {
 // pipeline with the next read or with the COMMIT; the transaction's BEGIN travels with its first
 // statement. Not safe for concurrent use.
 type pgTx struct {
+	// conn is nil while the transaction waits for its group commit, and after.
 	conn *pgxpool.Conn
+	// group, when not nil, may commit this transaction with others (groupcommit.go).
+	group *committer
 	// begun: BEGIN has been sent; committed: so has COMMIT, successfully.
 	begun, committed bool
 	// optimistic allows ClaimIdempotency to queue the claim instead of sending it (see InTx).
@@ -177,11 +193,16 @@ type pgTx struct {
 	// flush time from the task's final values, so a task created and changed in one command is
 	// written once (no UPDATE, no dead tuple).
 	newTasks []*app.Task
+	// lastCommand is the command this transaction recorded last (RecordCommand).
+	lastCommand commandKey
 	// afterCommit runs once COMMIT succeeded (app.Tx.AfterCommit); each attempt has its own.
 	afterCommit []func()
 	// beforeCommit runs after the command's work, before COMMIT (app.Tx.BeforeCommit).
 	beforeCommit []func(context.Context) error
 }
+
+// commandKey names a command.
+type commandKey struct{ tenant, id string }
 
 // AfterCommit implements app.Tx.
 func (t *pgTx) AfterCommit(fn func()) { t.afterCommit = append(t.afterCommit, fn) }
@@ -236,15 +257,32 @@ func (t *pgTx) commit(ctx context.Context) error {
 	}
 	b := t.take()
 	b.Queue("COMMIT")
-	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
-		return t.sendErr(b, err)
+	var err error
+	if t.group != nil && groupable(b) {
+		err = t.group.commit(ctx, t, b)
+	} else {
+		err = t.send(ctx, b)
+	}
+	if err != nil {
+		return err
 	}
 	t.committed = true
 	return nil
 }
 
+// send sends b, a pipeline ending the transaction, on the transaction's connection.
+func (t *pgTx) send(ctx context.Context, b *pgx.Batch) error {
+	if err := t.conn.SendBatch(ctx, b).Close(); err != nil {
+		return t.sendErr(b, err)
+	}
+	return nil
+}
+
 // release rolls back what did not commit and returns the connection to the pool.
 func (t *pgTx) release(ctx context.Context) {
+	if t.conn == nil {
+		return // handed back while it waited for its group commit
+	}
 	if t.begun && !t.committed && !t.conn.Conn().IsClosed() {
 		// After a failed pipeline the server may have ended the transaction already; ROLLBACK then
 		// only warns.
