@@ -210,6 +210,32 @@ func (b *Broker) Publish(evs []FeedEvent) {
 	}
 }
 
+// PublishMessage hands the events of one outbox message of tenant, the last of them at last, to
+// the tenant's subscribers, as Publish. decode is called only when the tenant has a subscriber on
+// this node: otherwise the head moves to last and nothing is decoded. The check and the move hold
+// the broker's lock, so a subscriber registered after them starts at or after last, and reads
+// this message's events from the history it replays.
+func (b *Broker) PublishMessage(tenant string, last FeedPosition, decode func() ([]FeedEvent, error)) error {
+	b.mu.Lock()
+	if b.perTen[tenant] == 0 {
+		if b.head.Less(last) {
+			b.head = last
+		}
+		if b.listener != nil {
+			b.listener()
+		}
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	evs, err := decode()
+	if err != nil {
+		return err
+	}
+	b.Publish(evs)
+	return nil
+}
+
 // AdvanceHead moves the broker's head to pos if it is later: the relay calls it once at start with
 // the position its consumer group starts after, so that subscribers registered before the first
 // event still get a resumable start position.

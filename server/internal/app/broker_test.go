@@ -123,3 +123,46 @@ func TestCursorRoundTrip(t *testing.T) {
 		t.Error("Less does not order by XID first")
 	}
 }
+
+// TestBrokerDecodesAMessageOnlyForATenantWithASubscriber: the relay's message of a tenant nobody
+// follows on this node is not decoded, yet moves the head, so a later subscriber starts after it
+// (and replays it from history); one of a followed tenant is decoded and delivered.
+func TestBrokerDecodesAMessageOnlyForATenantWithASubscriber(t *testing.T) {
+	t.Parallel()
+	b := app.NewBroker(app.BrokerConfig{})
+	acme, err := b.Subscribe("acme", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded := 0
+	publish := func(tenant string, xid uint64) error {
+		e := feedEvent(tenant, "tsk_a", xid, 1)
+		return b.PublishMessage(tenant, e.Pos, func() ([]app.FeedEvent, error) {
+			decoded++
+			return []app.FeedEvent{e}, nil
+		})
+	}
+	if err := publish("globex", 5); err != nil || decoded != 0 {
+		t.Fatalf("a message of a tenant nobody follows: err %v, decoded %d times, want not at all", err, decoded)
+	}
+	later, err := b.Subscribe("globex", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := feedEvent("globex", "tsk_a", 5, 1).Pos; later.Start() != want {
+		t.Errorf("a later subscriber starts after %+v, want %+v", later.Start(), want)
+	}
+	if err := publish("acme", 6); err != nil || decoded != 1 {
+		t.Fatalf("a message of a followed tenant: err %v, decoded %d times, want once", err, decoded)
+	}
+	if e := <-acme.C(); e.Pos.XID != 6 {
+		t.Errorf("delivered %+v, want the message at xid 6", e.Pos)
+	}
+	if n := len(later.C()); n != 0 {
+		t.Errorf("globex's subscriber got %d events of acme", n)
+	}
+	bad := errors.New("undecodable")
+	if err := b.PublishMessage("acme", feedEvent("acme", "tsk_a", 7, 1).Pos, func() ([]app.FeedEvent, error) { return nil, bad }); !errors.Is(err, bad) {
+		t.Errorf("a decoding error: %v, want it returned", err)
+	}
+}

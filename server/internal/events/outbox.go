@@ -91,6 +91,19 @@ func Messages(ctx context.Context, evs []app.Event) ([]*message.Message, error) 
 	return msgs, nil
 }
 
+// lastPosition reads the tenant and the feed position of the last event of a relayed message from
+// its metadata, without decoding its payload; ok is false when the metadata lacks them.
+func lastPosition(m *message.Message) (tenant string, last app.FeedPosition, ok bool) {
+	tenant = m.Metadata.Get(metaTenant)
+	xid, err1 := strconv.ParseUint(m.Metadata.Get(metaOrderXID), 10, 64)
+	off, err2 := strconv.ParseInt(m.Metadata.Get(metaOrderOffset), 10, 64)
+	seq, err3 := strconv.ParseInt(m.Metadata.Get(metaLastSeq), 10, 64)
+	if tenant == "" || err1 != nil || err2 != nil || err3 != nil {
+		return "", app.FeedPosition{}, false
+	}
+	return tenant, app.FeedPosition{XID: xid, Offset: off, Seq: seq}, true
+}
+
 // decode turns a relayed message back into its events with their feed positions.
 func decode(m *message.Message) ([]app.FeedEvent, error) {
 	xid, err := strconv.ParseUint(m.Metadata.Get(metaOrderXID), 10, 64)

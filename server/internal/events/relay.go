@@ -201,12 +201,20 @@ func (r *Relay) Stop() {
 // logged and skipped: it must not stop the feed for everyone (the history still holds its events,
 // and subscribers fill gaps from it).
 func (r *Relay) handle(m *message.Message) error {
-	evs, err := decode(m)
+	var err error
+	if tenant, last, ok := lastPosition(m); ok {
+		// Decoded only when the tenant has a subscriber here.
+		err = r.cfg.Broker.PublishMessage(tenant, last, func() ([]app.FeedEvent, error) { return decode(m) })
+	} else {
+		var evs []app.FeedEvent
+		if evs, err = decode(m); err == nil {
+			r.cfg.Broker.Publish(evs)
+		}
+	}
 	if err != nil {
 		r.cfg.Logger.Error("undecodable outbox message skipped", "uuid", m.UUID, "err", err)
 		return nil
 	}
-	r.cfg.Broker.Publish(evs)
 	r.handled.Add(1)
 	r.relayed.Add(1)
 	return nil
