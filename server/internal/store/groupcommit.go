@@ -210,6 +210,12 @@ func (g *committer) build(grp []*groupMember) *pgx.Batch {
 	}
 	out := &pgx.Batch{}
 	out.Queue("BEGIN")
+	// A merged statement's text depends on the group's size, so each connection runs each text a
+	// few times only, and PostgreSQL plans the first five runs of a prepared statement anew before
+	// it keeps a generic plan. The group's statements are INSERTs, whose plans (and those of their
+	// foreign-key checks and triggers) have no alternative worth a custom plan: take the generic
+	// one at once, for this transaction only.
+	out.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
 	if sameStatements(bodies) {
 		col := make([]*pgx.QueuedQuery, len(grp))
 		for k := range bodies[0] {
