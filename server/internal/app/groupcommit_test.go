@@ -36,7 +36,7 @@ func TestCreateTasksWaitingForACommitCommitTogether(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			b := setupStore(t, store.Options{GroupCommit: 1})
+			b := setupStore(t, store.Options{GroupCommit: 1, GroupCommitStall: time.Minute})
 			const waiting = 6
 
 			// Hold the tenant's row: every insert of the tenant waits on its foreign-key check, so the
@@ -170,5 +170,59 @@ func TestCreateTasksWaitingForACommitCommitTogether(t *testing.T) {
 				t.Errorf("%d tasks written by %d transactions, want %d", created, len(xmins), want)
 			}
 		})
+	}
+}
+
+// TestASlowCommitDoesNotHoldAnotherTenantsBack: a create_task queued behind a transaction that
+// waits on a lock (here every insert of tenant local waits on its tenant row) is sent anyway once
+// it has waited Options.GroupCommitStall, as one more transaction: another tenant's command
+// commits while the lock is still held.
+func TestASlowCommitDoesNotHoldAnotherTenantsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupStore(t, store.Options{GroupCommit: 1, GroupCommitStall: 100 * time.Millisecond})
+	if _, err := b.db.Exec(ctx, `INSERT INTO tenant_account (tenant_id) VALUES ('other')`); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM tenant_account WHERE tenant_id = 'local' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	create := func(call app.Call) error {
+		in := app.CreateTaskInput{Goal: "g", Policy: app.PolicySpec{AllowedOrigins: []string{"https://example.com"}}}
+		_, err := b.svc.CreateTask(ctx, call, in, &recorder[*app.TaskResult]{})
+		return err
+	}
+	stuck := make(chan error, 1)
+	go func() { stuck <- create(b.call(t, "create_task", nil, "g")) }()
+	waitfor.True(t, 10*time.Second, "tenant local's create_task waits on its tenant's row", func() bool {
+		var n int
+		err := b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+		return err == nil && n > 0
+	})
+	other := b.call(t, "create_task", nil, "g")
+	other.Actor.Tenant = "other"
+	done := make(chan error, 1)
+	go func() { done <- create(other) }()
+	if err := waitfor.Receive(t, 10*time.Second, "tenant other's create_task, while local's still waits", done); err != nil {
+		t.Fatalf("tenant other's create_task: %v", err)
+	}
+	if st := b.store.GroupCommitStats(); st.Unstalled < 1 {
+		t.Errorf("group commit stats %+v: want the queue sent past the stalled transaction", st)
+	}
+	select {
+	case err := <-stuck:
+		t.Fatalf("tenant local's create_task ended (%v) while its tenant's row was locked", err)
+	default:
+	}
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitfor.Receive(t, 30*time.Second, "tenant local's create_task", stuck); err != nil {
+		t.Fatalf("tenant local's create_task: %v", err)
 	}
 }

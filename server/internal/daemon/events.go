@@ -129,5 +129,8 @@ func registerGroupCommitMetrics(reg *prometheus.Registry, st *store.Store) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_commit_failures_total",
 			Help: "Group transactions that failed; each of their commands then committed alone."},
 			stat(func(s store.GroupCommitStats) int64 { return s.Failed })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_commit_unstalled_total",
+			Help: "Queues sent past the in-flight limit because the transactions in flight were slow."},
+			stat(func(s store.GroupCommitStats) int64 { return s.Unstalled })),
 	)
 }

@@ -28,7 +28,11 @@ type committer struct {
 	pool *pgxpool.Pool
 	// inFlightMax pipelines are sent at once; maxGroup commands at most share one.
 	inFlightMax, maxGroup int
-	merge                 merger
+	// stallAfter: a command queued this long behind pipelines still in flight (a lock wait, an I/O
+	// stall) is sent with the rest of the queue as one more pipeline, so that one slow
+	// transaction (maybe another tenant's) never holds the others back for longer.
+	stallAfter time.Duration
+	merge      merger
 
 	mu       sync.Mutex
 	inFlight int
@@ -44,6 +48,9 @@ type GroupCommitStats struct {
 	Groups, Grouped, Failed int64
 	// Largest is the most commands one group carried.
 	Largest int
+	// Unstalled counts the queues sent beyond the in-flight limit because the pipelines in flight
+	// were slow (Options.GroupCommitStall).
+	Unstalled int64
 	// Waiting is the number of commands queued now, waiting for their group to be sent.
 	Waiting int
 }
@@ -67,8 +74,15 @@ const maxGroupCommit = 32
 // one caller giving up must not fail the others.
 const groupFlushTimeout = 30 * time.Second
 
-func newCommitter(pool *pgxpool.Pool, inFlight int) *committer {
-	return &committer{pool: pool, inFlightMax: inFlight, maxGroup: maxGroupCommit}
+// DefaultGroupCommitStall is how long a command waits behind pipelines in flight before its queue
+// is sent regardless (Options.GroupCommitStall): about ten times a group's usual transaction.
+const DefaultGroupCommitStall = 50 * time.Millisecond
+
+func newCommitter(pool *pgxpool.Pool, inFlight int, stallAfter time.Duration) *committer {
+	if stallAfter <= 0 {
+		stallAfter = DefaultGroupCommitStall
+	}
+	return &committer{pool: pool, inFlightMax: inFlight, maxGroup: maxGroupCommit, stallAfter: stallAfter}
 }
 
 // groupable reports whether b holds a whole transaction that can share its commit: BEGIN, the
@@ -102,13 +116,22 @@ func (g *committer) commit(ctx context.Context, t *pgTx, b *pgx.Batch) error {
 	// The connection is idle until the group is sent: another command can use it meanwhile.
 	t.conn.Release()
 	t.conn = nil
-	select {
-	case <-m.done:
-	case <-ctx.Done():
-		if g.withdraw(m) {
-			return fmt.Errorf("waiting for a group commit: %w", ctx.Err()) // never sent
+	stall := time.NewTimer(g.stallAfter)
+	defer stall.Stop()
+wait:
+	for {
+		select {
+		case <-m.done:
+			break wait
+		case <-stall.C:
+			g.unstall(ctx) // m's outcome still comes through m.done
+		case <-ctx.Done():
+			if g.withdraw(m) {
+				return fmt.Errorf("waiting for a group commit: %w", ctx.Err()) // never sent
+			}
+			<-m.done // already sent: its outcome is known within groupFlushTimeout
+			break wait
 		}
-		<-m.done // already sent: its outcome is known within groupFlushTimeout
 	}
 	switch {
 	case m.err == nil:
@@ -138,6 +161,20 @@ func (g *committer) withdraw(m *groupMember) bool {
 		}
 	}
 	return false
+}
+
+// unstall sends the queue now as one more pipeline in flight, beyond inFlightMax: the pipelines in
+// flight have taken longer than stallAfter.
+func (g *committer) unstall(ctx context.Context) {
+	g.mu.Lock()
+	if len(g.queue) == 0 {
+		g.mu.Unlock()
+		return // sent meanwhile
+	}
+	g.inFlight++
+	g.stats.Unstalled++
+	g.mu.Unlock()
+	g.next(ctx) // takes the queue into a flush; that flush's end frees the slot
 }
 
 // next sends what queued while a pipeline was in flight, or frees the in-flight slot. ctx is the

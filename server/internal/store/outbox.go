@@ -36,6 +36,9 @@ type Options struct {
 	// that come meanwhile wait and commit together, as one transaction (groupcommit.go, ADR
 	// 0039). 0: every transaction commits alone.
 	GroupCommit int
+	// GroupCommitStall is how long a command waits behind transactions in flight before its queue
+	// is sent anyway, as one more transaction (0: DefaultGroupCommitStall).
+	GroupCommitStall time.Duration
 }
 
 // publishEvents hands the transaction's events to the outbox.

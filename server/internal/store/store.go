@@ -37,7 +37,7 @@ func New(pool *pgxpool.Pool, opts ...Options) *Store {
 	}
 	s.opts.Tracer = app.TracerOrNone(s.opts.Tracer)
 	if s.opts.GroupCommit > 0 {
-		s.group = newCommitter(pool, s.opts.GroupCommit)
+		s.group = newCommitter(pool, s.opts.GroupCommit, s.opts.GroupCommitStall)
 	}
 	return s
 }
