@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/originweave/bap/server/internal/app"
 	"github.com/originweave/bap/server/internal/store"
 	"github.com/originweave/bap/server/internal/waitfor"
@@ -41,14 +43,7 @@ func TestCreateTasksWaitingForACommitCommitTogether(t *testing.T) {
 
 			// Hold the tenant's row: every insert of the tenant waits on its foreign-key check, so the
 			// first create_task stays in flight while the others reach COMMIT.
-			lock, err := b.db.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = lock.Rollback(ctx) }()
-			if _, err := lock.Exec(ctx, `SELECT 1 FROM tenant_account WHERE tenant_id = 'local' FOR UPDATE`); err != nil {
-				t.Fatal(err)
-			}
+			lock := holdTenantRow(t, b, "local")
 
 			type answer struct {
 				resp app.Response
@@ -64,11 +59,7 @@ func TestCreateTasksWaitingForACommitCommitTogether(t *testing.T) {
 			firstCall := b.call(t, "create_task", nil, "first")
 			first := make(chan answer, 1)
 			go func() { first <- run(ctx, firstCall, "first") }()
-			waitfor.True(t, 10*time.Second, "the first create_task waits on the tenant's row", func() bool {
-				var n int
-				err := b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
-				return err == nil && n > 0
-			})
+			waitForLockWait(t, b, "the first create_task waits on the tenant's row")
 
 			answers := make([]answer, waiting)
 			var wg sync.WaitGroup
@@ -184,14 +175,7 @@ func TestASlowCommitDoesNotHoldAnotherTenantsBack(t *testing.T) {
 	if _, err := b.db.Exec(ctx, `INSERT INTO tenant_account (tenant_id) VALUES ('other')`); err != nil {
 		t.Fatal(err)
 	}
-	lock, err := b.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lock.Rollback(ctx) }()
-	if _, err := lock.Exec(ctx, `SELECT 1 FROM tenant_account WHERE tenant_id = 'local' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	lock := holdTenantRow(t, b, "local")
 	create := func(call app.Call) error {
 		in := app.CreateTaskInput{Goal: "g", Policy: app.PolicySpec{AllowedOrigins: []string{"https://example.com"}}}
 		_, err := b.svc.CreateTask(ctx, call, in, &recorder[*app.TaskResult]{})
@@ -199,11 +183,7 @@ func TestASlowCommitDoesNotHoldAnotherTenantsBack(t *testing.T) {
 	}
 	stuck := make(chan error, 1)
 	go func() { stuck <- create(b.call(t, "create_task", nil, "g")) }()
-	waitfor.True(t, 10*time.Second, "tenant local's create_task waits on its tenant's row", func() bool {
-		var n int
-		err := b.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
-		return err == nil && n > 0
-	})
+	waitForLockWait(t, b, "tenant local's create_task waits on its tenant's row")
 	other := b.call(t, "create_task", nil, "g")
 	other.Actor.Tenant = "other"
 	done := make(chan error, 1)
@@ -225,4 +205,30 @@ func TestASlowCommitDoesNotHoldAnotherTenantsBack(t *testing.T) {
 	if err := waitfor.Receive(t, 30*time.Second, "tenant local's create_task", stuck); err != nil {
 		t.Fatalf("tenant local's create_task: %v", err)
 	}
+}
+
+// holdTenantRow locks tenant's row until the test ends (or the returned transaction ends): every
+// insert of that tenant then waits on its foreign-key check.
+func holdTenantRow(t *testing.T, b *bundle, tenant string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := b.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback(ctx) })
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM tenant_account WHERE tenant_id = $1 FOR UPDATE`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	return lock
+}
+
+// waitForLockWait waits until a session of the test's database waits on a lock.
+func waitForLockWait(t *testing.T, b *bundle, what string) {
+	t.Helper()
+	waitfor.True(t, 10*time.Second, what, func() bool {
+		var n int
+		err := b.db.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`).Scan(&n)
+		return err == nil && n > 0
+	})
 }
