@@ -171,8 +171,8 @@ type Tx interface {
 	InsertAnchor(ctx context.Context, a *AnchorRecord) error
 	// RecordCommand records a command before anything it causes.
 	RecordCommand(ctx context.Context, c *Command) error
-	// IssueReceipt records a command's receipt.
-	IssueReceipt(ctx context.Context, r *Receipt) error
+	// IssueReceipt records the receipt of a command of tenant.
+	IssueReceipt(ctx context.Context, tenant string, r *Receipt) error
 	// RecordDecision records a policy decision taken by the command (migration 0014).
 	RecordDecision(ctx context.Context, d AuthDecision) error
 	// OldestWaitingTask finds the oldest task of tenant still in `created` (awaiting admission),

@@ -353,7 +353,7 @@ func (c *commandCtx) receipt(ctx context.Context, outcome task.Outcome, code Cod
 		ID: ids.New(ids.Receipt), CommandID: c.cmd.ID, TaskID: c.t.ID, Operation: c.cmd.Operation,
 		Outcome: outcome, ProblemCode: code, Detail: detail, IssuedAt: c.now,
 	}
-	if err := c.tx.IssueReceipt(ctx, r); err != nil {
+	if err := c.tx.IssueReceipt(ctx, c.cmd.Tenant, r); err != nil {
 		return nil, fmt.Errorf("issuing receipt: %w", err)
 	}
 	if err := c.recordDecision(ctx, r); err != nil { // decisions.go

@@ -204,26 +204,18 @@ type queuedEvent struct {
 
 // RecordCommand implements app.Tx.
 func (t *pgTx) RecordCommand(ctx context.Context, c *app.Command) error {
-	t.lastCommand = commandKey{tenant: c.Tenant, id: c.ID}
 	t.queue(`INSERT INTO task_command (tenant_id, command_id, task_id, operation, actor, side_effecting, node_id, recorded_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 		c.Tenant, c.ID, c.TaskID, c.Operation, c.Actor, c.SideEffecting, nullIfEmpty(c.NodeID), c.RecordedAt)
 	return nil
 }
 
-// IssueReceipt implements app.Tx.
-func (t *pgTx) IssueReceipt(ctx context.Context, r *app.Receipt) error {
-	if t.lastCommand.id == r.CommandID {
-		// The command's tenant is known: a VALUES row, which merges with other commands' receipts
-		// in a group commit (mergesql.go), and needs no read of task_command.
-		t.queue(`INSERT INTO task_receipt (tenant_id, receipt_id, command_id, outcome, problem_code, detail, issued_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			t.lastCommand.tenant, r.ID, r.CommandID, string(r.Outcome), nullIfEmpty(string(r.ProblemCode)), r.Detail, r.IssuedAt)
-		return nil
-	}
+// IssueReceipt implements app.Tx: a VALUES row, which merges with other commands' receipts in a
+// group commit (mergesql.go).
+func (t *pgTx) IssueReceipt(ctx context.Context, tenant string, r *app.Receipt) error {
 	t.queue(`INSERT INTO task_receipt (tenant_id, receipt_id, command_id, outcome, problem_code, detail, issued_at)
-		SELECT tenant_id, $1, $2, $3, $4, $5, $6 FROM task_command WHERE command_id = $2`,
-		r.ID, r.CommandID, string(r.Outcome), nullIfEmpty(string(r.ProblemCode)), r.Detail, r.IssuedAt)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		tenant, r.ID, r.CommandID, string(r.Outcome), nullIfEmpty(string(r.ProblemCode)), r.Detail, r.IssuedAt)
 	return nil
 }
 

@@ -193,16 +193,11 @@ type pgTx struct {
 	// flush time from the task's final values, so a task created and changed in one command is
 	// written once (no UPDATE, no dead tuple).
 	newTasks []*app.Task
-	// lastCommand is the command this transaction recorded last (RecordCommand).
-	lastCommand commandKey
 	// afterCommit runs once COMMIT succeeded (app.Tx.AfterCommit); each attempt has its own.
 	afterCommit []func()
 	// beforeCommit runs after the command's work, before COMMIT (app.Tx.BeforeCommit).
 	beforeCommit []func(context.Context) error
 }
-
-// commandKey names a command.
-type commandKey struct{ tenant, id string }
 
 // AfterCommit implements app.Tx.
 func (t *pgTx) AfterCommit(fn func()) { t.afterCommit = append(t.afterCommit, fn) }
