@@ -73,7 +73,8 @@ func (m *merger) formOf(sql string) mergeForm {
 
 func parseForm(sql string) mergeForm {
 	params := 0
-	for _, m := range paramRe.FindAllStringSubmatch(sql, -1) {
+	uses := paramRe.FindAllStringSubmatch(sql, -1)
+	for _, m := range uses {
 		n, err := strconv.Atoi(m[1])
 		if err != nil || n < 1 {
 			return mergeForm{}
@@ -89,7 +90,7 @@ func parseForm(sql string) mergeForm {
 	}
 	if unnestHeadRe.MatchString(sql) {
 		// Every parameter must be an array, or the rows would not be the merged commands' rows.
-		if len(arrayParamRe.FindAllString(sql, -1)) != len(paramRe.FindAllString(sql, -1)) || params == 0 {
+		if len(arrayParamRe.FindAllString(sql, -1)) != len(uses) || params == 0 {
 			return mergeForm{}
 		}
 		return mergeForm{kind: mergeUnnest, params: params}
@@ -121,7 +122,7 @@ func parseForm(sql string) mergeForm {
 		return mergeForm{}
 	}
 	tuple := trimmed[open:]
-	if strings.Contains(tuple, "'") && strings.Contains(tuple, "$") && quotedDollar(tuple) {
+	if quotedDollar(tuple) {
 		return mergeForm{}
 	}
 	return mergeForm{kind: mergeValues, head: trimmed[:open], tuple: tuple, params: params}
@@ -161,6 +162,13 @@ func (m *merger) mergeQueries(qs []*pgx.QueuedQuery) (q *pgx.QueuedQuery, ok boo
 		}
 		return &pgx.QueuedQuery{SQL: m.valuesSQL(qs[0].SQL, f, len(qs)), Arguments: args}, true
 	case mergeUnnest:
+		for _, x := range qs {
+			if !sameLengths(x.Arguments) {
+				// unnest pads a command's shorter arrays with NULLs; concatenated, its values would
+				// slide into another command's rows.
+				return nil, false
+			}
+		}
 		args := make([]any, f.params)
 		for i := range f.params {
 			first := reflect.ValueOf(qs[0].Arguments[i])
@@ -181,6 +189,19 @@ func (m *merger) mergeQueries(qs []*pgx.QueuedQuery) (q *pgx.QueuedQuery, ok boo
 	case mergeNone:
 	}
 	return nil, false
+}
+
+// sameLengths reports whether args are slices of one length.
+func sameLengths(args []any) bool {
+	n := -1
+	for _, a := range args {
+		v := reflect.ValueOf(a)
+		if v.Kind() != reflect.Slice || (n >= 0 && v.Len() != n) {
+			return false
+		}
+		n = v.Len()
+	}
+	return true
 }
 
 // valuesSQL is sql with its VALUES tuple repeated n times, the k-th copy's parameters numbered

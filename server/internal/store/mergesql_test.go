@@ -41,6 +41,11 @@ func TestMergeQueries(t *testing.T) {
 			wantArgs: []any{[]string{"x", "y", "z"}, []int64{1, 2, 3}},
 		},
 		{
+			name: "unnest of arrays of different lengths",
+			sql:  "INSERT INTO t (a, b) SELECT a, b FROM unnest($1::text[], $2::bigint[]) AS e (a, b)",
+			args: [][]any{{[]string{"x", "y"}, []int64{1}}, {[]string{"z"}, []int64{3}}},
+		},
+		{
 			name: "unnest of a bytea parameter",
 			sql:  "INSERT INTO t (a, b) SELECT a, b FROM unnest($1::bytea[], $2::text[]) AS e (a, b)",
 			args: [][]any{{[]byte{1}, []string{"x"}}, {[]byte{2}, []string{"y"}}},
