@@ -116,21 +116,20 @@ func (e *eventDelivery) Stop() {
 
 // registerGroupCommitMetrics exports what st's group committer did (store.GroupCommitStats).
 func registerGroupCommitMetrics(reg *prometheus.Registry, st *store.Store) {
-	stat := func(f func(store.GroupCommitStats) int64) func() float64 {
-		return func() float64 { return float64(f(st.GroupCommitStats())) }
+	for _, c := range []struct {
+		name, help string
+		count      func(store.GroupCommitStats) int64
+	}{
+		{"bap_db_group_commits_total", "Transactions that committed two commands or more together (ADR 0039).",
+			func(s store.GroupCommitStats) int64 { return s.Groups }},
+		{"bap_db_group_committed_commands_total", "Commands carried by those transactions.",
+			func(s store.GroupCommitStats) int64 { return s.Grouped }},
+		{"bap_db_group_commit_failures_total", "Group transactions that failed; each of their commands then committed alone.",
+			func(s store.GroupCommitStats) int64 { return s.Failed }},
+		{"bap_db_group_commit_unstalled_total", "Queues sent past the in-flight limit because the transactions in flight were slow.",
+			func(s store.GroupCommitStats) int64 { return s.Unstalled }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},
+			func() float64 { return float64(c.count(st.GroupCommitStats())) }))
 	}
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_commits_total",
-			Help: "Transactions that committed two commands or more together (ADR 0039)."},
-			stat(func(s store.GroupCommitStats) int64 { return s.Groups })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_committed_commands_total",
-			Help: "Commands carried by those transactions."},
-			stat(func(s store.GroupCommitStats) int64 { return s.Grouped })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_commit_failures_total",
-			Help: "Group transactions that failed; each of their commands then committed alone."},
-			stat(func(s store.GroupCommitStats) int64 { return s.Failed })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bap_db_group_commit_unstalled_total",
-			Help: "Queues sent past the in-flight limit because the transactions in flight were slow."},
-			stat(func(s store.GroupCommitStats) int64 { return s.Unstalled })),
-	)
 }
