@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -234,6 +235,20 @@ func (b *Broker) PublishMessage(tenant string, last FeedPosition, decode func() 
 	}
 	b.Publish(evs)
 	return nil
+}
+
+// SubscribedTenants lists the tenants that have a live subscriber on this node, sorted. The relay
+// reads the events of these tenants' outbox messages from the history with the messages
+// themselves; a tenant subscribed later is caught by PublishMessage's decode.
+func (b *Broker) SubscribedTenants() []string {
+	b.mu.Lock()
+	out := make([]string, 0, len(b.perTen))
+	for t := range b.perTen {
+		out = append(out, t)
+	}
+	b.mu.Unlock()
+	slices.Sort(out)
+	return out
 }
 
 // AdvanceHead moves the broker's head to pos if it is later: the relay calls it once at start with

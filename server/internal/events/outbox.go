@@ -15,7 +15,7 @@ import (
 	"github.com/originweave/bap/server/internal/app"
 )
 
-// storedEvent is an event inside an outbox payload.
+// storedEvent is an event as the relay reads it from the history (historyEvents), in JSON.
 type storedEvent struct {
 	EventID   string         `json:"event_id"`
 	TaskID    string         `json:"task_id"`
@@ -30,8 +30,10 @@ type storedEvent struct {
 }
 
 // Outbox publishes a command's events as outbox messages — one per task the command touched,
-// carrying that task's events in seq order — with the watermill-sql publisher on the command's
-// transaction. It implements the store's Outbox port. Safe for concurrent use.
+// naming that task's range of events (seq to last_seq) — with the watermill-sql publisher on the
+// command's transaction. A message carries no copy of its events: they are in the task's history,
+// written by the same transaction, and the relay reads them from there (ADR 0040). It implements
+// the store's Outbox port. Safe for concurrent use.
 type Outbox struct {
 	schema Schema
 	log    watermill.LoggerAdapter
@@ -53,20 +55,17 @@ func (o *Outbox) Publish(ctx context.Context, exec func(ctx context.Context, sql
 	return pub.Publish(Topic, msgs...)
 }
 
-// Messages groups evs by task (keeping their order) into outbox messages.
+// Messages groups evs by task (keeping their order) into outbox messages: one per task, named by
+// its first event's id, whose metadata is the task, its tenant and the range of seqs; the payload
+// is empty.
 func Messages(ctx context.Context, evs []app.Event) ([]*message.Message, error) {
 	var order []string
-	byTask := map[string][]storedEvent{}
-	tenants := map[string]string{}
+	byTask := map[string][]app.Event{}
 	for _, e := range evs {
 		if _, ok := byTask[e.TaskID]; !ok {
 			order = append(order, e.TaskID)
 		}
-		byTask[e.TaskID] = append(byTask[e.TaskID], storedEvent{
-			EventID: e.ID, TaskID: e.TaskID, Tenant: e.Tenant, Seq: e.Seq, Type: e.Type, Time: e.Time.UTC(),
-			Actor: e.Actor, Cause: e.Cause, CommandID: e.CommandID, Data: e.Data,
-		})
-		tenants[e.TaskID] = e.Tenant
+		byTask[e.TaskID] = append(byTask[e.TaskID], e)
 	}
 	msgs := make([]*message.Message, 0, len(order))
 	for _, task := range order {
@@ -76,15 +75,12 @@ func Messages(ctx context.Context, evs []app.Event) ([]*message.Message, error) 
 				return nil, fmt.Errorf("events of task %s are not consecutive (%d after %d)", task, group[i].Seq, group[i-1].Seq)
 			}
 		}
-		payload, err := json.Marshal(group)
-		if err != nil {
-			return nil, fmt.Errorf("encoding events of task %s: %w", task, err)
-		}
-		m := message.NewMessage(group[0].EventID, payload)
-		m.Metadata.Set(metaTenant, tenants[task])
+		first, last := group[0], group[len(group)-1]
+		m := message.NewMessage(first.ID, nil)
+		m.Metadata.Set(metaTenant, first.Tenant)
 		m.Metadata.Set(metaTask, task)
-		m.Metadata.Set(metaSeq, strconv.FormatInt(group[0].Seq, 10))
-		m.Metadata.Set(metaLastSeq, strconv.FormatInt(group[len(group)-1].Seq, 10))
+		m.Metadata.Set(metaSeq, strconv.FormatInt(first.Seq, 10))
+		m.Metadata.Set(metaLastSeq, strconv.FormatInt(last.Seq, 10))
 		m.SetContext(ctx)
 		msgs = append(msgs, m)
 	}
@@ -104,8 +100,9 @@ func lastPosition(m *message.Message) (tenant string, last app.FeedPosition, ok 
 	return tenant, app.FeedPosition{XID: xid, Offset: off, Seq: seq}, true
 }
 
-// decode turns a relayed message back into its events with their feed positions.
-func decode(m *message.Message) ([]app.FeedEvent, error) {
+// decode turns a relayed message and its events as historyEventsSQL returns them (a JSON array)
+// into the events with their feed positions.
+func decode(m *message.Message, events []byte) ([]app.FeedEvent, error) {
 	xid, err := strconv.ParseUint(m.Metadata.Get(metaOrderXID), 10, 64)
 	if err != nil {
 		return nil, fmt.Errorf("message %s: feed position: %w", m.UUID, err)
@@ -115,22 +112,11 @@ func decode(m *message.Message) ([]app.FeedEvent, error) {
 		return nil, fmt.Errorf("message %s: feed position: %w", m.UUID, err)
 	}
 	var stored []storedEvent
-	if len(m.Payload) > 0 && m.Payload[0] == '{' {
-		// A row written before migration 0002: one event per message.
-		var one storedEvent
-		err = json.Unmarshal(m.Payload, &one)
-		stored = []storedEvent{one}
-	} else {
-		err = json.Unmarshal(m.Payload, &stored)
-	}
-	if err != nil {
+	if err := json.Unmarshal(events, &stored); err != nil {
 		return nil, fmt.Errorf("message %s: decoding events: %w", m.UUID, err)
 	}
 	out := make([]app.FeedEvent, 0, len(stored))
 	for _, e := range stored {
-		if e.Tenant == "" {
-			e.Tenant = m.Metadata.Get(metaTenant)
-		}
 		if e.Data == nil {
 			e.Data = map[string]any{}
 		}

@@ -140,7 +140,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	pos := r.pos
 	sub, err := wsql.NewSubscriber(statementReads{r.cfg.DB}, wsql.SubscriberConfig{
 		ConsumerGroup:  r.group,
-		SchemaAdapter:  Schema{BatchSize: batchSize, pos: pos},
+		SchemaAdapter:  Schema{BatchSize: batchSize, pos: pos, Subscribed: r.cfg.Broker.SubscribedTenants},
 		OffsetsAdapter: Offsets{pos: pos, persistEvery: persistEvery},
 		BackoffManager: &waker{r: r},
 		PollInterval:   r.cfg.IdlePoll,
@@ -197,27 +197,57 @@ func (r *Relay) Stop() {
 	})
 }
 
-// handle publishes one outbox message's events to the broker. A message that cannot be decoded is
-// logged and skipped: it must not stop the feed for everyone (the history still holds its events,
-// and subscribers fill gaps from it).
+// handle publishes one outbox message's events to the broker. They are read only when the
+// message's tenant has a subscriber here: with the message when the tenant had one as the read
+// began (the payload), else from the history now. A message that cannot be read is logged and
+// skipped: it must not stop the feed for everyone (the history still holds its events, and
+// subscribers fill gaps from it).
 func (r *Relay) handle(m *message.Message) error {
-	var err error
-	if tenant, last, ok := lastPosition(m); ok {
-		// Decoded only when the tenant has a subscriber here.
-		err = r.cfg.Broker.PublishMessage(tenant, last, func() ([]app.FeedEvent, error) { return decode(m) })
-	} else {
-		var evs []app.FeedEvent
-		if evs, err = decode(m); err == nil {
-			r.cfg.Broker.Publish(evs)
-		}
+	tenant, last, ok := lastPosition(m)
+	if !ok {
+		r.cfg.Logger.Error("outbox message without a feed position skipped", "uuid", m.UUID)
+		return nil
 	}
+	err := r.cfg.Broker.PublishMessage(tenant, last, func() ([]app.FeedEvent, error) {
+		events := m.Payload
+		if len(events) == 0 { // the tenant subscribed after the read began
+			var err error
+			if events, err = r.historyEvents(m.Context(), m); err != nil {
+				return nil, err
+			}
+		}
+		return decode(m, events)
+	})
 	if err != nil {
-		r.cfg.Logger.Error("undecodable outbox message skipped", "uuid", m.UUID, "err", err)
+		r.cfg.Logger.Error("unreadable outbox message skipped", "uuid", m.UUID, "err", err)
 		return nil
 	}
 	r.handled.Add(1)
 	r.relayed.Add(1)
 	return nil
+}
+
+// historyEvents reads the events m names from the task's history.
+func (r *Relay) historyEvents(ctx context.Context, m *message.Message) ([]byte, error) {
+	rows, err := r.cfg.DB.QueryContext(ctx, fmt.Sprintf(historyEventsSQL, "$1", "$2", "$3::bigint", "$4::bigint"),
+		m.Metadata.Get(metaTenant), m.Metadata.Get(metaTask), m.Metadata.Get(metaSeq), m.Metadata.Get(metaLastSeq))
+	if err != nil {
+		return nil, fmt.Errorf("reading the events of message %s: %w", m.UUID, err)
+	}
+	var events []byte
+	if rows.Next() {
+		err = rows.Scan(&events)
+	}
+	if cerr := rows.Close(); err == nil {
+		err = cerr // the pgx adapter's Close reports the rows' error
+	}
+	if err == nil && len(events) == 0 {
+		err = errors.New("no result")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the events of message %s: %w", m.UUID, err)
+	}
+	return events, nil
 }
 
 // Relayed reports how many outbox messages the relay has handed to the broker.

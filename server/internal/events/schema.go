@@ -2,7 +2,6 @@ package events
 
 import (
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,11 +26,17 @@ const (
 )
 
 // Schema is the watermill-sql SchemaAdapter of the `outbox_event` table: one row per (command,
-// task) whose payload holds that command's events of the task, read back in feed order
-// (order_xid, order_offset, seq) and only once the position is final (below the snapshot's xmin).
+// task) naming that command's range of the task's events, read back in feed order (order_xid,
+// order_offset, seq) and only once the position is final (below the snapshot's xmin). The events
+// themselves are read from the task's history (ADR 0040): a read returns them as the message's
+// payload (JSON, historyEventsSQL) for the messages of the tenants Subscribed lists, and an empty
+// payload for the others.
 type Schema struct {
 	// BatchSize is how many messages one read returns (default 100).
 	BatchSize int
+	// Subscribed lists the tenants whose messages a read returns with their events (the relay's:
+	// the tenants with a live subscriber on this node). Nil: none.
+	Subscribed func() []string
 	// pos, when set (the relay's), is the position the relay has handed over, read from memory so
 	// that the acked position need not be written by every read (see Offsets).
 	pos *position
@@ -71,15 +76,16 @@ func (p *position) get() (xid string, offset, seq int64, ok bool) {
 var _ wsql.SchemaAdapter = Schema{}
 
 // InsertQuery implements wsql.SchemaAdapter. Each message must carry the metadata tenant_id,
-// task_id, seq and last_seq; transaction_id, the offset and the feed position are filled in by the
-// table's defaults and trigger.
+// task_id, seq and last_seq, which become the row's columns; its payload and other metadata are
+// not written (the events are in the history; migration 0029 refuses a payload). transaction_id, the offset and the feed position
+// are filled in by the table's defaults and trigger.
 func (s Schema) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
 	if len(params.Msgs) == 0 {
 		return wsql.Query{}, fmt.Errorf("no messages to insert")
 	}
 	var b strings.Builder
-	b.WriteString(`INSERT INTO outbox_event (uuid, payload, metadata, tenant_id, task_id, seq, last_seq) VALUES `)
-	args := make([]any, 0, 7*len(params.Msgs))
+	b.WriteString(`INSERT INTO outbox_event (uuid, tenant_id, task_id, seq, last_seq) VALUES `)
+	args := make([]any, 0, 5*len(params.Msgs))
 	for i, m := range params.Msgs {
 		seq, err1 := strconv.ParseInt(m.Metadata.Get(metaSeq), 10, 64)
 		last, err2 := strconv.ParseInt(m.Metadata.Get(metaLastSeq), 10, 64)
@@ -87,19 +93,23 @@ func (s Schema) InsertQuery(params wsql.InsertQueryParams) (wsql.Query, error) {
 		if err1 != nil || err2 != nil || tenant == "" || task == "" {
 			return wsql.Query{}, fmt.Errorf("outbox message %s lacks tenant_id, task_id, seq or last_seq metadata", m.UUID)
 		}
-		meta, err := json.Marshal(m.Metadata)
-		if err != nil {
-			return wsql.Query{}, fmt.Errorf("encoding metadata of %s: %w", m.UUID, err)
-		}
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		n := len(args)
-		fmt.Fprintf(&b, "($%d, $%d, $%d::jsonb, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5, n+6, n+7)
-		args = append(args, m.UUID, []byte(m.Payload), string(meta), tenant, task, seq, last)
+		fmt.Fprintf(&b, "($%d, $%d, $%d, $%d, $%d)", n+1, n+2, n+3, n+4, n+5)
+		args = append(args, m.UUID, tenant, task, seq, last)
 	}
 	return wsql.Query{Query: b.String(), Args: args}, nil
 }
+
+// historyEventsSQL reads the events of one outbox message from the task's history, in seq order,
+// as the JSON array decode reads ('[]' when there are none). Its placeholders are the message's
+// tenant, task, seq and last_seq, in that order.
+const historyEventsSQL = `SELECT coalesce(json_agg(json_build_object('event_id', e.event_id, 'task_id', e.task_id,
+		'tenant_id', e.tenant_id, 'seq', e.seq, 'type', e.event_type, 'time', e.occurred_at, 'actor', e.actor,
+		'cause', e.cause, 'command_id', e.command_id, 'data', e.data) ORDER BY e.seq), '[]')
+	FROM agent_task_event e WHERE e.tenant_id = %s AND e.task_id = %s AND e.seq BETWEEN %s AND %s`
 
 // SelectQuery implements wsql.SchemaAdapter: the next messages after the consumer group's
 // position, in feed order, whose position no running transaction can still precede.
@@ -112,13 +122,21 @@ func (s Schema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	if batch <= 0 {
 		batch = 100
 	}
-	args := next.Args
+	var tenants []string
+	if s.Subscribed != nil {
+		tenants = s.Subscribed()
+	}
+	if tenants == nil {
+		tenants = []string{}
+	}
+	args := append(append([]any(nil), next.Args...), tenants)
+	subscribed := len(args)
 	after := ""
 	if s.pos != nil {
 		if xid, off, seq, ok := s.pos.get(); ok {
 			n := len(args)
 			after = fmt.Sprintf(" AND (order_xid, order_offset, seq) > ($%d::text::xid8, $%d, $%d)", n+1, n+2, n+3)
-			args = append(append([]any(nil), args...), xid, off, seq)
+			args = append(args, xid, off, seq)
 		}
 	}
 	// One statement, one snapshot: the batch, and whether committed messages wait behind a
@@ -126,11 +144,14 @@ func (s Schema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	// transaction may never wake it). With no readable message the statement returns one row of
 	// NULLs carrying the flag (UnmarshalMessage answers sql.ErrNoRows for it: nothing to read).
 	q := `WITH last_processed AS (` + next.Query + `)
-		SELECT b."offset", b.order_xid::text, b.order_offset, b.last_seq, b.uuid, b.payload, b.metadata, p.pending
+		SELECT b."offset", b.order_xid::text, b.order_offset, b.tenant_id, b.task_id, b.seq, b.last_seq, b.uuid,
+			CASE WHEN b.tenant_id = ANY($` + strconv.Itoa(subscribed) + `::text[]) THEN (` +
+		fmt.Sprintf(historyEventsSQL, "b.tenant_id", "b.task_id", "b.seq", "b.last_seq") + `)::text END,
+			p.pending
 		FROM (SELECT EXISTS (SELECT 1 FROM outbox_event
 		                     WHERE order_xid >= pg_snapshot_xmin(pg_current_snapshot())) AS pending) AS p
 		LEFT JOIN LATERAL (
-			SELECT "offset", order_xid, order_offset, seq, last_seq, uuid, payload, metadata FROM outbox_event
+			SELECT "offset", order_xid, order_offset, tenant_id, task_id, seq, last_seq, uuid FROM outbox_event
 			WHERE (order_xid, order_offset, seq) > (SELECT order_xid, order_offset, seq FROM last_processed)` + after + `
 			  AND order_xid < pg_snapshot_xmin(pg_current_snapshot())
 			ORDER BY order_xid, order_offset, seq
@@ -139,43 +160,36 @@ func (s Schema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	return wsql.Query{Query: q, Args: args}, nil
 }
 
-// UnmarshalMessage implements wsql.SchemaAdapter. The message's feed position is added to its
-// metadata (order_xid, order_offset) and to the row's ExtraData for the ack.
+// UnmarshalMessage implements wsql.SchemaAdapter. The message's metadata is its row's tenant,
+// task, seq range and feed position (order_xid, order_offset), which also go to the row's
+// ExtraData for the ack; its payload is the events the read returned, or empty.
 func (s Schema) UnmarshalMessage(params wsql.UnmarshalMessageParams) (wsql.Row, error) {
-	var r wsql.Row
-	var offset, orderOffset, lastSeq *int64
-	var xid, uuid *string
+	var offset, orderOffset, seq, lastSeq *int64
+	var xid, tenant, task, uuid, events *string
 	var pending bool
-	if err := params.Row.Scan(&offset, &xid, &orderOffset, &lastSeq, &uuid, &r.Payload, &r.Metadata, &pending); err != nil {
+	if err := params.Row.Scan(&offset, &xid, &orderOffset, &tenant, &task, &seq, &lastSeq, &uuid, &events, &pending); err != nil {
 		return wsql.Row{}, fmt.Errorf("scanning an outbox row: %w", err)
 	}
 	if s.pos != nil {
 		s.pos.setPending(pending)
 	}
-	if offset == nil || xid == nil || orderOffset == nil || lastSeq == nil || uuid == nil {
+	if offset == nil || xid == nil || orderOffset == nil || tenant == nil || task == nil || seq == nil || lastSeq == nil || uuid == nil {
 		return wsql.Row{}, sql.ErrNoRows // the flag row: nothing readable
 	}
-	return s.row(r, *offset, *xid, *orderOffset, *lastSeq, *uuid)
-}
-
-// row completes a scanned outbox row.
-func (s Schema) row(r wsql.Row, offset int64, xid string, orderOffset, lastSeq int64, uuid string) (wsql.Row, error) {
-	r.Offset = offset
-	r.UUID = []byte(uuid)
-	msg := message.NewMessage(uuid, r.Payload)
-	if len(r.Metadata) > 0 {
-		if err := json.Unmarshal(r.Metadata, &msg.Metadata); err != nil {
-			return wsql.Row{}, fmt.Errorf("decoding metadata of outbox message %s: %w", uuid, err)
-		}
+	var payload []byte
+	if events != nil {
+		payload = []byte(*events)
 	}
-	if msg.Metadata == nil {
-		msg.Metadata = message.Metadata{}
+	msg := message.NewMessage(*uuid, payload)
+	msg.Metadata = message.Metadata{
+		metaTenant: *tenant, metaTask: *task,
+		metaSeq: strconv.FormatInt(*seq, 10), metaLastSeq: strconv.FormatInt(*lastSeq, 10),
+		metaOrderXID: *xid, metaOrderOffset: strconv.FormatInt(*orderOffset, 10),
 	}
-	msg.Metadata.Set(metaOrderXID, xid)
-	msg.Metadata.Set(metaOrderOffset, strconv.FormatInt(orderOffset, 10))
-	r.Msg = msg
-	r.ExtraData = map[string]any{metaOrderXID: xid, metaOrderOffset: orderOffset, metaLastSeq: lastSeq}
-	return r, nil
+	return wsql.Row{
+		Offset: *offset, UUID: []byte(*uuid), Payload: payload, Msg: msg,
+		ExtraData: map[string]any{metaOrderXID: *xid, metaOrderOffset: *orderOffset, metaLastSeq: *lastSeq},
+	}, nil
 }
 
 // SchemaInitializingQueries implements wsql.SchemaAdapter: none, the migrations own the schema.
