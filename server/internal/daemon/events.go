@@ -40,6 +40,10 @@ func newEventDelivery(ctx context.Context, pool *pgxpool.Pool, nodeID string, lo
 	cfg.MaxConns = 4
 	cfg.MinConns = 0
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	// The relay's feed read runs hundreds of times a second under load. PostgreSQL chose a custom
+	// plan for each (three subqueries: 0.4-0.6 ms of planning against 0.06 ms of execution, a
+	// sixth of the database's CPU per create_task); its generic plan is the same plan.
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "bap-relay"
 	relayPool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
