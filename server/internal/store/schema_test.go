@@ -60,13 +60,24 @@ func TestTaskEventHistoryIsAppendOnly(t *testing.T) {
 		{"delete", `DELETE FROM agent_task_event WHERE task_id = 'tsk_a'`, "23001"},
 		{"truncate", `TRUNCATE agent_task_event CASCADE`, "23001"},
 		{"gap in seq", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 4, 'evt_x4', 'task.created', 'x')`, "23514"},
-		{"repeated seq", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 2, 'evt_x2', 'task.created', 'x')`, "23514"},
+		{"repeated seq", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 2, 'evt_x2', 'task.created', 'x')`, "23505"},
 		{"unchained", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 3, 'evt_x3', 'task.created', 'x')`, "23514"},
 		{"not linked to the event before", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
 			VALUES ('local', 'tsk_a', 3, 'evt_x3', 'task.created', 'x', decode(repeat('00', 32), 'hex'), decode(repeat('01', 32), 'hex'))`, "23514"},
 		{"short digest", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
 			VALUES ('local', 'tsk_a', 3, 'evt_x3', 'task.created', 'x', (SELECT digest FROM agent_task_event WHERE task_id = 'tsk_a' AND seq = 2), '\x01')`, "23514"},
 		{"seq zero", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor) VALUES ('local', 'tsk_a', 0, 'evt_x0', 'task.created', 'x')`, "23514"},
+		// Several events in one statement (a command's, or a group commit's): each is checked
+		// against its predecessor, in the statement or before it (migration 0030).
+		{"a gap inside one statement", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
+			VALUES ('local', 'tsk_a', 3, 'evt_x3', 'task.created', 'x', (SELECT digest FROM agent_task_event WHERE task_id = 'tsk_a' AND seq = 2), sha256('3'::bytea)),
+			       ('local', 'tsk_a', 5, 'evt_x5', 'task.created', 'x', sha256('3'::bytea), sha256('5'::bytea))`, "23514"},
+		{"a broken link inside one statement", `INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
+			VALUES ('local', 'tsk_a', 3, 'evt_x3', 'task.created', 'x', (SELECT digest FROM agent_task_event WHERE task_id = 'tsk_a' AND seq = 2), sha256('3'::bytea)),
+			       ('local', 'tsk_a', 4, 'evt_x4', 'task.created', 'x', sha256('other'::bytea), sha256('4'::bytea))`, "23514"},
+		{"a task's first event not linked to zeros", `INSERT INTO agent_task (tenant_id, task_id, goal, state, created_by) VALUES ('local', 'tsk_z', 'g', 'created', 'x');
+			INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
+			VALUES ('local', 'tsk_z', 1, 'evt_z1', 'task.created', 'x', sha256('z'::bytea), sha256('1'::bytea))`, "23514"},
 	}
 	for _, tt := range tests {
 		_, err := db.Exec(ctx, tt.sql)
@@ -80,6 +91,15 @@ func TestTaskEventHistoryIsAppendOnly(t *testing.T) {
 	}
 	if _, err := db.Exec(ctx, eventSQL("local", "tsk_a", 3, "task.state_changed", "x", "")); err != nil {
 		t.Fatalf("the next seq must be accepted: %v", err)
+	}
+	// Two tasks' next events, linked within one statement, are accepted together.
+	if _, err := db.Exec(ctx, `INSERT INTO agent_task (tenant_id, task_id, goal, state, created_by) VALUES ('local', 'tsk_y', 'g', 'created', 'x');
+		INSERT INTO agent_task_event (tenant_id, task_id, seq, event_id, event_type, actor, prev_digest, digest)
+		VALUES ('local', 'tsk_a', 4, 'evt_a4', 'task.created', 'x', (SELECT digest FROM agent_task_event WHERE task_id = 'tsk_a' AND seq = 3), sha256('a4'::bytea)),
+		       ('local', 'tsk_y', 1, 'evt_y1', 'task.created', 'x', decode(repeat('00', 32), 'hex'), sha256('y1'::bytea)),
+		       ('local', 'tsk_a', 5, 'evt_a5', 'task.created', 'x', sha256('a4'::bytea), sha256('a5'::bytea)),
+		       ('local', 'tsk_y', 2, 'evt_y2', 'task.created', 'x', sha256('y1'::bytea), sha256('y2'::bytea))`); err != nil {
+		t.Fatalf("linked events of two tasks in one statement must be accepted: %v", err)
 	}
 }
 
