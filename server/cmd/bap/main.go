@@ -137,7 +137,7 @@ func serve(ctx context.Context, args []string, logger *slog.Logger, stderr io.Wr
 	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-retention", 0, "how long completed Idempotency-Keys are kept (default 24h)")
 	fs.IntVar(&cfg.MaxActiveTasksPerTenant, "max-active-tasks", 0, "admitted tasks per tenant before new ones wait in created (0: no cap)")
 	fs.Int64Var(&cfg.RecordMaxBytes, "record-max-bytes", 0, "cap in bytes of the WARC archive of one task with policy.record on this node (default 64 MiB)")
-	fs.IntVar(&cfg.DBGroupCommit, "db-group-commit", 0, "transactions that read nothing (create_task) committing at once before the next ones commit together as one (default 2; -1: each alone)")
+	fs.IntVar(&cfg.DBGroupCommit, "db-group-commit", 0, "transactions that read nothing (create_task) committing at once before the next ones commit together as one (default 1; -1: each alone)")
 	fs.Int64Var(&cfg.RecordMaxBodyBytes, "record-max-body-bytes", 0, "cap in bytes of one request or response body stored in such an archive (default 8 MiB)")
 	fs.DurationVar(&cfg.CheckpointMaxAge, "checkpoint-max-age", 0, "how old a checkpoint may be when a session is restored from it (default 24h)")
 	sod := fs.Bool("separation-of-duties", true, "always on, kept for old scripts: whoever requested or caused an approval never resolves it (false is refused)")

@@ -114,8 +114,8 @@ type Config struct {
 	// DBMaxConns caps the connection pool (default 32).
 	DBMaxConns int32
 	// DBGroupCommit is how many transactions that read nothing (create_task) commit at once; the
-	// ones arriving meanwhile commit together (store.Options.GroupCommit, ADR 0039). Default 2;
-	// negative: every transaction commits alone.
+	// ones arriving meanwhile commit together (store.Options.GroupCommit, ADR 0039). Default 1
+	// (measured against 2 and 3: docs/benchmarks.md); negative: every transaction commits alone.
 	DBGroupCommit int
 	Logger        *slog.Logger
 	// ClientRateLimit and ClientBurst bound each OAuth client's requests per second in the remote
@@ -174,7 +174,7 @@ func (c *Config) setDefaults() {
 		c.DBMaxConns = 32
 	}
 	if c.DBGroupCommit == 0 {
-		c.DBGroupCommit = 2
+		c.DBGroupCommit = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
