@@ -122,12 +122,9 @@ func (s Schema) SelectQuery(params wsql.SelectQueryParams) (wsql.Query, error) {
 	if batch <= 0 {
 		batch = 100
 	}
-	var tenants []string
+	var tenants []string // nil is NULL: no row's events are read
 	if s.Subscribed != nil {
 		tenants = s.Subscribed()
-	}
-	if tenants == nil {
-		tenants = []string{}
 	}
 	args := append(append([]any(nil), next.Args...), tenants)
 	subscribed := len(args)
