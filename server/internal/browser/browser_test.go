@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -326,5 +327,33 @@ func TestObservedLinkURLs(t *testing.T) {
 		if n.URL != w {
 			t.Errorf("link-%s: url %q, want %q", name, n.URL, w)
 		}
+	}
+}
+
+// TestObserveShowsOnlyRenderedElements observes a page of hidden and shown controls (display:none,
+// visibility:hidden with a visible descendant, display:contents, content-visibility:hidden, the
+// hidden attribute, closed details, aria-hidden, inert, a select's options, a datalist, a frame
+// in a hidden container). Interactive mode asks whether an element is rendered only of the
+// elements it may show, so this pins what it shows: exactly the rendered controls and headings of
+// testdata/visibility.interactive.txt (the Firefox engine's test reads the same list).
+func TestObserveShowsOnlyRenderedElements(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.navigate("/visibility.html")
+	want, err := os.ReadFile("testdata/visibility.interactive.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	var walk func([]Node)
+	walk = func(ns []Node) {
+		for _, n := range ns {
+			got.WriteString(n.Role + " " + n.Name + "\n")
+			walk(n.Children)
+		}
+	}
+	walk(b.observe(ModeInteractive).Nodes)
+	if got.String() != string(want) {
+		t.Errorf("interactive observe shows\n%swant\n%s", got.String(), want)
 	}
 }

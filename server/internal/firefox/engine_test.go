@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,21 @@ func engine(t *testing.T, ctx context.Context) *Engine {
 	return e
 }
 
+// engineSession opens a BAP session on e, closed when the test ends.
+func engineSession(t *testing.T, ctx context.Context, e *Engine) *Session {
+	t.Helper()
+	s, err := e.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.WithoutCancel(ctx)); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
 // TestAgentSnapshotInSandbox runs the CDP adapter's page agent, unchanged, in Firefox's
 // sandboxed realm: it snapshots a hostile page correctly (the page's fake __bap, JSON.stringify
 // and getAttribute do not reach it) and the page cannot see the agent.
@@ -70,15 +86,7 @@ func TestAgentSnapshotInSandbox(t *testing.T) {
 	if !strings.HasPrefix(e.Version(), "firefox ") {
 		t.Fatalf("Version = %q, want firefox and its version", e.Version())
 	}
-	s, err := e.NewSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := s.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	s := engineSession(t, ctx, e)
 	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/"}); err != nil {
 		t.Fatal(err)
 	}
@@ -132,6 +140,47 @@ func TestAgentSnapshotInSandbox(t *testing.T) {
 
 	if err := s.Agent(ctx, nil, "snapshot); alert(1"); err == nil {
 		t.Fatal("an agent function name with code in it was run")
+	}
+}
+
+// TestAgentShowsOnlyRenderedElementsInFirefox runs the page agent's interactive snapshot over the
+// browser package's page of hidden and shown controls in Firefox: it shows exactly the controls
+// it shows in Chromium (TestObserveShowsOnlyRenderedElements; the list is
+// testdata/visibility.interactive.txt there), since the agent asks Firefox's checkVisibility only
+// of the elements it may show.
+func TestAgentShowsOnlyRenderedElementsInFirefox(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	html, err := os.ReadFile("../browser/testdata/visibility.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("../browser/testdata/visibility.interactive.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := servePage(t, string(html))
+	s := engineSession(t, ctx, engine(t, ctx))
+	if _, err := s.Navigate(ctx, page.NavigateRequest{URL: srv.URL + "/"}); err != nil {
+		t.Fatal(err)
+	}
+	var snap struct {
+		N []snapNode `json:"n"`
+	}
+	if err := s.Agent(ctx, &snap, "snapshot", map[string]any{"mode": "interactive", "max": 100}); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	var walk func([]snapNode)
+	walk = func(ns []snapNode) {
+		for _, n := range ns {
+			got.WriteString(n.R + " " + n.N + "\n")
+			walk(n.C)
+		}
+	}
+	walk(snap.N)
+	if got.String() != string(want) {
+		t.Errorf("the snapshot shows\n%swant\n%s", got.String(), want)
 	}
 }
 

@@ -164,6 +164,14 @@
     (el.hasAttribute('tabindex') && el.tabIndex >= 0) || el.hasAttribute('onclick');
 
   const rendered = (el) => el.checkVisibility();
+  // VISIBLE asks checkVisibility to count visibility:hidden as not rendered (one options object,
+  // not one per call).
+  const VISIBLE = Object.freeze({ visibilityProperty: true });
+  // mayShow tells whether interactive mode may show e, whose own role is r0: the roles it keeps,
+  // frames, a focusable generic, and what the browser's accessibility tree may give another role
+  // (askable).
+  const mayShow = (e, tag, r0) => INTERACTIVE.has(r0) || CONTEXT.has(r0) || tag === 'IFRAME' ||
+    tag === 'FRAME' || (TRANSPARENT.has(r0) && isFocusableGeneric(e)) || askable(e, r0);
 
   // Children in the flat tree: open shadow roots and slotted content.
   const kids = (n) => {
@@ -186,6 +194,17 @@
       return;
     }
     for (let c = n.firstChild; c !== null; c = c.nextSibling) if (fn(c) === false) return;
+  };
+
+  // eachKidElement is eachKid over the element children only. In the agent's isolated world every
+  // node the walk touches costs a lookup of its wrapper, and the text between elements is about
+  // half of a page's nodes; interactive mode shows no text.
+  const eachKidElement = (n, fn) => {
+    if (n.nodeType === 1 && (n.shadowRoot || n.tagName === 'SLOT')) {
+      for (const c of kids(n)) if (c.nodeType === 1 && fn(c) === false) return;
+      return;
+    }
+    for (let c = n.firstElementChild; c !== null; c = c.nextElementSibling) if (fn(c) === false) return;
   };
 
   // Visible text of a subtree, for names and text queries.
@@ -486,7 +505,9 @@
     if (!rootEl || !rootEl.isConnected) return { stale: true };
 
     // visit appends the records of n's content to out.
-    const visit = (n, out, textParent) => eachKid(n, (c) => child(c, out, textParent));
+    const visit = full
+      ? (n, out, textParent) => eachKid(n, (c) => child(c, out, textParent))
+      : (n, out, textParent) => eachKidElement(n, (c) => child(c, out, textParent));
 
     // child appends the records of one child node; false once the walk is truncated.
     const child = (c, out, textParent) => {
@@ -509,24 +530,27 @@
       return true;
     };
 
+    // shown tells whether e is rendered; when it is not, it walks the content that may still be
+    // (visibility:hidden lets a descendant be visible again; display:contents has no box of its
+    // own).
+    const shown = (e, out, textParent) => {
+      if (e.checkVisibility(VISIBLE)) return true;
+      if (e.checkVisibility() || getComputedStyle(e).display === 'contents') visit(e, out, textParent);
+      return false;
+    };
+
     const el = (e, out, textParent) => {
       const tag = e.tagName;
       if (SKIP.has(tag)) return;
       if (e.getAttribute('aria-hidden') === 'true' || e.hasAttribute('inert')) return;
-      if (!e.checkVisibility({ visibilityProperty: true })) {
-        if (e.checkVisibility()) {
-          // visibility:hidden: descendants may be visible again.
-          visit(e, out, textParent);
-        } else if (getComputedStyle(e).display === 'contents') {
-          visit(e, out, textParent);
-        }
-        return;
-      }
-      if (tag === 'OPTION' || tag === 'OPTGROUP') {
-        const s = e.closest('select');
-        if (s) return; // shown as the select's options
-      }
+      // A select's options are shown as the select's (and have no box of their own to check).
+      if ((tag === 'OPTION' || tag === 'OPTGROUP') && e.closest('select')) return;
       const r0 = roleOf(e);
+      // Whether an element is rendered is a third of a walk's cost, so interactive mode asks only
+      // of an element it may show. One it walks through unasked cannot hide its content from
+      // the check: a descendant of a display:none or content-visibility:hidden element has no
+      // box, and visibility is inherited. Full mode shows text, so it asks of every element.
+      if ((full || mayShow(e, tag, r0)) && !shown(e, out, textParent)) return;
       const ov = axFor(e, r0);
       let role = axRole(r0, ov);
       let interactive = INTERACTIVE.has(role);
