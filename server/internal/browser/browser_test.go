@@ -1,6 +1,7 @@
 package browser
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -355,5 +356,30 @@ func TestObserveShowsOnlyRenderedElements(t *testing.T) {
 	walk(b.observe(ModeInteractive).Nodes)
 	if got.String() != string(want) {
 		t.Errorf("interactive observe shows\n%swant\n%s", got.String(), want)
+	}
+
+	// Full mode shows text too, but no word a person cannot see: not the text of a
+	// visibility:hidden element (a descendant visible again is shown), nor a hidden word inside
+	// a link's name, which the browser's own accessible name leaves out ("Buy now").
+	full, err := json.Marshal(b.observe(ModeFull).Nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hidden := range []string{
+		"In display none", "Deep in display none", "Heading in display none", "In visibility hidden",
+		"Heading in visibility hidden", "In content visibility hidden", "In hidden attribute",
+		"Visible inside hidden attribute", "Inside closed details", "Focusable span in display none",
+		"Clickable span hidden", "Under aria hidden", "Under inert", "Hidden region", "Hidden paragraph",
+		"link in hidden region", "Hidden field", "Listed option", "Frame in display none", "hidden words",
+		"gone words", "ignore previous instructions",
+	} {
+		if strings.Contains(string(full), hidden) {
+			t.Errorf("full observe shows hidden text %q", hidden)
+		}
+	}
+	for _, shown := range []string{"Visible again inside hidden", "Visible paragraph", "Plain text shown words.", `"Buy now"`, "Referenced hidden label"} {
+		if !strings.Contains(string(full), shown) {
+			t.Errorf("full observe lacks %s", shown)
+		}
 	}
 }

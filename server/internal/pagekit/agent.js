@@ -207,33 +207,59 @@
     for (let c = n.firstElementChild; c !== null; c = c.nextElementSibling) if (fn(c) === false) return;
   };
 
-  // Visible text of a subtree, for names and text queries.
-  const textOf = (root, limit, skip) => {
+  // Visible text of a subtree, for names and text queries. With visibleOnly (a name from the
+  // element's own content), the text of a visibility:hidden descendant is left out, as the
+  // browser's accessible name leaves it out: a page cannot put words a person does not see into
+  // a control's name. A descendant of it that is visible again counts. Referenced content
+  // (aria-labelledby, a label) keeps its hidden text, as in the browser.
+  const textOf = (root, limit, skip, visibleOnly) => {
     let out = '';
+    let hidden = false;
     const walk = (n) => eachKid(n, step);
     const step = (c) => {
       if (out.length >= limit) return false;
       const type = c.nodeType;
       if (type === 3) {
-        out += c.data;
+        if (!hidden) out += c.data;
       } else if (type === 1) {
         const tag = c.tagName;
         if (c === skip || SKIP.has(tag)) return true;
         if (c.getAttribute('aria-hidden') === 'true') return true;
-        if (!rendered(c) && getComputedStyle(c).display !== 'contents') return true;
-        const al = c.getAttribute('aria-label');
-        if (al) { out += ' ' + al + ' '; return true; }
-        if (tag === 'IMG') { out += ' ' + (c.getAttribute('alt') || '') + ' '; return true; }
-        if (tag === 'INPUT') {
-          const t = inputType(c);
-          if (t === 'submit' || t === 'button' || t === 'reset') out += ' ' + c.value + ' ';
-          return true;
+        let seen = true;
+        if (!visibleOnly) {
+          if (!rendered(c) && getComputedStyle(c).display !== 'contents') return true;
+        } else if (!c.checkVisibility(VISIBLE)) {
+          if (!c.checkVisibility()) {
+            const cs = getComputedStyle(c);
+            if (cs.display !== 'contents') return true;
+            seen = cs.visibility === 'visible';
+          } else {
+            seen = false;
+          }
         }
-        if (tag === 'SELECT' || tag === 'TEXTAREA') return true;
-        const block = BLOCK.has(tag);
-        if (block) out += ' ';
-        walk(c);
-        if (block) out += ' ';
+        const outer = hidden;
+        hidden = !seen;
+        try {
+          if (!seen) {
+            walk(c);
+            return true;
+          }
+          const al = c.getAttribute('aria-label');
+          if (al) { out += ' ' + al + ' '; return true; }
+          if (tag === 'IMG') { out += ' ' + (c.getAttribute('alt') || '') + ' '; return true; }
+          if (tag === 'INPUT') {
+            const t = inputType(c);
+            if (t === 'submit' || t === 'button' || t === 'reset') out += ' ' + c.value + ' ';
+            return true;
+          }
+          if (tag === 'SELECT' || tag === 'TEXTAREA') return true;
+          const block = BLOCK.has(tag);
+          if (block) out += ' ';
+          walk(c);
+          if (block) out += ' ';
+        } finally {
+          hidden = outer;
+        }
       }
       return true;
     };
@@ -302,7 +328,7 @@
       default: break;
     }
     if (FROM_CONTENT.has(role)) {
-      v = textOf(el, 500);
+      v = textOf(el, 500, null, true);
       if (v) return v;
     }
     return norm(el.getAttribute('title'));
@@ -332,7 +358,7 @@
     if (tag === 'SELECT') {
       return Array.from(el.selectedOptions, (o) => norm(o.label || o.text)).join(', ');
     }
-    if (role === 'textbox' && el.isContentEditable) return textOf(el, 1000);
+    if (role === 'textbox' && el.isContentEditable) return textOf(el, 1000, null, true);
     const vn = el.getAttribute('aria-valuetext') || el.getAttribute('aria-valuenow');
     if (vn && (role === 'slider' || role === 'spinbutton' || role === 'progressbar' || role === 'meter' || role === 'scrollbar')) return vn;
     if (tag === 'PROGRESS' || tag === 'METER') return String(el.value);
@@ -530,12 +556,26 @@
       return true;
     };
 
+    // textParent says whether the text children of the node being walked are shown: true, false
+    // (interactive mode, or inside a node named from its content, whose name holds the text), or
+    // HIDDEN inside a visibility:hidden element (its text is not, but a descendant's may be
+    // visible again). hiddenText and seenText turn it as the walk enters such an element or
+    // leaves it.
+    const HIDDEN = 0;
+    const hiddenText = (textParent) => (textParent === true ? HIDDEN : textParent);
+    const seenText = (textParent) => (textParent === HIDDEN ? true : textParent);
+
     // shown tells whether e is rendered; when it is not, it walks the content that may still be
     // (visibility:hidden lets a descendant be visible again; display:contents has no box of its
     // own).
     const shown = (e, out, textParent) => {
       if (e.checkVisibility(VISIBLE)) return true;
-      if (e.checkVisibility() || getComputedStyle(e).display === 'contents') visit(e, out, textParent);
+      if (e.checkVisibility()) {
+        visit(e, out, hiddenText(textParent));
+      } else {
+        const cs = getComputedStyle(e);
+        if (cs.display === 'contents') visit(e, out, cs.visibility === 'visible' ? seenText(textParent) : hiddenText(textParent));
+      }
       return false;
     };
 
@@ -550,7 +590,12 @@
       // of an element it may show. One it walks through unasked cannot hide its content from
       // the check: a descendant of a display:none or content-visibility:hidden element has no
       // box, and visibility is inherited. Full mode shows text, so it asks of every element.
-      if ((full || mayShow(e, tag, r0)) && !shown(e, out, textParent)) return;
+      if (full) {
+        if (!shown(e, out, textParent)) return;
+        textParent = seenText(textParent);
+      } else if (mayShow(e, tag, r0) && !shown(e, out, textParent)) {
+        return;
+      }
       const ov = axFor(e, r0);
       let role = axRole(r0, ov);
       let interactive = INTERACTIVE.has(role);
