@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -380,6 +381,33 @@ func TestObserveShowsOnlyRenderedElements(t *testing.T) {
 	for _, shown := range []string{"Visible again inside hidden", "Visible paragraph", "Plain text shown words.", `"Buy now"`, "Referenced hidden label"} {
 		if !strings.Contains(string(full), shown) {
 			t.Errorf("full observe lacks %s", shown)
+		}
+	}
+
+	// extract links asks only links whether they are rendered, as interactive observe does. It
+	// reads what a person sees, so links under aria-hidden and inert are in it.
+	res, err := b.s.Extract(tctx(t), ExtractRequest{Kind: ExtractLinks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var links []string
+	for _, l := range res.Data.([]Link) {
+		links = append(links, l.Text+" "+l.URL[strings.LastIndex(l.URL, "#"):])
+	}
+	wantLinks := []string{"Visible again inside hidden #a3", "In display contents #a4", "Inside open details #a7",
+		"Clipped but rendered #a8", "Transparent but rendered #a9", "Under aria hidden #a10", "Under inert #a11", "Buy now #a13"}
+	if !slices.Equal(links, wantLinks) {
+		t.Errorf("extract links gives %q, want %q", links, wantLinks)
+	}
+
+	// A text query finds what is shown, never a hidden element.
+	for text, want := range map[string]int{"Visible again inside hidden": 1, "In visibility hidden": 0, "Deep in display none": 0, "Under inert": 0} {
+		found, err := b.s.QueryNodes(tctx(t), QueryRequest{Query: Query{Text: text, Exact: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(found.Nodes) != want {
+			t.Errorf("query %q found %d nodes, want %d", text, len(found.Nodes), want)
 		}
 	}
 }

@@ -681,8 +681,8 @@
 
   const ownText = (e) => {
     let s = '';
-    for (const c of kids(e)) if (c.nodeType === 3) s += c.data;
-    return norm(s);
+    eachKid(e, (c) => { if (c.nodeType === 3) s += c.data; });
+    return s ? norm(s) : '';
   };
 
   const roleMatches = (have, want) => {
@@ -760,7 +760,7 @@
         if (role === null) role = roleOfE();
         let m = want.text(ownText(e));
         if (!m && (INTERACTIVE.has(role) || role === 'heading' || role === 'cell' || role === 'columnheader' || role === 'listitem' || role === 'label' || e.tagName === 'LABEL')) {
-          m = want.text(textOf(e, 2000));
+          m = want.text(textOf(e, 2000, null, true));
         }
         if (!m && e.tagName === 'INPUT') {
           const t = inputType(e);
@@ -775,18 +775,16 @@
       describe(e, role || 'generic', o, active, true, ov);
       found.push(o);
     };
-    const walk = (n) => {
-      for (const c of kids(n)) {
-        if (c.nodeType !== 1) continue;
-        if (SKIP.has(c.tagName)) continue;
-        if (c.getAttribute('aria-hidden') === 'true' || c.hasAttribute('inert')) continue;
-        if (!c.checkVisibility({ visibilityProperty: true })) {
-          if (c.checkVisibility() || getComputedStyle(c).display === 'contents') walk(c);
-          continue;
-        }
-        consider(c);
-        walk(c);
+    const walk = (n) => eachKidElement(n, step);
+    const step = (c) => {
+      if (SKIP.has(c.tagName)) return;
+      if (c.getAttribute('aria-hidden') === 'true' || c.hasAttribute('inert')) return;
+      if (!c.checkVisibility(VISIBLE)) {
+        if (c.checkVisibility() || getComputedStyle(c).display === 'contents') walk(c);
+        return;
       }
+      consider(c);
+      walk(c);
     };
     if (q.within) consider(rootEl);
     walk(rootEl);
@@ -1259,19 +1257,21 @@
     const root = i ? get(i) : document.documentElement;
     if (!root) return { st: 'nonode' };
     const out = [];
-    const walk = (n) => {
-      for (const c of kids(n)) {
-        if (c.nodeType !== 1 || SKIP.has(c.tagName)) continue;
-        if (!c.checkVisibility({ visibilityProperty: true })) {
+    // Only a link is asked whether it is rendered (as interactive observe does): an element
+    // walked through unasked cannot hide a link from the check.
+    const walk = (n) => eachKidElement(n, step);
+    const step = (c) => {
+      if (out.length >= 5000) return false;
+      if (SKIP.has(c.tagName)) return true;
+      if ((c.tagName === 'A' || c.tagName === 'AREA') && c.hasAttribute('href')) {
+        if (!c.checkVisibility(VISIBLE)) {
           if (c.checkVisibility() || getComputedStyle(c).display === 'contents') walk(c);
-          continue;
+          return true;
         }
-        if ((c.tagName === 'A' || c.tagName === 'AREA') && c.hasAttribute('href')) {
-          out.push({ i: reg(c), t: clip(nameOf(c, 'link'), 300), u: hrefOf(c) });
-          if (out.length >= 5000) return;
-        }
-        walk(c);
+        out.push({ i: reg(c), t: clip(nameOf(c, 'link'), 300), u: hrefOf(c) });
       }
+      walk(c);
+      return true;
     };
     walk(root);
     return { st: 'ok', v: out };
