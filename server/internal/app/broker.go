@@ -109,18 +109,21 @@ func (c *BrokerConfig) setDefaults() {
 type Broker struct {
 	cfg BrokerConfig
 
-	mu       sync.Mutex
-	subs     map[*Subscription]struct{}
-	perTen   map[string]int
-	head     FeedPosition // position of the last event published
-	closed   bool
-	listener func() // test hook: called after every Publish
+	mu     sync.Mutex
+	subs   map[*Subscription]struct{}
+	perTen map[string]int
+	head   FeedPosition // position of the last event published
+	closed bool
+	// subscribed is signalled (never blocking) when a subscriber registers: the relay reads less
+	// often while nobody on the node follows the feed, and at once when somebody starts to.
+	subscribed chan struct{}
+	listener   func() // test hook: called after every Publish
 }
 
 // NewBroker returns an empty broker.
 func NewBroker(cfg BrokerConfig) *Broker {
 	cfg.setDefaults()
-	return &Broker{cfg: cfg, subs: map[*Subscription]struct{}{}, perTen: map[string]int{}}
+	return &Broker{cfg: cfg, subs: map[*Subscription]struct{}{}, perTen: map[string]int{}, subscribed: make(chan struct{}, 1)}
 }
 
 // Subscription is one live subscriber's view of the feed: the events of one tenant (and, when
@@ -184,8 +187,16 @@ func (b *Broker) Subscribe(tenant, taskID string) (*Subscription, error) {
 	s := &Subscription{b: b, tenant: tenant, taskID: taskID, ch: make(chan FeedEvent, b.cfg.Buffer), start: b.head}
 	b.subs[s] = struct{}{}
 	b.perTen[tenant]++
+	select {
+	case b.subscribed <- struct{}{}:
+	default:
+	}
 	return s, nil
 }
+
+// Subscribed is signalled when a subscriber registers (coalesced: one signal may stand for
+// several).
+func (b *Broker) Subscribed() <-chan struct{} { return b.subscribed }
 
 // Publish hands events (in feed order) to every matching subscriber without blocking.
 func (b *Broker) Publish(evs []FeedEvent) {

@@ -408,3 +408,30 @@ func TestMissedWakeUpIsDeliveredByThePoll(t *testing.T) {
 	// The relay counts a message after handing it over: the count may trail the delivery.
 	waitfor.True(t, 30*time.Second, "the relay counted the message it read", func() bool { return n.relay.Relayed() > before })
 }
+
+// TestRelayReadsLessWhileNobodyFollows: with no subscriber on the node a read only moves the
+// broker's head, so commits' wake-ups start a read at most every unfollowed gap (25 ms) instead of
+// one per commit; a subscriber's arrival brings the relay back, and it gets the events committed
+// after it subscribed.
+func TestRelayReadsLessWhileNobodyFollows(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	n := startNode(t, db, "node_a", func(c *events.RelayConfig) { c.IdlePoll = time.Hour })
+	const commits = 20
+	reads, start := n.relay.Reads(), time.Now()
+	for range commits {
+		n.createTask(t)
+	}
+	elapsed, got := time.Since(start), n.relay.Reads()-reads
+	// Reads start at least 25 ms apart: one may have begun before the first commit.
+	if most := int64(elapsed/(25*time.Millisecond)) + 2; got > most {
+		t.Errorf("%d commits in %v caused %d reads with nobody following, want at most %d", commits, elapsed, got, most)
+	}
+	sub, err := n.broker.Subscribe("local", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	n.createTask(t)
+	checkFeed(t, collect(t, sub, 4))
+}
