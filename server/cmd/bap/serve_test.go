@@ -182,6 +182,21 @@ func createTask(t *testing.T, c *http.Client, base, key string) (int, map[string
 	return resp.StatusCode, body
 }
 
+// TestServeTunesTheCollector: bap serve runs Go's collector at GOGC=200 unless the environment
+// sets GOGC, which still decides (the Go collector's own gauge on /metrics says which ran).
+func TestServeTunesTheCollector(t *testing.T) {
+	bin := buildBinary(t)
+	for _, c := range []struct {
+		env  string
+		want float64
+	}{{"GOGC=", 200}, {"GOGC=150", 150}} {
+		r, _ := serveProcess(t, bin, dataDir(t), []string{c.env})
+		if got := metric(t, r.listen, "go_gc_gogc_percent"); got != c.want {
+			t.Errorf("with %s the collector runs at GOGC=%v, want %v", c.env, got, c.want)
+		}
+	}
+}
+
 func TestServeEmbeddedDatabaseSurvivesRestartAndKill(t *testing.T) {
 	bin := buildBinary(t)
 	dir := dataDir(t)
