@@ -440,8 +440,8 @@ const (
 )
 
 // gap is the least time between two reads caused by wake-ups: readGap while somebody on the node
-// follows the feed, unfollowedReadGap otherwise. It also slows the retries while messages are
-// pending (pause).
+// follows the feed, unfollowedReadGap otherwise (pause slows the pending retries to the latter
+// too, but keeps their own shorter steps while somebody follows).
 func (w *waker) gap() time.Duration {
 	if w.r.cfg.Broker.Subscribers() > 0 {
 		return readGap

@@ -163,10 +163,22 @@
   const isFocusableGeneric = (el) =>
     (el.hasAttribute('tabindex') && el.tabIndex >= 0) || el.hasAttribute('onclick');
 
-  const rendered = (el) => el.checkVisibility();
   // VISIBLE asks checkVisibility to count visibility:hidden as not rendered (one options object,
   // not one per call).
   const VISIBLE = Object.freeze({ visibilityProperty: true });
+  // How a walk treats an element (look): SHOWN is rendered and visible; THROUGH has no box of its
+  // own (display:contents) and is visible, so its content is walked as its parent's; HIDDEN is
+  // visibility:hidden, whose own text is not seen though a descendant may be visible again; GONE
+  // has no box and nothing in it can be seen (display:none, content-visibility:hidden and the
+  // like).
+  const SHOWN = 0, THROUGH = 1, HIDDEN = 2, GONE = 3;
+  const look = (e) => {
+    if (e.checkVisibility(VISIBLE)) return SHOWN;
+    if (e.checkVisibility()) return HIDDEN;
+    const cs = getComputedStyle(e);
+    if (cs.display !== 'contents') return GONE;
+    return cs.visibility === 'visible' ? THROUGH : HIDDEN;
+  };
   // mayShow tells whether interactive mode may show e, whose own role is r0: the roles it keeps,
   // frames, a focusable generic, and what the browser's accessibility tree may give another role
   // (askable).
@@ -214,8 +226,14 @@
   // (aria-labelledby, a label) keeps its hidden text, as in the browser.
   const textOf = (root, limit, skip, visibleOnly) => {
     let out = '';
-    let hidden = false;
+    let hidden = false; // inside a visibility:hidden element (visibleOnly): its text is left out
     const walk = (n) => eachKid(n, step);
+    const walkHidden = (n, h) => {
+      const outer = hidden;
+      hidden = h;
+      walk(n);
+      hidden = outer;
+    };
     const step = (c) => {
       if (out.length >= limit) return false;
       const type = c.nodeType;
@@ -225,41 +243,25 @@
         const tag = c.tagName;
         if (c === skip || SKIP.has(tag)) return true;
         if (c.getAttribute('aria-hidden') === 'true') return true;
-        let seen = true;
-        if (!visibleOnly) {
-          if (!rendered(c) && getComputedStyle(c).display !== 'contents') return true;
-        } else if (!c.checkVisibility(VISIBLE)) {
-          if (!c.checkVisibility()) {
-            const cs = getComputedStyle(c);
-            if (cs.display !== 'contents') return true;
-            seen = cs.visibility === 'visible';
-          } else {
-            seen = false;
-          }
+        const v = look(c);
+        if (v === GONE) return true;
+        if (visibleOnly && v === HIDDEN) {
+          walkHidden(c, true);
+          return true;
         }
-        const outer = hidden;
-        hidden = !seen;
-        try {
-          if (!seen) {
-            walk(c);
-            return true;
-          }
-          const al = c.getAttribute('aria-label');
-          if (al) { out += ' ' + al + ' '; return true; }
-          if (tag === 'IMG') { out += ' ' + (c.getAttribute('alt') || '') + ' '; return true; }
-          if (tag === 'INPUT') {
-            const t = inputType(c);
-            if (t === 'submit' || t === 'button' || t === 'reset') out += ' ' + c.value + ' ';
-            return true;
-          }
-          if (tag === 'SELECT' || tag === 'TEXTAREA') return true;
-          const block = BLOCK.has(tag);
-          if (block) out += ' ';
-          walk(c);
-          if (block) out += ' ';
-        } finally {
-          hidden = outer;
+        const al = c.getAttribute('aria-label');
+        if (al) { out += ' ' + al + ' '; return true; }
+        if (tag === 'IMG') { out += ' ' + (c.getAttribute('alt') || '') + ' '; return true; }
+        if (tag === 'INPUT') {
+          const t = inputType(c);
+          if (t === 'submit' || t === 'button' || t === 'reset') out += ' ' + c.value + ' ';
+          return true;
         }
+        if (tag === 'SELECT' || tag === 'TEXTAREA') return true;
+        const block = BLOCK.has(tag);
+        if (block) out += ' ';
+        walkHidden(c, false);
+        if (block) out += ' ';
       }
       return true;
     };
@@ -558,24 +560,19 @@
 
     // textParent says whether the text children of the node being walked are shown: true, false
     // (interactive mode, or inside a node named from its content, whose name holds the text), or
-    // HIDDEN inside a visibility:hidden element (its text is not, but a descendant's may be
+    // UNSEEN inside a visibility:hidden element (its text is not, but a descendant's may be
     // visible again). hiddenText and seenText turn it as the walk enters such an element or
     // leaves it.
-    const HIDDEN = 0;
-    const hiddenText = (textParent) => (textParent === true ? HIDDEN : textParent);
-    const seenText = (textParent) => (textParent === HIDDEN ? true : textParent);
+    const UNSEEN = 0;
+    const hiddenText = (textParent) => (textParent === true ? UNSEEN : textParent);
+    const seenText = (textParent) => (textParent === UNSEEN ? true : textParent);
 
-    // shown tells whether e is rendered; when it is not, it walks the content that may still be
-    // (visibility:hidden lets a descendant be visible again; display:contents has no box of its
-    // own).
+    // shown tells whether e is rendered and visible; when it is not, it walks the content that
+    // may still be (look).
     const shown = (e, out, textParent) => {
-      if (e.checkVisibility(VISIBLE)) return true;
-      if (e.checkVisibility()) {
-        visit(e, out, hiddenText(textParent));
-      } else {
-        const cs = getComputedStyle(e);
-        if (cs.display === 'contents') visit(e, out, cs.visibility === 'visible' ? seenText(textParent) : hiddenText(textParent));
-      }
+      const v = look(e);
+      if (v === SHOWN) return true;
+      if (v !== GONE) visit(e, out, v === THROUGH ? seenText(textParent) : hiddenText(textParent));
       return false;
     };
 
@@ -682,7 +679,7 @@
   const ownText = (e) => {
     let s = '';
     eachKid(e, (c) => { if (c.nodeType === 3) s += c.data; });
-    return s ? norm(s) : '';
+    return norm(s);
   };
 
   const roleMatches = (have, want) => {
@@ -779,12 +776,9 @@
     const step = (c) => {
       if (SKIP.has(c.tagName)) return;
       if (c.getAttribute('aria-hidden') === 'true' || c.hasAttribute('inert')) return;
-      if (!c.checkVisibility(VISIBLE)) {
-        if (c.checkVisibility() || getComputedStyle(c).display === 'contents') walk(c);
-        return;
-      }
-      consider(c);
-      walk(c);
+      const v = look(c);
+      if (v === SHOWN) consider(c);
+      if (v !== GONE) walk(c);
     };
     if (q.within) consider(rootEl);
     walk(rootEl);
@@ -1264,11 +1258,9 @@
       if (out.length >= 5000) return false;
       if (SKIP.has(c.tagName)) return true;
       if ((c.tagName === 'A' || c.tagName === 'AREA') && c.hasAttribute('href')) {
-        if (!c.checkVisibility(VISIBLE)) {
-          if (c.checkVisibility() || getComputedStyle(c).display === 'contents') walk(c);
-          return true;
-        }
-        out.push({ i: reg(c), t: clip(nameOf(c, 'link'), 300), u: hrefOf(c) });
+        const v = look(c);
+        if (v === GONE) return true;
+        if (v === SHOWN) out.push({ i: reg(c), t: clip(nameOf(c, 'link'), 300), u: hrefOf(c) });
       }
       walk(c);
       return true;
