@@ -17,6 +17,7 @@ import (
 
 	"github.com/originweave/bap/server/internal/policy"
 	"github.com/originweave/bap/server/internal/tlsmint"
+	"github.com/originweave/bap/server/internal/waitfor"
 )
 
 // urlRecorder is a Recorder that keeps the URLs of the exchanges and the tunnels it was told of.
@@ -202,6 +203,9 @@ func TestAnOpenedTunnelRefusesWhatItCannotVouchFor(t *testing.T) {
 		if err := tc.Handshake(); err == nil {
 			t.Fatal("a handshake for another name succeeded")
 		}
+		// The proxy records the refusal after it aborted the handshake: the client may see the
+		// abort first.
+		waitfor.True(t, 10*time.Second, "the refusal recorded", func() bool { return len(blocked.all()) > 0 })
 		if len(blocked.all()) != 1 || blocked.all()[0].Reason != ReasonUnclassifiable {
 			t.Errorf("refusals %+v", blocked.all())
 		}
