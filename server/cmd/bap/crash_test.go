@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -190,7 +194,9 @@ func TestKilledServerClassifiesInterruptedBrowserCommands(t *testing.T) {
 	bin := buildBinary(t)
 	dir := dataDir(t)
 	site := newHangFixture(t)
-	r := start(t, bin, dir)
+	// A temporary directory of this test's own, to find the browser's tree in (tmptree).
+	tmp := dataDir(t)
+	r := start(t, bin, dir, "TMPDIR="+tmp)
 
 	task := mustAPI(t, 201, r.listen, "POST", "/bap/v1/tasks", "crash-task",
 		`{"goal":"survive a crash","policy":{"allowed_origins":["`+site.srv.URL+`"]}}`)
@@ -216,7 +222,17 @@ func TestKilledServerClassifiesInterruptedBrowserCommands(t *testing.T) {
 	site.await(t, "/order-slow")
 	_ = r.stop(t, syscall.SIGKILL)
 
-	r = start(t, bin, dir)
+	// The killed server could not remove its browser's tree, with the sessions' profile (cookies,
+	// storage) in it; the next server removes it as its browser starts.
+	left, err := filepath.Glob(filepath.Join(tmp, "bap-chromium-*"))
+	if err != nil || len(left) != 1 {
+		t.Fatalf("the killed server's browser trees: %v (%v), want one", left, err)
+	}
+	r = start(t, bin, dir, "TMPDIR="+tmp)
+	waitfor.Until(t, 30*time.Second, "the restarted server removes the killed server's browser tree", func() (bool, string) {
+		_, err := os.Lstat(left[0])
+		return errors.Is(err, fs.ErrNotExist), fmt.Sprint(err)
+	})
 	nav := replayUntilClassified(t, r.listen, navPath, "crash-nav", navBody)
 	if field(nav, "receipt", "outcome") != "unknown_outcome" {
 		t.Fatalf("interrupted navigation: %v", nav)

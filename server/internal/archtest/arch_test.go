@@ -182,8 +182,8 @@ var rules = []rule{
 		why: "the fake model orchestrator (and its standalone cmd/fakeorch) is a standard-library test double that knows nothing of BAP",
 	},
 	{
-		name: "helpers", packages: internal("ratelimit", "redact", "osuser"), forbid: []string{nonStd},
-		why: "ratelimit (token buckets), redact (the log redaction layer) and osuser (the unprivileged account of child processes) are standard-library helpers every layer may use",
+		name: "helpers", packages: internal("ratelimit", "redact", "osuser", "tmptree"), forbid: []string{nonStd},
+		why: "ratelimit (token buckets), redact (the log redaction layer), osuser (the unprivileged account of child processes) and tmptree (temporary trees removed once their process is dead) are standard-library helpers every layer may use",
 	},
 	{
 		name: "spectest", packages: internal("spectest"), forbid: []string{module},

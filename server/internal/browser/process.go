@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/originweave/bap/server/internal/osuser"
+	"github.com/originweave/bap/server/internal/tmptree"
 )
 
 // DefaultRunAsUser is the account Chromium runs as when this process runs as
@@ -133,8 +134,9 @@ func sandboxFailure(output string) error {
 // process is one running browser.
 type process struct {
 	cmd     *exec.Cmd
-	dir     string   // the browser's directory tree (see newBrowserDirs), removed by stop
-	root    *os.Root // dir, opened before anyone else could write in it
+	dir     string        // the browser's directory tree (see newBrowserDirs), removed by stop
+	tree    *tmptree.Tree // dir's lock: held while the browser runs, so no sweep removes it
+	root    *os.Root      // dir, opened before anyone else could write in it
 	acct    osuser.Account
 	conn    *conn
 	exited  chan struct{}
@@ -183,12 +185,17 @@ func browserAccount(cfg Config) (osuser.Account, error) {
 // operations go through p.root, which does not follow links out of the tree.
 var browserOwnedDirs = []string{"profile", "home", "tmp", "crash"}
 
-// newBrowserDirs creates the tree's root and the browser's own directories.
-func newBrowserDirs(acct osuser.Account) (string, *os.Root, error) {
-	dir, err := os.MkdirTemp("", "bap-chromium-")
+// treePrefix names the browser's trees in the temporary directory.
+const treePrefix = "bap-chromium-"
+
+// newBrowserDirs creates the tree's root, held by this process (tmptree), and the browser's own
+// directories.
+func newBrowserDirs(acct osuser.Account) (*tmptree.Tree, *os.Root, error) {
+	tree, err := tmptree.New("", treePrefix)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
+	dir := tree.Dir
 	root, err := os.OpenRoot(dir)
 	if err == nil {
 		err = acct.CheckSearchable(filepath.Dir(dir))
@@ -206,9 +213,10 @@ func newBrowserDirs(acct osuser.Account) (string, *os.Root, error) {
 			_ = root.Close()
 		}
 		_ = os.RemoveAll(dir)
-		return "", nil, err
+		_ = tree.Close()
+		return nil, nil, err
 	}
-	return dir, root, nil
+	return tree, root, nil
 }
 
 // bapDirMode is the mode of directories bap owns in the tree: the browser
@@ -376,13 +384,18 @@ func launch(ctx context.Context, bin string, cfg Config, spki string, log *slog.
 	if err != nil {
 		return nil, err
 	}
-	dir, root, err := newBrowserDirs(acct)
+	// The trees of browsers whose bap was killed before it could remove them (their profiles
+	// hold the sessions' cookies and storage).
+	tmptree.SweepDeadAndLog(log, treePrefix)
+	tree, root, err := newBrowserDirs(acct)
 	if err != nil {
 		return nil, fmt.Errorf("%w: creating the browser's directories: %w", ErrUnavailable, err)
 	}
+	dir := tree.Dir
 	cleanup := func() {
 		_ = root.Close()
 		_ = os.RemoveAll(dir)
+		_ = tree.Close()
 	}
 	args := browserArgs(dir, cfg, spki)
 
@@ -417,7 +430,7 @@ func launch(ctx context.Context, bin string, cfg Config, spki string, log *slog.
 	}
 	cmdR.Close()
 	cmdW.Close()
-	p := &process{cmd: cmd, dir: dir, root: root, acct: acct, exited: make(chan struct{}), output: out}
+	p := &process{cmd: cmd, dir: dir, tree: tree, root: root, acct: acct, exited: make(chan struct{}), output: out}
 	go func() {
 		_ = cmd.Wait()
 		close(p.exited)
@@ -470,6 +483,7 @@ func (p *process) stop() {
 		killGroup(p.cmd) // helpers that outlived the browser
 		_ = p.root.Close()
 		_ = removeAllRetry(p.dir)
+		_ = p.tree.Close() // after the removal: a sweep must not see the tree free while it is in use
 	})
 }
 

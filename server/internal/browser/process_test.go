@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/osuser"
+	"github.com/originweave/bap/server/internal/tmptree"
 )
 
 // procInfo is what /proc says about one process.
@@ -270,15 +271,16 @@ func testDirs(t *testing.T) (*process, osuser.Account) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, root, err := newBrowserDirs(acct)
+	tree, root, err := newBrowserDirs(acct)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = root.Close()
-		_ = os.RemoveAll(dir)
+		_ = os.RemoveAll(tree.Dir)
+		_ = tree.Close()
 	})
-	return &process{dir: dir, root: root, acct: acct}, acct
+	return &process{dir: tree.Dir, tree: tree, root: root, acct: acct}, acct
 }
 
 func ownerMode(t *testing.T, path string) (uint32, os.FileMode) {
@@ -321,6 +323,7 @@ func TestBrowserDirectoriesBelongToTheBrowserUser(t *testing.T) {
 		mode  os.FileMode
 	}{
 		{p.dir, me, os.ModeDir | bapMode},
+		{filepath.Join(p.dir, tmptree.LockName), me, 0o600},
 		{filepath.Join(p.dir, "profile"), acct.UID, os.ModeDir | 0o700},
 		{filepath.Join(p.dir, "home"), acct.UID, os.ModeDir | 0o700},
 		{filepath.Join(p.dir, "tmp"), acct.UID, os.ModeDir | 0o700},

@@ -306,7 +306,8 @@ func TestProcessIsConfined(t *testing.T) {
 	}
 }
 
-// processGroup lists the processes whose process group is pgid.
+// processGroup lists the processes whose process group is pgid and that have not exited (a zombie
+// has).
 func processGroup(t *testing.T, pgid int) []int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
@@ -325,7 +326,7 @@ func processGroup(t *testing.T, pgid int) []int {
 		}
 		// pid (comm) state ppid pgrp …: comm may hold spaces, so split after its ')'.
 		rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
-		if f := strings.Fields(rest); len(f) >= 3 && f[2] == strconv.Itoa(pgid) {
+		if f := strings.Fields(rest); len(f) >= 3 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" && f[0] != "X" {
 			out = append(out, pid)
 		}
 	}

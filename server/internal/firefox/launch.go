@@ -29,6 +29,7 @@ import (
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/pagekit"
 	"github.com/originweave/bap/server/internal/tlsmint"
+	"github.com/originweave/bap/server/internal/tmptree"
 )
 
 // DefaultBinary is Debian's Firefox ESR.
@@ -73,11 +74,12 @@ var browserOwnedDirs = []string{"profile", "home", "tmp"}
 //
 // Everything is created before the browser starts, so the browser cannot have planted a link
 // where bap writes.
-func newDirs(acct osuser.Account) (string, error) {
-	dir, err := os.MkdirTemp("", "bap-firefox-")
+func newDirs(acct osuser.Account) (*tmptree.Tree, error) {
+	tree, err := tmptree.New("", treePrefix)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	dir := tree.Dir
 	err = acct.CheckSearchable(filepath.Dir(dir))
 	if err == nil && acct.Switch {
 		err = os.Chmod(dir, 0o711)
@@ -92,10 +94,14 @@ func newDirs(acct osuser.Account) (string, error) {
 	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return "", err
+		_ = tree.Close()
+		return nil, err
 	}
-	return dir, nil
+	return tree, nil
 }
+
+// treePrefix names the browser's trees in the temporary directory.
+const treePrefix = "bap-firefox-"
 
 // uploadsDir is the directory of the tree that holds staged uploads.
 const uploadsDir = "uploads"
@@ -187,6 +193,7 @@ type Browser struct {
 
 	cmd     *exec.Cmd
 	dir     string         // the browser's directory tree (newDirs), removed by Close
+	tree    *tmptree.Tree  // dir's lock: held while the browser runs, so no sweep removes it
 	acct    osuser.Account // the account it runs as
 	log     *slog.Logger
 	exited  chan struct{}
@@ -251,9 +258,18 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := newDirs(acct)
+	// The trees of browsers whose bap was killed before it could remove them (their profiles
+	// hold the sessions' cookies and storage).
+	tmptree.SweepDeadAndLog(log, treePrefix)
+	tree, err := newDirs(acct)
 	if err != nil {
 		return nil, fmt.Errorf("firefox: %w", err)
+	}
+	dir := tree.Dir
+	// Until the Browser owns the tree, a failure removes it here.
+	abandon := func() {
+		_ = os.RemoveAll(dir)
+		_ = tree.Close()
 	}
 	profile := filepath.Join(dir, "profile")
 	all := map[string]any{}
@@ -269,7 +285,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		err = acct.Chown(userjs)
 	}
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		abandon()
 		return nil, fmt.Errorf("firefox: profile: %w", err)
 	}
 	certs, err := trustNewAuthority(ctx, profile, acct)
@@ -283,12 +299,14 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	cmd.Env = browserEnv(dir, os.LookupEnv)
 	cmd.Dir = filepath.Join(dir, "home")
 	// Its own process group, so Close stops the content processes too; as root, the account.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: acct.Credential()}
+	// It dies with this process (sysProcAttr): a browser left running with its Remote Agent
+	// listening could be driven by any local process, with the sessions' cookies.
+	cmd.SysProcAttr = sysProcAttr(acct.Credential())
 	// A pipe of our own rather than StderrPipe: the content processes inherit stderr, and the
 	// reader must be free to read until the last of them closes it, after Wait has returned.
 	stderr, w, err := os.Pipe()
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		abandon()
 		return nil, fmt.Errorf("firefox: %w", err)
 	}
 	cmd.Stderr = w
@@ -297,10 +315,10 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 	_ = w.Close()
 	if err != nil {
 		_ = stderr.Close()
-		_ = os.RemoveAll(dir)
+		abandon()
 		return nil, fmt.Errorf("firefox: start: %w", err)
 	}
-	b := &Browser{cmd: cmd, dir: dir, acct: acct, log: log, exited: make(chan struct{}), certs: certs}
+	b := &Browser{cmd: cmd, dir: dir, tree: tree, acct: acct, log: log, exited: make(chan struct{}), certs: certs}
 	urls := make(chan string, 1)
 	go b.scan(stderr, urls)
 	go func() {
@@ -398,5 +416,5 @@ func (b *Browser) cleanup() error {
 	if err := os.RemoveAll(b.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("firefox: removing the browser's directory: %w", err)
 	}
-	return nil
+	return b.tree.Close() // after the removal: a sweep must not see the tree free while it is in use
 }
