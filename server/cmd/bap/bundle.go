@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -70,16 +72,31 @@ func exportBundle(ctx context.Context, socket, taskID, out string, stdout io.Wri
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return problemOf(resp, raw)
 	}
+	// The server sends the bundle as it writes it: a bundle cut short fails the copy (its
+	// Content-Length), and one that is not what the server digested fails the Repr-Digest check.
+	sum := sha256.New()
+	check := func() error {
+		if want, got := resp.Header.Get("Repr-Digest"), "sha-256=:"+base64.StdEncoding.EncodeToString(sum.Sum(nil))+":"; want != got {
+			return fmt.Errorf("the bundle received does not match its Repr-Digest (%s, received %s)", want, got)
+		}
+		return nil
+	}
 	if out == "" {
-		_, err := io.Copy(stdout, resp.Body)
-		return err
+		if _, err := io.Copy(io.MultiWriter(stdout, sum), resp.Body); err != nil {
+			return err
+		}
+		return check()
 	}
 	tmp := out + ".part"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
+	_, err = io.Copy(io.MultiWriter(f, sum), resp.Body)
+	if err == nil {
+		err = check()
+	}
+	if err != nil {
 		f.Close()
 		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", out, err)

@@ -1,7 +1,7 @@
 package api
 
 import (
-	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
 	"strconv"
@@ -79,8 +79,11 @@ func clip(s string, n int) string {
 // artifacts, which get_artifact answers only with it.
 const bundleScope = "bap:artifacts.read"
 
-// GetTaskBundle implements apigen.ServerInterface: the task's evidence bundle, a tar file. It is
-// built in memory first, so that a failure is a problem, never half a bundle.
+// GetTaskBundle implements apigen.ServerInterface: the task's evidence bundle, a tar file. The
+// bundle is written twice and held in memory neither time: once to learn its length and digest
+// (a failure then is a problem, never half a bundle), once to send it. A member that cannot be
+// read again while it is sent cuts the response short of its Content-Length, which no client
+// takes for a whole bundle.
 func (s *server) GetTaskBundle(w http.ResponseWriter, r *http.Request, taskID apigen.TaskId) {
 	req, ok := s.begin(w, r, taskID)
 	if !ok {
@@ -94,15 +97,26 @@ func (s *server) GetTaskBundle(w http.ResponseWriter, r *http.Request, taskID ap
 			"a bundle carries the task's artifacts: it needs the %s capability too, as get_artifact does", bundleScope))
 		return
 	}
-	var buf bytes.Buffer
-	if err := s.svc.ExportBundle(r.Context(), req.principal.Actor, taskID, &buf); err != nil {
+	b, err := s.svc.PrepareBundle(r.Context(), req.principal.Actor, taskID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sum := sha256.New()
+	n, err := b.WriteTo(sum)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	h := w.Header()
-	h.Set("Repr-Digest", reprDigest(buf.Bytes()))
-	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h.Set("Repr-Digest", reprDigestOf(sum.Sum(nil)))
+	h.Set("Content-Length", strconv.FormatInt(n, 10))
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Disposition", `attachment; filename="`+taskID+`.bundle.tar"`)
-	writeRaw(w, http.StatusOK, "application/x-tar", buf.Bytes())
+	h.Set("Content-Type", "application/x-tar")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if _, err := b.WriteTo(w); err != nil && r.Context().Err() == nil {
+		s.log.Warn("a bundle stopped while it was sent", "task_id", taskID, "err", err)
+	}
 }

@@ -57,7 +57,12 @@ func (s *server) CaptureEvidence(w http.ResponseWriter, r *http.Request, id apig
 // reprDigest is the RFC 9530 Repr-Digest field value of b.
 func reprDigest(b []byte) string {
 	sum := sha256.Sum256(b)
-	return "sha-256=:" + base64.StdEncoding.EncodeToString(sum[:]) + ":"
+	return reprDigestOf(sum[:])
+}
+
+// reprDigestOf is the Repr-Digest field (RFC 9530) of a representation whose SHA-256 is sum.
+func reprDigestOf(sum []byte) string {
+	return "sha-256=:" + base64.StdEncoding.EncodeToString(sum) + ":"
 }
 
 // GetArtifact implements apigen.ServerInterface: the artifact's bytes as they are stored.

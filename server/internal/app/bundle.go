@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -17,31 +18,45 @@ import (
 // default; this guards a node configured without one).
 const maxBundleArchive = 1 << 30
 
-// ExportBundle writes the evidence bundle of a task that has ended to w (issue #20 item 3, ADR
-// 0036): its history with the chain, anchors, receipts, the task and its result, its artifacts,
-// the WARC of its sessions when it was recorded, and a PROV-JSON document, under a manifest
-// signed with the audit key. When events followed the last anchor (a session closed after the
-// task ended), the head is anchored first, so the bundle's whole history is pinned.
-func (s *Service) ExportBundle(ctx context.Context, actor Actor, taskID string, w io.Writer) error {
+// PrepareBundle makes the evidence bundle of a task that has ended (issue #20 item 3, ADR 0036),
+// ready to write: its history with the chain, anchors, receipts, the task and its result, its
+// artifacts, the WARC of its sessions when it was recorded, and a PROV-JSON document, under a
+// manifest signed with the audit key. When events followed the last anchor (a session closed
+// after the task ended), the head is anchored first, so the bundle's whole history is pinned.
+//
+// The artifacts and the archive are not held in memory: each write of the bundle reads them
+// again (within ctx, which must outlive the writes), one at a time, and checks them against the
+// manifest.
+func (s *Service) PrepareBundle(ctx context.Context, actor Actor, taskID string) (*evidencebundle.Bundle, error) {
 	t, err := s.GetTask(ctx, actor, taskID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !t.State.Terminal() {
-		return Errorf(CodeInvalidTransition, "task is %s; a bundle is exported once the task has ended", t.State)
+		return nil, Errorf(CodeInvalidTransition, "task is %s; a bundle is exported once the task has ended", t.State)
 	}
 	if err := s.anchorHeadForExport(ctx, t); err != nil {
-		return err
+		return nil, err
 	}
 	keys, err := s.auditSigner(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	members, err := s.bundleMembers(ctx, actor, t)
 	if err != nil {
+		return nil, err
+	}
+	return evidencebundle.Prepare(t.Tenant, t.ID, s.cfg.Now(), members, evidencebundle.Signer{Key: keys.signer, KeyID: keys.signKID})
+}
+
+// ExportBundle writes the evidence bundle of a task that has ended to w (see PrepareBundle).
+func (s *Service) ExportBundle(ctx context.Context, actor Actor, taskID string, w io.Writer) error {
+	b, err := s.PrepareBundle(ctx, actor, taskID)
+	if err != nil {
 		return err
 	}
-	return evidencebundle.Write(w, t.Tenant, t.ID, s.cfg.Now(), members, evidencebundle.Signer{Key: keys.signer, KeyID: keys.signKID})
+	_, err = b.WriteTo(w)
+	return err
 }
 
 // anchorHeadForExport anchors t's chain head when it moved past the last anchor.
@@ -196,7 +211,7 @@ func (s *Service) bundleMembers(ctx context.Context, actor Actor, t *Task) ([]ev
 	afacts := make([]evidencebundle.ArtifactFacts, 0, len(ids))
 	var blobs []evidencebundle.Member
 	for _, id := range ids {
-		a, data, err := s.store.GetArtifact(ctx, t.Tenant, id)
+		a, _, err := s.store.GetArtifact(ctx, t.Tenant, id)
 		if err != nil {
 			return nil, fmt.Errorf("reading artifact %s: %w", id, err)
 		}
@@ -205,7 +220,15 @@ func (s *Service) bundleMembers(ctx context.Context, actor Actor, t *Task) ([]ev
 			Member: evidencebundle.ArtifactMember(a.ID)})
 		afacts = append(afacts, evidencebundle.ArtifactFacts{ID: a.ID, Kind: a.Kind, MediaType: a.MediaType, SHA256: a.SHA256,
 			CommandID: a.CommandID, SourceURL: a.SourceURL})
-		blobs = append(blobs, evidencebundle.Member{Name: evidencebundle.ArtifactMember(a.ID), Data: data})
+		// Content-addressed: its digest is known, and each write reads it again and checks it.
+		blobs = append(blobs, evidencebundle.Member{Name: evidencebundle.ArtifactMember(a.ID), SHA256: a.SHA256, Size: a.Size,
+			Open: func() (io.ReadCloser, error) {
+				_, data, err := s.store.GetArtifact(ctx, t.Tenant, id)
+				if err != nil {
+					return nil, fmt.Errorf("reading artifact %s: %w", id, err)
+				}
+				return io.NopCloser(bytes.NewReader(data)), nil
+			}})
 	}
 	if err := add(evidencebundle.ArtifactsName, arts); err != nil {
 		return nil, err
@@ -222,15 +245,42 @@ func (s *Service) bundleMembers(ctx context.Context, actor Actor, t *Task) ([]ev
 	case err != nil:
 		return nil, fmt.Errorf("reading the task's archive: %w", err)
 	default:
-		data, err := io.ReadAll(io.LimitReader(archive, maxBundleArchive+1))
-		archive.Close()
-		if err != nil {
-			return nil, fmt.Errorf("reading the task's archive: %w", err)
-		}
-		if len(data) > maxBundleArchive {
-			return nil, fmt.Errorf("the task's archive is larger than a bundle carries (%d bytes)", maxBundleArchive)
-		}
-		members = append(members, evidencebundle.Member{Name: evidencebundle.ArchiveMember("sessions.warc"), Data: data})
+		archive.Close() // it exists; each write of the bundle reads it again
+		// A session that closes after the task ended may still append its last records: the
+		// bundle carries the archive as it was when it was digested.
+		members = append(members, evidencebundle.Member{Name: evidencebundle.ArchiveMember("sessions.warc"), AppendOnly: true,
+			Open: func() (io.ReadCloser, error) {
+				r, err := s.TaskArchive(ctx, actor, t.ID)
+				if err != nil {
+					return nil, fmt.Errorf("reading the task's archive: %w", err)
+				}
+				return &cappedReader{r: r, left: maxBundleArchive}, nil
+			}})
 	}
 	return members, nil
 }
+
+// cappedReader fails a read past its cap rather than ending quietly, so a bundle never carries
+// a cut archive.
+type cappedReader struct {
+	r    io.ReadCloser
+	left int64
+}
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var one [1]byte
+		if n, _ := c.r.Read(one[:]); n > 0 {
+			return 0, fmt.Errorf("the task's archive is larger than a bundle carries (%d bytes)", int64(maxBundleArchive))
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+func (c *cappedReader) Close() error { return c.r.Close() }

@@ -50,11 +50,26 @@ const (
 // manifestJWSType is the JWS "typ" of a manifest's signature.
 const manifestJWSType = "bap-bundle-manifest+jws"
 
-// Member is one file of a bundle.
+// Member is one file of a bundle: its bytes, or, for one too large to hold in memory (the
+// archive, artifacts), a way to read them. Open is called once to digest the member in Prepare
+// and once more each time the bundle is written; it must give the same bytes every time.
 type Member struct {
 	Name string
 	Data []byte
+	Open func() (io.ReadCloser, error)
+	// SHA256 (hex) and Size, when set with Open, are the member's known digest and length (an
+	// artifact's: content-addressed); Prepare then does not read it, and each write checks it.
+	SHA256 string
+	Size   int64
+	// AppendOnly marks an opened member that may grow while the bundle is written (the archive of
+	// a session still closing): each write carries its first Size bytes, the ones Prepare
+	// digested, and only a change to those fails it.
+	AppendOnly bool
 }
+
+// ErrMemberChanged reports a member whose bytes, read again to be written, are not the ones its
+// manifest entry was made from: the bundle written so far is not to be used.
+var ErrMemberChanged = errors.New("a bundle member changed while the bundle was written")
 
 // Entry is one member as the manifest lists it.
 type Entry struct {
@@ -88,52 +103,155 @@ type Signer struct {
 	KeyID string
 }
 
-// Write writes a bundle of members (in their order, after the manifest and its signature) for a
-// task of tenant to w. Member names are checked as Verify checks them.
-func Write(w io.Writer, tenant, taskID string, at time.Time, members []Member, sign Signer) error {
+// Bundle is a bundle ready to be written: its members' digests, its manifest and the manifest's
+// signature, made once by Prepare. WriteTo writes the same bytes every time, so a caller can
+// write it once to learn its length and digest and once more to send it, holding no more than
+// one member's bytes in memory when the members are opened rather than given.
+type Bundle struct {
+	at       time.Time
+	manifest []byte
+	jws      string
+	members  []Member
+	entries  []Entry
+}
+
+// Prepare checks the member names as Verify checks them, digests every member (reading the
+// opened ones through once), and makes and signs the manifest of a bundle of members (in their
+// order, after the manifest and its signature) for a task of tenant.
+func Prepare(tenant, taskID string, at time.Time, members []Member, sign Signer) (*Bundle, error) {
 	m := Manifest{Format: Format, Tenant: tenant, TaskID: taskID, ExportedAt: at.UTC().Format(time.RFC3339Nano)}
 	seen := map[string]bool{}
 	for _, mb := range members {
 		if err := checkName(mb.Name); err != nil {
-			return err
+			return nil, err
 		}
 		if seen[mb.Name] {
-			return fmt.Errorf("member %s twice", mb.Name)
+			return nil, fmt.Errorf("member %s twice", mb.Name)
 		}
 		seen[mb.Name] = true
-		sum := sha256.Sum256(mb.Data)
-		m.Members = append(m.Members, Entry{Name: mb.Name, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(mb.Data))})
+		sum, size, err := digest(mb)
+		if err != nil {
+			return nil, err
+		}
+		m.Members = append(m.Members, Entry{Name: mb.Name, SHA256: sum, Size: size})
 	}
 	manifest, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sum := sha256.Sum256(manifest)
 	jws, err := historychain.SignJWS(sign.Key, sign.KeyID, manifestJWSType,
 		manifestStatement{Type: manifestStatementType, Tenant: tenant, TaskID: taskID, ManifestSHA256: hex.EncodeToString(sum[:])})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tw := tar.NewWriter(w)
+	return &Bundle{at: at.UTC(), manifest: manifest, jws: jws, members: members, entries: m.Members}, nil
+}
+
+// digest returns a member's SHA-256 (hex) and size.
+func digest(mb Member) (string, int64, error) {
+	switch {
+	case mb.Open == nil:
+		sum := sha256.Sum256(mb.Data)
+		return hex.EncodeToString(sum[:]), int64(len(mb.Data)), nil
+	case mb.SHA256 != "":
+		return mb.SHA256, mb.Size, nil
+	}
+	r, err := mb.Open()
+	if err != nil {
+		return "", 0, fmt.Errorf("reading member %s: %w", mb.Name, err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return "", 0, fmt.Errorf("reading member %s: %w", mb.Name, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// WriteTo writes the bundle as a tar file to w and returns the bytes written. A member that
+// reads differently from when Prepare digested it fails with ErrMemberChanged.
+func (b *Bundle) WriteTo(w io.Writer) (int64, error) {
+	cw := &countingWriter{w: w}
+	tw := tar.NewWriter(cw)
+	header := func(name string, size int64) error {
+		return tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: b.at, Typeflag: tar.TypeReg, Format: tar.FormatPAX})
+	}
 	put := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: at.UTC(), Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		if err := header(name, int64(len(data))); err != nil {
 			return err
 		}
 		_, err := tw.Write(data)
 		return err
 	}
-	if err := put(ManifestName, manifest); err != nil {
-		return err
+	if err := put(ManifestName, b.manifest); err != nil {
+		return cw.n, err
 	}
-	if err := put(SignatureName, []byte(jws)); err != nil {
-		return err
+	if err := put(SignatureName, []byte(b.jws)); err != nil {
+		return cw.n, err
 	}
-	for _, mb := range members {
-		if err := put(mb.Name, mb.Data); err != nil {
-			return err
+	for i, mb := range b.members {
+		if mb.Open == nil {
+			if err := put(mb.Name, mb.Data); err != nil {
+				return cw.n, err
+			}
+			continue
+		}
+		if err := header(mb.Name, b.entries[i].Size); err != nil {
+			return cw.n, err
+		}
+		if err := copyMember(tw, mb, b.entries[i]); err != nil {
+			return cw.n, err
 		}
 	}
-	return tw.Close()
+	err := tw.Close()
+	return cw.n, err
+}
+
+// copyMember copies an opened member's bytes to w, checking them against its entry.
+func copyMember(w io.Writer, mb Member, e Entry) error {
+	r, err := mb.Open()
+	if err != nil {
+		return fmt.Errorf("reading member %s: %w", mb.Name, err)
+	}
+	defer r.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(io.MultiWriter(w, h), r, e.Size); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: %s is shorter than %d bytes", ErrMemberChanged, mb.Name, e.Size)
+		}
+		return fmt.Errorf("reading member %s: %w", mb.Name, err)
+	}
+	if n, _ := r.Read(make([]byte, 1)); n > 0 && !mb.AppendOnly {
+		return fmt.Errorf("%w: %s is longer than %d bytes", ErrMemberChanged, mb.Name, e.Size)
+	}
+	if hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
+		return fmt.Errorf("%w: %s", ErrMemberChanged, mb.Name)
+	}
+	return nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Write prepares a bundle of members (see Prepare) and writes it to w once.
+func Write(w io.Writer, tenant, taskID string, at time.Time, members []Member, sign Signer) error {
+	b, err := Prepare(tenant, taskID, at, members, sign)
+	if err != nil {
+		return err
+	}
+	_, err = b.WriteTo(w)
+	return err
 }
 
 // ArtifactMember is the member name of an artifact's bytes.

@@ -8,7 +8,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +69,8 @@ func (f *fixture) bundle(t testing.TB, edit func(members []Member) []Member) []b
 	if err != nil {
 		t.Fatal(err)
 	}
-	members := []Member{{HistoryName, history}, {AnchorsName, anchors}, {ProvenanceName, prov}, {ArtifactMember("art_1"), []byte("png")}}
+	members := []Member{{Name: HistoryName, Data: history}, {Name: AnchorsName, Data: anchors}, {Name: ProvenanceName, Data: prov},
+		{Name: ArtifactMember("art_1"), Data: []byte("png")}}
 	if edit != nil {
 		members = edit(members)
 	}
@@ -126,7 +129,7 @@ func TestVerifyBundle(t *testing.T) {
 func TestWriteRefusesUnsafeNames(t *testing.T) {
 	f := newFixture(t, 1)
 	for _, name := range []string{"../x", "/etc/passwd", "a/../../b", "", ManifestName, "a\\b", "a//b"} {
-		err := Write(&bytes.Buffer{}, "local", "tsk_a", time.Now(), []Member{{name, nil}}, f.signer)
+		err := Write(&bytes.Buffer{}, "local", "tsk_a", time.Now(), []Member{{Name: name}}, f.signer)
 		if err == nil || !strings.Contains(err.Error(), "member name") {
 			t.Errorf("Write with member %q: %v", name, err)
 		}
@@ -173,4 +176,97 @@ func FuzzReadHistory(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		_, _ = ReadHistory(raw)
 	})
+}
+
+// opened is a member read through Open from what *content holds at each call.
+func opened(name string, content *[]byte, opens *int) Member {
+	return Member{Name: name, Open: func() (io.ReadCloser, error) {
+		*opens++
+		return io.NopCloser(bytes.NewReader(*content)), nil
+	}}
+}
+
+// TestOpenedMembersAreStreamedAndChecked: a member given as a way to read it (the archive, the
+// artifacts: what is too large to hold) is read once for its digest and once per write; the
+// bundle is the same bytes every write, and verifies; a member that reads differently the second
+// time fails the write with ErrMemberChanged, whether it changed, grew or shrank.
+func TestOpenedMembersAreStreamedAndChecked(t *testing.T) {
+	f := newFixture(t, 3)
+	history, err := HistoryJSONL(f.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors, _ := AnchorsJSON([]AnchorLine{f.anchor})
+	archive := bytes.Repeat([]byte("WARC/1.1\r\n"), 50_000)
+	opens := 0
+	members := []Member{{Name: HistoryName, Data: history}, {Name: AnchorsName, Data: anchors},
+		opened(ArchiveMember("sessions.warc"), &archive, &opens)}
+	b, err := Prepare("local", "tsk_a", time.Now(), members, f.signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, second bytes.Buffer
+	n1, err1 := b.WriteTo(&first)
+	n2, err2 := b.WriteTo(&second)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	if n1 != int64(first.Len()) || !bytes.Equal(first.Bytes(), second.Bytes()) || opens != 3 {
+		t.Fatalf("two writes: %d and %d bytes (counted %d, %d), equal %v, opened %d times (want 3)",
+			first.Len(), second.Len(), n1, n2, bytes.Equal(first.Bytes(), second.Bytes()), opens)
+	}
+	rep, err := Verify(bytes.NewReader(first.Bytes()), f.keys)
+	if err != nil || !rep.Valid {
+		t.Fatalf("the streamed bundle does not verify: %+v, %v", rep, err)
+	}
+	members2, err := readTar(bytes.NewReader(first.Bytes()))
+	if err != nil || !bytes.Equal(members2[ArchiveMember("sessions.warc")], archive) {
+		t.Fatalf("the archive member is not the archive's bytes (%v)", err)
+	}
+
+	for _, c := range []struct {
+		name string
+		edit func([]byte) []byte
+	}{
+		{"changed", func(b []byte) []byte { c := bytes.Clone(b); c[10] ^= 1; return c }},
+		{"grew", func(b []byte) []byte { return append(bytes.Clone(b), 'x') }},
+		{"shrank", func(b []byte) []byte { return b[:len(b)-1] }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			content := archive
+			b, err := Prepare("local", "tsk_a", time.Now(), []Member{{Name: HistoryName, Data: history},
+				opened(ArchiveMember("sessions.warc"), &content, new(int))}, f.signer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			content = c.edit(archive)
+			if _, err := b.WriteTo(io.Discard); !errors.Is(err, ErrMemberChanged) {
+				t.Fatalf("write after the member %s: %v, want ErrMemberChanged", c.name, err)
+			}
+		})
+	}
+
+	// An append-only member that grew is written as it was digested; one whose digested bytes
+	// changed still fails.
+	content := archive
+	grows := opened(ArchiveMember("sessions.warc"), &content, new(int))
+	grows.AppendOnly = true
+	b, err = Prepare("local", "tsk_a", time.Now(), []Member{{Name: HistoryName, Data: history}, grows}, f.signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before bytes.Buffer
+	if _, err := b.WriteTo(&before); err != nil {
+		t.Fatal(err)
+	}
+	content = append(bytes.Clone(archive), "WARC/1.1 appended"...)
+	var after bytes.Buffer
+	if _, err := b.WriteTo(&after); err != nil || !bytes.Equal(before.Bytes(), after.Bytes()) {
+		t.Fatalf("an append-only member that grew: %v, same bytes %v", err, bytes.Equal(before.Bytes(), after.Bytes()))
+	}
+	content = bytes.Clone(archive)
+	content[0] ^= 1
+	if _, err := b.WriteTo(io.Discard); !errors.Is(err, ErrMemberChanged) {
+		t.Fatalf("an append-only member whose digested bytes changed: %v, want ErrMemberChanged", err)
+	}
 }
