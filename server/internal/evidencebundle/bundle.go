@@ -272,12 +272,26 @@ func checkName(name string) error {
 	return nil
 }
 
-// Limits on what Verify reads: a bundle handed to `bap bundle verify` may be hostile.
+// Limits on what Verify reads: a bundle handed to `bap bundle verify` may be hostile. Only the
+// members it parses (manifest, signature, history, anchors) are held in memory, each at most
+// maxReadBytes; the others are digested as they stream by.
 const (
 	maxMembers     = 100_000
 	maxMemberBytes = 2 << 30
 	maxTotalBytes  = 8 << 30
+	maxReadBytes   = 512 << 20
 )
+
+// parsed names the members Verify reads, not only digests.
+var parsed = map[string]bool{ManifestName: true, SignatureName: true, HistoryName: true, AnchorsName: true}
+
+// readMember is one member as Verify read it: its digest and size, and its bytes when it is one
+// Verify parses.
+type readMember struct {
+	sum  [sha256.Size]byte
+	size int64
+	data []byte
+}
 
 // Problem is one thing wrong with a bundle, naming the member it is about.
 type Problem struct {
@@ -311,8 +325,9 @@ func Verify(rd io.Reader, keys historychain.KeySet) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{}
-	manifestRaw, okM := members[ManifestName]
-	jws, okS := members[SignatureName]
+	manifest, okM := members[ManifestName]
+	sig, okS := members[SignatureName]
+	manifestRaw, jws := manifest.data, sig.data
 	if !okM || !okS {
 		r.problem(ManifestName, "the bundle has no %s and %s", ManifestName, SignatureName)
 		return r, nil
@@ -341,13 +356,12 @@ func Verify(rd io.Reader, keys historychain.KeySet) (*Report, error) {
 			continue
 		}
 		listed[e.Name] = true
-		data, ok := members[e.Name]
+		got, ok := members[e.Name]
 		if !ok {
 			r.problem(e.Name, "listed in the manifest but missing")
 			continue
 		}
-		sum := sha256.Sum256(data)
-		if hex.EncodeToString(sum[:]) != e.SHA256 || int64(len(data)) != e.Size {
+		if hex.EncodeToString(got.sum[:]) != e.SHA256 || got.size != e.Size {
 			r.problem(e.Name, "its SHA-256 is not the manifest's: the member changed")
 		}
 	}
@@ -364,13 +378,13 @@ func Verify(rd io.Reader, keys historychain.KeySet) (*Report, error) {
 
 // checkHistory verifies the history's chain links and public hash against the signed anchors, and
 // that they pin the whole history.
-func (r *Report) checkHistory(members map[string][]byte, m Manifest, keys historychain.KeySet) {
-	events, err := ReadHistory(members[HistoryName])
+func (r *Report) checkHistory(members map[string]readMember, m Manifest, keys historychain.KeySet) {
+	events, err := ReadHistory(members[HistoryName].data)
 	if err != nil {
 		r.problem(HistoryName, "%v", err)
 		return
 	}
-	anchors, err := ReadAnchors(members[AnchorsName])
+	anchors, err := ReadAnchors(members[AnchorsName].data)
 	if err != nil {
 		r.problem(AnchorsName, "%v", err)
 		return
@@ -503,9 +517,9 @@ func ReadAnchors(raw []byte) ([]historychain.Anchor, error) {
 }
 
 // readTar reads every regular member of a bundle, within the limits.
-func readTar(rd io.Reader) (map[string][]byte, error) {
+func readTar(rd io.Reader) (map[string]readMember, error) {
 	tr := tar.NewReader(rd)
-	out := map[string][]byte{}
+	out := map[string]readMember{}
 	var total int64
 	for {
 		h, err := tr.Next()
@@ -526,15 +540,25 @@ func readTar(rd io.Reader) (map[string][]byte, error) {
 		if _, dup := out[h.Name]; dup {
 			return nil, fmt.Errorf("member %q twice", h.Name)
 		}
-		if len(out) >= maxMembers || h.Size < 0 || h.Size > maxMemberBytes || total+h.Size > maxTotalBytes {
+		if len(out) >= maxMembers || h.Size < 0 || h.Size > maxMemberBytes || total+h.Size > maxTotalBytes ||
+			parsed[h.Name] && h.Size > maxReadBytes {
 			return nil, errors.New("the bundle is larger than a bundle may be")
 		}
 		total += h.Size
-		data, err := io.ReadAll(io.LimitReader(tr, h.Size))
+		var m readMember
+		d := sha256.New()
+		if parsed[h.Name] {
+			m.data, err = io.ReadAll(io.LimitReader(tr, h.Size))
+			d.Write(m.data)
+			m.size = int64(len(m.data))
+		} else {
+			m.size, err = io.Copy(d, io.LimitReader(tr, h.Size))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("member %q: %w", h.Name, err)
 		}
-		out[h.Name] = data
+		d.Sum(m.sum[:0])
+		out[h.Name] = m
 	}
 	return out, nil
 }
