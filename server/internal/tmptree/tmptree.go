@@ -30,7 +30,9 @@ const LockName = ".owner.lock"
 // a sweep never sees a lock file nobody holds yet.
 const pendingName = ".owner.lock.pending"
 
-// Tree is a directory made by [New] and held by this process until Close.
+// Tree is a directory made by [New] and held by this process until Close. Keep the Tree
+// reachable while the directory is in use: Go closes an unreachable file (its finalizer), and
+// closing the lock file frees the tree for any sweep.
 type Tree struct {
 	// Dir is the tree's root: a new directory, mode 0700, of this process's user.
 	Dir  string

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -156,6 +157,7 @@ func TestHelperHoldsATree(t *testing.T) {
 	}
 	fmt.Println("tree", tr.Dir)
 	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // until the test kills us
+	runtime.KeepAlive(tr)                             // an unreachable lock file would be closed by its finalizer
 	os.Exit(0)
 }
 
