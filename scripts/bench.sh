@@ -653,7 +653,7 @@ if [[ $run_go == 1 ]]; then
 		xargs -r -n 1 dirname | sort -u | sed 's|^|./|')
 	if [[ ${#pkgs[@]} -gt 0 ]]; then
 		log "go test -bench in ${pkgs[*]}"
-		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkRecordingCost|BenchmarkEngine.*|BenchmarkWorkflow|BenchmarkConcurrent|BenchmarkExtractTable|BenchmarkOpenSession|BenchmarkNavigateInterception|BenchmarkNavigateSplit)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
+		"$GO" test -run '^$' -bench . -skip '^(BenchmarkComponentScores|BenchmarkHeavyObserve|BenchmarkRecordingCost|BenchmarkEngine.*|BenchmarkWorkflow|BenchmarkConcurrent|BenchmarkSessionMemory|BenchmarkExtractTable|BenchmarkOpenSession|BenchmarkNavigateInterception|BenchmarkNavigateSplit)$' -benchmem -count 1 "${pkgs[@]}" | tee "$out_go"
 	else
 		log "no Go benchmarks found"
 	fi
@@ -672,6 +672,9 @@ if [[ $run_go == 1 ]]; then
 		-benchtime "${browser_iters}x" -count "$browser_count" | tee -a "$out_go" | tee "$tmp/workflow.txt"
 	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkConcurrent$' \
 		-benchtime 10x -count 2 | tee -a "$out_go" | tee "$tmp/concurrent.txt"
+	# Memory per extra session: four more sessions in each browser, PSS of its process tree.
+	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkSessionMemory$' \
+		-benchtime 3x -count 1 | tee -a "$out_go" | tee "$tmp/memory.txt"
 	"$GO" test ./server/internal/browser -run '^$' -bench '^BenchmarkExtractTable$' \
 		-benchtime 30x -count 3 | tee -a "$out_go" | tee "$tmp/extract.txt"
 	# What policy.record costs a whole task over HTTP (archive and record.step), alternately with
@@ -740,6 +743,9 @@ if [[ $run_go == 1 ]]; then
 	row "create_browser_session (warm) p50, ms" "${ow:-n/a}" "a fresh chromedp context and tab: ${of:-n/a} ms"
 	row "4 sessions at once, workflows/s" "$c4" "goal ≥ 0.9 (issue #25): $(yes_no "$(at_least "$c4" 0.9)")"
 	row "16 sessions at once, workflows/s" "$c16" "errors: $(metric errors "$tmp/concurrent.txt" | awk '{ s += $1 } END { print s + 0 }')"
+	mb=$(metric 'bap_MiB/session' "$tmp/memory.txt" | median) mr=$(metric 'chromedp_MiB/session' "$tmp/memory.txt" | median)
+	mratio=$(awk -v b="$mb" -v r="$mr" 'BEGIN { if (b ~ /^-?[0-9.]+$/ && r + 0 > 0) printf "%.2f", b / r; else print "n/a" }')
+	row "memory per extra session, BAP / chromedp" "$mratio" "PSS ${mb} / ${mr} MiB (median of 3); goal ≤ 1 (issue #25): $(yes_no "$(at_most "$mratio" 1)")"
 	echo
 fi
 

@@ -194,6 +194,10 @@ var rules = []rule{
 		why: "the tests' wait-for-a-condition helper is standard library only, so any suite can use it",
 	},
 	{
+		name: "proctree", packages: internal("proctree"), forbid: []string{nonStd},
+		why: "the benchmarks' process-tree measurements (/proc) are standard library only, so any suite can use them",
+	},
+	{
 		name: "end-to-end tests", packages: internal("e2e"), forbid: []string{nonStd},
 		why: "e2e holds tests only (its test files wire the whole stack); its non-test code is a doc comment",
 	},
@@ -239,6 +243,10 @@ var reverseRules = []reverseRule{
 	{
 		name: "the wait helper", imported: internal("waitfor"),
 		why: "waitfor waits in tests; only _test.go files import it",
+	},
+	{
+		name: "the process-tree measurements", imported: internal("proctree"),
+		why: "proctree measures browsers in tests and benchmarks; only _test.go files import it",
 	},
 	{
 		name: "the end-to-end tests", imported: internal("e2e"),

@@ -28,6 +28,7 @@ import (
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/observation"
 	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/proctree"
 	"github.com/originweave/bap/server/internal/warcrecord"
 )
 
@@ -607,6 +608,61 @@ func BenchmarkConcurrent(b *testing.B) {
 			runConcurrent(b, n, func(i int) error { return rawWorkflow(ctxs[i], &steps{}) })
 		})
 	}
+}
+
+// BenchmarkSessionMemory measures what one more session costs each browser in memory (issue #25
+// item 4: memory per extra session no more than raw chromedp's): the PSS of the browser's whole
+// process tree before and after opening four more sessions, each having run the workflow,
+// BAP's sessions in the package's browser and raw chromedp's contexts (a browser context and a
+// tab each) in its own browser. BAP's browser refills its warm contexts as sessions take them;
+// the measure waits for the refill, so those count against BAP.
+func BenchmarkSessionMemory(b *testing.B) {
+	const extra = 4
+	rawPID := chromedp.FromContext(rawBrowser(b)).Browser.Process().Pid
+	testBrowser.mu.Lock()
+	bapPID := testBrowser.proc.p.cmd.Process.Pid
+	testBrowser.mu.Unlock()
+	ctx := context.Background()
+	mib := func(d int64) float64 { return float64(d) / extra / (1 << 20) }
+	var bapPer, rawPer []float64
+	for b.Loop() {
+		waitWarm(b)
+		before := proctree.PSS(bapPID)
+		var opened []*Session
+		for range extra {
+			s := benchSession(b)
+			if err := bapWorkflow(ctx, s, &steps{}); err != nil {
+				b.Fatal(err)
+			}
+			opened = append(opened, s)
+		}
+		waitWarm(b)
+		bapPer = append(bapPer, mib(proctree.PSS(bapPID)-before))
+		for _, s := range opened {
+			_ = s.Close(ctx)
+		}
+
+		before = proctree.PSS(rawPID)
+		var cancels []context.CancelFunc
+		for range extra {
+			rctx, cancel := chromedp.NewContext(rawBrowser(b), chromedp.WithNewBrowserContext())
+			cancels = append(cancels, cancel)
+			if err := rawWorkflow(rctx, &steps{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rawPer = append(rawPer, mib(proctree.PSS(rawPID)-before))
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}
+	median := func(v []float64) float64 {
+		c := append([]float64(nil), v...)
+		sort.Float64s(c)
+		return c[len(c)/2]
+	}
+	b.ReportMetric(median(bapPer), "bap_MiB/session")
+	b.ReportMetric(median(rawPer), "chromedp_MiB/session")
 }
 
 func runConcurrent(b *testing.B, n int, fn func(i int) error) {

@@ -8,11 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +23,7 @@ import (
 	"github.com/originweave/bap/server/internal/ids"
 	"github.com/originweave/bap/server/internal/page"
 	"github.com/originweave/bap/server/internal/policy"
+	"github.com/originweave/bap/server/internal/proctree"
 )
 
 // The engine benchmarks (issue #19 item 5) run the same workflow and the same heavy-page observe
@@ -60,81 +58,14 @@ var (
 	benchFiguresMu sync.Mutex
 )
 
-// children are the processes whose parent is this test binary.
-func children() map[int]bool {
-	out := map[int]bool{}
-	self := os.Getpid()
-	for pid, ppid := range processParents() {
-		if ppid == self {
-			out[pid] = true
-		}
-	}
-	return out
-}
-
-// processParents maps every process of the machine to its parent.
-func processParents() map[int]int {
-	out := map[int]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …; comm may hold spaces and parentheses.
-		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
-		f := strings.Fields(rest)
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil {
-			out[pid] = ppid
-		}
-	}
-	return out
-}
-
 // newChild is the one process started since before (the browser a Start launched).
 func newChild(before map[int]bool) int {
-	for pid := range children() {
+	for pid := range proctree.Children(os.Getpid()) {
 		if !before[pid] {
 			return pid
 		}
 	}
 	return 0
-}
-
-// treePSS is the proportional set size, in bytes, of root and every process below it: a
-// multi-process browser's memory, shared pages counted once.
-func treePSS(root int) int64 {
-	parents := processParents()
-	in := map[int]bool{root: true}
-	for changed := true; changed; {
-		changed = false
-		for pid, ppid := range parents {
-			if in[ppid] && !in[pid] {
-				in[pid], changed = true, true
-			}
-		}
-	}
-	var total int64
-	for pid := range in {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-		if err != nil {
-			continue
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				total += kb << 10
-			}
-		}
-	}
-	return total
 }
 
 func startBenchEngines() (*benchEngines, error) {
@@ -143,14 +74,14 @@ func startBenchEngines() (*benchEngines, error) {
 	be.closer = append(be.closer, be.site.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	before := children()
+	before := proctree.Children(os.Getpid())
 	br, err := browser.Start(ctx, browser.Config{Binary: os.Getenv("BAP_CHROMIUM")})
 	if err != nil {
 		return be, fmt.Errorf("starting Chromium: %w", err)
 	}
 	be.closer = append(be.closer, func() { _ = br.Close() })
 	be.roots["chromium"] = newChild(before)
-	before = children()
+	before = proctree.Children(os.Getpid())
 	ff, err := firefox.Start(ctx, firefox.Config{Binary: os.Getenv("BAP_FIREFOX")})
 	if err != nil {
 		return be, fmt.Errorf("starting Firefox: %w", err)
@@ -165,7 +96,7 @@ func startBenchEngines() (*benchEngines, error) {
 	if bin == "" {
 		bin = "chromium"
 	}
-	before = children()
+	before = proctree.Children(os.Getpid())
 	dir, err := os.MkdirTemp("", "bap-bench-chromedp-")
 	if err != nil {
 		return be, err
@@ -497,7 +428,7 @@ func BenchmarkEngineSessionMemory(b *testing.B) {
 			if _, err := first.Navigate(ctx, page.NavigateRequest{URL: be.site.URL + "/bench.html"}); err != nil {
 				b.Fatal(err)
 			}
-			before := treePSS(be.roots[engine])
+			before := proctree.PSS(be.roots[engine])
 			opened := make([]app.BrowserSession, 0, extraSessions)
 			for range extraSessions {
 				s := be.open(b, engine)
@@ -509,7 +440,7 @@ func BenchmarkEngineSessionMemory(b *testing.B) {
 				}
 				opened = append(opened, s)
 			}
-			per := float64(treePSS(be.roots[engine])-before) / extraSessions / (1 << 20)
+			per := float64(proctree.PSS(be.roots[engine])-before) / extraSessions / (1 << 20)
 			b.ReportMetric(per, engine+"_MiB/session")
 			figure("memory."+engine+"_mib_per_session", per)
 			for _, s := range opened {
