@@ -530,8 +530,9 @@ func (c *Client) ListTaskEvents(ctx context.Context, taskID string, after int, l
 // recorded one (`replay.step_compared`: target, URL, epoch change, observation digest) and the
 // verdict is a `replay.finished` event: `identical`, or the first divergence (step, field,
 // expected, got). `409 replay_not_possible` when the task is not finished, recorded no steps, typed
-// a plain value that was not kept (recorded before values were kept for replay), or its archive
-// holds a tunnel whose content was not recorded.
+// a plain value that was not kept (recorded before values were kept for replay), typed a plain
+// value and the caller is not the principal that created the task (the replay would type the kept
+// value where the caller reads it), or its archive holds a tunnel whose content was not recorded.
 //
 // Mutating: it sends an Idempotency-Key (WithIdempotencyKey, else a new UUID v7) that the client's
 // own retries reuse. Scope (remote profile): bap:tasks.write. The server may also answer 200 with

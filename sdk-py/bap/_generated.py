@@ -4458,7 +4458,9 @@ class Operations:
         observation digest) and the verdict is a `replay.finished` event: `identical`, or the first
         divergence (step, field, expected, got). `409 replay_not_possible` when the task is not
         finished, recorded no steps, typed a plain value that was not kept (recorded before values
-        were kept for replay), or its archive holds a tunnel whose content was not recorded.
+        were kept for replay), typed a plain value and the caller is not the principal that created
+        the task (the replay would type the kept value where the caller reads it), or its archive
+        holds a tunnel whose content was not recorded.
 
         ``POST /bap/v1/tasks/{task_id}/replay`` (mutating: sends ``idempotency_key``, or a new UUID
         that the client's own retries reuse); scope ``bap:tasks.write``. May also answer 200 with

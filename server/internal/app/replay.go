@@ -66,6 +66,15 @@ func (s *Service) ReplayTask(ctx context.Context, call Call, taskID, mode string
 			return Response{}, replayNotPossible("the task's first step sent a side effect: a dry run has nothing to check before it")
 		}
 	}
+	// A replay types the recorded plain values again, in a page its caller observes: they are kept
+	// sealed for the principal that typed them (ADR 0038), never shown to another of the tenant.
+	if call.Actor.Subject != orig.CreatedBy {
+		for i, st := range steps {
+			if st.Operation == "act" && st.Fill == "plain" {
+				return Response{}, replayNotPossible("step %d typed a plain value, which only the principal that created the task may have typed again", i)
+			}
+		}
+	}
 	fills, err := s.recordedFills(ctx, orig)
 	if err != nil {
 		return Response{}, err

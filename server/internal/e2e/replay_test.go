@@ -186,6 +186,30 @@ func replayCheckout(t *testing.T, sh *shop) {
 // A task that typed a plain value whose value was not kept (recorded before values were kept for
 // replay: its row is deleted here) or recorded nothing cannot be replayed: 409
 // replay_not_possible, saying why and never echoing the value; and nothing is created.
+// TestAnotherPrincipalCannotReplayPlainValues: a replay types the recorded task's plain values
+// again, in a page its caller observes, so only the principal that created the task may replay a
+// plain fill (ADR 0038 keeps them sealed for it). The local operator replaying the agent's task is
+// refused without the value; the agent's own replay is accepted.
+func TestAnotherPrincipalCannotReplayPlainValues(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	s := newStack(t, func(c *app.Config) { c.Recording = daemon.NewRecordings(t.TempDir(), 0, 0, nil) })
+	rec := s.must(t, 201, "POST", "/bap/v1/tasks", "ap-task", map[string]any{
+		"goal": "order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}, "record": true}}).str("task", "task_id")
+	sessionID := s.must(t, 201, "POST", "/bap/v1/tasks/"+rec+"/browser-sessions", "ap-session", map[string]any{}).str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", "ap-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", "ap-fill", map[string]any{
+		"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Ada Private"})
+	s.must(t, 200, "POST", "/bap/v1/tasks/"+rec+"/cancel", "ap-cancel", map[string]any{})
+
+	r := s.operator().call(t, "POST", "/bap/v1/tasks/"+rec+"/replay", "ap-replay-operator", map[string]any{})
+	if r.status != 409 || r.str("code") != "replay_not_possible" || !strings.Contains(string(r.raw), "only the principal that created the task") ||
+		strings.Contains(string(r.raw), "Ada Private") {
+		t.Fatalf("another principal's replay of a plain fill: %d %s", r.status, r.raw)
+	}
+	s.must(t, 201, "POST", "/bap/v1/tasks/"+rec+"/replay", "ap-replay-agent", map[string]any{})
+}
+
 func TestReplayIsRefusedForWhatItCannotRepeat(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
