@@ -183,9 +183,6 @@ func replayCheckout(t *testing.T, sh *shop) {
 	}
 }
 
-// A task that typed a plain value whose value was not kept (recorded before values were kept for
-// replay: its row is deleted here) or recorded nothing cannot be replayed: 409
-// replay_not_possible, saying why and never echoing the value; and nothing is created.
 // TestAnotherPrincipalCannotReplayPlainValues: a replay types the recorded task's plain values
 // again, in a page its caller observes, so only the principal that created the task may replay a
 // plain fill (ADR 0038 keeps them sealed for it). The local operator replaying the agent's task is
@@ -194,13 +191,7 @@ func TestAnotherPrincipalCannotReplayPlainValues(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
 	s := newStack(t, func(c *app.Config) { c.Recording = daemon.NewRecordings(t.TempDir(), 0, 0, nil) })
-	rec := s.must(t, 201, "POST", "/bap/v1/tasks", "ap-task", map[string]any{
-		"goal": "order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}, "record": true}}).str("task", "task_id")
-	sessionID := s.must(t, 201, "POST", "/bap/v1/tasks/"+rec+"/browser-sessions", "ap-session", map[string]any{}).str("session", "session_id")
-	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", "ap-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
-	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", "ap-fill", map[string]any{
-		"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Ada Private"})
-	s.must(t, 200, "POST", "/bap/v1/tasks/"+rec+"/cancel", "ap-cancel", map[string]any{})
+	rec := recordPlainFill(t, s, sh, "ap", "Ada Private")
 
 	r := s.operator().call(t, "POST", "/bap/v1/tasks/"+rec+"/replay", "ap-replay-operator", map[string]any{})
 	if r.status != 409 || r.str("code") != "replay_not_possible" || !strings.Contains(string(r.raw), "only the principal that created the task") ||
@@ -210,17 +201,28 @@ func TestAnotherPrincipalCannotReplayPlainValues(t *testing.T) {
 	s.must(t, 201, "POST", "/bap/v1/tasks/"+rec+"/replay", "ap-replay-agent", map[string]any{})
 }
 
+// recordPlainFill records a task (keys prefixed with key) that opens the shop's checkout and
+// types value, a plain fill, into its name field, then cancels it; it returns the task's id.
+func recordPlainFill(t *testing.T, s *stack, sh *shop, key, value string) string {
+	t.Helper()
+	rec := s.must(t, 201, "POST", "/bap/v1/tasks", key+"-task", map[string]any{
+		"goal": "order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}, "record": true}}).str("task", "task_id")
+	sessionID := s.must(t, 201, "POST", "/bap/v1/tasks/"+rec+"/browser-sessions", key+"-session", map[string]any{}).str("session", "session_id")
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", key+"-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
+	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", key+"-fill", map[string]any{
+		"action": "fill", "query": map[string]any{"label": "Full name"}, "value": value})
+	s.must(t, 200, "POST", "/bap/v1/tasks/"+rec+"/cancel", key+"-cancel", map[string]any{})
+	return rec
+}
+
+// A task that typed a plain value whose value was not kept (recorded before values were kept for
+// replay: its row is deleted here) or recorded nothing cannot be replayed: 409
+// replay_not_possible, saying why and never echoing the value; and nothing is created.
 func TestReplayIsRefusedForWhatItCannotRepeat(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
 	s := newStack(t, func(c *app.Config) { c.Recording = daemon.NewRecordings(t.TempDir(), 0, 0, nil) })
-	rec := s.must(t, 201, "POST", "/bap/v1/tasks", "rf-task", map[string]any{
-		"goal": "order", "policy": map[string]any{"allowed_origins": []string{sh.srv.URL}, "record": true}}).str("task", "task_id")
-	sessionID := s.must(t, 201, "POST", "/bap/v1/tasks/"+rec+"/browser-sessions", "rf-session", map[string]any{}).str("session", "session_id")
-	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/navigate", "rf-nav", map[string]any{"url": sh.srv.URL + "/checkout"})
-	s.must(t, 200, "POST", "/bap/v1/browser-sessions/"+sessionID+"/act", "rf-fill", map[string]any{
-		"action": "fill", "query": map[string]any{"label": "Full name"}, "value": "Ada Plain"})
-	s.must(t, 200, "POST", "/bap/v1/tasks/"+rec+"/cancel", "rf-cancel", map[string]any{})
+	rec := recordPlainFill(t, s, sh, "rf", "Ada Plain")
 	if _, err := s.db.Exec(t.Context(), `DELETE FROM task_fill_value WHERE task_id = $1`, rec); err != nil {
 		t.Fatal(err)
 	}
