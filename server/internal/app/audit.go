@@ -29,9 +29,9 @@ type AuditStore interface {
 	// AuditTaskRefs lists up to limit tasks of every tenant whose id sorts after after, in id order
 	// (`bap audit verify`); with taskID only that task, whatever its tenant.
 	AuditTaskRefs(ctx context.Context, taskID, after string, limit int) ([]TaskRef, error)
-	// TaskArtifactIDs lists a task's artifacts but its checkpoints (sealed state, which opens only
-	// on this server), oldest first (bundle.go).
-	TaskArtifactIDs(ctx context.Context, tenant, taskID string) ([]string, error)
+	// TaskArtifacts lists a task's artifacts but its checkpoints (sealed state, which opens only
+	// on this server), oldest first, without their content (bundle.go).
+	TaskArtifacts(ctx context.Context, tenant, taskID string) ([]Artifact, error)
 	// DueForAnchor lists up to limit live tasks (running, or waiting mid-run) whose chain head is
 	// past their last anchor, last anchored (or created) before before.
 	DueForAnchor(ctx context.Context, before time.Time, limit int) ([]TaskRef, error)

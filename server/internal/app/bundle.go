@@ -157,7 +157,7 @@ func (s *Service) bundleMembers(ctx context.Context, actor Actor, t *Task) ([]ev
 	if err != nil {
 		return nil, err
 	}
-	ids, err := s.store.TaskArtifactIDs(ctx, t.Tenant, t.ID)
+	stored, err := s.store.TaskArtifacts(ctx, t.Tenant, t.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -207,14 +207,12 @@ func (s *Service) bundleMembers(ctx context.Context, actor Actor, t *Task) ([]ev
 	if err := add(evidencebundle.ReceiptsName, br); err != nil {
 		return nil, err
 	}
-	arts := make([]bundleArtifact, 0, len(ids))
-	afacts := make([]evidencebundle.ArtifactFacts, 0, len(ids))
+	arts := make([]bundleArtifact, 0, len(stored))
+	afacts := make([]evidencebundle.ArtifactFacts, 0, len(stored))
 	var blobs []evidencebundle.Member
-	for _, id := range ids {
-		a, _, err := s.store.GetArtifact(ctx, t.Tenant, id)
-		if err != nil {
-			return nil, fmt.Errorf("reading artifact %s: %w", id, err)
-		}
+	for i := range stored {
+		a := &stored[i]
+		id := a.ID
 		arts = append(arts, bundleArtifact{ArtifactID: a.ID, Kind: a.Kind, MediaType: a.MediaType, SHA256: a.SHA256, Size: a.Size,
 			SessionID: a.SessionID, EpochID: a.EpochID, CommandID: a.CommandID, SourceURL: a.SourceURL, CreatedAt: a.CreatedAt,
 			Member: evidencebundle.ArtifactMember(a.ID)})

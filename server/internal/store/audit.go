@@ -117,18 +117,26 @@ func (s *Store) AuditTaskRefs(ctx context.Context, taskID, after string, limit i
 	return refs, nil
 }
 
-// TaskArtifactIDs implements app.AuditStore.
-func (s *Store) TaskArtifactIDs(ctx context.Context, tenant, taskID string) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT artifact_id FROM artifact_reference
-		WHERE tenant_id = $1 AND task_id = $2 AND kind <> 'checkpoint' ORDER BY created_at, artifact_id`, tenant, taskID)
+// TaskArtifacts implements app.AuditStore: metadata only, the content stays in the database.
+func (s *Store) TaskArtifacts(ctx context.Context, tenant, taskID string) ([]app.Artifact, error) {
+	rows, err := s.pool.Query(ctx, `SELECT r.tenant_id, r.artifact_id, r.sha256, c.size, r.media_type, r.kind, r.task_id,
+			coalesce(r.session_id, ''), coalesce(r.epoch_id, ''), coalesce(r.command_id, ''), r.source_url, r.created_at
+		FROM artifact_reference r JOIN artifact_content c ON c.sha256 = r.sha256
+		WHERE r.tenant_id = $1 AND r.task_id = $2 AND r.kind <> 'checkpoint' ORDER BY r.created_at, r.artifact_id`, tenant, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("listing artifacts: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	arts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (app.Artifact, error) {
+		var a app.Artifact
+		err := row.Scan(&a.Tenant, &a.ID, &a.SHA256, &a.Size, &a.MediaType, &a.Kind, &a.TaskID, &a.SessionID, &a.EpochID,
+			&a.CommandID, &a.SourceURL, &a.CreatedAt)
+		utc(&a.CreatedAt)
+		return a, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("listing artifacts: %w", err)
 	}
-	return ids, nil
+	return arts, nil
 }
 
 // DueForAnchor implements app.AuditStore.
