@@ -49,16 +49,6 @@ func (s *Service) PrepareBundle(ctx context.Context, actor Actor, taskID string)
 	return evidencebundle.Prepare(t.Tenant, t.ID, s.cfg.Now(), members, evidencebundle.Signer{Key: keys.signer, KeyID: keys.signKID})
 }
 
-// ExportBundle writes the evidence bundle of a task that has ended to w (see PrepareBundle).
-func (s *Service) ExportBundle(ctx context.Context, actor Actor, taskID string, w io.Writer) error {
-	b, err := s.PrepareBundle(ctx, actor, taskID)
-	if err != nil {
-		return err
-	}
-	_, err = b.WriteTo(w)
-	return err
-}
-
 // anchorHeadForExport anchors t's chain head when it moved past the last anchor.
 func (s *Service) anchorHeadForExport(ctx context.Context, t *Task) error {
 	anchors, err := s.store.ListAnchors(ctx, t.Tenant, t.ID)
