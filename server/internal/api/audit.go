@@ -113,9 +113,7 @@ func (s *server) GetTaskBundle(w http.ResponseWriter, r *http.Request, taskID ap
 	h.Set("Content-Length", strconv.FormatInt(n, 10))
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Disposition", `attachment; filename="`+taskID+`.bundle.tar"`)
-	h.Set("Content-Type", "application/x-tar")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
+	writeRawHeader(w, http.StatusOK, "application/x-tar")
 	if _, err := b.WriteTo(w); err != nil && r.Context().Err() == nil {
 		s.log.Warn("a bundle stopped while it was sent", "task_id", taskID, "err", err)
 	}

@@ -61,8 +61,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeRaw(w http.ResponseWriter, status int, contentType string, body []byte) {
+	writeRawHeader(w, status, contentType)
+	_, _ = w.Write(body)
+}
+
+// writeRawHeader sends the status and headers of a raw (non-JSON) answer whose body the caller
+// then writes (streams).
+func writeRawHeader(w http.ResponseWriter, status int, contentType string) {
 	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write(body)
 }

@@ -258,7 +258,7 @@ type cappedReader struct {
 func (c *cappedReader) Read(p []byte) (int, error) {
 	if c.left <= 0 {
 		var one [1]byte
-		if n, _ := c.r.Read(one[:]); n > 0 {
+		if n, _ := io.ReadFull(c.r, one[:]); n > 0 {
 			return 0, fmt.Errorf("the task's archive is larger than a bundle carries (%d bytes)", int64(maxBundleArchive))
 		}
 		return 0, io.EOF

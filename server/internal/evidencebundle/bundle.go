@@ -223,7 +223,7 @@ func copyMember(w io.Writer, mb Member, e Entry) error {
 		}
 		return fmt.Errorf("reading member %s: %w", mb.Name, err)
 	}
-	if n, _ := r.Read(make([]byte, 1)); n > 0 && !mb.AppendOnly {
+	if n, _ := io.ReadFull(r, make([]byte, 1)); n > 0 && !mb.AppendOnly {
 		return fmt.Errorf("%w: %s is longer than %d bytes", ErrMemberChanged, mb.Name, e.Size)
 	}
 	if hex.EncodeToString(h.Sum(nil)) != e.SHA256 {
