@@ -134,8 +134,7 @@ func sandboxFailure(output string) error {
 // process is one running browser.
 type process struct {
 	cmd     *exec.Cmd
-	dir     string        // the browser's directory tree (see newBrowserDirs), removed by stop
-	tree    *tmptree.Tree // dir's lock: held while the browser runs, so no sweep removes it
+	tree    *tmptree.Tree // the browser's directory tree (see newBrowserDirs), held while it runs, removed by stop
 	root    *os.Root      // dir, opened before anyone else could write in it
 	acct    osuser.Account
 	conn    *conn
@@ -241,11 +240,14 @@ func mkdirOwned(root *os.Root, rel string, acct osuser.Account) error {
 	return root.Chmod(rel, 0o700)
 }
 
+// dir is the browser's directory tree.
+func (p *process) dir() string { return p.tree.Dir }
+
 // rel returns path relative to the tree's root, refusing paths outside it.
 func (p *process) rel(path string) (string, error) {
-	r, err := filepath.Rel(p.dir, path)
+	r, err := filepath.Rel(p.dir(), path)
 	if err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) || filepath.IsAbs(r) {
-		return "", fmt.Errorf("%s is not in the browser's directory %s", path, p.dir)
+		return "", fmt.Errorf("%s is not in the browser's directory %s", path, p.dir())
 	}
 	return r, nil
 }
@@ -430,7 +432,7 @@ func launch(ctx context.Context, bin string, cfg Config, spki string, log *slog.
 	}
 	cmdR.Close()
 	cmdW.Close()
-	p := &process{cmd: cmd, dir: dir, tree: tree, root: root, acct: acct, exited: make(chan struct{}), output: out}
+	p := &process{cmd: cmd, tree: tree, root: root, acct: acct, exited: make(chan struct{}), output: out}
 	go func() {
 		_ = cmd.Wait()
 		close(p.exited)
@@ -482,7 +484,7 @@ func (p *process) stop() {
 		}
 		killGroup(p.cmd) // helpers that outlived the browser
 		_ = p.root.Close()
-		_ = removeAllRetry(p.dir)
+		_ = removeAllRetry(p.dir())
 		_ = p.tree.Close() // after the removal: a sweep must not see the tree free while it is in use
 	})
 }

@@ -211,9 +211,9 @@ func TestBrowserProcessIsSandboxedUnprivilegedAndGetsAMinimalEnvironment(t *test
 				k, v, _ := strings.Cut(kv, "=")
 				env[k] = v
 			}
-			if env["HOME"] != filepath.Join(p.dir, "home") || env["TMPDIR"] != filepath.Join(p.dir, "tmp") || env["PATH"] == "" {
+			if env["HOME"] != filepath.Join(p.dir(), "home") || env["TMPDIR"] != filepath.Join(p.dir(), "tmp") || env["PATH"] == "" {
 				t.Errorf("browser environment HOME=%q TMPDIR=%q PATH=%q, want its own directories under %s and PATH",
-					env["HOME"], env["TMPDIR"], env["PATH"], p.dir)
+					env["HOME"], env["TMPDIR"], env["PATH"], p.dir())
 			}
 		})
 	}
@@ -280,7 +280,7 @@ func testDirs(t *testing.T) (*process, osuser.Account) {
 		_ = os.RemoveAll(tree.Dir)
 		_ = tree.Close()
 	})
-	return &process{dir: tree.Dir, tree: tree, root: root, acct: acct}, acct
+	return &process{tree: tree, root: root, acct: acct}, acct
 }
 
 func ownerMode(t *testing.T, path string) (uint32, os.FileMode) {
@@ -304,7 +304,7 @@ func TestBrowserDirectoriesBelongToTheBrowserUser(t *testing.T) {
 	if acct.Switch {
 		bapMode = 0o711
 	}
-	session := filepath.Join(p.dir, "bap-test")
+	session := filepath.Join(p.dir(), "bap-test")
 	dl := filepath.Join(session, "downloads")
 	up := filepath.Join(session, "uploads", "art_1")
 	if err := p.makeDownloadDir(dl); err != nil {
@@ -322,12 +322,12 @@ func TestBrowserDirectoriesBelongToTheBrowserUser(t *testing.T) {
 		owner uint32
 		mode  os.FileMode
 	}{
-		{p.dir, me, os.ModeDir | bapMode},
-		{filepath.Join(p.dir, tmptree.LockName), me, 0o600},
-		{filepath.Join(p.dir, "profile"), acct.UID, os.ModeDir | 0o700},
-		{filepath.Join(p.dir, "home"), acct.UID, os.ModeDir | 0o700},
-		{filepath.Join(p.dir, "tmp"), acct.UID, os.ModeDir | 0o700},
-		{filepath.Join(p.dir, "crash"), acct.UID, os.ModeDir | 0o700},
+		{p.dir(), me, os.ModeDir | bapMode},
+		{filepath.Join(p.dir(), tmptree.LockName), me, 0o600},
+		{filepath.Join(p.dir(), "profile"), acct.UID, os.ModeDir | 0o700},
+		{filepath.Join(p.dir(), "home"), acct.UID, os.ModeDir | 0o700},
+		{filepath.Join(p.dir(), "tmp"), acct.UID, os.ModeDir | 0o700},
+		{filepath.Join(p.dir(), "crash"), acct.UID, os.ModeDir | 0o700},
 		{session, me, os.ModeDir | bapMode},
 		{dl, acct.UID, os.ModeDir | 0o700},
 		{filepath.Join(session, "uploads"), me, os.ModeDir | bapMode},

@@ -167,7 +167,7 @@ type targetConn struct {
 }
 
 func newSession(b *Browser, ps *procState, bctx cdp.BrowserContextID) *Session {
-	base := filepath.Join(ps.p.dir, "bap-"+rand.Text()[:12])
+	base := filepath.Join(ps.p.dir(), "bap-"+rand.Text()[:12])
 	s := &Session{
 		b:        b,
 		ps:       ps,

@@ -42,8 +42,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "firefox tests: close:", err)
 		code = 1
 	}
-	if _, err := os.Stat(b.dir); !errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintln(os.Stderr, "firefox tests: the browser's directory outlived Close:", b.dir)
+	if _, err := os.Stat(b.dir()); !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintln(os.Stderr, "firefox tests: the browser's directory outlived Close:", b.dir())
 		code = 1
 	}
 	os.Exit(code)
@@ -301,7 +301,7 @@ func TestProcessIsConfined(t *testing.T) {
 	if bytes.Contains(env, []byte(canaryValue)) || bytes.Contains(env, []byte(canaryEnv)) {
 		t.Fatal("bap's environment reached the browser")
 	}
-	if !bytes.Contains(env, []byte("HOME="+browser.dir)) {
+	if !bytes.Contains(env, []byte("HOME="+browser.dir())) {
 		t.Fatalf("the browser's HOME is not in its own tree: %q", env)
 	}
 }

@@ -103,6 +103,9 @@ func newDirs(acct osuser.Account) (*tmptree.Tree, error) {
 // treePrefix names the browser's trees in the temporary directory.
 const treePrefix = "bap-firefox-"
 
+// dir is the browser's directory tree.
+func (b *Browser) dir() string { return b.tree.Dir }
+
 // uploadsDir is the directory of the tree that holds staged uploads.
 const uploadsDir = "uploads"
 
@@ -119,7 +122,7 @@ func bapDirMode(acct osuser.Account) os.FileMode {
 // uploads/, each file created anew (never through a link) under its safe name, the browser's
 // account's when it runs as another. It returns the directory (removed by unstage) and the paths.
 func (b *Browser) stageFiles(files []page.File) (string, []string, error) {
-	dir := filepath.Join(b.dir, uploadsDir, ids.New(ids.Artifact))
+	dir := filepath.Join(b.dir(), uploadsDir, ids.New(ids.Artifact))
 	if err := os.Mkdir(dir, bapDirMode(b.acct)); err != nil {
 		return "", nil, fmt.Errorf("firefox: staging the upload: %w", err)
 	}
@@ -192,8 +195,7 @@ type Browser struct {
 	certs *tlsmint.Authority
 
 	cmd     *exec.Cmd
-	dir     string         // the browser's directory tree (newDirs), removed by Close
-	tree    *tmptree.Tree  // dir's lock: held while the browser runs, so no sweep removes it
+	tree    *tmptree.Tree  // the browser's directory tree (newDirs), held while it runs, removed by Close
 	acct    osuser.Account // the account it runs as
 	log     *slog.Logger
 	exited  chan struct{}
@@ -318,7 +320,7 @@ func Launch(ctx context.Context, opts Options) (*Browser, error) {
 		abandon()
 		return nil, fmt.Errorf("firefox: start: %w", err)
 	}
-	b := &Browser{cmd: cmd, dir: dir, tree: tree, acct: acct, log: log, exited: make(chan struct{}), certs: certs}
+	b := &Browser{cmd: cmd, tree: tree, acct: acct, log: log, exited: make(chan struct{}), certs: certs}
 	urls := make(chan string, 1)
 	go b.scan(stderr, urls)
 	go func() {
@@ -413,7 +415,7 @@ func (b *Browser) Close() error {
 }
 
 func (b *Browser) cleanup() error {
-	if err := os.RemoveAll(b.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.RemoveAll(b.dir()); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("firefox: removing the browser's directory: %w", err)
 	}
 	return b.tree.Close() // after the removal: a sweep must not see the tree free while it is in use

@@ -97,6 +97,6 @@ func TestOrphanHelper(t *testing.T) {
 	if os.Getenv(orphanHelperEnv) == "" {
 		return
 	}
-	fmt.Printf("firefox %d %s\n", browser.cmd.Process.Pid, browser.dir)
+	fmt.Printf("firefox %d %s\n", browser.cmd.Process.Pid, browser.dir())
 	_, _ = io.ReadAll(os.Stdin) // until the test kills this process
 }

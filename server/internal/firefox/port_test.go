@@ -323,7 +323,7 @@ func TestPortRefusesDownloads(t *testing.T) {
 	}
 	waitfor.Receive(t, 10*time.Second, "the download's request", served)
 	found := ""
-	_ = filepath.WalkDir(browser.dir, func(p string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(browser.dir(), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasPrefix(d.Name(), "report") {
 			found = p
 		}
