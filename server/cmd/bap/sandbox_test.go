@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/originweave/bap/server/internal/browser"
+	"github.com/originweave/bap/server/internal/proctree"
 )
 
 // chromiumProc is one process bap started for its browser, as /proc shows it.
@@ -27,25 +27,7 @@ type chromiumProc struct {
 // script execs the real binary, which forks its helpers).
 func chromiumProcs(t *testing.T, pid int) []chromiumProc {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := map[int]int{}
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])) // state ppid pgrp …
-		if len(f) > 1 {
-			parent[n], _ = strconv.Atoi(f[1])
-		}
-	}
+	parent := proctree.Parents()
 	var out []chromiumProc
 	for n := range parent {
 		under := false

@@ -1,7 +1,6 @@
 package browser
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/osuser"
+	"github.com/originweave/bap/server/internal/proctree"
 	"github.com/originweave/bap/server/internal/tmptree"
 )
 
@@ -61,33 +61,11 @@ func readProc(pid int) (procInfo, error) {
 // process group and every descendant (whatever group it moved to).
 func browserProcs(t testing.TB, pid int) []procInfo {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := map[int]int{}
-	group := map[int]int{}
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 3 {
-			continue
-		}
-		parent[n], _ = strconv.Atoi(f[1])
-		group[n], _ = strconv.Atoi(f[2])
-	}
+	procs := proctree.Processes()
 	var out []procInfo
-	for n := range parent {
-		ours := group[n] == pid
-		for p := n; !ours && p > 1; p = parent[p] {
+	for n, pr := range procs {
+		ours := pr.PGID == pid
+		for p := n; !ours && p > 1; p = procs[p].PPID {
 			ours = p == pid
 		}
 		if !ours {

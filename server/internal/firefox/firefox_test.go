@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/originweave/bap/server/internal/bidi"
+	"github.com/originweave/bap/server/internal/proctree"
 )
 
 // browser is the one Firefox of this package's tests; each test opens its own BiDi session.
@@ -310,23 +311,9 @@ func TestProcessIsConfined(t *testing.T) {
 // has).
 func processGroup(t *testing.T, pgid int) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue // exited meanwhile
-		}
-		// pid (comm) state ppid pgrp …: comm may hold spaces, so split after its ')'.
-		rest := string(stat[bytes.LastIndexByte(stat, ')')+1:])
-		if f := strings.Fields(rest); len(f) >= 3 && f[2] == strconv.Itoa(pgid) && f[0] != "Z" && f[0] != "X" {
+	for pid, p := range proctree.Processes() {
+		if p.PGID == pgid && !p.Exited() {
 			out = append(out, pid)
 		}
 	}

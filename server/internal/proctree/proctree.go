@@ -10,9 +10,19 @@ import (
 	"strings"
 )
 
-// Parents maps every process of the machine to its parent.
-func Parents() map[int]int {
-	out := map[int]int{}
+// Proc is what /proc/<pid>/stat says of a process.
+type Proc struct {
+	State byte // R, S, D, Z (a zombie: it has exited), X, …
+	PPID  int
+	PGID  int
+}
+
+// Exited reports a process that has exited and not been reaped yet (a zombie).
+func (p Proc) Exited() bool { return p.State == 'Z' || p.State == 'X' }
+
+// Processes reads every process of the machine.
+func Processes() map[int]Proc {
+	out := map[int]Proc{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -23,14 +33,25 @@ func Parents() map[int]int {
 		if err != nil {
 			continue // exited since the listing
 		}
-		// pid (comm) state ppid …; comm may hold spaces and parentheses.
+		// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
 		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) < 2 {
+		if len(f) < 3 || len(f[0]) != 1 {
 			continue
 		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil {
-			out[pid] = ppid
+		ppid, err1 := strconv.Atoi(f[1])
+		pgid, err2 := strconv.Atoi(f[2])
+		if err1 == nil && err2 == nil {
+			out[pid] = Proc{State: f[0][0], PPID: ppid, PGID: pgid}
 		}
+	}
+	return out
+}
+
+// Parents maps every process of the machine to its parent.
+func Parents() map[int]int {
+	out := map[int]int{}
+	for pid, p := range Processes() {
+		out[pid] = p.PPID
 	}
 	return out
 }

@@ -12,6 +12,9 @@ func TestTreeOfAChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if p := Processes()[cmd.Process.Pid]; p.PPID != os.Getpid() || p.Exited() || p.PGID <= 0 {
+		t.Errorf("the child reads as %+v, want parent %d, alive, in a group", p, os.Getpid())
+	}
 	if p := Parents()[cmd.Process.Pid]; p != os.Getpid() {
 		t.Errorf("the child's parent is %d, want %d", p, os.Getpid())
 	}
